@@ -1,0 +1,678 @@
+//! Loading: the main file, its `include` globs, every table and key, then the checks
+//! that need the whole config (`after` names, cycles, leases).
+
+use super::walk::{FileCtx, Value};
+use super::*;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use toml::de::DeTable;
+use toml::Spanned;
+
+/// One problem in a config file, at a position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// 1-based; 0 when the error is about the file as a whole.
+    pub line: usize,
+    pub column: usize,
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = self.file.display();
+        match (self.line, self.key.is_empty()) {
+            (0, _) => write!(f, "{file}: {}", self.message),
+            (_, true) => write!(f, "{file}:{}:{}: {}", self.line, self.column, self.message),
+            (_, false) => write!(
+                f,
+                "{file}:{}:{}: {}: {}",
+                self.line, self.column, self.key, self.message
+            ),
+        }
+    }
+}
+
+const SUPD_KEYS: &[&str] = &[
+    "socket",
+    "socket_group",
+    "state_dir",
+    "tools_dir",
+    "log_dir",
+    "include",
+    "shutdown_timeout",
+    "mode",
+];
+const SERVICE_KEYS: &[&str] = &[
+    "tool",
+    "command",
+    "cwd",
+    "env",
+    "user",
+    "group",
+    "restart",
+    "success_codes",
+    "restart_delay",
+    "restart_delay_max",
+    "stable_after",
+    "crash_loop",
+    "on_crash_loop",
+    "cooldown",
+    "probation",
+    "ready",
+    "ready_timeout",
+    "stop_signal",
+    "stop_timeout",
+    "after",
+    "autostart",
+    "log",
+    "log_max_size",
+    "log_keep",
+    "leader_only",
+];
+
+/// Reads `path` and every file it includes. Returns the config, or every error found.
+pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+    let path = absolute(path);
+    let mut errors = Vec::new();
+    let mut cfg = Config {
+        supd: SupdConfig::default(),
+        services: BTreeMap::new(),
+        leases: BTreeMap::new(),
+        files: vec![path.clone()],
+    };
+    // Services remember where they were defined, to report duplicates and bad `after`s.
+    let mut origin: BTreeMap<String, Origin> = BTreeMap::new();
+    read_file(&path, true, &mut cfg, &mut origin, &mut errors);
+    for pattern in cfg.supd.include.clone() {
+        for file in glob(&pattern) {
+            cfg.files.push(file.clone());
+            read_file(&file, false, &mut cfg, &mut origin, &mut errors);
+        }
+    }
+    check_whole(&cfg, &origin, &mut errors);
+    // Tables iterate by key; people read a file from the top.
+    let file_rank = |f: &PathBuf| cfg.files.iter().position(|g| g == f).unwrap_or(usize::MAX);
+    errors.sort_by_key(|e| (file_rank(&e.file), e.line, e.column));
+    if errors.is_empty() {
+        Ok(cfg)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Where a service was defined, for errors found after all files are read.
+#[derive(Clone)]
+struct Origin {
+    file: PathBuf,
+    line: usize,
+    column: usize,
+    after: Vec<(String, usize, usize)>,
+    leader_only: Option<(String, usize, usize)>,
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(path))
+            .unwrap_or_else(|_| path.to_path_buf())
+    }
+}
+
+fn read_file(
+    path: &Path,
+    main: bool,
+    cfg: &mut Config,
+    origin: &mut BTreeMap<String, Origin>,
+    errors: &mut Vec<ConfigError>,
+) {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            errors.push(ConfigError {
+                file: path.to_path_buf(),
+                line: 0,
+                column: 0,
+                key: String::new(),
+                message: format!("cannot read: {e}"),
+            });
+            return;
+        }
+    };
+    let (doc, syntax) = DeTable::parse_recoverable(&text);
+    let mut ctx = FileCtx {
+        path,
+        text: &text,
+        errors,
+    };
+    for e in &syntax {
+        let span = e.span().unwrap_or(0..0);
+        ctx.err(span, "", format!("TOML syntax: {}", e.message()));
+    }
+    if !syntax.is_empty() {
+        return;
+    }
+    for (key, value) in doc.get_ref().iter() {
+        match (key.get_ref().as_ref(), main) {
+            ("supd", true) => read_supd(&mut ctx, value, &mut cfg.supd),
+            ("service", _) => {
+                let Some(table) = ctx.table(value, "service") else {
+                    continue;
+                };
+                for (name, def) in table.iter() {
+                    read_service(&mut ctx, name, def, cfg, origin);
+                }
+            }
+            ("lease", _) => {
+                let Some(table) = ctx.table(value, "lease") else {
+                    continue;
+                };
+                for (name, def) in table.iter() {
+                    read_lease(&mut ctx, name, def, cfg);
+                }
+            }
+            ("supd", false) => ctx.err(
+                key.span(),
+                "supd",
+                "[supd] belongs in the main config file, not in an included one",
+            ),
+            (other, _) => {
+                let known = if main {
+                    "supd, service, lease"
+                } else {
+                    "service, lease"
+                };
+                ctx.err(
+                    key.span(),
+                    other,
+                    format!("unknown table (expected one of: {known})"),
+                )
+            }
+        }
+    }
+}
+
+fn read_supd(ctx: &mut FileCtx, value: &Value, supd: &mut SupdConfig) {
+    let Some(table) = ctx.table(value, "supd") else {
+        return;
+    };
+    for (key, v) in table.iter() {
+        let k = key.get_ref().as_ref();
+        let full = format!("supd.{k}");
+        let full = full.as_str();
+        match k {
+            "socket" => set(&mut supd.socket, ctx.path(v, full)),
+            "socket_group" => {
+                supd.socket_group = ctx.string(v, full).filter(|s| !s.is_empty());
+            }
+            "state_dir" => set(&mut supd.state_dir, ctx.path(v, full)),
+            "tools_dir" => set(&mut supd.tools_dir, ctx.path(v, full)),
+            "log_dir" => set(&mut supd.log_dir, ctx.path(v, full)),
+            "include" => {
+                if let Some(list) = ctx.strings(v, full) {
+                    supd.include = list.iter().map(|p| ctx.dir().join(p)).collect();
+                }
+            }
+            "shutdown_timeout" => set(&mut supd.shutdown_timeout, ctx.duration(v, full)),
+            "mode" => set(
+                &mut supd.mode,
+                ctx.choice(
+                    v,
+                    full,
+                    &[("container", Mode::Container), ("system", Mode::System)],
+                ),
+            ),
+            _ => ctx.unknown(key.span(), full, SUPD_KEYS),
+        }
+    }
+}
+
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *slot = v;
+    }
+}
+
+fn read_service(
+    ctx: &mut FileCtx,
+    name: &Spanned<std::borrow::Cow<str>>,
+    def: &Value,
+    cfg: &mut Config,
+    origin: &mut BTreeMap<String, Origin>,
+) {
+    let n = name.get_ref().to_string();
+    let prefix = format!("service.{n}");
+    let (line, column) = super::walk::line_col(ctx.text, name.span().start);
+    if !valid_name(&n) {
+        ctx.err(
+            name.span(),
+            &prefix,
+            "a service name is letters, digits, '-', '_', '.' or '@', not starting with '.'",
+        );
+        return;
+    }
+    if let Some(first) = origin.get(&n) {
+        let msg = format!(
+            "service '{n}' is already defined at {}:{}:{}",
+            first.file.display(),
+            first.line,
+            first.column
+        );
+        ctx.err(name.span(), &prefix, msg);
+        return;
+    }
+    let Some(table) = ctx.table(def, &prefix) else {
+        return;
+    };
+    let mut svc = ServiceConfig::new(&n, Vec::new(), ctx.dir());
+    let mut org = Origin {
+        file: ctx.path.to_path_buf(),
+        line,
+        column,
+        after: Vec::new(),
+        leader_only: None,
+    };
+    let mut saw_command = false;
+    for (key, v) in table.iter() {
+        let k = key.get_ref().as_ref();
+        let full = format!("{prefix}.{k}");
+        let f = full.as_str();
+        let p = &mut svc.policy;
+        match k {
+            "tool" => svc.tool = ctx.parsed(v, f, tool_name),
+            "command" => {
+                saw_command = true;
+                if let Some(argv) = ctx.strings(v, f) {
+                    if argv.first().is_none_or(|a| a.is_empty()) {
+                        ctx.err(
+                            v.span(),
+                            f,
+                            "expected a non-empty array whose first item is the program",
+                        );
+                    }
+                    svc.command = argv;
+                }
+            }
+            "cwd" => svc.cwd = ctx.path(v, f),
+            "env" => svc.env = read_env(ctx, v, f),
+            "user" => svc.user = ctx.string(v, f),
+            "group" => svc.group = ctx.string(v, f),
+            "restart" => set(
+                &mut p.restart,
+                ctx.choice(
+                    v,
+                    f,
+                    &[
+                        ("always", RestartMode::Always),
+                        ("on-failure", RestartMode::OnFailure),
+                        ("never", RestartMode::Never),
+                    ],
+                ),
+            ),
+            "success_codes" => set(&mut p.success_codes, read_codes(ctx, v, f)),
+            "restart_delay" => set(&mut p.restart_delay, ctx.duration(v, f)),
+            "restart_delay_max" => set(&mut p.restart_delay_max, ctx.duration(v, f)),
+            "stable_after" => set(&mut p.stable_after, ctx.duration(v, f)),
+            "crash_loop" => set(&mut p.crash_loop, read_crash_loop(ctx, v, f)),
+            "on_crash_loop" => set(
+                &mut p.on_crash_loop,
+                ctx.choice(
+                    v,
+                    f,
+                    &[
+                        ("cooldown", OnCrashLoop::Cooldown),
+                        ("stop", OnCrashLoop::Stop),
+                        ("shutdown", OnCrashLoop::Shutdown),
+                    ],
+                ),
+            ),
+            "cooldown" => set(&mut p.cooldown, ctx.duration(v, f)),
+            "probation" => set(&mut svc.probation, ctx.duration(v, f)),
+            "ready" => set(&mut svc.ready, ctx.parsed(v, f, parse_ready)),
+            "ready_timeout" => set(&mut svc.ready_timeout, ctx.duration(v, f)),
+            "stop_signal" => set(&mut svc.stop_signal, ctx.parsed(v, f, parse_signal)),
+            "stop_timeout" => set(&mut svc.stop_timeout, ctx.duration(v, f)),
+            "after" => {
+                if let Some(items) = ctx.array(v, f) {
+                    for item in items {
+                        if let Some(s) = ctx.string(item, f) {
+                            let (l, c) = super::walk::line_col(ctx.text, item.span().start);
+                            org.after.push((s.clone(), l, c));
+                            svc.after.push(s);
+                        }
+                    }
+                }
+            }
+            "autostart" => set(&mut svc.autostart, ctx.boolean(v, f)),
+            "log" => set(
+                &mut svc.log,
+                ctx.choice(
+                    v,
+                    f,
+                    &[
+                        ("file", LogMode::File),
+                        ("inherit", LogMode::Inherit),
+                        ("null", LogMode::Null),
+                    ],
+                ),
+            ),
+            "log_max_size" => set(
+                &mut svc.log_max_size,
+                ctx.parsed(v, f, crate::time::parse_size),
+            ),
+            "log_keep" => match ctx.integer(v, f) {
+                Some(n) if (0..=1000).contains(&n) => svc.log_keep = n as u32,
+                Some(_) => ctx.err(v.span(), f, "expected a number of files from 0 to 1000"),
+                None => {}
+            },
+            "leader_only" => {
+                if let Some(s) = ctx.string(v, f) {
+                    let (l, c) = super::walk::line_col(ctx.text, v.span().start);
+                    org.leader_only = Some((s.clone(), l, c));
+                    svc.leader_only = Some(s);
+                }
+            }
+            _ => ctx.unknown(key.span(), f, SERVICE_KEYS),
+        }
+    }
+    if !saw_command {
+        ctx.err(
+            name.span(),
+            &format!("{prefix}.command"),
+            "missing: every service needs a command, such as [\"/usr/bin/agent\", \"--flag\"]",
+        );
+    }
+    check_service(ctx, def, &prefix, &svc);
+    origin.insert(n.clone(), org);
+    cfg.services.insert(n, svc);
+}
+
+/// Checks that need several keys of one service.
+fn check_service(ctx: &mut FileCtx, def: &Value, prefix: &str, svc: &ServiceConfig) {
+    let p = &svc.policy;
+    if p.restart_delay_max < p.restart_delay {
+        ctx.err(
+            def.span(),
+            &format!("{prefix}.restart_delay_max"),
+            "must not be shorter than restart_delay",
+        );
+    }
+    if svc.ready == Ready::Exited && p.restart == RestartMode::Always {
+        ctx.err(
+            def.span(),
+            &format!("{prefix}.ready"),
+            "ready = \"exited\" is for one-shot tasks: set restart = \"never\" or \"on-failure\"",
+        );
+    }
+    if let (Some(cmd), None) = (svc.command.first(), &svc.tool) {
+        if !cmd.starts_with('/') && cmd.contains('/') && !svc.base_dir.join(cmd).exists() {
+            // Not an error: the program may be installed later. It is reported at start.
+            log::debug!("{prefix}: {cmd} does not exist yet");
+        }
+    }
+}
+
+fn read_env(ctx: &mut FileCtx, v: &Value, key: &str) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    let Some(table) = ctx.table(v, key) else {
+        return env;
+    };
+    for (name, value) in table.iter() {
+        let n = name.get_ref().to_string();
+        let full = format!("{key}.{n}");
+        if n.is_empty() || n.contains('=') || n.contains('\0') {
+            ctx.err(
+                name.span(),
+                &full,
+                "an environment variable's name must not be empty or hold '='",
+            );
+            continue;
+        }
+        if let Some(s) = ctx.string(value, &full) {
+            env.insert(n, s);
+        }
+    }
+    env
+}
+
+fn read_codes(ctx: &mut FileCtx, v: &Value, key: &str) -> Option<Vec<i32>> {
+    let items = ctx.array(v, key)?;
+    let mut codes = Vec::new();
+    for item in items {
+        match ctx.integer(item, key) {
+            Some(n) if (0..=255).contains(&n) => codes.push(n as i32),
+            Some(_) => ctx.err(item.span(), key, "an exit code is from 0 to 255"),
+            None => {}
+        }
+    }
+    Some(codes)
+}
+
+fn read_crash_loop(ctx: &mut FileCtx, v: &Value, key: &str) -> Option<CrashLoop> {
+    let table = ctx.table(v, key)?;
+    let mut cl = Policy::default().crash_loop;
+    for (k, item) in table.iter() {
+        let full = format!("{key}.{}", k.get_ref());
+        match k.get_ref().as_ref() {
+            "restarts" => match ctx.integer(item, &full) {
+                Some(n) if (1..=100_000).contains(&n) => cl.restarts = n as u32,
+                Some(_) => ctx.err(
+                    item.span(),
+                    &full,
+                    "expected a number of restarts from 1 to 100000",
+                ),
+                None => {}
+            },
+            "window" => set(&mut cl.window, ctx.duration(item, &full)),
+            _ => ctx.unknown(k.span(), &full, &["restarts", "window"]),
+        }
+    }
+    Some(cl)
+}
+
+fn parse_ready(s: &str) -> Result<Ready, String> {
+    match s {
+        "started" => Ok(Ready::Started),
+        "notify" => Ok(Ready::Notify),
+        "exited" => Ok(Ready::Exited),
+        _ => match s.strip_prefix("fd:").map(str::parse::<i32>) {
+            Some(Ok(n)) if (3..=1023).contains(&n) => Ok(Ready::Fd(n)),
+            Some(_) => Err(format!("'{s}': the fd of \"fd:N\" is a number from 3 to 1023 (0 to 2 are the standard streams)")),
+            None => Err(format!("'{s}' is not one of \"started\", \"notify\", \"fd:N\", \"exited\"")),
+        },
+    }
+}
+
+fn tool_name(s: &str) -> Result<String, String> {
+    if valid_name(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "'{s}' is not a tool name: letters, digits, '-', '_', '.', not starting with '.'"
+        ))
+    }
+}
+
+fn read_lease(
+    ctx: &mut FileCtx,
+    name: &Spanned<std::borrow::Cow<str>>,
+    def: &Value,
+    cfg: &mut Config,
+) {
+    let n = name.get_ref().to_string();
+    let prefix = format!("lease.{n}");
+    if !valid_name(&n) {
+        ctx.err(
+            name.span(),
+            &prefix,
+            "a lease name is letters, digits, '-', '_', '.', not starting with '.'",
+        );
+        return;
+    }
+    let Some(table) = ctx.table(def, &prefix) else {
+        return;
+    };
+    let mut lease = LeaseConfig {
+        name: n.clone(),
+        tool: None,
+    };
+    for (key, v) in table.iter() {
+        let full = format!("{prefix}.{}", key.get_ref());
+        match key.get_ref().as_ref() {
+            "tool" => lease.tool = ctx.parsed(v, &full, tool_name),
+            _ => ctx.unknown(key.span(), &full, &["tool"]),
+        }
+    }
+    cfg.leases.insert(n, lease);
+}
+
+/// Checks across services: `after` names existing services and makes no cycle;
+/// `leader_only` names a lease.
+fn check_whole(cfg: &Config, origin: &BTreeMap<String, Origin>, errors: &mut Vec<ConfigError>) {
+    let err = |o: &Origin, line, column, key: String, message: String| ConfigError {
+        file: o.file.clone(),
+        line,
+        column,
+        key,
+        message,
+    };
+    for (name, o) in origin {
+        for (dep, line, column) in &o.after {
+            if !cfg.services.contains_key(dep) {
+                errors.push(err(
+                    o,
+                    *line,
+                    *column,
+                    format!("service.{name}.after"),
+                    format!("no service named '{dep}'"),
+                ));
+            } else if dep == name {
+                errors.push(err(
+                    o,
+                    *line,
+                    *column,
+                    format!("service.{name}.after"),
+                    "a service cannot start after itself".into(),
+                ));
+            }
+        }
+        if let Some((lease, line, column)) = &o.leader_only {
+            if !cfg.leases.contains_key(lease) {
+                let msg =
+                    format!("no [lease.{lease}] table: declare the lease this service follows");
+                errors.push(err(
+                    o,
+                    *line,
+                    *column,
+                    format!("service.{name}.leader_only"),
+                    msg,
+                ));
+            }
+        }
+    }
+    if let Some(cycle) = find_cycle(cfg) {
+        let o = &origin[&cycle[0]];
+        let msg = format!("`after` makes a cycle: {}", cycle.join(" -> "));
+        errors.push(err(
+            o,
+            o.line,
+            o.column,
+            format!("service.{}.after", cycle[0]),
+            msg,
+        ));
+    }
+}
+
+/// A cycle among `after` edges, as the list of names around it.
+fn find_cycle(cfg: &Config) -> Option<Vec<String>> {
+    // Colors: absent = unvisited, 1 = on the current path, 2 = done.
+    fn visit(
+        cfg: &Config,
+        n: &str,
+        color: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        match color.get(n) {
+            Some(2) => return None,
+            Some(_) => {
+                let start = path.iter().position(|p| p == n).unwrap_or(0);
+                let mut cycle = path[start..].to_vec();
+                cycle.push(n.to_string());
+                return Some(cycle);
+            }
+            None => {}
+        }
+        color.insert(n.to_string(), 1);
+        path.push(n.to_string());
+        for dep in cfg
+            .services
+            .get(n)
+            .map(|s| s.after.as_slice())
+            .unwrap_or(&[])
+        {
+            if dep != n && cfg.services.contains_key(dep) {
+                if let Some(c) = visit(cfg, dep, color, path) {
+                    return Some(c);
+                }
+            }
+        }
+        path.pop();
+        color.insert(n.to_string(), 2);
+        None
+    }
+    let mut color = BTreeMap::new();
+    for name in cfg.services.keys() {
+        if let Some(c) = visit(cfg, name, &mut color, &mut Vec::new()) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+/// Expands a pattern whose last component may hold `*` and `?`; sorted.
+fn glob(pattern: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (
+        pattern.parent(),
+        pattern.file_name().and_then(|n| n.to_str()),
+    ) else {
+        return Vec::new();
+    };
+    if !name.contains(['*', '?']) {
+        return if pattern.exists() {
+            vec![pattern.to_path_buf()]
+        } else {
+            Vec::new()
+        };
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| !n.starts_with('.') && wildcard(name.as_bytes(), n.as_bytes()))
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Shell-style match of `*` and `?`.
+fn wildcard(p: &[u8], s: &[u8]) -> bool {
+    match (p.first(), s.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => wildcard(&p[1..], s) || (!s.is_empty() && wildcard(p, &s[1..])),
+        (Some(b'?'), Some(_)) => wildcard(&p[1..], &s[1..]),
+        (Some(a), Some(b)) if a == b => wildcard(&p[1..], &s[1..]),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

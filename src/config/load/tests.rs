@@ -1,0 +1,248 @@
+use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A fresh directory under the system temp dir for one test.
+fn scratch() -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "sup-config-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn load_text(text: &str) -> (PathBuf, Result<Config, Vec<ConfigError>>) {
+    let dir = scratch();
+    let file = dir.join("sup.toml");
+    std::fs::write(&file, text).expect("write config");
+    let r = load(&file);
+    (dir, r)
+}
+
+fn errors_of(text: &str) -> Vec<String> {
+    let (dir, r) = load_text(text);
+    let prefix = format!("{}/", dir.display());
+    match r {
+        Ok(_) => Vec::new(),
+        Err(es) => es
+            .iter()
+            .map(|e| e.to_string().replace(&prefix, ""))
+            .collect(),
+    }
+}
+
+#[test]
+fn full_service_table_parses_into_typed_values() {
+    let (dir, r) = load_text(
+        r#"
+[supd]
+socket = "run/sup.sock"
+state_dir = "state"
+shutdown_timeout = "5s"
+
+[service.agent]
+tool = "agent"
+command = ["bin/agent", "--data-dir", "/var/lib/agent"]
+cwd = "work"
+env = { AGENT_MODE = "prod" }
+user = "agent"
+restart = "on-failure"
+success_codes = [0, 3]
+restart_delay = "10ms"
+restart_delay_max = "1s"
+stable_after = "2s"
+crash_loop = { restarts = 4, window = "1m" }
+on_crash_loop = "stop"
+cooldown = "1m"
+probation = "2s"
+ready = "fd:3"
+ready_timeout = "5s"
+stop_signal = "INT"
+stop_timeout = "250ms"
+after = ["db"]
+autostart = false
+log = "null"
+log_max_size = "1MiB"
+log_keep = 2
+leader_only = "engine"
+
+[service.db]
+command = ["/bin/db"]
+ready = "notify"
+
+[lease.engine]
+tool = "agent"
+"#,
+    );
+    let cfg = r.expect("valid config");
+    assert_eq!(cfg.supd.socket, dir.join("run/sup.sock"));
+    assert_eq!(cfg.supd.state_dir, dir.join("state"));
+    assert_eq!(cfg.supd.shutdown_timeout, Duration::from_secs(5));
+    let a = &cfg.services["agent"];
+    assert_eq!(a.tool.as_deref(), Some("agent"));
+    assert_eq!(a.command, ["bin/agent", "--data-dir", "/var/lib/agent"]);
+    assert_eq!(a.cwd, Some(dir.join("work")));
+    assert_eq!(a.env.get("AGENT_MODE").map(String::as_str), Some("prod"));
+    assert_eq!(a.policy.restart, RestartMode::OnFailure);
+    assert_eq!(a.policy.success_codes, [0, 3]);
+    assert_eq!(a.policy.restart_delay, Duration::from_millis(10));
+    assert_eq!(
+        a.policy.crash_loop,
+        CrashLoop {
+            restarts: 4,
+            window: Duration::from_secs(60)
+        }
+    );
+    assert_eq!(a.policy.on_crash_loop, OnCrashLoop::Stop);
+    assert_eq!(a.ready, Ready::Fd(3));
+    assert_eq!(a.stop_signal, Signal::SIGINT);
+    assert_eq!(a.stop_timeout, Duration::from_millis(250));
+    assert_eq!(a.after, ["db"]);
+    assert!(!a.autostart);
+    assert_eq!(a.log, LogMode::Null);
+    assert_eq!(a.log_max_size, 1 << 20);
+    assert_eq!(a.leader_only.as_deref(), Some("engine"));
+    assert_eq!(cfg.services["db"].ready, Ready::Notify);
+    assert_eq!(cfg.leases["engine"].tool.as_deref(), Some("agent"));
+}
+
+#[test]
+fn defaults_are_the_spec_values() {
+    let (_, r) = load_text("[service.x]\ncommand = [\"/bin/true\"]\n");
+    let cfg = r.expect("valid");
+    let x = &cfg.services["x"];
+    assert_eq!(x.policy, Policy::default());
+    assert_eq!(
+        x.policy.crash_loop,
+        CrashLoop {
+            restarts: 10,
+            window: Duration::from_secs(300)
+        }
+    );
+    assert_eq!(x.probation, Duration::from_secs(300));
+    assert_eq!(x.stop_timeout, Duration::from_secs(10));
+    assert_eq!(x.ready_timeout, Duration::from_secs(60));
+    assert_eq!(cfg.supd.socket, PathBuf::from(DEFAULT_SOCKET));
+    assert_eq!(cfg.supd.socket_group.as_deref(), Some("sup"));
+}
+
+#[test]
+fn every_error_is_reported_at_once_with_its_position() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "[service.a]\ncommand = [\"/bin/a\"]\nrestart = \"sometimes\"\nrestart_delay = \"soon\"\nbogus = 1\n",
+            &[
+                "sup.toml:3:11: service.a.restart: 'sometimes' is not one of \"always\", \"on-failure\", \"never\"",
+                "sup.toml:4:17: service.a.restart_delay: 'soon' is not a duration: expected a number before the unit (\"250ms\", \"10s\", \"5m\", \"1h\")",
+                "sup.toml:5:1: service.a.bogus: unknown key",
+            ],
+        ),
+        ("[service.a]\nuser = \"x\"\n", &["sup.toml:1:10: service.a.command: missing"]),
+        ("[service.a]\ncommand = []\n", &["sup.toml:2:11: service.a.command: expected a non-empty array"]),
+        ("[service.a]\ncommand = \"/bin/a\"\n", &["sup.toml:2:11: service.a.command: expected an array, found a string"]),
+        ("[service.a]\ncommand = [\"/a\"]\nafter = [\"ghost\"]\n", &["sup.toml:3:10: service.a.after: no service named 'ghost'"]),
+        (
+            "[service.a]\ncommand = [\"/a\"]\nafter = [\"b\"]\n[service.b]\ncommand = [\"/b\"]\nafter = [\"a\"]\n",
+            &["service.a.after: `after` makes a cycle: a -> b -> a"],
+        ),
+        ("[service.a]\ncommand = [\"/a\"]\nready = \"fd:1\"\n", &["service.a.ready: 'fd:1': the fd of \"fd:N\" is a number from 3"]),
+        ("[service.a]\ncommand = [\"/a\"]\nready = \"exited\"\n", &["service.a.ready: ready = \"exited\" is for one-shot tasks"]),
+        ("[service.a]\ncommand = [\"/a\"]\nstop_signal = \"NOPE\"\n", &["service.a.stop_signal: 'NOPE' is not a signal name"]),
+        ("[service.a]\ncommand = [\"/a\"]\nleader_only = \"engine\"\n", &["service.a.leader_only: no [lease.engine] table"]),
+        ("[service.a]\ncommand = [\"/a\"]\ncrash_loop = { restarts = 0 }\n", &["service.a.crash_loop.restarts: expected a number of restarts from 1"]),
+        ("[service.a]\ncommand = [\"/a\"]\nsuccess_codes = [300]\n", &["service.a.success_codes: an exit code is from 0 to 255"]),
+        ("[service.a]\ncommand = [\"/a\"]\ntool = \"../x\"\n", &["service.a.tool: '../x' is not a tool name"]),
+        ("[service.\"a/b\"]\ncommand = [\"/a\"]\n", &["service.a/b: a service name is"]),
+        ("[supd]\nsockett = \"x\"\n", &["sup.toml:2:1: supd.sockett: unknown key (expected one of: socket,"]),
+        ("[daemon]\nx = 1\n", &["sup.toml:1:2: daemon: unknown table"]),
+        ("[service.a\ncommand = [\"/a\"]\n", &["sup.toml:1:11: TOML syntax:"]),
+        (
+            "[service.a]\ncommand = [\"/a\"]\nrestart_delay = \"2s\"\nrestart_delay_max = \"1s\"\n",
+            &["service.a.restart_delay_max: must not be shorter than restart_delay"],
+        ),
+    ];
+    for (text, expected) in cases {
+        let got = errors_of(text);
+        assert_eq!(got.len(), expected.len(), "config:\n{text}\ngot: {got:#?}");
+        for (g, e) in got.iter().zip(expected.iter()) {
+            assert!(
+                g.contains(e),
+                "config:\n{text}\nexpected an error containing {e:?}\ngot {g:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn includes_are_read_relative_to_the_file_and_report_their_own_names() {
+    let dir = scratch();
+    std::fs::create_dir_all(dir.join("services.d")).expect("mkdir");
+    std::fs::write(
+        dir.join("sup.toml"),
+        "[supd]\ninclude = [\"services.d/*.toml\"]\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("services.d/a.toml"),
+        "[service.a]\ncommand = [\"bin/a\"]\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("services.d/b.toml"),
+        "[service.b]\ncommand = [\"/b\"]\nwhat = 1\n",
+    )
+    .expect("write");
+    std::fs::write(dir.join("services.d/ignored.txt"), "not toml").expect("write");
+    let errs = load(&dir.join("sup.toml")).expect_err("b.toml has an unknown key");
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].file, dir.join("services.d/b.toml"));
+    assert_eq!((errs[0].line, errs[0].column), (3, 1));
+
+    std::fs::write(
+        dir.join("services.d/b.toml"),
+        "[service.b]\ncommand = [\"/b\"]\n",
+    )
+    .expect("write");
+    let cfg = load(&dir.join("sup.toml")).expect("valid now");
+    assert_eq!(cfg.services.keys().collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(cfg.services["a"].base_dir, dir.join("services.d"));
+    assert_eq!(cfg.files.len(), 3);
+
+    std::fs::write(
+        dir.join("services.d/c.toml"),
+        "[service.a]\ncommand = [\"/a\"]\n",
+    )
+    .expect("write");
+    let errs = load(&dir.join("sup.toml")).expect_err("a is defined twice");
+    assert!(
+        errs[0]
+            .to_string()
+            .contains("service 'a' is already defined at"),
+        "{}",
+        errs[0]
+    );
+}
+
+#[test]
+fn an_unreadable_file_is_one_error() {
+    let errs = load(Path::new("/nonexistent/sup.toml")).expect_err("missing file");
+    assert_eq!(errs.len(), 1);
+    assert!(
+        errs[0]
+            .to_string()
+            .starts_with("/nonexistent/sup.toml: cannot read:"),
+        "{}",
+        errs[0]
+    );
+}
+
+#[test]
+fn wildcards() {
+    assert!(wildcard(b"*.toml", b"a.toml"));
+    assert!(wildcard(b"a?c", b"abc"));
+    assert!(!wildcard(b"*.toml", b"a.txt"));
+    assert!(wildcard(b"*", b""));
+}

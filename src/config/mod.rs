@@ -1,0 +1,272 @@
+//! The config file as typed values.
+//!
+//! [`load`] reads a file and its includes and returns either a whole [`Config`] or every
+//! error found, each with `file:line:column`. Nothing here starts or touches anything:
+//! user names, tool directories and programs are looked up when a service starts, so a
+//! config may name things that do not exist yet.
+
+mod load;
+mod walk;
+
+pub use load::{load, ConfigError};
+
+use nix::sys::signal::Signal;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Where the default config lives.
+pub const DEFAULT_CONFIG: &str = "/etc/sup/sup.toml";
+/// Where the control socket lives unless the config says otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/sup/sup.sock";
+
+/// A whole, valid configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The `[supd]` table.
+    pub supd: SupdConfig,
+    /// Every `[service.NAME]`, by name.
+    pub services: BTreeMap<String, ServiceConfig>,
+    /// Every `[lease.NAME]`, by name.
+    pub leases: BTreeMap<String, LeaseConfig>,
+    /// The files read: the main one first, then the included ones.
+    pub files: Vec<PathBuf>,
+}
+
+/// Whether supd is a container's init or a whole system's (see supd(8)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// SIGTERM/SIGINT stop services and exit.
+    Container,
+    /// Power-off, reboot and halt through `reboot(2)`.
+    System,
+}
+
+/// The `[supd]` table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SupdConfig {
+    pub socket: PathBuf,
+    /// Members of this group may use the read-only commands.
+    pub socket_group: Option<String>,
+    pub state_dir: PathBuf,
+    pub tools_dir: PathBuf,
+    pub log_dir: PathBuf,
+    /// Include patterns, already made absolute.
+    pub include: Vec<PathBuf>,
+    pub shutdown_timeout: Duration,
+    pub mode: Mode,
+}
+
+impl Default for SupdConfig {
+    fn default() -> Self {
+        SupdConfig {
+            socket: DEFAULT_SOCKET.into(),
+            socket_group: Some("sup".into()),
+            state_dir: "/var/lib/sup".into(),
+            tools_dir: "/var/lib/sup/tools".into(),
+            log_dir: "/var/log/sup".into(),
+            include: Vec::new(),
+            shutdown_timeout: Duration::from_secs(30),
+            mode: Mode::Container,
+        }
+    }
+}
+
+/// When a service that exited is started again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestartMode {
+    Always,
+    OnFailure,
+    Never,
+}
+
+/// What a crash loop leads to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnCrashLoop {
+    /// Wait `cooldown`, then try again.
+    Cooldown,
+    /// Give up: state `failed`.
+    Stop,
+    /// Stop everything; supd exits 1.
+    Shutdown,
+}
+
+/// When a started service counts as ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ready {
+    /// At exec.
+    Started,
+    /// On `READY=1` over `NOTIFY_SOCKET`.
+    Notify,
+    /// On a newline written to this fd.
+    Fd(i32),
+    /// Once it exited with a success code (one-shot tasks).
+    Exited,
+}
+
+/// Where a service's output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogMode {
+    File,
+    Inherit,
+    Null,
+}
+
+/// `crash_loop = { restarts = N, window = "5m" }`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrashLoop {
+    pub restarts: u32,
+    pub window: Duration,
+}
+
+/// The restart policy, the part of a service the pure restart rule needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    pub restart: RestartMode,
+    pub success_codes: Vec<i32>,
+    pub restart_delay: Duration,
+    pub restart_delay_max: Duration,
+    pub stable_after: Duration,
+    pub crash_loop: CrashLoop,
+    pub on_crash_loop: OnCrashLoop,
+    pub cooldown: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            restart: RestartMode::Always,
+            success_codes: vec![0],
+            restart_delay: Duration::from_millis(100),
+            restart_delay_max: Duration::from_secs(30),
+            stable_after: Duration::from_secs(10),
+            crash_loop: CrashLoop {
+                restarts: 10,
+                window: Duration::from_secs(300),
+            },
+            on_crash_loop: OnCrashLoop::Cooldown,
+            cooldown: Duration::from_secs(300),
+        }
+    }
+}
+
+/// One `[service.NAME]` table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceConfig {
+    pub name: String,
+    /// Versioned tool this service runs from.
+    pub tool: Option<String>,
+    pub command: Vec<String>,
+    /// The directory of the file that defined the service: relative paths start here.
+    pub base_dir: PathBuf,
+    pub cwd: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub user: Option<String>,
+    pub group: Option<String>,
+    pub policy: Policy,
+    pub probation: Duration,
+    pub ready: Ready,
+    pub ready_timeout: Duration,
+    pub stop_signal: Signal,
+    pub stop_timeout: Duration,
+    pub after: Vec<String>,
+    pub autostart: bool,
+    pub log: LogMode,
+    pub log_max_size: u64,
+    pub log_keep: u32,
+    pub leader_only: Option<String>,
+}
+
+impl ServiceConfig {
+    /// A service with every default, for `name` running `command`.
+    pub fn new(name: &str, command: Vec<String>, base_dir: PathBuf) -> Self {
+        ServiceConfig {
+            name: name.into(),
+            tool: None,
+            command,
+            base_dir,
+            cwd: None,
+            env: BTreeMap::new(),
+            user: None,
+            group: None,
+            policy: Policy::default(),
+            probation: Duration::from_secs(300),
+            ready: Ready::Started,
+            ready_timeout: Duration::from_secs(60),
+            stop_signal: Signal::SIGTERM,
+            stop_timeout: Duration::from_secs(10),
+            after: Vec::new(),
+            autostart: true,
+            log: LogMode::File,
+            log_max_size: 10 << 20,
+            log_keep: 5,
+            leader_only: None,
+        }
+    }
+}
+
+/// One `[lease.NAME]` table: a lease this node is a candidate for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseConfig {
+    pub name: String,
+    /// The candidacy's version is this tool's version.
+    pub tool: Option<String>,
+}
+
+/// Parses a signal by name ("TERM", "SIGTERM", "term") or number ("15").
+pub fn parse_signal(s: &str) -> Result<Signal, String> {
+    let s = s.trim();
+    if let Ok(n) = s.parse::<i32>() {
+        return Signal::try_from(n).map_err(|_| format!("'{s}' is not a signal number"));
+    }
+    let upper = s.to_ascii_uppercase();
+    let name = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    Signal::from_str(&name)
+        .map_err(|_| format!("'{s}' is not a signal name (such as TERM, INT, HUP, KILL, USR1)"))
+}
+
+/// A signal's short name, as shown to people: "TERM", "KILL".
+pub fn signal_name(sig: Signal) -> &'static str {
+    let s = sig.as_str();
+    s.strip_prefix("SIG").unwrap_or(s)
+}
+
+/// Whether `name` is fit to be a service, tool or lease name: it becomes a file name.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals() {
+        assert_eq!(parse_signal("TERM"), Ok(Signal::SIGTERM));
+        assert_eq!(parse_signal("sigkill"), Ok(Signal::SIGKILL));
+        assert_eq!(parse_signal("1"), Ok(Signal::SIGHUP));
+        assert!(parse_signal("NOPE").is_err());
+        assert!(parse_signal("99").is_err());
+        assert_eq!(signal_name(Signal::SIGUSR1), "USR1");
+    }
+
+    #[test]
+    fn names() {
+        for good in ["agent", "web-1", "a.b", "x_y", "getty@tty1"] {
+            assert!(valid_name(good), "{good}");
+        }
+        for bad in ["", ".hidden", "a/b", "../x", "sp ace"] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Reading typed values out of one parsed TOML file, collecting every error with its
+//! position instead of stopping at the first.
+
+use super::load::ConfigError;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+pub type Value<'i> = Spanned<DeValue<'i>>;
+
+/// One file being read: its name, its text, and where its errors go.
+pub struct FileCtx<'a> {
+    pub path: &'a Path,
+    pub text: &'a str,
+    pub errors: &'a mut Vec<ConfigError>,
+}
+
+impl FileCtx<'_> {
+    /// The directory relative paths in this file start from.
+    pub fn dir(&self) -> PathBuf {
+        self.path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| ".".into())
+    }
+
+    /// Records an error at `span` for `key`.
+    pub fn err(&mut self, span: Range<usize>, key: &str, message: impl Into<String>) {
+        let (line, column) = line_col(self.text, span.start);
+        self.errors.push(ConfigError {
+            file: self.path.to_path_buf(),
+            line,
+            column,
+            key: key.to_string(),
+            message: message.into(),
+        });
+    }
+
+    fn wrong_type(&mut self, v: &Value, key: &str, expected: &str) {
+        let found = match v.get_ref() {
+            DeValue::String(_) => "a string",
+            DeValue::Integer(_) => "an integer",
+            DeValue::Float(_) => "a float",
+            DeValue::Boolean(_) => "a boolean",
+            DeValue::Datetime(_) => "a date",
+            DeValue::Array(_) => "an array",
+            DeValue::Table(_) => "a table",
+        };
+        self.err(v.span(), key, format!("expected {expected}, found {found}"));
+    }
+
+    pub fn table<'v, 'i>(&mut self, v: &'v Value<'i>, key: &str) -> Option<&'v DeTable<'i>> {
+        match v.get_ref() {
+            DeValue::Table(t) => Some(t),
+            _ => {
+                self.wrong_type(v, key, "a table");
+                None
+            }
+        }
+    }
+
+    pub fn string(&mut self, v: &Value, key: &str) -> Option<String> {
+        match v.get_ref() {
+            DeValue::String(s) => Some(s.to_string()),
+            _ => {
+                self.wrong_type(v, key, "a string");
+                None
+            }
+        }
+    }
+
+    pub fn boolean(&mut self, v: &Value, key: &str) -> Option<bool> {
+        match v.get_ref() {
+            DeValue::Boolean(b) => Some(*b),
+            _ => {
+                self.wrong_type(v, key, "true or false");
+                None
+            }
+        }
+    }
+
+    pub fn integer(&mut self, v: &Value, key: &str) -> Option<i64> {
+        match v.get_ref() {
+            DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    self.err(v.span(), key, "integer out of range");
+                    None
+                }
+            },
+            _ => {
+                self.wrong_type(v, key, "an integer");
+                None
+            }
+        }
+    }
+
+    /// A string parsed by `parse`, whose error message says what was expected.
+    pub fn parsed<T>(
+        &mut self,
+        v: &Value,
+        key: &str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let s = self.string(v, key)?;
+        match parse(&s) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.err(v.span(), key, e);
+                None
+            }
+        }
+    }
+
+    pub fn duration(&mut self, v: &Value, key: &str) -> Option<Duration> {
+        self.parsed(v, key, crate::time::parse_duration)
+    }
+
+    /// A string among `choices`.
+    pub fn choice<T: Copy>(&mut self, v: &Value, key: &str, choices: &[(&str, T)]) -> Option<T> {
+        self.parsed(v, key, |s| {
+            choices
+                .iter()
+                .find(|(name, _)| *name == s)
+                .map(|(_, t)| *t)
+                .ok_or_else(|| {
+                    let names: Vec<String> =
+                        choices.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+                    format!("'{s}' is not one of {}", names.join(", "))
+                })
+        })
+    }
+
+    pub fn array<'v, 'i>(&mut self, v: &'v Value<'i>, key: &str) -> Option<&'v [Value<'i>]> {
+        match v.get_ref() {
+            DeValue::Array(a) => Some(&a[..]),
+            _ => {
+                self.wrong_type(v, key, "an array");
+                None
+            }
+        }
+    }
+
+    pub fn strings(&mut self, v: &Value, key: &str) -> Option<Vec<String>> {
+        let items = self.array(v, key)?;
+        let mut out = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for item in items {
+            match self.string(item, key) {
+                Some(s) => out.push(s),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    /// A path, made absolute against this file's directory.
+    pub fn path(&mut self, v: &Value, key: &str) -> Option<PathBuf> {
+        let s = self.string(v, key)?;
+        if s.is_empty() {
+            self.err(v.span(), key, "expected a path, found an empty string");
+            return None;
+        }
+        Some(self.dir().join(s))
+    }
+
+    /// Reports a key that this table does not have.
+    pub fn unknown(&mut self, span: Range<usize>, key: &str, known: &[&str]) {
+        self.err(
+            span,
+            key,
+            format!("unknown key (expected one of: {})", known.join(", ")),
+        );
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..floor_char_boundary(text, offset)];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions() {
+        let text = "a = 1\nbé = 2\n";
+        assert_eq!(line_col(text, 0), (1, 1));
+        assert_eq!(line_col(text, 6), (2, 1));
+        assert_eq!(line_col(text, 10), (2, 4));
+        assert_eq!(line_col(text, 999), (3, 1));
+    }
+}

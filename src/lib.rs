@@ -1,0 +1,5 @@
+//! sup: a small, synchronous, PID-1-capable process supervisor.
+#![deny(unsafe_code)]
+
+pub mod config;
+pub mod time;

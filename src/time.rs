@@ -1,0 +1,201 @@
+//! Time values: a monotonic instant that survives `exec`, and the duration and size
+//! syntax of the config file ("250ms", "10s", "5m", "1h"; "10MiB").
+//!
+//! The pure cores (service machine, restart policy) take a [`Mono`] as a parameter and
+//! never read a clock; only the shell calls [`Mono::now`].
+
+use std::fmt;
+use std::time::Duration;
+
+/// A point on `CLOCK_MONOTONIC`, as nanoseconds since boot.
+///
+/// Unlike `std::time::Instant` it is plain data: it can be built in tests, compared,
+/// and written down (the clock is the same for a re-executed `supd`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Mono(pub u64);
+
+impl Mono {
+    /// Reads `CLOCK_MONOTONIC`.
+    pub fn now() -> Mono {
+        // CLOCK_MONOTONIC cannot fail on Linux for a valid clock id; a zero instant is
+        // still a usable (if early) value, so there is nothing to crash over.
+        let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
+        Mono(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+    }
+
+    /// The instant `d` after this one.
+    pub fn add(self, d: Duration) -> Mono {
+        Mono(
+            self.0
+                .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64),
+        )
+    }
+
+    /// How long after `earlier` this instant is (zero if it is before).
+    pub fn since(self, earlier: Mono) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+/// Parses "250ms", "10s", "5m", "1h", "1h30m", "0s" (a bare "0" too).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err("a duration such as \"250ms\", \"10s\", \"5m\" or \"1h\"".into());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("'{s}' is not a duration: expected a number before the unit (\"250ms\", \"10s\", \"5m\", \"1h\")"));
+        }
+        let n: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("'{s}' is not a duration: number too large"))?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let part = match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" | "min" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            "" => {
+                return Err(format!(
+                    "'{s}' is not a duration: a unit is missing (ms, s, m or h)"
+                ))
+            }
+            other => {
+                return Err(format!(
+                    "'{s}' is not a duration: unknown unit '{other}' (use ms, s, m or h)"
+                ))
+            }
+        };
+        total = total.saturating_add(part);
+    }
+    Ok(total)
+}
+
+/// Parses a byte size: "1048576", "512KiB", "10MiB", "1GiB" (also KB/MB/GB as powers of ten).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    if digits == 0 {
+        return Err(format!("'{s}' is not a size such as \"10MiB\""));
+    }
+    let n: u64 = s[..digits]
+        .parse()
+        .map_err(|_| format!("'{s}' is too large"))?;
+    let mult: u64 = match s[digits..].trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => {
+            return Err(format!(
+                "'{s}' is not a size: unknown unit '{other}' (use B, KiB, MiB or GiB)"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// Formats a duration the way the config writes it: "250ms", "10s", "5m", "1h30m".
+pub struct Human(pub Duration);
+
+impl fmt::Display for Human {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        if ms == 0 {
+            return write!(f, "0s");
+        }
+        if ms < 1000 || ms % 1000 != 0 && ms < 60_000 {
+            return write!(f, "{ms}ms");
+        }
+        let mut secs = self.0.as_secs();
+        let h = secs / 3600;
+        secs %= 3600;
+        let m = secs / 60;
+        secs %= 60;
+        if h > 0 {
+            write!(f, "{h}h")?;
+        }
+        if m > 0 {
+            write!(f, "{m}m")?;
+        }
+        if secs > 0 || (h == 0 && m == 0) {
+            write!(f, "{secs}s")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let ok = [
+            ("250ms", 250),
+            ("10s", 10_000),
+            ("5m", 300_000),
+            ("1h", 3_600_000),
+            ("1h30m", 5_400_000),
+            ("0s", 0),
+            ("0", 0),
+        ];
+        for (s, ms) in ok {
+            assert_eq!(parse_duration(s), Ok(Duration::from_millis(ms)), "{s}");
+        }
+        for bad in ["", "10", "ms", "10x", "-1s", "1.5s"] {
+            assert!(parse_duration(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("10MiB"), Ok(10 << 20));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("100"), Ok(100));
+        assert!(parse_size("10 parsecs").is_err());
+        assert!(parse_size("MiB").is_err());
+    }
+
+    #[test]
+    fn human() {
+        let cases = [
+            (250, "250ms"),
+            (10_000, "10s"),
+            (300_000, "5m"),
+            (5_400_000, "1h30m"),
+            (0, "0s"),
+            (1500, "1500ms"),
+        ];
+        for (ms, s) in cases {
+            assert_eq!(Human(Duration::from_millis(ms)).to_string(), s);
+        }
+    }
+
+    #[test]
+    fn mono_arithmetic() {
+        let t = Mono(1_000);
+        assert_eq!(t.add(Duration::from_nanos(5)), Mono(1_005));
+        assert_eq!(Mono(1_005).since(t), Duration::from_nanos(5));
+        assert_eq!(t.since(Mono(2_000)), Duration::ZERO);
+    }
+}
