@@ -2,4 +2,6 @@
 #![deny(unsafe_code)]
 
 pub mod config;
+pub mod restart;
+pub mod service;
 pub mod time;

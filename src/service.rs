@@ -1,0 +1,359 @@
+//! The state machine of one service: `(state, event, now) → (state, actions)`.
+//!
+//! What the operator *wants* ([`Want`]) is kept apart from what the service *is*
+//! ([`State`]). A service that is wanted up and is `stopped` is pending: the supervisor
+//! spawns it as soon as the services it comes `after` are ready. Every timer of a
+//! service is its one `deadline`, whose meaning depends on the state (ready timeout,
+//! kill escalation, backoff, cooldown). No I/O here: the shell performs the actions.
+
+use crate::config::{OnCrashLoop, Ready, RestartMode, ServiceConfig};
+use crate::restart::{History, Verdict};
+use crate::time::{Human, Mono};
+use nix::sys::signal::Signal;
+use serde::Serialize;
+use std::fmt;
+
+/// What a service is now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Stopped,
+    Starting,
+    Running,
+    Stopping,
+    Backoff,
+    Cooldown,
+    Failed,
+    Exited,
+}
+
+impl State {
+    /// The name used in `status` and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Stopped => "stopped",
+            State::Starting => "starting",
+            State::Running => "running",
+            State::Stopping => "stopping",
+            State::Backoff => "backoff",
+            State::Cooldown => "cooldown",
+            State::Failed => "failed",
+            State::Exited => "exited",
+        }
+    }
+}
+
+/// What the operator (or the config's `autostart`) asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    Up,
+    Down,
+}
+
+/// How a process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exited with code {c}"),
+            Exit::Signal(s) => write!(f, "killed by signal {}", signal_label(*s)),
+        }
+    }
+}
+
+/// "KILL" for 9; the number for a signal nix does not know.
+pub fn signal_label(n: i32) -> String {
+    Signal::try_from(n)
+        .map(|s| crate::config::signal_name(s).to_string())
+        .unwrap_or_else(|_| n.to_string())
+}
+
+/// What to do once the process being stopped has exited.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AfterStop {
+    /// Stay down.
+    Down,
+    /// Start again at once (`restart`, or a changed definition).
+    Up,
+    /// It was stopped because it failed (not ready in time): apply the restart policy.
+    Failure(String),
+}
+
+/// Something that happened to a service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Start,
+    Stop,
+    Restart,
+    Spawned(i32),
+    SpawnFailed(String),
+    Ready,
+    Exited(Exit),
+    /// The service's deadline has come.
+    Timer,
+}
+
+/// What the shell must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send this signal to the service's process group, then SIGCONT (unless KILL).
+    Signal(Signal),
+    /// Stop every service and exit `supd` with this status (`on_crash_loop = "shutdown"`).
+    Shutdown(i32),
+}
+
+/// The state of one service, owned by the supervisor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Service {
+    pub want: Want,
+    pub state: State,
+    pub pid: Option<i32>,
+    /// When the current (or last) process was spawned.
+    pub started_at: Option<Mono>,
+    pub deadline: Option<Mono>,
+    pub history: History,
+    /// Automatic restarts since supd started it (or an operator's `start`).
+    pub restarts: u32,
+    pub last_exit: Option<Exit>,
+    /// Why it is in its state, for people.
+    pub reason: Option<String>,
+    pub after_stop: AfterStop,
+    /// SIGKILL was sent to the current process.
+    pub killed: bool,
+}
+
+impl Service {
+    /// A service that has not started yet.
+    pub fn new(want: Want) -> Service {
+        Service {
+            want,
+            state: State::Stopped,
+            pid: None,
+            started_at: None,
+            deadline: None,
+            history: History::default(),
+            restarts: 0,
+            last_exit: None,
+            reason: None,
+            after_stop: AfterStop::Down,
+            killed: false,
+        }
+    }
+
+    /// Wanted up but not started: the supervisor should spawn it once its `after`
+    /// services are ready.
+    pub fn pending(&self) -> bool {
+        self.want == Want::Up && self.state == State::Stopped
+    }
+
+    /// Ready, for services that come `after` it.
+    pub fn is_ready(&self, cfg: &ServiceConfig) -> bool {
+        match self.state {
+            State::Running => true,
+            State::Exited => cfg.ready == Ready::Exited,
+            _ => false,
+        }
+    }
+
+    /// Applies `ev` at `now`.
+    pub fn step(&mut self, cfg: &ServiceConfig, ev: Event, now: Mono) -> Vec<Action> {
+        use State::*;
+        match (self.state, ev) {
+            (Stopped | Failed | Exited | Backoff | Cooldown, Event::Start | Event::Restart) => {
+                if matches!(self.state, Failed | Exited | Cooldown) || self.want == Want::Down {
+                    self.history.reset();
+                }
+                self.want = Want::Up;
+                self.enter(Stopped, None);
+                vec![]
+            }
+            (Starting | Running, Event::Start) => {
+                self.want = Want::Up;
+                vec![]
+            }
+            (Stopping, Event::Start | Event::Restart) => {
+                self.want = Want::Up;
+                self.after_stop = AfterStop::Up;
+                vec![]
+            }
+            (Starting | Running, Event::Stop) => {
+                self.want = Want::Down;
+                self.begin_stop(cfg, AfterStop::Down, now)
+            }
+            (Starting | Running, Event::Restart) => {
+                self.want = Want::Up;
+                self.begin_stop(cfg, AfterStop::Up, now)
+            }
+            (Stopping, Event::Stop) => {
+                self.want = Want::Down;
+                self.after_stop = AfterStop::Down;
+                vec![]
+            }
+            (Stopped | Failed | Exited | Backoff | Cooldown, Event::Stop) => {
+                self.want = Want::Down;
+                self.enter(Stopped, None);
+                self.reason = None;
+                vec![]
+            }
+            (_, Event::Spawned(pid)) => {
+                self.pid = Some(pid);
+                self.started_at = Some(now);
+                self.killed = false;
+                self.reason = None;
+                match cfg.ready {
+                    Ready::Started => self.enter(Running, None),
+                    Ready::Notify | Ready::Fd(_) | Ready::Exited => {
+                        self.enter(Starting, Some(now.add(cfg.ready_timeout)))
+                    }
+                }
+                vec![]
+            }
+            (_, Event::SpawnFailed(why)) => {
+                self.pid = None;
+                self.started_at = Some(now);
+                self.settle(cfg, true, format!("cannot start: {why}"), now)
+            }
+            (Starting, Event::Ready) => {
+                self.enter(Running, None);
+                vec![]
+            }
+            (Stopped | Running | Stopping | Backoff | Cooldown | Failed | Exited, Event::Ready) => {
+                vec![]
+            }
+            (Stopping, Event::Exited(exit)) => {
+                self.exited(exit);
+                match std::mem::replace(&mut self.after_stop, AfterStop::Down) {
+                    AfterStop::Down | AfterStop::Up => {
+                        self.enter(Stopped, None);
+                        vec![]
+                    }
+                    AfterStop::Failure(why) => self.settle(cfg, true, why, now),
+                }
+            }
+            (Starting | Running, Event::Exited(exit)) => {
+                self.exited(exit);
+                let failed = match exit {
+                    Exit::Code(c) => !cfg.policy.success_codes.contains(&c),
+                    Exit::Signal(_) => true,
+                };
+                self.settle(cfg, failed, exit.to_string(), now)
+            }
+            (Stopped | Backoff | Cooldown | Failed | Exited, Event::Exited(exit)) => {
+                // A process the machine did not know it had: record, change nothing.
+                self.exited(exit);
+                vec![]
+            }
+            (Starting, Event::Timer) => {
+                let why = format!("not ready within {}", Human(cfg.ready_timeout));
+                self.begin_stop(cfg, AfterStop::Failure(why), now)
+            }
+            (Stopping, Event::Timer) => {
+                self.deadline = None;
+                if self.killed {
+                    return vec![];
+                }
+                self.killed = true;
+                vec![Action::Signal(Signal::SIGKILL)]
+            }
+            (Backoff, Event::Timer) => {
+                self.enter(Stopped, None);
+                vec![]
+            }
+            (Cooldown, Event::Timer) => {
+                self.history.reset();
+                self.enter(Stopped, None);
+                vec![]
+            }
+            (Stopped | Running | Failed | Exited, Event::Timer) => {
+                self.deadline = None;
+                vec![]
+            }
+        }
+    }
+
+    fn enter(&mut self, state: State, deadline: Option<Mono>) {
+        self.state = state;
+        self.deadline = deadline;
+    }
+
+    fn exited(&mut self, exit: Exit) {
+        self.pid = None;
+        self.last_exit = Some(exit);
+    }
+
+    fn begin_stop(&mut self, cfg: &ServiceConfig, then: AfterStop, now: Mono) -> Vec<Action> {
+        self.after_stop = then;
+        self.enter(State::Stopping, Some(now.add(cfg.stop_timeout)));
+        vec![Action::Signal(cfg.stop_signal)]
+    }
+
+    /// An exit (or failed start) while wanted up: the restart policy decides.
+    fn settle(&mut self, cfg: &ServiceConfig, failed: bool, why: String, now: Mono) -> Vec<Action> {
+        if self.want == Want::Down {
+            self.enter(State::Stopped, None);
+            self.reason = Some(why);
+            return vec![];
+        }
+        let uptime = self.started_at.map(|t| now.since(t)).unwrap_or_default();
+        let p = &cfg.policy;
+        match self.history.on_exit(p, failed, uptime, now) {
+            Verdict::Restart { delay } => {
+                self.restarts = self.restarts.saturating_add(1);
+                if delay.is_zero() {
+                    self.enter(State::Stopped, None);
+                    self.reason = Some(format!("{why}; restarting"));
+                } else {
+                    self.enter(State::Backoff, Some(now.add(delay)));
+                    self.reason = Some(format!("{why}; restarting in {}", Human(delay)));
+                }
+                vec![]
+            }
+            Verdict::Finished => {
+                self.enter(State::Exited, None);
+                self.reason = Some(why);
+                vec![]
+            }
+            Verdict::GiveUp => {
+                self.enter(State::Failed, None);
+                let mode = if p.restart == RestartMode::Never {
+                    "never"
+                } else {
+                    "on-failure"
+                };
+                self.reason = Some(format!("{why}; not restarted (restart = \"{mode}\")"));
+                vec![]
+            }
+            Verdict::CrashLoop { restarts, within } => {
+                let lp = format!(
+                    "crash loop: {restarts} restarts within {} (last: {why})",
+                    Human(within)
+                );
+                match p.on_crash_loop {
+                    OnCrashLoop::Cooldown => {
+                        self.enter(State::Cooldown, Some(now.add(p.cooldown)));
+                        self.reason = Some(format!("{lp}; trying again in {}", Human(p.cooldown)));
+                        vec![]
+                    }
+                    OnCrashLoop::Stop => {
+                        self.enter(State::Failed, None);
+                        self.reason = Some(format!("{lp}; gave up"));
+                        vec![]
+                    }
+                    OnCrashLoop::Shutdown => {
+                        self.enter(State::Failed, None);
+                        self.reason = Some(format!("{lp}; shutting down supd"));
+                        vec![Action::Shutdown(1)]
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

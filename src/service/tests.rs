@@ -1,0 +1,428 @@
+use super::*;
+use crate::config::{CrashLoop, Policy};
+use std::time::Duration;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn at(n: u64) -> Mono {
+    Mono(n * 1_000_000)
+}
+
+fn cfg() -> ServiceConfig {
+    let mut c = ServiceConfig::new("t", vec!["/bin/t".into()], "/".into());
+    c.policy = Policy {
+        restart_delay: ms(10),
+        restart_delay_max: ms(80),
+        stable_after: ms(1000),
+        crash_loop: CrashLoop {
+            restarts: 3,
+            window: ms(10_000),
+        },
+        cooldown: ms(5000),
+        ..Policy::default()
+    };
+    c.stop_timeout = ms(300);
+    c.ready_timeout = ms(2000);
+    c
+}
+
+/// A service in `state`, wanted up, with a process (pid 7) where the state has one.
+fn in_state(state: State) -> Service {
+    let mut s = Service::new(Want::Up);
+    s.state = state;
+    if matches!(state, State::Starting | State::Running | State::Stopping) {
+        s.pid = Some(7);
+        s.started_at = Some(at(0));
+    }
+    s
+}
+
+struct Row {
+    what: &'static str,
+    from: State,
+    cfg: fn(&mut ServiceConfig),
+    event: Event,
+    now: u64,
+    to: State,
+    actions: Vec<Action>,
+    deadline: Option<u64>,
+}
+
+fn same(_: &mut ServiceConfig) {}
+
+fn rows() -> Vec<Row> {
+    use State::*;
+    let term = Action::Signal(Signal::SIGTERM);
+    vec![
+        Row {
+            what: "start a stopped service: pending",
+            from: Stopped,
+            cfg: same,
+            event: Event::Start,
+            now: 0,
+            to: Stopped,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "spawned, ready at exec",
+            from: Stopped,
+            cfg: same,
+            event: Event::Spawned(7),
+            now: 5,
+            to: Running,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "spawned, notify: wait with ready_timeout",
+            from: Stopped,
+            cfg: |c| c.ready = Ready::Notify,
+            event: Event::Spawned(7),
+            now: 5,
+            to: Starting,
+            actions: vec![],
+            deadline: Some(2005),
+        },
+        Row {
+            what: "ready",
+            from: Starting,
+            cfg: same,
+            event: Event::Ready,
+            now: 9,
+            to: Running,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "ready twice is harmless",
+            from: Running,
+            cfg: same,
+            event: Event::Ready,
+            now: 9,
+            to: Running,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "failure: backoff restart_delay",
+            from: Running,
+            cfg: same,
+            event: Event::Exited(Exit::Code(1)),
+            now: 50,
+            to: Backoff,
+            actions: vec![],
+            deadline: Some(60),
+        },
+        Row {
+            what: "killed by a signal is a failure",
+            from: Running,
+            cfg: same,
+            event: Event::Exited(Exit::Signal(9)),
+            now: 50,
+            to: Backoff,
+            actions: vec![],
+            deadline: Some(60),
+        },
+        Row {
+            what: "on-failure + success code: exited",
+            from: Running,
+            cfg: |c| {
+                c.policy.restart = RestartMode::OnFailure;
+                c.policy.success_codes = vec![0, 3];
+            },
+            event: Event::Exited(Exit::Code(3)),
+            now: 50,
+            to: Exited,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "on-failure + failure code: backoff",
+            from: Running,
+            cfg: |c| c.policy.restart = RestartMode::OnFailure,
+            event: Event::Exited(Exit::Code(4)),
+            now: 50,
+            to: Backoff,
+            actions: vec![],
+            deadline: Some(60),
+        },
+        Row {
+            what: "never + failure: failed",
+            from: Running,
+            cfg: |c| c.policy.restart = RestartMode::Never,
+            event: Event::Exited(Exit::Code(1)),
+            now: 50,
+            to: Failed,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "one-shot done: exited (ready)",
+            from: Starting,
+            cfg: |c| {
+                c.ready = Ready::Exited;
+                c.policy.restart = RestartMode::Never;
+            },
+            event: Event::Exited(Exit::Code(0)),
+            now: 50,
+            to: Exited,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "zero delay: pending at once",
+            from: Running,
+            cfg: |c| c.policy.restart_delay = Duration::ZERO,
+            event: Event::Exited(Exit::Code(1)),
+            now: 50,
+            to: Stopped,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "spawn failure counts as a failure",
+            from: Stopped,
+            cfg: same,
+            event: Event::SpawnFailed("ENOENT".into()),
+            now: 5,
+            to: Backoff,
+            actions: vec![],
+            deadline: Some(15),
+        },
+        Row {
+            what: "backoff over: pending",
+            from: Backoff,
+            cfg: same,
+            event: Event::Timer,
+            now: 60,
+            to: Stopped,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "cooldown over: pending",
+            from: Cooldown,
+            cfg: same,
+            event: Event::Timer,
+            now: 60,
+            to: Stopped,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "stop a running service",
+            from: Running,
+            cfg: same,
+            event: Event::Stop,
+            now: 100,
+            to: Stopping,
+            actions: vec![term.clone()],
+            deadline: Some(400),
+        },
+        Row {
+            what: "stop uses stop_signal",
+            from: Running,
+            cfg: |c| c.stop_signal = Signal::SIGINT,
+            event: Event::Stop,
+            now: 100,
+            to: Stopping,
+            actions: vec![Action::Signal(Signal::SIGINT)],
+            deadline: Some(400),
+        },
+        Row {
+            what: "stop_timeout: SIGKILL",
+            from: Stopping,
+            cfg: same,
+            event: Event::Timer,
+            now: 400,
+            to: Stopping,
+            actions: vec![Action::Signal(Signal::SIGKILL)],
+            deadline: None,
+        },
+        Row {
+            what: "stop during backoff: stopped",
+            from: Backoff,
+            cfg: same,
+            event: Event::Stop,
+            now: 20,
+            to: Stopped,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "restart a running service",
+            from: Running,
+            cfg: same,
+            event: Event::Restart,
+            now: 100,
+            to: Stopping,
+            actions: vec![term.clone()],
+            deadline: Some(400),
+        },
+        Row {
+            what: "ready timeout: stop it",
+            from: Starting,
+            cfg: |c| c.ready = Ready::Notify,
+            event: Event::Timer,
+            now: 2000,
+            to: Stopping,
+            actions: vec![term],
+            deadline: Some(2300),
+        },
+        Row {
+            what: "start a failed service: pending",
+            from: Failed,
+            cfg: same,
+            event: Event::Start,
+            now: 0,
+            to: Stopped,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "start while running: nothing",
+            from: Running,
+            cfg: same,
+            event: Event::Start,
+            now: 0,
+            to: Running,
+            actions: vec![],
+            deadline: None,
+        },
+    ]
+}
+
+#[test]
+fn transitions() {
+    for row in rows() {
+        let mut c = cfg();
+        (row.cfg)(&mut c);
+        let mut s = in_state(row.from);
+        if row.from == State::Stopping {
+            s.deadline = Some(at(400));
+        }
+        let actions = s.step(&c, row.event.clone(), at(row.now));
+        assert_eq!(s.state, row.to, "{}: state", row.what);
+        assert_eq!(actions, row.actions, "{}: actions", row.what);
+        assert_eq!(s.deadline, row.deadline.map(at), "{}: deadline", row.what);
+    }
+}
+
+#[test]
+fn stop_then_exit_stays_down_and_restart_then_exit_is_pending() {
+    let c = cfg();
+    let mut s = in_state(State::Running);
+    s.step(&c, Event::Stop, at(10));
+    s.step(&c, Event::Exited(Exit::Signal(15)), at(20));
+    assert_eq!((s.state, s.want, s.pid), (State::Stopped, Want::Down, None));
+    assert!(!s.pending());
+    assert_eq!(s.restarts, 0, "an operator's stop is not a restart");
+
+    let mut s = in_state(State::Running);
+    s.step(&c, Event::Restart, at(10));
+    s.step(&c, Event::Exited(Exit::Signal(15)), at(20));
+    assert_eq!(s.state, State::Stopped);
+    assert!(s.pending());
+}
+
+#[test]
+fn ready_timeout_counts_as_a_failed_start() {
+    let mut c = cfg();
+    c.ready = Ready::Notify;
+    let mut s = in_state(State::Starting);
+    s.step(&c, Event::Timer, at(2000));
+    let actions = s.step(&c, Event::Exited(Exit::Signal(15)), at(2010));
+    assert_eq!(actions, vec![]);
+    assert_eq!(s.state, State::Backoff);
+    assert_eq!(s.history.streak, 1);
+    assert!(
+        s.reason
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("not ready within 2s"),
+        "{:?}",
+        s.reason
+    );
+}
+
+/// Runs a service that fails every time it starts until the machine stops restarting it.
+fn crash_until_settled(c: &ServiceConfig) -> (Service, Vec<Action>, u32) {
+    let mut s = Service::new(Want::Up);
+    let mut now = 0;
+    for starts in 1..100 {
+        s.step(c, Event::Spawned(100 + starts), at(now));
+        now += 1;
+        let actions = s.step(c, Event::Exited(Exit::Code(2)), at(now));
+        if s.state != State::Backoff {
+            return (s, actions, starts as u32);
+        }
+        assert_eq!(
+            s.step(c, Event::Timer, s.deadline.expect("backoff deadline")),
+            vec![]
+        );
+        now = s
+            .deadline
+            .map(|d| d.0 / 1_000_000)
+            .unwrap_or(now)
+            .max(now + 100);
+    }
+    panic!("never settled");
+}
+
+#[test]
+fn crash_loop_outcomes() {
+    let mut c = cfg();
+    let (s, actions, starts) = crash_until_settled(&c);
+    assert_eq!((s.state, starts, s.restarts), (State::Cooldown, 4, 3));
+    assert_eq!(actions, vec![]);
+    assert!(
+        s.reason
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("crash loop: 3 restarts within"),
+        "{:?}",
+        s.reason
+    );
+    assert!(s.deadline.is_some());
+
+    c.policy.on_crash_loop = OnCrashLoop::Stop;
+    let (s, actions, _) = crash_until_settled(&c);
+    assert_eq!(
+        (s.state, actions, s.deadline),
+        (State::Failed, vec![], None)
+    );
+
+    c.policy.on_crash_loop = OnCrashLoop::Shutdown;
+    let (s, actions, _) = crash_until_settled(&c);
+    assert_eq!(
+        (s.state, actions),
+        (State::Failed, vec![Action::Shutdown(1)])
+    );
+}
+
+#[test]
+fn after_cooldown_the_history_is_fresh() {
+    let c = cfg();
+    let (mut s, _, _) = crash_until_settled(&c);
+    let until = s.deadline.expect("cooldown deadline");
+    s.step(&c, Event::Timer, until);
+    assert!(s.pending());
+    assert_eq!(s.history.streak, 0);
+    s.step(&c, Event::Spawned(9), until);
+    s.step(&c, Event::Exited(Exit::Code(1)), until.add(ms(1)));
+    assert_eq!(s.state, State::Backoff);
+    assert_eq!(s.deadline, Some(until.add(ms(11))), "first delay again");
+}
+
+#[test]
+fn readiness_for_dependents() {
+    let mut c = cfg();
+    assert!(in_state(State::Running).is_ready(&c));
+    assert!(!in_state(State::Starting).is_ready(&c));
+    assert!(!in_state(State::Exited).is_ready(&c));
+    c.ready = Ready::Exited;
+    assert!(in_state(State::Exited).is_ready(&c));
+}
