@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 
 pub mod config;
+pub mod protocol;
 pub mod restart;
 pub mod service;
 pub mod time;

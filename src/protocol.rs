@@ -1,0 +1,354 @@
+//! The control protocol: newline-delimited JSON over a Unix stream socket.
+//!
+//! A request is `{"id": ..., "cmd": "...", ...}`; the answer echoes the id with either
+//! `"ok": true, "data": ...` or `"ok": false, "error": {"kind", "message"}`. Error kinds
+//! are stable names: never rename one, only add. Pure: decoding and encoding only.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// The protocol's version, answered by `hello`.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The longest request line accepted, newline included.
+pub const MAX_REQUEST: usize = 64 * 1024;
+
+/// Stable error kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Not JSON, not an object, a missing or mistyped argument, a line too long.
+    BadRequest,
+    /// `cmd` names no command.
+    UnknownCommand,
+    /// No service of that name.
+    UnknownService,
+    /// The peer may not use this command.
+    PermissionDenied,
+    /// The command was understood but could not be carried out.
+    Failed,
+    /// The new config has errors; nothing was changed.
+    InvalidConfig,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::BadRequest => "bad-request",
+            ErrorKind::UnknownCommand => "unknown-command",
+            ErrorKind::UnknownService => "unknown-service",
+            ErrorKind::PermissionDenied => "permission-denied",
+            ErrorKind::Failed => "failed",
+            ErrorKind::InvalidConfig => "invalid-config",
+        }
+    }
+}
+
+/// An error answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// A signal named in a request: "TERM" or 15.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum SignalArg {
+    Name(String),
+    Number(i32),
+}
+
+/// Every command, with its arguments.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Command {
+    Hello {},
+    Status {
+        #[serde(default)]
+        service: Option<String>,
+        #[serde(default)]
+        services: Vec<String>,
+    },
+    Start {
+        service: String,
+    },
+    Stop {
+        service: String,
+    },
+    Restart {
+        service: String,
+    },
+    Signal {
+        service: String,
+        signal: SignalArg,
+    },
+    Log {
+        service: String,
+        #[serde(default)]
+        lines: Option<usize>,
+        #[serde(default)]
+        follow: bool,
+    },
+    Watch {},
+    Reload {},
+    Shutdown {},
+}
+
+/// The names `cmd` may take, to tell an unknown command from a bad argument.
+const COMMANDS: &[&str] = &[
+    "hello", "status", "start", "stop", "restart", "signal", "log", "watch", "reload", "shutdown",
+];
+
+impl Command {
+    /// Whether members of `socket_group` may use it.
+    pub fn read_only(&self) -> bool {
+        match self {
+            Command::Hello {}
+            | Command::Status { .. }
+            | Command::Log { .. }
+            | Command::Watch {} => true,
+            Command::Start { .. }
+            | Command::Stop { .. }
+            | Command::Restart { .. }
+            | Command::Signal { .. }
+            | Command::Reload {}
+            | Command::Shutdown {} => false,
+        }
+    }
+
+    /// The name of the command, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Hello {} => "hello",
+            Command::Status { .. } => "status",
+            Command::Start { .. } => "start",
+            Command::Stop { .. } => "stop",
+            Command::Restart { .. } => "restart",
+            Command::Signal { .. } => "signal",
+            Command::Log { .. } => "log",
+            Command::Watch {} => "watch",
+            Command::Reload {} => "reload",
+            Command::Shutdown {} => "shutdown",
+        }
+    }
+}
+
+/// A decoded request: its id (any JSON value, `null` if absent) and its command.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    pub id: Value,
+    pub command: Command,
+}
+
+/// Decodes one request line (without its newline). On error, the id is returned too when
+/// it could be read, so the error answer carries it.
+pub fn decode(line: &[u8]) -> Result<Request, (Value, Error)> {
+    let bad = |id: Value, msg: String| (id, Error::new(ErrorKind::BadRequest, msg));
+    let value: Value =
+        serde_json::from_slice(line).map_err(|e| bad(Value::Null, format!("not JSON: {e}")))?;
+    let Value::Object(mut obj) = value else {
+        return Err(bad(Value::Null, "a request is a JSON object".into()));
+    };
+    let id = obj.remove("id").unwrap_or(Value::Null);
+    let cmd = match obj.get("cmd") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(bad(id, "\"cmd\" must be a string".into())),
+        None => return Err(bad(id, "missing \"cmd\"".into())),
+    };
+    if !COMMANDS.contains(&cmd.as_str()) {
+        let e = Error::new(
+            ErrorKind::UnknownCommand,
+            format!("no command '{cmd}' (known: {})", COMMANDS.join(", ")),
+        );
+        return Err((id, e));
+    }
+    match serde_json::from_value::<Command>(Value::Object(obj)) {
+        Ok(command) => Ok(Request { id, command }),
+        Err(e) => Err(bad(id, format!("{cmd}: {e}"))),
+    }
+}
+
+/// Encodes a success answer, newline included.
+pub fn encode_ok(id: &Value, data: Value) -> Vec<u8> {
+    line(json!({"id": id, "ok": true, "data": data}))
+}
+
+/// Encodes an error answer, newline included.
+pub fn encode_err(id: &Value, e: &Error) -> Vec<u8> {
+    line(json!({"id": id, "ok": false, "error": {"kind": e.kind.as_str(), "message": e.message}}))
+}
+
+/// Encodes an event (or any object), newline included.
+pub fn line(v: Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec(&v).unwrap_or_else(|_| b"{}".to_vec());
+    out.push(b'\n');
+    out
+}
+
+/// How a process ended, as `status` shows it: `{"code": N}` or `{"signal": "KILL"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LastExit {
+    Code(i32),
+    Signal(String),
+}
+
+/// One service in `status` data.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    pub name: String,
+    pub state: String,
+    pub pid: Option<i32>,
+    pub version: Option<String>,
+    pub restarts: u32,
+    pub uptime_ms: Option<u64>,
+    pub last_exit: Option<LastExit>,
+    pub reason: Option<String>,
+    /// "up" or "down": what the operator asked for.
+    #[serde(default)]
+    pub want: String,
+    /// The last `STATUS=` a notify service sent.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// Output lines lost to a full log or a failing disk.
+    #[serde(default)]
+    pub log_dropped: u64,
+}
+
+/// Builds an object from pairs, skipping nothing; for event payloads.
+pub fn object(pairs: Vec<(&str, Value)>) -> Value {
+    let mut m = Map::new();
+    for (k, v) in pairs {
+        m.insert(k.to_string(), v);
+    }
+    Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_table() {
+        let ok: &[(&str, Command)] = &[
+            (r#"{"id":1,"cmd":"hello"}"#, Command::Hello {}),
+            (
+                r#"{"cmd":"status","service":"agent"}"#,
+                Command::Status {
+                    service: Some("agent".into()),
+                    services: vec![],
+                },
+            ),
+            (
+                r#"{"cmd":"status"}"#,
+                Command::Status {
+                    service: None,
+                    services: vec![],
+                },
+            ),
+            (
+                r#"{"cmd":"stop","service":"a"}"#,
+                Command::Stop {
+                    service: "a".into(),
+                },
+            ),
+            (
+                r#"{"cmd":"signal","service":"a","signal":"HUP"}"#,
+                Command::Signal {
+                    service: "a".into(),
+                    signal: SignalArg::Name("HUP".into()),
+                },
+            ),
+            (
+                r#"{"cmd":"signal","service":"a","signal":10}"#,
+                Command::Signal {
+                    service: "a".into(),
+                    signal: SignalArg::Number(10),
+                },
+            ),
+            (
+                r#"{"cmd":"log","service":"a","lines":5,"follow":true}"#,
+                Command::Log {
+                    service: "a".into(),
+                    lines: Some(5),
+                    follow: true,
+                },
+            ),
+            (r#"{"id":"x","cmd":"watch"}"#, Command::Watch {}),
+        ];
+        for (text, want) in ok {
+            let r = decode(text.as_bytes()).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+            assert_eq!(&r.command, want, "{text}");
+        }
+        let bad: &[(&str, Value, ErrorKind)] = &[
+            ("{not json", Value::Null, ErrorKind::BadRequest),
+            ("[1,2]", Value::Null, ErrorKind::BadRequest),
+            (r#"{"id":3}"#, json!(3), ErrorKind::BadRequest),
+            (r#"{"id":4,"cmd":7}"#, json!(4), ErrorKind::BadRequest),
+            (
+                r#"{"id":5,"cmd":"explode"}"#,
+                json!(5),
+                ErrorKind::UnknownCommand,
+            ),
+            (r#"{"id":6,"cmd":"stop"}"#, json!(6), ErrorKind::BadRequest),
+            (
+                r#"{"id":7,"cmd":"stop","service":12}"#,
+                json!(7),
+                ErrorKind::BadRequest,
+            ),
+            (
+                r#"{"id":8,"cmd":"hello","extra":true}"#,
+                json!(8),
+                ErrorKind::BadRequest,
+            ),
+        ];
+        for (text, id, kind) in bad {
+            let (got_id, e) = decode(text.as_bytes()).expect_err(text);
+            assert_eq!((&got_id, e.kind), (id, *kind), "{text}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn answers_are_one_line_with_the_id() {
+        let ok = encode_ok(&json!(9), json!({"a": 1}));
+        assert_eq!(ok, b"{\"data\":{\"a\":1},\"id\":9,\"ok\":true}\n");
+        let err = encode_err(
+            &json!("x"),
+            &Error::new(ErrorKind::UnknownService, "no service named 'q'"),
+        );
+        let v: Value = serde_json::from_slice(&err).expect("json");
+        assert_eq!(v["error"]["kind"], "unknown-service");
+        assert_eq!(v["id"], "x");
+        assert_eq!(err.iter().filter(|&&b| b == b'\n').count(), 1);
+    }
+
+    #[test]
+    fn last_exit_shape() {
+        assert_eq!(
+            serde_json::to_value(LastExit::Code(3)).expect("json"),
+            json!({"code": 3})
+        );
+        assert_eq!(
+            serde_json::to_value(LastExit::Signal("KILL".into())).expect("json"),
+            json!({"signal": "KILL"})
+        );
+    }
+
+    #[test]
+    fn only_reading_commands_are_read_only() {
+        assert!(Command::Watch {}.read_only());
+        assert!(!Command::Shutdown {}.read_only());
+        assert!(!Command::Stop {
+            service: "a".into()
+        }
+        .read_only());
+    }
+}
