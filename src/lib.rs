@@ -2,7 +2,10 @@
 #![deny(unsafe_code)]
 
 pub mod config;
+pub mod logs;
+pub mod proc;
 pub mod protocol;
 pub mod restart;
 pub mod service;
+pub mod sys;
 pub mod time;

@@ -199,3 +199,45 @@ mod tests {
         assert_eq!(t.since(Mono(2_000)), Duration::ZERO);
     }
 }
+
+/// "2026-11-29T17:20:01.123Z" for a wall-clock time (UTC, no time zone files needed).
+pub fn utc_stamp(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, day) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's method).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod stamp_tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamps() {
+        let at = |s: u64| std::time::UNIX_EPOCH + Duration::from_millis(s);
+        assert_eq!(utc_stamp(at(0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc_stamp(at(951_782_400_123)), "2000-02-29T00:00:00.123Z");
+        assert_eq!(utc_stamp(at(1_796_059_201_000)), "2026-11-30T17:20:01.000Z");
+    }
+}

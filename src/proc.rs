@@ -1,0 +1,66 @@
+//! Reading `/proc`: process start times and groups, so a pid that was reused is never
+//! mistaken for a service left by a previous supd.
+
+use std::fs;
+
+/// What `/proc/PID/stat` says about one process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    pub pid: i32,
+    /// Process state letter (R, S, D, Z, ...).
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+    /// Start time in clock ticks since boot: with the pid, it names one process.
+    pub start_time: u64,
+}
+
+/// Parses the text of `/proc/PID/stat`. The command name may hold spaces and
+/// parentheses, so fields are counted from the last ')'.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let pid = text.split_whitespace().next()?.parse().ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(3) ppid(4) pgrp(5) ... starttime(22): indices from 0 = field 3.
+    Some(Stat {
+        pid,
+        state: f.first()?.chars().next()?,
+        ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        start_time: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// The stat of a live (or zombie) process, or `None` when there is none.
+pub fn stat(pid: i32) -> Option<Stat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Every process in the system, for a scan of groups; unreadable entries are skipped.
+pub fn all() -> Vec<Stat> {
+    let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter_map(stat)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_with_spaces_and_parens() {
+        let text = "1234 (my (odd) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10 18446744073709551615";
+        let s = parse_stat(text).expect("parse");
+        assert_eq!((s.pid, s.state, s.ppid, s.pgrp, s.start_time), (1234, 'S', 1, 1234, 98765));
+    }
+
+    #[test]
+    fn reads_itself() {
+        let me = stat(std::process::id() as i32).expect("own stat");
+        assert_eq!(me.pid, std::process::id() as i32);
+        assert!(me.start_time > 0);
+        assert!(stat(i32::MAX).is_none());
+    }
+}

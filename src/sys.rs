@@ -1,0 +1,120 @@
+//! The thin edge to the kernel that needs `unsafe`: what runs in a forked child before
+//! `exec`, and `pidfd_open`. Everything else uses nix's safe wrappers. Each `unsafe`
+//! block says why it is sound.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+/// Who the child runs as, resolved in the parent (name lookups allocate and may read
+/// files, which a forked child must not do).
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+/// Everything `spawn` needs, prepared in the parent.
+pub struct SpawnSpec {
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: std::path::PathBuf,
+    pub stdout: Stdio,
+    pub stderr: Stdio,
+    pub creds: Option<Credentials>,
+    /// The write end of the readiness pipe and the fd number it must have in the child.
+    pub ready_fd: Option<(RawFd, i32)>,
+}
+
+/// Forks and execs `spec`. The child gets its own session and process group, a clean
+/// signal mask and default dispositions, and only fds 0-2 (plus the readiness fd): every
+/// fd supd opens is close-on-exec. Returns the pid, or the reason the program could not
+/// be started (std reports the child's `exec` errno back through a pipe).
+pub fn spawn(spec: SpawnSpec) -> io::Result<i32> {
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::null())
+        .stdout(spec.stdout)
+        .stderr(spec.stderr);
+    let creds = spec.creds.clone();
+    let ready = spec.ready_fd;
+    // SAFETY: supd is single-threaded, so the forked child holds no lock another thread
+    // could own. The closure calls only async-signal-safe functions (setsid, signal,
+    // sigprocmask, setgroups, setgid, setuid, dup2, fcntl) on data prepared before the
+    // fork, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || child_setup(creds.as_ref(), ready));
+    }
+    let child = cmd.spawn()?;
+    // The child is reaped by the supervisor's one waitpid(-1) loop, never by `Child`.
+    Ok(child.id() as i32)
+}
+
+/// Runs in the forked child, between fork and exec.
+fn child_setup(creds: Option<&Credentials>, ready: Option<(RawFd, i32)>) -> io::Result<()> {
+    // SAFETY (whole function): each call is a plain async-signal-safe syscall wrapper on
+    // integers or on pointers into memory the parent prepared and still owns.
+    unsafe {
+        if libc::setsid() < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // std already cleared the mask; dispositions other than SIGPIPE it leaves.
+        for sig in 1..32 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        if let Some((from, to)) = ready {
+            if from == to {
+                // dup2 onto itself would keep close-on-exec: clear it instead.
+                if libc::fcntl(to, libc::F_SETFD, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(from, to) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        if let Some(c) = creds {
+            if libc::setgroups(c.groups.len(), c.groups.as_ptr()) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::setgid(c.gid) < 0 || libc::setuid(c.uid) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A pidfd for `pid`: readable once that process has exited, whoever its parent is.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes two integers and returns a new fd or -1; nothing is
+    // borrowed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Raw fd of anything that has one, for a pre-exec `dup2`.
+pub fn raw(fd: &impl AsRawFd) -> RawFd {
+    fd.as_raw_fd()
+}
+
+/// A C string for a path or name; interior NULs become an error instead of a panic.
+pub fn cstring(s: &str) -> io::Result<CString> {
+    CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "contains a NUL byte"))
+}
