@@ -3,9 +3,12 @@
 
 pub mod config;
 pub mod logs;
+pub mod notify;
 pub mod proc;
 pub mod protocol;
+pub mod records;
 pub mod restart;
 pub mod service;
+pub mod signals;
 pub mod sys;
 pub mod time;
