@@ -1,7 +1,12 @@
 //! sup: a small, synchronous, PID-1-capable process supervisor.
 #![deny(unsafe_code)]
 
+pub mod commands;
 pub mod config;
+pub mod control;
+pub mod event_loop;
+pub mod launch;
+pub mod leftovers;
 pub mod logs;
 pub mod notify;
 pub mod proc;
@@ -10,5 +15,6 @@ pub mod records;
 pub mod restart;
 pub mod service;
 pub mod signals;
+pub mod supervisor;
 pub mod sys;
 pub mod time;

@@ -45,16 +45,29 @@ pub struct LogFile {
 
 impl LogFile {
     pub fn new(path: PathBuf, max_size: u64, keep: u32) -> LogFile {
-        LogFile { path, max_size, keep, file: None, size: 0, failing: false }
+        LogFile {
+            path,
+            max_size,
+            keep,
+            file: None,
+            size: 0,
+            failing: false,
+        }
     }
 
     fn open(&mut self) -> io::Result<&mut File> {
         if self.file.is_none() {
-            let f = OpenOptions::new().create(true).append(true).mode(0o640).open(&self.path)?;
+            let f = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o640)
+                .open(&self.path)?;
             self.size = f.metadata().map(|m| m.len()).unwrap_or(0);
             self.file = Some(f);
         }
-        self.file.as_mut().ok_or_else(|| io::Error::other("log file not open"))
+        self.file
+            .as_mut()
+            .ok_or_else(|| io::Error::other("log file not open"))
     }
 
     /// Appends `bytes`, rotating first when they would pass `max_size`.
@@ -90,10 +103,22 @@ impl LogFile {
 impl Output {
     /// A new pipe; its read end is non-blocking.
     pub fn new(file: Option<LogFile>) -> io::Result<Output> {
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
+        let (read, write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
         // The write end must block in the service (a service expects normal stdout).
-        nix::fcntl::fcntl(&write, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()))?;
-        Ok(Output { read, write, partial: Vec::new(), ring: VecDeque::new(), ring_bytes: 0, file, dropped: 0 })
+        nix::fcntl::fcntl(
+            &write,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+        )?;
+        Ok(Output {
+            read,
+            write,
+            partial: Vec::new(),
+            ring: VecDeque::new(),
+            ring_bytes: 0,
+            file,
+            dropped: 0,
+        })
     }
 
     /// The fd to poll for output.
@@ -154,7 +179,9 @@ impl Output {
                 None => break,
             }
         }
-        let Some(file) = self.file.as_mut() else { return };
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
         let mut bytes = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
         for l in lines {
             bytes.extend_from_slice(l.as_bytes());
@@ -163,7 +190,11 @@ impl Output {
         match file.append(&bytes) {
             Ok(()) => {
                 if file.failing {
-                    log::warn!("{service}: writing {} works again; {} lines were lost", file.path.display(), self.dropped);
+                    log::warn!(
+                        "{service}: writing {} works again; {} lines were lost",
+                        file.path.display(),
+                        self.dropped
+                    );
                     file.failing = false;
                 }
             }
@@ -234,7 +265,8 @@ mod tests {
     #[test]
     fn a_write_error_drops_and_counts_lines() {
         // /dev/full fails every write with ENOSPC, like a full disk.
-        let mut out = Output::new(Some(LogFile::new("/dev/full".into(), 1 << 20, 0))).expect("pipe");
+        let mut out =
+            Output::new(Some(LogFile::new("/dev/full".into(), 1 << 20, 0))).expect("pipe");
         nix::unistd::write(&out.write, b"a\nb\nc\n").expect("write");
         let mut buf = vec![0; READ_MAX];
         let got = out.read_available("full", &mut buf);

@@ -3,8 +3,8 @@
 //! `READY=1` is accepted only from the service's own process group.
 
 use nix::sys::socket::{
-    bind, recvmsg, setsockopt, socket, sockopt, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType,
-    UnixAddr,
+    bind, recvmsg, setsockopt, socket, sockopt, AddressFamily, ControlMessageOwned, MsgFlags,
+    SockFlag, SockType, UnixAddr,
 };
 use std::io::IoSliceMut;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -26,11 +26,19 @@ pub struct NotifySocket {
 impl NotifySocket {
     /// Binds a fresh socket at `path` (a stale file there is replaced).
     pub fn bind(path: &Path) -> nix::Result<NotifySocket> {
-        let fd = socket(AddressFamily::Unix, SockType::Datagram, SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK, None)?;
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            None,
+        )?;
         let _ = std::fs::remove_file(path);
         bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &UnixAddr::new(path)?)?;
         setsockopt(&fd, sockopt::PassCred, &true)?;
-        Ok(NotifySocket { fd, path: path.to_path_buf() })
+        Ok(NotifySocket {
+            fd,
+            path: path.to_path_buf(),
+        })
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
@@ -45,7 +53,10 @@ impl NotifySocket {
             let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
             let mut iov = [IoSliceMut::new(&mut buf)];
             let fd = std::os::fd::AsRawFd::as_raw_fd(&self.fd);
-            let Ok(msg) = recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT) else { break };
+            let Ok(msg) = recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)
+            else {
+                break;
+            };
             let mut pid = 0;
             if let Ok(cmsgs) = msg.cmsgs() {
                 for c in cmsgs {
@@ -55,7 +66,10 @@ impl NotifySocket {
                 }
             }
             let len = msg.bytes;
-            out.push(Message { pid, fields: parse(&buf[..len]) });
+            out.push(Message {
+                pid,
+                fields: parse(&buf[..len]),
+            });
         }
         out
     }
@@ -84,7 +98,10 @@ mod tests {
     fn parses_fields() {
         assert_eq!(
             parse(b"READY=1\nSTATUS=warming up\nbogus\n"),
-            vec![("READY".into(), "1".into()), ("STATUS".into(), "warming up".into())]
+            vec![
+                ("READY".into(), "1".into()),
+                ("STATUS".into(), "warming up".into())
+            ]
         );
     }
 
@@ -95,7 +112,13 @@ mod tests {
         let tx = std::os::unix::net::UnixDatagram::unbound().expect("socket");
         tx.send_to(b"READY=1\n", &path).expect("send");
         let got = sock.drain();
-        assert_eq!(got, vec![Message { pid: std::process::id() as i32, fields: vec![("READY".into(), "1".into())] }]);
+        assert_eq!(
+            got,
+            vec![Message {
+                pid: std::process::id() as i32,
+                fields: vec![("READY".into(), "1".into())]
+            }]
+        );
         assert!(sock.drain().is_empty());
     }
 }

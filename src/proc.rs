@@ -38,7 +38,9 @@ pub fn stat(pid: i32) -> Option<Stat> {
 
 /// Every process in the system, for a scan of groups; unreadable entries are skipped.
 pub fn all() -> Vec<Stat> {
-    let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     dir.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
         .filter_map(stat)
@@ -53,7 +55,10 @@ mod tests {
     fn parses_names_with_spaces_and_parens() {
         let text = "1234 (my (odd) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10 18446744073709551615";
         let s = parse_stat(text).expect("parse");
-        assert_eq!((s.pid, s.state, s.ppid, s.pgrp, s.start_time), (1234, 'S', 1, 1234, 98765));
+        assert_eq!(
+            (s.pid, s.state, s.ppid, s.pgrp, s.start_time),
+            (1234, 'S', 1, 1234, 98765)
+        );
     }
 
     #[test]

@@ -94,7 +94,11 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("dir");
         assert!(read_pids(&dir).is_empty());
-        let recs = vec![PidRecord { service: "a".into(), pid: 42, start_time: 7 }];
+        let recs = vec![PidRecord {
+            service: "a".into(),
+            pid: 42,
+            start_time: 7,
+        }];
         write_pids(&dir, &recs).expect("write");
         assert_eq!(read_pids(&dir), recs);
         let down: BTreeSet<String> = ["x".to_string()].into();

@@ -92,6 +92,9 @@ pub enum Event {
     Restart,
     Spawned(i32),
     SpawnFailed(String),
+    /// It cannot be started until something outside changes (a tool with no current
+    /// version): `failed` with the reason, no restart, still wanted up.
+    Unavailable(String),
     Ready,
     Exited(Exit),
     /// The service's deadline has come.
@@ -208,7 +211,7 @@ impl Service {
                 match cfg.ready {
                     Ready::Started => self.enter(Running, None),
                     Ready::Notify | Ready::Fd(_) | Ready::Exited => {
-                        self.enter(Starting, Some(now.add(cfg.ready_timeout)))
+                        self.enter(Starting, Some(now.plus(cfg.ready_timeout)))
                     }
                 }
                 vec![]
@@ -217,6 +220,12 @@ impl Service {
                 self.pid = None;
                 self.started_at = Some(now);
                 self.settle(cfg, true, format!("cannot start: {why}"), now)
+            }
+            (_, Event::Unavailable(why)) => {
+                self.pid = None;
+                self.enter(Failed, None);
+                self.reason = Some(why);
+                vec![]
             }
             (Starting, Event::Ready) => {
                 self.enter(Running, None);
@@ -288,7 +297,7 @@ impl Service {
 
     fn begin_stop(&mut self, cfg: &ServiceConfig, then: AfterStop, now: Mono) -> Vec<Action> {
         self.after_stop = then;
-        self.enter(State::Stopping, Some(now.add(cfg.stop_timeout)));
+        self.enter(State::Stopping, Some(now.plus(cfg.stop_timeout)));
         vec![Action::Signal(cfg.stop_signal)]
     }
 
@@ -308,7 +317,7 @@ impl Service {
                     self.enter(State::Stopped, None);
                     self.reason = Some(format!("{why}; restarting"));
                 } else {
-                    self.enter(State::Backoff, Some(now.add(delay)));
+                    self.enter(State::Backoff, Some(now.plus(delay)));
                     self.reason = Some(format!("{why}; restarting in {}", Human(delay)));
                 }
                 vec![]
@@ -335,7 +344,7 @@ impl Service {
                 );
                 match p.on_crash_loop {
                     OnCrashLoop::Cooldown => {
-                        self.enter(State::Cooldown, Some(now.add(p.cooldown)));
+                        self.enter(State::Cooldown, Some(now.plus(p.cooldown)));
                         self.reason = Some(format!("{lp}; trying again in {}", Human(p.cooldown)));
                         vec![]
                     }

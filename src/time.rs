@@ -25,7 +25,7 @@ impl Mono {
     }
 
     /// The instant `d` after this one.
-    pub fn add(self, d: Duration) -> Mono {
+    pub fn plus(self, d: Duration) -> Mono {
         Mono(
             self.0
                 .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64),
@@ -194,7 +194,7 @@ mod tests {
     #[test]
     fn mono_arithmetic() {
         let t = Mono(1_000);
-        assert_eq!(t.add(Duration::from_nanos(5)), Mono(1_005));
+        assert_eq!(t.plus(Duration::from_nanos(5)), Mono(1_005));
         assert_eq!(Mono(1_005).since(t), Duration::from_nanos(5));
         assert_eq!(t.since(Mono(2_000)), Duration::ZERO);
     }

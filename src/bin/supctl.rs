@@ -1,1 +1,357 @@
-fn main() {}
+//! supctl: args → one request → print the answer → exit code.
+//! Exit codes: 0 success, 1 failed or refused, 2 usage, 3 cannot reach supd.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::process::ExitCode;
+use sup::protocol::ServiceStatus;
+use sup::time::Human;
+
+const USAGE: &str = "usage: supctl [-s SOCKET] [--json] COMMAND [ARGS]
+
+commands:
+  status [SERVICE...]         state of each service
+  start SERVICE               admin up
+  stop SERVICE                admin down (stays down across restarts of supd)
+  restart SERVICE             stop, then start
+  signal SERVICE SIG          send SIG to the service's process group
+  log SERVICE [-n N] [-f]     last N lines of its output; -f follows
+  watch                       stream events until interrupted
+  reload                      re-read the config (nothing changes on error)
+  shutdown                    stop every service, then supd exits
+  hello                       protocol and supd version";
+
+enum Failure {
+    Usage(String),
+    Refused(String),
+    Unreachable(String),
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("supctl: {m}\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Refused(m)) => {
+            eprintln!("supctl: {m}");
+            ExitCode::from(1)
+        }
+        Err(Failure::Unreachable(m)) => {
+            eprintln!("supctl: {m}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+struct Opts {
+    socket: String,
+    json: bool,
+    words: Vec<String>,
+}
+
+fn parse_args() -> Result<Opts, Failure> {
+    let mut socket =
+        std::env::var("SUP_SOCKET").unwrap_or_else(|_| sup::config::DEFAULT_SOCKET.into());
+    let mut json = false;
+    let mut words = Vec::new();
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-s" | "--socket" if words.is_empty() => {
+                socket = it
+                    .next()
+                    .ok_or_else(|| Failure::Usage("-s needs a socket path".into()))?
+            }
+            "--json" if words.is_empty() => json = true,
+            "-h" | "--help" if words.is_empty() => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            "--version" if words.is_empty() => {
+                println!("supctl {}", env!("CARGO_PKG_VERSION"));
+                std::process::exit(0);
+            }
+            _ => words.push(a),
+        }
+    }
+    Ok(Opts {
+        socket,
+        json,
+        words,
+    })
+}
+
+fn run() -> Result<(), Failure> {
+    let opts = parse_args()?;
+    let Some((cmd, rest)) = opts.words.split_first() else {
+        return Err(Failure::Usage("a command is needed".into()));
+    };
+    let request = build(cmd, rest)?;
+    let mut conn = Conn::open(&opts.socket)?;
+    let data = conn.call(&request)?;
+    match cmd.as_str() {
+        "watch" => return stream(&mut conn, opts.json, print_event),
+        "log" if request["follow"] == true => {
+            print_answer(cmd, &data, opts.json);
+            return stream(&mut conn, opts.json, |e| {
+                println!("{}", e["line"].as_str().unwrap_or(""))
+            });
+        }
+        _ => {}
+    }
+    print_answer(cmd, &data, opts.json);
+    Ok(())
+}
+
+/// The request for a command line.
+fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
+    let usage = |m: &str| Failure::Usage(m.to_string());
+    let one = |what: &str| -> Result<String, Failure> {
+        match rest {
+            [s] => Ok(s.clone()),
+            _ => Err(usage(&format!("{what} takes exactly one SERVICE"))),
+        }
+    };
+    Ok(match cmd {
+        "hello" | "watch" | "reload" | "shutdown" if rest.is_empty() => json!({"cmd": cmd}),
+        "status" => json!({"cmd": "status", "services": rest}),
+        "start" | "stop" | "restart" => json!({"cmd": cmd, "service": one(cmd)?}),
+        "signal" => match rest {
+            [s, sig] => json!({"cmd": "signal", "service": s, "signal": sig}),
+            _ => return Err(usage("signal takes SERVICE SIG")),
+        },
+        "log" => {
+            let mut service = None;
+            let (mut lines, mut follow) = (10usize, false);
+            let mut it = rest.iter();
+            while let Some(a) = it.next() {
+                match a.as_str() {
+                    "-f" | "--follow" => follow = true,
+                    "-n" => {
+                        lines = it
+                            .next()
+                            .and_then(|n| n.parse().ok())
+                            .ok_or_else(|| usage("-n needs a number"))?
+                    }
+                    s if service.is_none() && !s.starts_with('-') => service = Some(s.to_string()),
+                    other => return Err(usage(&format!("log: unexpected '{other}'"))),
+                }
+            }
+            json!({"cmd": "log", "service": service.ok_or_else(|| usage("log takes a SERVICE"))?, "lines": lines, "follow": follow})
+        }
+        "hello" | "watch" | "reload" | "shutdown" => {
+            return Err(usage(&format!("{cmd} takes no arguments")))
+        }
+        other => return Err(usage(&format!("unknown command '{other}'"))),
+    })
+}
+
+/// A connection to supd.
+struct Conn {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    path: String,
+}
+
+impl Conn {
+    fn open(path: &str) -> Result<Conn, Failure> {
+        let stream = UnixStream::connect(path).map_err(|e| {
+            Failure::Unreachable(format!("cannot reach supd at {path}: {e} (is supd running? -s or $SUP_SOCKET choose the socket)"))
+        })?;
+        let writer = stream
+            .try_clone()
+            .map_err(|e| Failure::Unreachable(format!("{path}: {e}")))?;
+        Ok(Conn {
+            reader: BufReader::new(stream),
+            writer,
+            path: path.to_string(),
+        })
+    }
+
+    fn call(&mut self, request: &Value) -> Result<Value, Failure> {
+        let mut req = request.clone();
+        req["id"] = json!(1);
+        let mut line = serde_json::to_vec(&req).map_err(|e| Failure::Refused(e.to_string()))?;
+        line.push(b'\n');
+        self.writer
+            .write_all(&line)
+            .map_err(|e| Failure::Unreachable(format!("{}: {e}", self.path)))?;
+        let answer = self.next()?.ok_or_else(|| {
+            Failure::Unreachable(format!("supd at {} closed the connection", self.path))
+        })?;
+        if answer["ok"] == true {
+            Ok(answer["data"].clone())
+        } else {
+            let kind = answer["error"]["kind"].as_str().unwrap_or("error");
+            let msg = answer["error"]["message"].as_str().unwrap_or("no message");
+            Err(Failure::Refused(format!("{kind}: {msg}")))
+        }
+    }
+
+    fn next(&mut self) -> Result<Option<Value>, Failure> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => Ok(None),
+            Ok(_) => serde_json::from_str(&line)
+                .map(Some)
+                .map_err(|e| Failure::Refused(format!("bad answer from supd: {e}"))),
+            Err(e) => Err(Failure::Unreachable(format!("{}: {e}", self.path))),
+        }
+    }
+}
+
+/// Prints events until supd closes the connection.
+fn stream(conn: &mut Conn, json: bool, human: impl Fn(&Value)) -> Result<(), Failure> {
+    while let Some(event) = conn.next()? {
+        if json {
+            println!("{event}");
+        } else {
+            human(&event);
+        }
+        let _ = std::io::stdout().flush();
+    }
+    Ok(())
+}
+
+fn print_event(e: &Value) {
+    let s = |k: &str| {
+        e[k].as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| e[k].to_string())
+    };
+    match e["event"].as_str() {
+        Some("state") => {
+            let reason = e["reason"]
+                .as_str()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
+            println!(
+                "{} {}: {} -> {} pid {}{reason}",
+                s("time"),
+                s("service"),
+                s("from"),
+                s("to"),
+                s("pid")
+            );
+        }
+        _ => println!("{e}"),
+    }
+}
+
+fn print_answer(cmd: &str, data: &Value, json: bool) {
+    if json {
+        println!("{data}");
+        return;
+    }
+    match cmd {
+        "status" => {
+            let list: Vec<ServiceStatus> =
+                serde_json::from_value(data["services"].clone()).unwrap_or_default();
+            print_status(&list);
+            if let Some(errs) = data["config_errors"].as_array().filter(|e| !e.is_empty()) {
+                eprintln!("\nthe config has errors; supd runs without it until a reload succeeds:");
+                for e in errs {
+                    eprintln!("  {}", e.as_str().unwrap_or(""));
+                }
+            }
+        }
+        "start" | "stop" | "restart" => {
+            if let Ok(st) = serde_json::from_value::<ServiceStatus>(data.clone()) {
+                let pid = st.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                println!("{}: {}{pid}", st.name, st.state);
+            }
+        }
+        "log" => {
+            for l in data["lines"].as_array().into_iter().flatten() {
+                println!("{}", l.as_str().unwrap_or(""));
+            }
+        }
+        "reload" => println!(
+            "reloaded: added {}, removed {}, changed {}",
+            data["added"], data["removed"], data["changed"]
+        ),
+        "hello" => println!(
+            "supd {} (protocol {}), pid {}",
+            data["version"].as_str().unwrap_or("?"),
+            data["protocol"],
+            data["pid"]
+        ),
+        "signal" => println!(
+            "sent {} to {} (pid {})",
+            data["signal"].as_str().unwrap_or("?"),
+            data["service"].as_str().unwrap_or("?"),
+            data["pid"]
+        ),
+        _ => {}
+    }
+}
+
+/// The aligned table of `status`.
+fn print_status(list: &[ServiceStatus]) {
+    let mut rows = vec![[
+        "NAME",
+        "STATE",
+        "PID",
+        "UPTIME",
+        "VERSION",
+        "RESTARTS",
+        "LAST EXIT",
+        "REASON",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for s in list {
+        let last = match &s.last_exit {
+            Some(sup::protocol::LastExit::Code(c)) => format!("code {c}"),
+            Some(sup::protocol::LastExit::Signal(sig)) => format!("signal {sig}"),
+            None => "-".into(),
+        };
+        let mut reason = s.reason.clone().unwrap_or_default();
+        if s.want == "down" && s.state == "stopped" {
+            reason = if reason.is_empty() {
+                "admin down".into()
+            } else {
+                format!("admin down; {reason}")
+            };
+        }
+        if let Some(st) = &s.status {
+            reason = if reason.is_empty() {
+                st.clone()
+            } else {
+                format!("{reason}; {st}")
+            };
+        }
+        if s.log_dropped > 0 {
+            reason = format!("{reason} [{} log lines dropped]", s.log_dropped);
+        }
+        rows.push(vec![
+            s.name.clone(),
+            s.state.clone(),
+            s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            s.uptime_ms
+                .map(|ms| Human(std::time::Duration::from_secs(ms / 1000)).to_string())
+                .unwrap_or_else(|| "-".into()),
+            s.version.clone().unwrap_or_else(|| "-".into()),
+            s.restarts.to_string(),
+            last,
+            reason,
+        ]);
+    }
+    let widths: Vec<usize> = (0..8)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let mut line = String::new();
+        for (i, cell) in r.iter().enumerate() {
+            if i == 7 {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        println!("{}", line.trim_end());
+    }
+}

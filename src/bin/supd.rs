@@ -1,1 +1,211 @@
-fn main() {}
+//! supd: args → logging → signals → config → leftovers → sockets → the loop.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use sup::config::{self, Config};
+use sup::control::Server;
+use sup::notify::NotifySocket;
+use sup::signals::Signals;
+use sup::supervisor::Supervisor;
+
+const USAGE: &str = "usage: supd [-c FILE] [--check] [--system] [--version]";
+
+struct Args {
+    config: PathBuf,
+    check: bool,
+    system: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        config: config::DEFAULT_CONFIG.into(),
+        check: false,
+        system: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-c" | "--config" => args.config = it.next().ok_or("-c needs a file")?.into(),
+            "--check" => args.check = true,
+            "--system" => args.system = true,
+            "--version" | "-V" => {
+                println!("supd {}", env!("CARGO_PKG_VERSION"));
+                std::process::exit(0);
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument '{other}'")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    // Signals first, before any child exists (catatonit's rule).
+    let signals = Signals::block();
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("supd: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let level = std::env::var("SUP_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "info".into());
+    env_logger::Builder::new()
+        .parse_filters(&level)
+        .format_target(false)
+        .init();
+    if args.check {
+        return check(&args.config);
+    }
+    if args.system {
+        log::warn!("--system: system mode is not built yet; running in container mode");
+    }
+    let signals = match signals {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("supd: cannot set up signal handling: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match run(args.config, signals) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            log::error!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `--check`: every error, then 0 or 1.
+fn check(path: &std::path::Path) -> ExitCode {
+    match config::load(path) {
+        Ok(cfg) => {
+            println!(
+                "{}: ok ({} services, {} files)",
+                path.display(),
+                cfg.services.len(),
+                cfg.files.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errs) => {
+            for e in &errs {
+                eprintln!("{e}");
+            }
+            eprintln!(
+                "{}: {} error{}",
+                path.display(),
+                errs.len(),
+                if errs.len() == 1 { "" } else { "s" }
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(path: PathBuf, signals: Signals) -> Result<i32, String> {
+    if std::process::id() != 1 {
+        if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+            log::warn!("cannot become a child subreaper ({e}): orphans of services go to init");
+        }
+    }
+    let (cfg, errors) = match config::load(&path) {
+        Ok(c) => (c, Vec::new()),
+        Err(errs) => {
+            let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
+            for m in &msgs {
+                log::error!("{m}");
+            }
+            log::error!("starting with no services until a reload brings a valid config");
+            let supd = config::load_supd_only(&path).unwrap_or_default();
+            (
+                Config {
+                    supd,
+                    services: Default::default(),
+                    leases: Default::default(),
+                    files: vec![path.clone()],
+                },
+                msgs,
+            )
+        }
+    };
+    for dir in [&cfg.supd.state_dir, &cfg.supd.log_dir] {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            log::warn!("cannot create {}: {e}", dir.display());
+        }
+    }
+    let _lock = lock_state_dir(&cfg.supd.state_dir)?;
+    let grace = cfg
+        .services
+        .values()
+        .map(|s| s.stop_timeout)
+        .max()
+        .unwrap_or(std::time::Duration::from_secs(10));
+    sup::leftovers::end(&cfg.supd.state_dir, grace);
+    let server = Server::bind(&cfg.supd.socket, cfg.supd.socket_group.as_deref())
+        .map_err(|e| format!("cannot serve {}: {e}", cfg.supd.socket.display()))?;
+    let notify_path = PathBuf::from(format!("{}.notify", cfg.supd.socket.display()));
+    let notify = match NotifySocket::bind(&notify_path) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            log::warn!(
+                "cannot bind {} ({e}): ready = \"notify\" services will time out",
+                notify_path.display()
+            );
+            None
+        }
+    };
+    let socket = cfg.supd.socket.clone();
+    log::info!(
+        "supd {} serving {} ({} services)",
+        env!("CARGO_PKG_VERSION"),
+        socket.display(),
+        cfg.services.len()
+    );
+    let mut sup = Supervisor::new(cfg, path, server, notify, signals);
+    sup.config_errors = errors;
+    let code = sup::event_loop::run(&mut sup);
+    let _ = std::fs::remove_file(&socket);
+    Ok(code)
+}
+
+/// One supd per state directory.
+fn lock_state_dir(
+    dir: &std::path::Path,
+) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, String> {
+    let path = dir.join("supd.lock");
+    let file = match std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            log::warn!(
+                "cannot open {} ({e}): running without the state lock",
+                path.display()
+            );
+            return Ok(None);
+        }
+    };
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(l) => Ok(Some(l)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(format!(
+            "another supd is using {}; stop it first, or give this one another state_dir",
+            dir.display()
+        )),
+        Err((_, e)) => {
+            log::warn!(
+                "cannot lock {} ({e}): running without the state lock",
+                path.display()
+            );
+            Ok(None)
+        }
+    }
+}

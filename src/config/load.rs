@@ -676,3 +676,25 @@ fn wildcard(p: &[u8], s: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+/// The `[supd]` table alone, when the main file can be read and that table is valid:
+/// where a supd whose config has errors elsewhere should listen.
+pub fn load_supd_only(path: &Path) -> Option<SupdConfig> {
+    let path = absolute(path);
+    let text = std::fs::read_to_string(&path).ok()?;
+    let (doc, syntax) = DeTable::parse_recoverable(&text);
+    if !syntax.is_empty() {
+        return None;
+    }
+    let mut errors = Vec::new();
+    let mut ctx = FileCtx {
+        path: &path,
+        text: &text,
+        errors: &mut errors,
+    };
+    let mut supd = SupdConfig::default();
+    if let Some((_, v)) = doc.get_ref().iter().find(|(k, _)| k.get_ref() == "supd") {
+        read_supd(&mut ctx, v, &mut supd);
+    }
+    errors.is_empty().then_some(supd)
+}

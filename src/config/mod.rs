@@ -8,7 +8,7 @@
 mod load;
 mod walk;
 
-pub use load::{load, ConfigError};
+pub use load::{load, load_supd_only, ConfigError};
 
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;

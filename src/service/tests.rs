@@ -412,9 +412,9 @@ fn after_cooldown_the_history_is_fresh() {
     assert!(s.pending());
     assert_eq!(s.history.streak, 0);
     s.step(&c, Event::Spawned(9), until);
-    s.step(&c, Event::Exited(Exit::Code(1)), until.add(ms(1)));
+    s.step(&c, Event::Exited(Exit::Code(1)), until.plus(ms(1)));
     assert_eq!(s.state, State::Backoff);
-    assert_eq!(s.deadline, Some(until.add(ms(11))), "first delay again");
+    assert_eq!(s.deadline, Some(until.plus(ms(11))), "first delay again");
 }
 
 #[test]

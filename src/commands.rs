@@ -1,0 +1,329 @@
+//! What each control command does to the supervisor, and the answers owed to parked
+//! clients (`stop` and `restart` answer once the service has done it).
+
+use crate::config;
+use crate::control::Access;
+use crate::protocol::{self, Command, Error, ErrorKind, Request, SignalArg};
+use crate::service::{Event, State};
+use crate::supervisor::{signal_group, Supervisor, Waiter};
+use crate::time::Mono;
+use serde_json::{json, Value};
+
+/// What a command produced.
+enum Outcome {
+    Answer(Value),
+    /// Answer later (a waiter was parked).
+    Parked,
+}
+
+impl Supervisor {
+    /// Handles one decoded request (or the error of one that could not be decoded).
+    pub fn handle(&mut self, client: u64, req: Result<Request, (Value, Error)>, now: Mono) {
+        let (id, command) = match req {
+            Ok(r) => (r.id, r.command),
+            Err((id, e)) => return self.server.send(client, &protocol::encode_err(&id, &e)),
+        };
+        if let Err(e) = self.authorize(client, &command) {
+            return self.server.send(client, &protocol::encode_err(&id, &e));
+        }
+        match self.run(client, &id, command, now) {
+            Ok(Outcome::Answer(data)) => self.server.send(client, &protocol::encode_ok(&id, data)),
+            Ok(Outcome::Parked) => {}
+            Err(e) => self.server.send(client, &protocol::encode_err(&id, &e)),
+        }
+    }
+
+    fn authorize(&self, client: u64, command: &Command) -> Result<(), Error> {
+        let Some(c) = self.server.clients.get(&client) else {
+            return Ok(());
+        };
+        let refused = match c.access {
+            Access::Full => return Ok(()),
+            Access::ReadOnly if command.read_only() => return Ok(()),
+            Access::ReadOnly => format!("uid {} may only read (hello, status, log, watch); '{}' needs root", c.uid, command.name()),
+            Access::None => format!("uid {} is not allowed to use this socket (not root, not supd's user, not in socket_group)", c.uid),
+        };
+        log::warn!(
+            "refused '{}' from pid {} uid {}: {refused}",
+            command.name(),
+            c.pid,
+            c.uid
+        );
+        Err(Error::new(ErrorKind::PermissionDenied, refused))
+    }
+
+    fn run(
+        &mut self,
+        client: u64,
+        id: &Value,
+        command: Command,
+        now: Mono,
+    ) -> Result<Outcome, Error> {
+        match command {
+            Command::Hello {} => Ok(Outcome::Answer(json!({
+                "protocol": protocol::PROTOCOL_VERSION,
+                "version": env!("CARGO_PKG_VERSION"),
+                "pid": std::process::id(),
+            }))),
+            Command::Status { service, services } => {
+                let mut names: Vec<String> = service.into_iter().chain(services).collect();
+                for n in &names {
+                    self.known(n)?;
+                }
+                if names.is_empty() {
+                    names = self.slots.keys().cloned().collect();
+                }
+                let list: Vec<_> = names
+                    .iter()
+                    .map(|n| self.status_of(&self.slots[n], now))
+                    .collect();
+                Ok(Outcome::Answer(json!({
+                    "services": list,
+                    "config_errors": self.config_errors,
+                    "supd": {"version": env!("CARGO_PKG_VERSION"), "pid": std::process::id(), "uptime_ms": now.since(self.started).as_millis() as u64},
+                })))
+            }
+            Command::Start { service } => {
+                self.known(&service)?;
+                self.refuse_during_shutdown()?;
+                self.set_down(&service, false);
+                self.apply(&service, Event::Start, now);
+                Ok(Outcome::Answer(self.one_status(&service, now)))
+            }
+            Command::Stop { service } => {
+                self.known(&service)?;
+                self.set_down(&service, true);
+                self.apply(&service, Event::Stop, now);
+                self.park(client, id, service, false)
+            }
+            Command::Restart { service } => {
+                self.known(&service)?;
+                self.refuse_during_shutdown()?;
+                self.set_down(&service, false);
+                self.apply(&service, Event::Restart, now);
+                self.park(client, id, service, true)
+            }
+            Command::Signal { service, signal } => {
+                self.known(&service)?;
+                let sig = match signal {
+                    SignalArg::Name(n) => config::parse_signal(&n),
+                    SignalArg::Number(n) => config::parse_signal(&n.to_string()),
+                }
+                .map_err(|e| Error::new(ErrorKind::BadRequest, e))?;
+                let pid = self.slots[&service].svc.pid.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Failed,
+                        format!("service '{service}' has no process to signal"),
+                    )
+                })?;
+                signal_group(pid, sig);
+                Ok(Outcome::Answer(
+                    json!({"service": service, "pid": pid, "signal": config::signal_name(sig)}),
+                ))
+            }
+            Command::Log {
+                service,
+                lines,
+                follow,
+            } => {
+                self.known(&service)?;
+                let slot = &self.slots[&service];
+                if slot.cfg.log != config::LogMode::File {
+                    return Err(Error::new(
+                        ErrorKind::Failed,
+                        format!(
+                            "the output of '{service}' is not captured (its log is not \"file\")"
+                        ),
+                    ));
+                }
+                let tail = slot
+                    .output
+                    .as_ref()
+                    .map(|o| o.tail(lines.unwrap_or(10)))
+                    .unwrap_or_default();
+                if follow {
+                    if let Some(c) = self.server.clients.get_mut(&client) {
+                        c.following = Some(service.clone());
+                    }
+                }
+                Ok(Outcome::Answer(json!({"service": service, "lines": tail})))
+            }
+            Command::Watch {} => {
+                if let Some(c) = self.server.clients.get_mut(&client) {
+                    c.watching = true;
+                }
+                Ok(Outcome::Answer(json!({"watching": true})))
+            }
+            Command::Reload {} => {
+                self.refuse_during_shutdown()?;
+                self.reload(now)
+                    .map(Outcome::Answer)
+                    .map_err(|errs| Error::new(ErrorKind::InvalidConfig, errs.join("\n")))
+            }
+            Command::Shutdown {} => {
+                self.begin_shutdown(0, now);
+                Ok(Outcome::Answer(json!({"shutting_down": true})))
+            }
+        }
+    }
+
+    fn known(&self, name: &str) -> Result<(), Error> {
+        if self.slots.contains_key(name) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::UnknownService,
+                format!("no service named '{name}'"),
+            ))
+        }
+    }
+
+    fn refuse_during_shutdown(&self) -> Result<(), Error> {
+        if self.shutting_down() {
+            Err(Error::new(ErrorKind::Failed, "supd is shutting down"))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn one_status(&self, name: &str, now: Mono) -> Value {
+        self.slots
+            .get(name)
+            .map(|s| json!(self.status_of(s, now)))
+            .unwrap_or(Value::Null)
+    }
+
+    fn park(
+        &mut self,
+        client: u64,
+        id: &Value,
+        service: String,
+        until_started: bool,
+    ) -> Result<Outcome, Error> {
+        if let Some(c) = self.server.clients.get_mut(&client) {
+            c.parked = true;
+        }
+        self.waiters.push(Waiter {
+            client,
+            id: id.clone(),
+            service,
+            until_started,
+        });
+        Ok(Outcome::Parked)
+    }
+
+    /// Answers the waiters whose service got where they wait for, and lets their
+    /// clients' next requests through.
+    pub fn answer_waiters(&mut self, now: Mono) {
+        let mut done = Vec::new();
+        self.waiters.retain(|w| {
+            let settled = match self.slots.get(&w.service) {
+                None => true,
+                Some(s) if w.until_started => s.svc.state != State::Stopping && !s.svc.pending(),
+                Some(s) => s.svc.pid.is_none() && s.svc.state != State::Stopping,
+            };
+            if settled {
+                done.push((w.client, w.id.clone(), w.service.clone()));
+            }
+            !settled
+        });
+        for (client, id, service) in done {
+            let data = self.one_status(&service, now);
+            self.server.send(client, &protocol::encode_ok(&id, data));
+            if let Some(c) = self.server.clients.get_mut(&client) {
+                c.parked = false;
+            }
+            let more = self.server.take_requests(client);
+            for r in more {
+                self.handle(client, r, now);
+            }
+        }
+    }
+
+    /// Re-reads the config. On any error nothing changes and every error is returned;
+    /// otherwise added services start, removed ones stop, changed ones restart.
+    pub fn reload(&mut self, now: Mono) -> Result<Value, Vec<String>> {
+        let new = match config::load(&self.config_path) {
+            Ok(c) => c,
+            Err(errs) => {
+                let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
+                for m in &msgs {
+                    log::error!("reload refused: {m}");
+                }
+                return Err(msgs);
+            }
+        };
+        self.warn_fixed_settings(&new.supd);
+        let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+        let old: Vec<String> = self.slots.keys().cloned().collect();
+        for name in &old {
+            if !new.services.contains_key(name) && !self.slots[name].removed {
+                if let Some(s) = self.slots.get_mut(name) {
+                    s.removed = true;
+                }
+                self.apply(name, Event::Stop, now);
+                removed.push(name.clone());
+            }
+        }
+        for (name, def) in &new.services {
+            match self.slots.get_mut(name) {
+                None => {
+                    self.add_slot(def.clone());
+                    added.push(name.clone());
+                }
+                Some(slot) if slot.removed || slot.cfg != *def => {
+                    let revived = slot.removed;
+                    slot.removed = false;
+                    let running = slot.svc.pid.is_some();
+                    // Stop with the old definition (its stop_signal); start with the new.
+                    if running {
+                        self.apply(name, Event::Restart, now);
+                    }
+                    if let Some(slot) = self.slots.get_mut(name) {
+                        slot.cfg = def.clone();
+                    }
+                    if revived && def.autostart && !self.down.contains(name) {
+                        self.apply(name, Event::Start, now);
+                    }
+                    changed.push(name.clone());
+                }
+                Some(_) => {}
+            }
+        }
+        let supd = new.supd.clone();
+        let (socket, state_dir) = (
+            self.cfg.supd.socket.clone(),
+            self.cfg.supd.state_dir.clone(),
+        );
+        self.cfg = config::Config {
+            supd: config::SupdConfig {
+                socket,
+                state_dir,
+                ..supd
+            },
+            ..new
+        };
+        self.config_errors.clear();
+        log::info!(
+            "reloaded {}: added {added:?}, removed {removed:?}, changed {changed:?}",
+            self.config_path.display()
+        );
+        Ok(json!({"added": added, "removed": removed, "changed": changed}))
+    }
+
+    fn warn_fixed_settings(&self, new: &config::SupdConfig) {
+        let old = &self.cfg.supd;
+        if new.socket != old.socket {
+            log::warn!(
+                "reload: the socket moves to {} only when supd restarts",
+                new.socket.display()
+            );
+        }
+        if new.state_dir != old.state_dir {
+            log::warn!(
+                "reload: state_dir {} takes effect when supd restarts",
+                new.state_dir.display()
+            );
+        }
+    }
+}

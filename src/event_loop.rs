@@ -1,0 +1,160 @@
+//! The one loop: fire due timers, settle, then block in one `poll()` on every fd with the
+//! earliest deadline as timeout. With nothing to do, supd sleeps in that `poll` and makes
+//! no other system call.
+
+use crate::supervisor::Supervisor;
+use crate::time::Mono;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::Signal;
+
+/// What a polled fd belongs to.
+#[derive(Clone, Copy, Debug)]
+enum Token {
+    Signals,
+    Listener,
+    Notify,
+    Client(u64),
+    /// Index of the service in name order; `true` for its readiness pipe.
+    Service(usize, bool),
+}
+
+/// Runs until the supervisor sets its exit status; returns it.
+pub fn run(sup: &mut Supervisor) -> i32 {
+    loop {
+        let now = Mono::now();
+        sup.fire_timers(now);
+        sup.settle(now);
+        for id in sup.server.reap() {
+            sup.waiters.retain(|w| w.client != id);
+        }
+        if let Some(code) = sup.exit {
+            return code;
+        }
+        let timeout = timeout_until(sup.next_deadline(), now);
+        let ready = match wait(sup, timeout) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("poll: {e}");
+                continue;
+            }
+        };
+        let now = Mono::now();
+        for (token, flags) in ready {
+            dispatch(sup, token, flags, now);
+        }
+    }
+}
+
+/// Milliseconds until `deadline` (rounded up, so the timer has come when poll returns).
+fn timeout_until(deadline: Option<Mono>, now: Mono) -> PollTimeout {
+    match deadline {
+        None => PollTimeout::NONE,
+        Some(d) => {
+            let ns = d.since(now).as_nanos();
+            let ms = ns.div_ceil(1_000_000).min(i32::MAX as u128 - 1) as i32;
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+        }
+    }
+}
+
+/// Polls every fd once; returns the ones with something to do.
+fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollFlags)>> {
+    let input = PollFlags::POLLIN;
+    let mut tokens = vec![Token::Signals, Token::Listener];
+    let mut fds = vec![
+        PollFd::new(sup.signals.fd(), input),
+        PollFd::new(sup.server.fd(), input),
+    ];
+    if let Some(n) = sup.notify.as_ref() {
+        tokens.push(Token::Notify);
+        fds.push(PollFd::new(n.fd(), input));
+    }
+    for (id, fd, wants_out) in sup.server.client_fds() {
+        let parked = sup.server.clients.get(&id).is_some_and(|c| c.parked);
+        let mut flags = if parked { PollFlags::empty() } else { input };
+        if wants_out {
+            flags |= PollFlags::POLLOUT;
+        }
+        tokens.push(Token::Client(id));
+        fds.push(PollFd::new(fd, flags));
+    }
+    let names: Vec<&str> = sup.slots.keys().map(String::as_str).collect();
+    for (name, is_ready_pipe, fd) in sup.service_fds() {
+        let index = names.iter().position(|n| *n == name).unwrap_or(usize::MAX);
+        tokens.push(Token::Service(index, is_ready_pipe));
+        fds.push(PollFd::new(fd, input));
+    }
+    match poll(&mut fds, timeout) {
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    }
+    Ok(tokens
+        .into_iter()
+        .zip(fds.iter())
+        .filter_map(|(t, fd)| fd.revents().filter(|r| !r.is_empty()).map(|r| (t, r)))
+        .collect())
+}
+
+fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
+    match token {
+        Token::Signals => {
+            for sig in sup.signals.drain() {
+                on_signal(sup, sig, now);
+            }
+        }
+        Token::Listener => sup.server.accept(),
+        Token::Notify => sup.on_notify(now),
+        Token::Client(id) => {
+            if flags.contains(PollFlags::POLLOUT) {
+                sup.server.flush(id);
+            }
+            if flags.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
+                for req in sup.server.read(id) {
+                    sup.handle(id, req, now);
+                }
+            }
+        }
+        Token::Service(index, ready_pipe) => {
+            let Some(name) = sup.slots.keys().nth(index).cloned() else {
+                return;
+            };
+            if ready_pipe {
+                sup.on_ready_pipe(&name, now);
+            } else {
+                sup.on_output(&name);
+            }
+        }
+    }
+}
+
+fn on_signal(sup: &mut Supervisor, sig: Signal, now: Mono) {
+    match sig {
+        Signal::SIGCHLD => sup.reap(now),
+        Signal::SIGTERM | Signal::SIGINT => {
+            log::info!("{}: stopping", crate::config::signal_name(sig));
+            sup.begin_shutdown(0, now);
+        }
+        Signal::SIGHUP => {
+            let _ = sup.reload(now);
+        }
+        other => log::info!("ignoring {}", crate::config::signal_name(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn timeouts_round_up_and_none_blocks() {
+        let now = Mono(1_000_000_000);
+        assert_eq!(timeout_until(None, now), PollTimeout::NONE);
+        assert_eq!(
+            timeout_until(Some(now.plus(Duration::from_micros(1500))), now),
+            PollTimeout::from(2u8)
+        );
+        assert_eq!(timeout_until(Some(Mono(0)), now), PollTimeout::ZERO);
+    }
+}

@@ -1,0 +1,624 @@
+//! The supervisor: owns every service's state, the pid table and the edges (control
+//! socket, notify socket, output pipes), and turns what happens into machine events and
+//! the machine's actions into system calls.
+//!
+//! Invariants: a pid is in `pids` exactly while its process is unreaped; a service has at
+//! most one process (it is spawned only from `stopped`); every spawn and reap rewrites
+//! the pid records, so a later supd can end what this one leaves.
+
+use crate::config::{Config, LogMode, Ready, ServiceConfig};
+use crate::control::Server;
+use crate::launch::{self, NotLaunched};
+use crate::logs::{LogFile, Output, READ_MAX};
+use crate::notify::NotifySocket;
+use crate::protocol::{LastExit, ServiceStatus};
+use crate::records::{self, PidRecord};
+use crate::service::{signal_label, Action, Event, Exit, Service, State, Want};
+use crate::signals::Signals;
+use crate::sys::{self, SpawnSpec};
+use crate::time::Mono;
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::Stdio;
+
+/// One configured service and what belongs to it.
+pub struct Slot {
+    pub cfg: ServiceConfig,
+    pub svc: Service,
+    pub output: Option<Output>,
+    /// Read end of the `fd:N` readiness pipe of the current process.
+    pub ready_pipe: Option<OwnedFd>,
+    /// The tool version the current (or last) process runs.
+    pub version: Option<String>,
+    /// The last `STATUS=` of a notify service.
+    pub status_text: Option<String>,
+    /// Start time of the current process, for the pid records.
+    start_time: u64,
+    /// Removed by a reload: dropped once it is down.
+    pub removed: bool,
+}
+
+/// An answer owed to a parked client.
+pub struct Waiter {
+    pub client: u64,
+    pub id: Value,
+    pub service: String,
+    /// Wait for a new process (restart) rather than for the end of the old one (stop).
+    pub until_started: bool,
+}
+
+struct Shutdown {
+    deadline: Mono,
+    code: i32,
+    killed: bool,
+}
+
+/// The whole supervisor.
+pub struct Supervisor {
+    pub cfg: Config,
+    pub config_path: PathBuf,
+    /// Errors of the config at start or of the last failed reload, for `status`.
+    pub config_errors: Vec<String>,
+    pub slots: BTreeMap<String, Slot>,
+    pids: HashMap<i32, String>,
+    pub server: Server,
+    pub notify: Option<NotifySocket>,
+    pub signals: Signals,
+    shutdown: Option<Shutdown>,
+    /// Set when the loop must end, with supd's exit status.
+    pub exit: Option<i32>,
+    pub waiters: Vec<Waiter>,
+    /// Services an operator stopped: they stay down across restarts of supd.
+    pub down: BTreeSet<String>,
+    pub started: Mono,
+    buf: Vec<u8>,
+}
+
+impl Supervisor {
+    /// A supervisor for `cfg`, with nothing started yet.
+    pub fn new(
+        cfg: Config,
+        config_path: PathBuf,
+        server: Server,
+        notify: Option<NotifySocket>,
+        signals: Signals,
+    ) -> Self {
+        let down = records::read_down(&cfg.supd.state_dir);
+        let mut sup = Supervisor {
+            cfg,
+            config_path,
+            config_errors: Vec::new(),
+            slots: BTreeMap::new(),
+            pids: HashMap::new(),
+            server,
+            notify,
+            signals,
+            shutdown: None,
+            exit: None,
+            waiters: Vec::new(),
+            down,
+            started: Mono::now(),
+            buf: vec![0; READ_MAX],
+        };
+        let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
+        for def in defs {
+            sup.add_slot(def);
+        }
+        sup
+    }
+
+    /// Adds a service, wanted up when `autostart` and not stopped by an operator.
+    pub fn add_slot(&mut self, cfg: ServiceConfig) {
+        let want = if cfg.autostart && !self.down.contains(&cfg.name) {
+            Want::Up
+        } else {
+            Want::Down
+        };
+        let slot = Slot {
+            svc: Service::new(want),
+            cfg,
+            output: None,
+            ready_pipe: None,
+            version: None,
+            status_text: None,
+            start_time: 0,
+            removed: false,
+        };
+        self.slots.insert(slot.cfg.name.clone(), slot);
+    }
+
+    /// Feeds one event to a service's machine and carries out its actions.
+    pub fn apply(&mut self, name: &str, ev: Event, now: Mono) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        let from = slot.svc.state;
+        let actions = slot.svc.step(&slot.cfg, ev, now);
+        let pid = slot.svc.pid;
+        for a in actions {
+            match a {
+                Action::Signal(sig) => {
+                    if let Some(p) = pid {
+                        signal_group(p, sig);
+                    }
+                }
+                Action::Shutdown(code) => {
+                    log::error!(
+                        "{name}: {}",
+                        self.slots[name]
+                            .svc
+                            .reason
+                            .as_deref()
+                            .unwrap_or("crash loop")
+                    );
+                    self.begin_shutdown(code, now);
+                }
+            }
+        }
+        let to = self.slots[name].svc.state;
+        if from != to {
+            self.state_changed(name, from, to);
+        }
+    }
+
+    fn state_changed(&mut self, name: &str, from: State, to: State) {
+        let slot = &self.slots[name];
+        let reason = slot.svc.reason.clone();
+        match (to, &reason) {
+            (State::Failed | State::Backoff | State::Cooldown, Some(r)) => {
+                log::warn!("{name}: {} ({r})", to.as_str())
+            }
+            (_, Some(r)) => log::info!("{name}: {} -> {} ({r})", from.as_str(), to.as_str()),
+            (_, None) => log::info!("{name}: {} -> {}", from.as_str(), to.as_str()),
+        }
+        let event = json!({
+            "event": "state",
+            "service": name,
+            "from": from.as_str(),
+            "to": to.as_str(),
+            "pid": slot.svc.pid,
+            "version": slot.version,
+            "reason": reason,
+            "time": unix_ms(),
+        });
+        self.server.broadcast(&crate::protocol::line(event));
+    }
+
+    /// Starts a pending service now.
+    fn spawn(&mut self, name: &str, now: Mono) {
+        let notify_path = self.notify.as_ref().map(|n| n.path.clone());
+        let log_dir = self.cfg.supd.log_dir.clone();
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        let plan = match launch::plan(&slot.cfg, &self.cfg.supd, notify_path.as_deref()) {
+            Ok(p) => p,
+            Err(NotLaunched::NoVersion(why)) => {
+                return self.apply(name, Event::Unavailable(why), now)
+            }
+            Err(NotLaunched::Failed(why)) => return self.apply(name, Event::SpawnFailed(why), now),
+        };
+        let (stdout, stderr) = match streams(slot, &log_dir) {
+            Ok(s) => s,
+            Err(e) => {
+                return self.apply(
+                    name,
+                    Event::SpawnFailed(format!("cannot set up its output: {e}")),
+                    now,
+                )
+            }
+        };
+        let mut ready_write = None;
+        if let Ready::Fd(n) = slot.cfg.ready {
+            match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK) {
+                Ok((r, w)) => {
+                    slot.ready_pipe = Some(r);
+                    ready_write = Some((w, n));
+                }
+                Err(e) => {
+                    return self.apply(
+                        name,
+                        Event::SpawnFailed(format!("cannot make its readiness pipe: {e}")),
+                        now,
+                    )
+                }
+            }
+        }
+        let program = plan.program.clone();
+        let spec = SpawnSpec {
+            program: plan.program,
+            args: plan.args,
+            env: plan.env,
+            cwd: plan.cwd,
+            stdout,
+            stderr,
+            creds: plan.creds,
+            ready_fd: ready_write.as_ref().map(|(w, n)| (sys::raw(w), *n)),
+        };
+        let result = sys::spawn(spec);
+        drop(ready_write); // the child has its copy; EOF on the pipe then means it closed it
+        match result {
+            Ok(pid) => {
+                slot.version = plan.version;
+                slot.start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
+                self.pids.insert(pid, name.to_string());
+                self.apply(name, Event::Spawned(pid), now);
+                self.write_pids();
+            }
+            Err(e) => {
+                slot.ready_pipe = None;
+                self.apply(name, Event::SpawnFailed(format!("{program}: {e}")), now);
+            }
+        }
+    }
+
+    fn write_pids(&self) {
+        let recs: Vec<PidRecord> = self
+            .slots
+            .values()
+            .filter_map(|s| {
+                s.svc.pid.map(|pid| PidRecord {
+                    service: s.cfg.name.clone(),
+                    pid,
+                    start_time: s.start_time,
+                })
+            })
+            .collect();
+        if let Err(e) = records::write_pids(&self.cfg.supd.state_dir, &recs) {
+            log::warn!(
+                "cannot record pids in {}: {e}",
+                self.cfg.supd.state_dir.display()
+            );
+        }
+    }
+
+    /// Reaps every exited child: services' and adopted orphans'.
+    pub fn reap(&mut self, now: Mono) {
+        let mut any = false;
+        loop {
+            let (pid, exit) = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => (pid.as_raw(), Exit::Code(code)),
+                Ok(WaitStatus::Signaled(pid, sig, _)) => (pid.as_raw(), Exit::Signal(sig as i32)),
+                Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::ECHILD) => break,
+                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    log::warn!("waitpid: {e}");
+                    break;
+                }
+            };
+            let Some(name) = self.pids.remove(&pid) else {
+                log::debug!("reaped orphan {pid} ({exit})");
+                continue;
+            };
+            any = true;
+            // Whatever is left of its process group goes with it: no remnant of one
+            // instance may overlap the next.
+            signal_group(pid, Signal::SIGKILL);
+            if let Some(slot) = self.slots.get_mut(&name) {
+                slot.ready_pipe = None;
+            }
+            self.apply(&name, Event::Exited(exit), now);
+        }
+        if any {
+            self.write_pids();
+        }
+    }
+
+    /// Fires every deadline that has come.
+    pub fn fire_timers(&mut self, now: Mono) {
+        let due: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.svc.deadline.is_some_and(|d| d <= now))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in due {
+            self.apply(&name, Event::Timer, now);
+        }
+        if let Some(sd) = self.shutdown.as_mut() {
+            if sd.deadline <= now && !sd.killed {
+                sd.killed = true;
+                log::warn!("shutdown_timeout passed: killing what is left");
+                for s in self.slots.values() {
+                    if let Some(p) = s.svc.pid {
+                        signal_group(p, Signal::SIGKILL);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The earliest deadline, for the poll timeout.
+    pub fn next_deadline(&self) -> Option<Mono> {
+        let services = self.slots.values().filter_map(|s| s.svc.deadline);
+        let shutdown = self
+            .shutdown
+            .as_ref()
+            .filter(|s| !s.killed)
+            .map(|s| s.deadline);
+        services.chain(shutdown).min()
+    }
+
+    /// Starts what may start, stops what must stop, answers parked clients. Runs after
+    /// every batch of events, until nothing changes.
+    pub fn settle(&mut self, now: Mono) {
+        if self.shutdown.is_some() {
+            self.shutdown_step(now);
+        } else {
+            while let Some(name) = self.next_startable() {
+                self.spawn(&name, now);
+            }
+            self.note_waiting();
+        }
+        self.slots.retain(|name, s| {
+            let keep = !(s.removed && s.svc.pid.is_none());
+            if !keep {
+                log::info!("{name}: removed");
+            }
+            keep
+        });
+        self.answer_waiters(now);
+    }
+
+    /// A pending service whose `after` services are all ready.
+    fn next_startable(&self) -> Option<String> {
+        self.slots
+            .iter()
+            .find(|(_, s)| s.svc.pending() && !s.removed && self.deps_ready(&s.cfg))
+            .map(|(n, _)| n.clone())
+    }
+
+    fn deps_ready(&self, cfg: &ServiceConfig) -> bool {
+        cfg.after
+            .iter()
+            .all(|d| self.slots.get(d).is_some_and(|s| s.svc.is_ready(&s.cfg)))
+    }
+
+    /// Says in `reason` what a pending service waits for.
+    fn note_waiting(&mut self) {
+        let waits: Vec<(String, String)> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.svc.pending())
+            .map(|(n, s)| {
+                let missing: Vec<&str> = s
+                    .cfg
+                    .after
+                    .iter()
+                    .filter(|d| !self.slots.get(*d).is_some_and(|x| x.svc.is_ready(&x.cfg)))
+                    .map(String::as_str)
+                    .collect();
+                (n.clone(), format!("waiting for {}", missing.join(", ")))
+            })
+            .collect();
+        for (n, why) in waits {
+            if let Some(s) = self.slots.get_mut(&n) {
+                s.svc.reason = Some(why);
+            }
+        }
+    }
+
+    /// Begins stopping everything; supd exits with `code` once all is down.
+    pub fn begin_shutdown(&mut self, code: i32, now: Mono) {
+        match &mut self.shutdown {
+            Some(sd) => sd.code = sd.code.max(code),
+            None => {
+                log::info!("shutting down: stopping every service");
+                self.shutdown = Some(Shutdown {
+                    deadline: now.plus(self.cfg.supd.shutdown_timeout),
+                    code,
+                    killed: false,
+                });
+            }
+        }
+    }
+
+    /// Stops each service whose dependents are down (reverse `after` order); sets `exit`
+    /// when no service process is left.
+    fn shutdown_step(&mut self, now: Mono) {
+        let names: Vec<String> = self.slots.keys().cloned().collect();
+        for name in &names {
+            let s = &self.slots[name];
+            if s.svc.want == Want::Down
+                && s.svc.state != State::Starting
+                && s.svc.state != State::Running
+            {
+                continue;
+            }
+            let dependents_up = self
+                .slots
+                .values()
+                .any(|o| o.svc.pid.is_some() && o.cfg.after.contains(name));
+            if !dependents_up {
+                self.apply(name, Event::Stop, now);
+            }
+        }
+        if self.slots.values().all(|s| s.svc.pid.is_none()) {
+            let code = self.shutdown.as_ref().map(|s| s.code).unwrap_or(0);
+            log::info!("every service is down; exiting with status {code}");
+            self.exit = Some(code);
+        }
+    }
+
+    /// Whether a shutdown is under way.
+    pub fn shutting_down(&self) -> bool {
+        self.shutdown.is_some()
+    }
+
+    /// Reads a service's output.
+    pub fn on_output(&mut self, name: &str) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        let Some(out) = slot.output.as_mut() else {
+            return;
+        };
+        let lines = out.read_available(name, &mut self.buf);
+        if !lines.is_empty() {
+            self.server.broadcast_log(name, &lines);
+        }
+    }
+
+    /// Reads a service's `fd:N` readiness pipe: a newline means ready.
+    pub fn on_ready_pipe(&mut self, name: &str, now: Mono) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        let Some(fd) = slot.ready_pipe.as_ref() else {
+            return;
+        };
+        let mut buf = [0u8; 512];
+        match nix::unistd::read(fd, &mut buf) {
+            Ok(0) => slot.ready_pipe = None,
+            Ok(n) if buf[..n].contains(&b'\n') => {
+                slot.ready_pipe = None;
+                self.apply(name, Event::Ready, now);
+            }
+            Ok(_) | Err(_) => {}
+        }
+    }
+
+    /// Reads sd_notify datagrams.
+    pub fn on_notify(&mut self, now: Mono) {
+        let Some(sock) = self.notify.as_ref() else {
+            return;
+        };
+        for msg in sock.drain() {
+            let Some(name) = self.service_of(msg.pid) else {
+                log::debug!("notify message from pid {} of no service: ignored", msg.pid);
+                continue;
+            };
+            for (k, v) in msg.fields {
+                match k.as_str() {
+                    "READY" if v == "1" && self.slots[&name].cfg.ready == Ready::Notify => {
+                        self.apply(&name, Event::Ready, now)
+                    }
+                    "STATUS" => {
+                        if let Some(s) = self.slots.get_mut(&name) {
+                            s.status_text = Some(v);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The service whose process group `pid` belongs to.
+    fn service_of(&self, pid: i32) -> Option<String> {
+        if let Some(n) = self.pids.get(&pid) {
+            return Some(n.clone());
+        }
+        let pgrp = crate::proc::stat(pid)?.pgrp;
+        self.pids.get(&pgrp).cloned()
+    }
+
+    /// A service's line of `status`.
+    pub fn status_of(&self, slot: &Slot, now: Mono) -> ServiceStatus {
+        let svc = &slot.svc;
+        ServiceStatus {
+            name: slot.cfg.name.clone(),
+            state: svc.state.as_str().to_string(),
+            pid: svc.pid,
+            version: slot.version.clone(),
+            restarts: svc.restarts,
+            uptime_ms: svc
+                .pid
+                .and(svc.started_at)
+                .map(|t| now.since(t).as_millis() as u64),
+            last_exit: svc.last_exit.map(|e| match e {
+                Exit::Code(c) => LastExit::Code(c),
+                Exit::Signal(s) => LastExit::Signal(signal_label(s)),
+            }),
+            reason: svc.reason.clone(),
+            want: if svc.want == Want::Up { "up" } else { "down" }.to_string(),
+            status: slot.status_text.clone(),
+            log_dropped: slot.output.as_ref().map(|o| o.dropped).unwrap_or(0),
+        }
+    }
+
+    /// Records an operator's stop or start durably.
+    pub fn set_down(&mut self, name: &str, down: bool) {
+        let changed = if down {
+            self.down.insert(name.to_string())
+        } else {
+            self.down.remove(name)
+        };
+        if changed {
+            if let Err(e) = records::write_down(&self.cfg.supd.state_dir, &self.down) {
+                log::warn!(
+                    "cannot record that {name} is {}: {e}",
+                    if down { "down" } else { "up" }
+                );
+            }
+        }
+    }
+
+    /// The fds of output pipes and readiness pipes, by service.
+    pub fn service_fds(&self) -> impl Iterator<Item = (&str, bool, std::os::fd::BorrowedFd<'_>)> {
+        self.slots.iter().flat_map(|(n, s)| {
+            let out = s.output.as_ref().map(|o| (n.as_str(), false, o.fd()));
+            let ready = s.ready_pipe.as_ref().map(|r| (n.as_str(), true, r.as_fd()));
+            out.into_iter().chain(ready)
+        })
+    }
+}
+
+/// stdout and stderr for a new process of `slot`, creating its output pipe if needed.
+fn streams(slot: &mut Slot, log_dir: &std::path::Path) -> std::io::Result<(Stdio, Stdio)> {
+    match slot.cfg.log {
+        LogMode::Inherit => {
+            slot.output = None;
+            Ok((Stdio::inherit(), Stdio::inherit()))
+        }
+        LogMode::Null => {
+            slot.output = None;
+            Ok((Stdio::null(), Stdio::null()))
+        }
+        LogMode::File => {
+            let file = LogFile::new(
+                log_dir.join(format!("{}.log", slot.cfg.name)),
+                slot.cfg.log_max_size,
+                slot.cfg.log_keep,
+            );
+            match slot.output.as_mut() {
+                Some(out) => out.file = Some(file),
+                None => slot.output = Some(Output::new(Some(file))?),
+            }
+            let out = slot
+                .output
+                .as_ref()
+                .ok_or_else(|| std::io::Error::other("no output pipe"))?;
+            Ok((Stdio::from(out.writer()?), Stdio::from(out.writer()?)))
+        }
+    }
+}
+
+/// Sends `sig` to the process group led by `pid`, then SIGCONT so a stopped group can
+/// act on it. A group that is gone already is not an error.
+pub fn signal_group(pid: i32, sig: Signal) {
+    let pg = Pid::from_raw(pid);
+    match killpg(pg, sig) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+        Err(e) => log::warn!(
+            "cannot send {} to process group {pid}: {e}",
+            crate::config::signal_name(sig)
+        ),
+    }
+    if sig != Signal::SIGKILL && sig != Signal::SIGCONT {
+        let _ = killpg(pg, Signal::SIGCONT);
+    }
+}
+
+/// Milliseconds since the Unix epoch, for event times.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
