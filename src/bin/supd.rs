@@ -169,9 +169,37 @@ fn run(path: PathBuf, signals: Signals) -> Result<i32, String> {
     );
     let mut sup = Supervisor::new(cfg, path, server, notify, signals);
     sup.config_errors = errors;
+    tell_service_manager();
     let code = sup::event_loop::run(&mut sup);
     let _ = std::fs::remove_file(&socket);
     Ok(code)
+}
+
+/// Tells a service manager that supd is up (sd_notify `READY=1`), when one asked by
+/// setting `NOTIFY_SOCKET` (systemd's Type=notify, or a test harness).
+fn tell_service_manager() {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let msg = format!("READY=1\nMAINPID={}\n", std::process::id());
+    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let bytes = path.as_encoded_bytes();
+    let sent = match bytes.strip_prefix(b"@") {
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            std::os::unix::net::SocketAddr::from_abstract_name(name)
+                .and_then(|a| sock.send_to_addr(msg.as_bytes(), &a))
+        }
+        None => sock.send_to(msg.as_bytes(), &path),
+    };
+    if let Err(e) = sent {
+        log::warn!(
+            "cannot tell {} that supd is ready: {e}",
+            path.to_string_lossy()
+        );
+    }
 }
 
 /// One supd per state directory.
