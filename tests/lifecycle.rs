@@ -1,0 +1,276 @@
+//! supd's own life: killed and started again (no duplicates), a second supd, a config
+//! that is broken at start, reload, and a graceful stop.
+
+mod common;
+use common::*;
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+#[test]
+fn kill_9_of_supd_and_restart_leaves_exactly_one_instance() {
+    let mut sb = Sandbox::new();
+    let tag = sb.tag.to_string();
+    let child = sb.script(
+        "svc.sh",
+        &format!("/bin/sleep {tag} &\nexec /bin/sleep {tag}0"),
+    );
+    sb.config(&format!(
+        "[service.one]\ncommand = [\"{child}\"]\nstop_timeout = \"2s\"\n"
+    ));
+    sb.start();
+    let first = sb.wait_state("one", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    let before = sb.recorded_groups();
+    assert_eq!(before, vec![first], "the pid is recorded");
+    sb.stop_supd(Signal::SIGKILL);
+    assert!(alive(first), "the service outlives a killed supd");
+
+    sb.start();
+    let second = sb.wait_state("one", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    assert_ne!(first, second);
+    assert!(
+        wait_exit(first, DEADLINE).is_some(),
+        "the old instance {first} was not ended"
+    );
+    // Exactly one of each: the service and its background child, all in the new group.
+    let mains = processes_with_cmdline(&["/bin/sleep", &format!("{tag}0")]);
+    let kids = processes_with_cmdline(&["/bin/sleep", &tag]);
+    assert_eq!(mains, vec![second], "{}", sb.supd_log());
+    assert_eq!(
+        kids.len(),
+        1,
+        "grandchildren of the old instance survived: {kids:?}"
+    );
+    assert!(sb.supd_log().contains("was left by a previous supd"));
+}
+
+#[test]
+fn a_recorded_pid_that_was_reused_is_left_alone() {
+    let mut sb = Sandbox::new();
+    // A live process that is not a service: its pid with a wrong start time in the records.
+    let mut bystander = std::process::Command::new("/bin/sleep")
+        .arg("3600")
+        .spawn()
+        .expect("spawn");
+    let pid = bystander.id() as i32;
+    std::fs::create_dir_all(sb.path("state")).expect("mkdir");
+    std::fs::write(
+        sb.path("state/pids.json"),
+        format!("[{{\"service\":\"x\",\"pid\":{pid},\"start_time\":1}}]"),
+    )
+    .expect("write");
+    sb.config("");
+    sb.start();
+    assert!(
+        alive(pid),
+        "supd killed a process whose pid merely matched a record"
+    );
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+}
+
+#[test]
+fn a_second_supd_on_the_same_socket_refuses_to_start() {
+    let mut sb = Sandbox::new();
+    sb.config("[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n");
+    sb.start();
+    let pid = sb.wait_state("a", "running")["pid"].clone();
+    let out = std::process::Command::new(SUPD)
+        .arg("-c")
+        .arg(sb.path("sup.toml"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another supd"), "{err}");
+    // With another state_dir but the same socket, the socket check refuses.
+    std::fs::write(
+        sb.path("other.toml"),
+        "[supd]\nsocket = \"sup.sock\"\nstate_dir = \"state2\"\nlog_dir = \"log\"\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(SUPD)
+        .arg("-c")
+        .arg(sb.path("other.toml"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another supd is already serving"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        sb.status("a")["pid"],
+        pid,
+        "the first supd and its service are untouched"
+    );
+}
+
+#[test]
+fn a_broken_config_at_start_keeps_supd_up_until_a_good_reload() {
+    let mut sb = Sandbox::new();
+    sb.config("[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart = \"maybe\"\n");
+    sb.start();
+    let st = sb.ok(json!({"cmd": "status"}));
+    assert_eq!(st["services"], json!([]));
+    let errs = st["config_errors"].to_string();
+    assert!(errs.contains("sup.toml:10:11: service.a.restart"), "{errs}");
+    let out = sb.supctl(&["status"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the config has errors"));
+    sb.config("[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n");
+    let r = sb.ok(json!({"cmd": "reload"}));
+    assert_eq!(r["added"], json!(["a"]));
+    sb.wait_state("a", "running");
+}
+
+#[test]
+fn check_reports_every_error_and_exits_1() {
+    let sb = Sandbox::new();
+    sb.config("[service.a]\ncommand = [\"/bin/true\"]\nrestart_delay = \"soon\"\nbogus = 1\n");
+    let out = std::process::Command::new(SUPD)
+        .args(["--check", "-c"])
+        .arg(sb.path("sup.toml"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sup.toml:10:17: service.a.restart_delay:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("sup.toml:11:1: service.a.bogus: unknown key"),
+        "{err}"
+    );
+    sb.config("[service.a]\ncommand = [\"/bin/true\"]\n");
+    let out = std::process::Command::new(SUPD)
+        .args(["--check", "-c"])
+        .arg(sb.path("sup.toml"))
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn reload_with_errors_changes_nothing_and_a_good_one_restarts_only_what_changed() {
+    let mut sb = Sandbox::new();
+    let base = "[service.same]\ncommand = [\"/bin/sleep\", \"3600\"]\n\n[service.edit]\ncommand = [\"/bin/sleep\", \"3601\"]\n\n\
+                [service.gone]\ncommand = [\"/bin/sleep\", \"3602\"]\n";
+    sb.config(base);
+    sb.start();
+    let same = sb.wait_state("same", "running")["pid"].clone();
+    let edit = sb.wait_state("edit", "running")["pid"].clone();
+    sb.wait_state("gone", "running");
+
+    sb.config(&format!(
+        "{base}\n[service.new]\ncommand = [\"/bin/sleep\", \"3603\"]\nbad_key = true\n"
+    ));
+    let a = sb.request(json!({"cmd": "reload"}));
+    assert_eq!(a["ok"], false);
+    assert_eq!(a["error"]["kind"], "invalid-config");
+    assert!(
+        a["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("service.new.bad_key"),
+        "{a}"
+    );
+    let all = sb.ok(json!({"cmd": "status"}));
+    let names: Vec<&str> = all["services"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(names, ["edit", "gone", "same"]);
+    assert_eq!(sb.status("edit")["pid"], edit);
+
+    sb.config(
+        "[service.same]\ncommand = [\"/bin/sleep\", \"3600\"]\n\n[service.edit]\ncommand = [\"/bin/sleep\", \"3604\"]\n\n\
+         [service.new]\ncommand = [\"/bin/sleep\", \"3603\"]\n",
+    );
+    let mut w = sb.watch();
+    let r = sb.ok(json!({"cmd": "reload"}));
+    assert_eq!(
+        (
+            r["added"].clone(),
+            r["removed"].clone(),
+            r["changed"].clone()
+        ),
+        (json!(["new"]), json!(["gone"]), json!(["edit"]))
+    );
+    w.state(&sb, "edit", "running");
+    sb.wait_state("new", "running");
+    assert_eq!(
+        sb.status("same")["pid"],
+        same,
+        "an unchanged service keeps running"
+    );
+    assert_ne!(sb.status("edit")["pid"], edit);
+    assert_eq!(
+        sb.request(json!({"cmd": "status", "service": "gone"}))["error"]["kind"],
+        "unknown-service"
+    );
+    assert!(processes_with_cmdline(&["/bin/sleep", "3602"])
+        .iter()
+        .all(|p| !alive(*p) || !sb.recorded_groups().contains(p)));
+}
+
+#[test]
+fn sighup_reloads() {
+    let mut sb = Sandbox::new();
+    sb.config("");
+    sb.start();
+    sb.config("[service.late]\ncommand = [\"/bin/sleep\", \"3600\"]\n");
+    let mut w = sb.watch();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sb.supd_pid()), Signal::SIGHUP).expect("HUP");
+    w.state(&sb, "late", "running");
+}
+
+#[test]
+fn sigterm_stops_services_in_reverse_order_and_exits_0() {
+    let mut sb = Sandbox::new();
+    let order = sb.path("order");
+    let svc = |name: &str| {
+        sb.script(&format!("{name}.sh"), &format!("trap 'echo {name} >> {}; exit 0' TERM\necho >&3\nwhile :; do /bin/sleep 1 & wait; done", order.display()))
+    };
+    let (db, app, web) = (svc("db"), svc("app"), svc("web"));
+    sb.config(&format!(
+        "[service.db]\ncommand = [\"{db}\"]\nready = \"fd:3\"\n\n[service.app]\ncommand = [\"{app}\"]\nready = \"fd:3\"\nafter = [\"db\"]\n\n\
+         [service.web]\ncommand = [\"{web}\"]\nready = \"fd:3\"\nafter = [\"app\"]\n"
+    ));
+    sb.start();
+    sb.wait_state("web", "running");
+    let status = sb.stop_supd(Signal::SIGTERM);
+    assert_eq!(status.code(), Some(0), "{}", sb.supd_log());
+    let text = std::fs::read_to_string(&order).expect("order file");
+    assert_eq!(text.lines().collect::<Vec<_>>(), ["web", "app", "db"]);
+}
+
+#[test]
+fn admin_down_survives_a_restart_of_supd() {
+    let mut sb = Sandbox::new();
+    sb.config("[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n\n[service.b]\ncommand = [\"/bin/sleep\", \"3601\"]\n");
+    sb.start();
+    sb.wait_state("a", "running");
+    let st = sb.ok(json!({"cmd": "stop", "service": "a"}));
+    assert_eq!(
+        (st["state"].clone(), st["want"].clone()),
+        (json!("stopped"), json!("down"))
+    );
+    sb.stop_supd(Signal::SIGTERM);
+    sb.start();
+    sb.wait_state("b", "running");
+    assert_eq!(sb.status("a")["state"], "stopped");
+    sb.ok(json!({"cmd": "start", "service": "a"}));
+    sb.wait_state("a", "running");
+}
