@@ -215,12 +215,17 @@ impl Server {
                 }
                 break;
             };
-            let line: Vec<u8> = c.rbuf.drain(..=nl).collect();
-            if nl > MAX_REQUEST {
-                let e = Error::new(ErrorKind::BadRequest, "request line longer than 64 KiB");
+            if nl >= MAX_REQUEST {
+                let e = Error::new(
+                    ErrorKind::BadRequest,
+                    "request line longer than 64 KiB; closing the connection",
+                );
                 out.push(Err((Value::Null, e)));
-                continue;
+                c.rbuf.clear();
+                c.closing = true;
+                break;
             }
+            let line: Vec<u8> = c.rbuf.drain(..=nl).collect();
             let trimmed = line[..nl].strip_suffix(b"\r").unwrap_or(&line[..nl]);
             if trimmed.iter().all(u8::is_ascii_whitespace) {
                 continue;
