@@ -15,14 +15,14 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Stops the groups recorded in `state_dir`: TERM and CONT, up to `grace` for their
-/// leaders to exit, then KILL. Returns the services that had something left.
+/// members to exit, then KILL, and waits until they are gone. Returns the services that had something left.
 pub fn end(state_dir: &Path, grace: Duration) -> Vec<String> {
     let recs = records::read_pids(state_dir);
     let ours: Vec<&PidRecord> = recs.iter().filter(|r| r.pid > 1 && still_ours(r)).collect();
     if ours.is_empty() {
         return Vec::new();
     }
-    let mut pidfds = Vec::new();
+    let groups: Vec<i32> = ours.iter().map(|r| r.pid).collect();
     for r in &ours {
         log::warn!(
             "{}: process group {} was left by a previous supd; ending it",
@@ -32,11 +32,34 @@ pub fn end(state_dir: &Path, grace: Duration) -> Vec<String> {
         let pg = Pid::from_raw(r.pid);
         let _ = killpg(pg, Signal::SIGTERM);
         let _ = killpg(pg, Signal::SIGCONT);
-        if let Ok(fd) = crate::sys::pidfd_open(r.pid) {
-            pidfds.push(fd);
-        }
     }
-    // Wait (in poll, not in a sleep) for the leaders to exit, within the grace.
+    wait_members(&groups, grace);
+    for g in &groups {
+        let _ = killpg(Pid::from_raw(*g), Signal::SIGKILL);
+    }
+    // SIGKILL cannot be refused, but dying takes a moment: wait until nothing of the old
+    // groups is left, so the new instances never overlap the old ones.
+    wait_members(&groups, Duration::from_secs(5));
+    if let Err(e) = records::write_pids(state_dir, &[]) {
+        log::warn!(
+            "cannot clear the pid records in {}: {e}",
+            state_dir.display()
+        );
+    }
+    ours.iter().map(|r| r.service.clone()).collect()
+}
+
+/// Waits, in poll on pidfds, until every live member of `groups` has exited, or `grace`.
+fn wait_members(groups: &[i32], grace: Duration) {
+    let members: Vec<i32> = crate::proc::all()
+        .into_iter()
+        .filter(|s| groups.contains(&s.pgrp) && s.state != 'Z')
+        .map(|s| s.pid)
+        .collect();
+    let mut pidfds: Vec<_> = members
+        .iter()
+        .filter_map(|p| crate::sys::pidfd_open(*p).ok())
+        .collect();
     let deadline = Mono::now().plus(grace);
     while !pidfds.is_empty() {
         let left = deadline.since(Mono::now());
@@ -64,16 +87,6 @@ pub fn end(state_dir: &Path, grace: Duration) -> Vec<String> {
             keep
         });
     }
-    for r in &ours {
-        let _ = killpg(Pid::from_raw(r.pid), Signal::SIGKILL);
-    }
-    if let Err(e) = records::write_pids(state_dir, &[]) {
-        log::warn!(
-            "cannot clear the pid records in {}: {e}",
-            state_dir.display()
-        );
-    }
-    ours.iter().map(|r| r.service.clone()).collect()
 }
 
 /// Whether the group of a record may still hold the service's processes.

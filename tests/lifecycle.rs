@@ -10,40 +10,58 @@ use serde_json::json;
 fn kill_9_of_supd_and_restart_leaves_exactly_one_instance() {
     let mut sb = Sandbox::new();
     let tag = sb.tag.to_string();
+    let kid = sb.path("kid.pid");
     let child = sb.script(
         "svc.sh",
-        &format!("/bin/sleep {tag} &\nexec /bin/sleep {tag}0"),
+        &format!("/bin/sleep {tag} &\necho $! > {k}.tmp\nmv {k}.tmp {k}\necho >&3\nexec /bin/sleep {tag}0", k = kid.display()),
     );
     sb.config(&format!(
-        "[service.one]\ncommand = [\"{child}\"]\nstop_timeout = \"2s\"\n"
+        "[service.one]\ncommand = [\"{child}\"]\nready = \"fd:3\"\nstop_timeout = \"2s\"\n"
     ));
     sb.start();
     let first = sb.wait_state("one", "running")["pid"]
         .as_i64()
         .expect("pid") as i32;
-    let before = sb.recorded_groups();
-    assert_eq!(before, vec![first], "the pid is recorded");
+    let first_kid: i32 = std::fs::read_to_string(&kid)
+        .expect("kid pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    assert_eq!(sb.recorded_groups(), vec![first], "the pid is recorded");
     sb.stop_supd(Signal::SIGKILL);
-    assert!(alive(first), "the service outlives a killed supd");
+    assert!(
+        alive(first) && alive(first_kid),
+        "the service outlives a killed supd"
+    );
 
     sb.start();
     let second = sb.wait_state("one", "running")["pid"]
         .as_i64()
         .expect("pid") as i32;
     assert_ne!(first, second);
+    // The old instance was ended before the new one started: nothing is left of its group.
     assert!(
-        wait_exit(first, DEADLINE).is_some(),
-        "the old instance {first} was not ended"
+        !alive(first) && !alive(first_kid),
+        "the old instance survived\n{}",
+        sb.supd_log()
     );
-    // Exactly one of each: the service and its background child, all in the new group.
-    let mains = processes_with_cmdline(&["/bin/sleep", &format!("{tag}0")]);
-    let kids = processes_with_cmdline(&["/bin/sleep", &tag]);
-    assert_eq!(mains, vec![second], "{}", sb.supd_log());
-    assert_eq!(
-        kids.len(),
-        1,
-        "grandchildren of the old instance survived: {kids:?}"
+    let old_group: Vec<i32> = sup::proc::all()
+        .into_iter()
+        .filter(|s| s.pgrp == first && s.state != 'Z')
+        .map(|s| s.pid)
+        .collect();
+    assert!(
+        old_group.is_empty(),
+        "members of the old group survived: {old_group:?}"
     );
+    // The new instance is whole: its child is alive, in its group.
+    let second_kid: i32 = std::fs::read_to_string(&kid)
+        .expect("kid pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    assert_ne!(second_kid, first_kid);
+    assert_eq!(sup::proc::stat(second_kid).map(|s| s.pgrp), Some(second));
     assert!(sb.supd_log().contains("was left by a previous supd"));
 }
 
