@@ -109,17 +109,24 @@ impl Sandbox {
             .stderr(log);
         let child = cmd.spawn().expect("spawn supd");
         self.supd = Some(child);
-        ready.set_read_timeout(Some(DEADLINE)).expect("timeout");
+        let end = Instant::now() + DEADLINE;
         let mut buf = [0u8; 256];
-        match ready.recv(&mut buf) {
-            Ok(n) => assert!(
-                String::from_utf8_lossy(&buf[..n]).contains("READY=1"),
-                "odd message from supd"
-            ),
-            Err(e) => panic!(
-                "supd did not become ready within {DEADLINE:?}: {e}\n{}",
-                self.supd_log()
-            ),
+        loop {
+            let left = end
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
+            ready.set_read_timeout(Some(left)).expect("timeout");
+            match ready.recv(&mut buf) {
+                Ok(n) if String::from_utf8_lossy(&buf[..n]).contains("READY=1") => return,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted && Instant::now() < end => {
+                    continue
+                }
+                Err(e) => panic!(
+                    "supd did not become ready within {DEADLINE:?}: {e}\n{}",
+                    self.supd_log()
+                ),
+            }
         }
     }
 
@@ -206,13 +213,17 @@ impl Sandbox {
 
     /// Pid records supd keeps (services' process groups).
     pub fn recorded_groups(&self) -> Vec<i32> {
+        self.records().into_iter().map(|(pid, _)| pid).collect()
+    }
+
+    /// (pid, start time) of each record.
+    fn records(&self) -> Vec<(i32, u64)> {
         let text = fs::read_to_string(self.dir.join("state/pids.json")).unwrap_or_default();
         let v: Value = serde_json::from_str(&text).unwrap_or(json!([]));
         v.as_array()
             .into_iter()
             .flatten()
-            .filter_map(|r| r["pid"].as_i64())
-            .map(|p| p as i32)
+            .filter_map(|r| Some((r["pid"].as_i64()? as i32, r["start_time"].as_u64()?)))
             .collect()
     }
 }
@@ -220,7 +231,13 @@ impl Sandbox {
 impl Drop for Sandbox {
     /// Ends supd by its pid (TERM, then KILL), and anything its records still name.
     fn drop(&mut self) {
-        let groups = self.recorded_groups();
+        // Only groups whose leader is still the recorded process: a pid may be reused.
+        let groups: Vec<i32> = self
+            .records()
+            .into_iter()
+            .filter(|(pid, start)| sup::proc::stat(*pid).is_some_and(|s| s.start_time == *start))
+            .map(|(pid, _)| pid)
+            .collect();
         if let Some(mut child) = self.supd.take() {
             let pid = nix::unistd::Pid::from_raw(child.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
@@ -307,13 +324,18 @@ impl Client {
     /// Reads one line as JSON; `None` at end of stream.
     pub fn read(&mut self) -> Option<Value> {
         let mut line = String::new();
-        match self.reader.read_line(&mut line) {
-            Ok(0) => None,
-            Ok(_) => Some(
-                serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("bad JSON from supd: {e}: {line}")),
-            ),
-            Err(e) => panic!("no answer from supd within {DEADLINE:?}: {e}"),
+        loop {
+            match self.reader.read_line(&mut line) {
+                Ok(0) => return None,
+                Ok(_) => {
+                    return Some(
+                        serde_json::from_str(&line)
+                            .unwrap_or_else(|e| panic!("bad JSON from supd: {e}: {line}")),
+                    )
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => panic!("no answer from supd within {DEADLINE:?}: {e}"),
+            }
         }
     }
 
@@ -368,6 +390,7 @@ impl Watch {
                         return e;
                     }
                 }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => panic!(
                     "no matching event within {DEADLINE:?} ({e}); saw:\n{:#?}\n{}",
                     self.seen,
