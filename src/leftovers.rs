@@ -20,6 +20,9 @@ pub fn end(state_dir: &Path, grace: Duration) -> Vec<String> {
     let recs = records::read_pids(state_dir);
     let ours: Vec<&PidRecord> = recs.iter().filter(|r| r.pid > 1 && still_ours(r)).collect();
     if ours.is_empty() {
+        if !recs.is_empty() {
+            records::clear_pids(state_dir);
+        }
         return Vec::new();
     }
     let groups: Vec<i32> = ours.iter().map(|r| r.pid).collect();
@@ -40,12 +43,7 @@ pub fn end(state_dir: &Path, grace: Duration) -> Vec<String> {
     // SIGKILL cannot be refused, but dying takes a moment: wait until nothing of the old
     // groups is left, so the new instances never overlap the old ones.
     wait_members(&groups, Duration::from_secs(5));
-    if let Err(e) = records::write_pids(state_dir, &[]) {
-        log::warn!(
-            "cannot clear the pid records in {}: {e}",
-            state_dir.display()
-        );
-    }
+    records::clear_pids(state_dir);
     ours.iter().map(|r| r.service.clone()).collect()
 }
 

@@ -2,18 +2,19 @@
 //! what a killed one left) and the services an operator stopped (so they stay down).
 //!
 //! Files are replaced atomically: temp file, rename, and for what must survive a power
-//! cut, fsync of the file and of the directory. The pid records skip the fsyncs on
-//! purpose: after a power cut no process survives, so there is nothing to find, and an
-//! fsync on every spawn would slow every restart.
+//! cut, fsync of the file and of the directory. The pid records are not fsynced on
+//! purpose: after a power cut no process survives, so there is nothing to find; they are
+//! one fixed-size record per service, rewritten in place by a single `pwrite`, because
+//! they change on every restart and a temp file and rename would double its cost.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::Path;
 
 /// A process supd started.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PidRecord {
     pub service: String,
     /// The pid, which is also the process group (each service leads its own group).
@@ -22,8 +23,90 @@ pub struct PidRecord {
     pub start_time: u64,
 }
 
-const PIDS: &str = "pids.json";
+/// The directory of pid records: one small file per service.
+const PIDS: &str = "pids";
 const DOWN: &str = "down.json";
+/// Every record has this size, so a rewrite is one `pwrite` at offset 0: a killed supd
+/// leaves either the old record or the new one, never half of each.
+const RECORD_LEN: usize = 48;
+
+/// One service's pid record file, kept open.
+pub struct PidFile {
+    file: File,
+}
+
+impl PidFile {
+    /// Opens (creating) the record of `service`.
+    pub fn open(state_dir: &Path, service: &str) -> io::Result<PidFile> {
+        let dir = state_dir.join(PIDS);
+        fs::create_dir_all(&dir)?;
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(service))?;
+        Ok(PidFile { file })
+    }
+
+    /// Records the process now running (or none).
+    pub fn set(&self, pid: Option<(i32, u64)>) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let text = match pid {
+            Some((pid, start)) => format!("{pid} {start}"),
+            None => String::new(),
+        };
+        let mut rec = [b' '; RECORD_LEN];
+        rec[..text.len().min(RECORD_LEN - 1)]
+            .copy_from_slice(&text.as_bytes()[..text.len().min(RECORD_LEN - 1)]);
+        rec[RECORD_LEN - 1] = b'\n';
+        self.file.write_all_at(&rec, 0)
+    }
+}
+
+/// Removes the record of a service that is gone from the config.
+pub fn remove_pid_file(state_dir: &Path, service: &str) {
+    let _ = fs::remove_file(state_dir.join(PIDS).join(service));
+}
+
+/// Reads the records a previous supd left: every service's file that names a process.
+/// Unreadable or malformed files are skipped (and said).
+pub fn read_pids(state_dir: &Path) -> Vec<PidRecord> {
+    let Ok(dir) = fs::read_dir(state_dir.join(PIDS)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in dir.filter_map(|e| e.ok()) {
+        let service = entry.file_name().to_string_lossy().into_owned();
+        let Ok(text) = fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        let mut words = text.split_whitespace();
+        match (
+            words.next().map(str::parse::<i32>),
+            words.next().map(str::parse::<u64>),
+        ) {
+            (None, _) => {}
+            (Some(Ok(pid)), Some(Ok(start_time))) => out.push(PidRecord {
+                service,
+                pid,
+                start_time,
+            }),
+            _ => log::warn!("{} is corrupt; ignoring it", entry.path().display()),
+        }
+    }
+    out.sort_by_key(|r| r.pid);
+    out
+}
+
+/// Forgets every record (after their processes were ended).
+pub fn clear_pids(state_dir: &Path) {
+    for r in read_pids(state_dir) {
+        if let Ok(f) = PidFile::open(state_dir, &r.service) {
+            let _ = f.set(None);
+        }
+    }
+}
 
 /// Replaces `path` with `bytes` atomically; `durable` adds the fsyncs.
 pub fn atomic_write(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
@@ -41,18 +124,6 @@ pub fn atomic_write(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> 
         File::open(dir)?.sync_all()?;
     }
     Ok(())
-}
-
-/// Writes the records of every live service process.
-pub fn write_pids(state_dir: &Path, records: &[PidRecord]) -> io::Result<()> {
-    let bytes = serde_json::to_vec(records).map_err(io::Error::other)?;
-    atomic_write(&state_dir.join(PIDS), &bytes, false)
-}
-
-/// Reads the records a previous supd left; a missing file is none, a corrupt one is
-/// reported and treated as none.
-pub fn read_pids(state_dir: &Path) -> Vec<PidRecord> {
-    read_json(&state_dir.join(PIDS)).unwrap_or_default()
 }
 
 /// Writes the set of services an operator stopped (durably).
@@ -94,18 +165,42 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("dir");
         assert!(read_pids(&dir).is_empty());
-        let recs = vec![PidRecord {
-            service: "a".into(),
-            pid: 42,
-            start_time: 7,
-        }];
-        write_pids(&dir, &recs).expect("write");
-        assert_eq!(read_pids(&dir), recs);
+        let a = PidFile::open(&dir, "a").expect("open");
+        a.set(Some((42, 7))).expect("set");
+        PidFile::open(&dir, "b")
+            .expect("open")
+            .set(Some((1234567, 99999999)))
+            .expect("set");
+        a.set(Some((43, 8))).expect("set");
+        assert_eq!(
+            read_pids(&dir),
+            vec![
+                PidRecord {
+                    service: "a".into(),
+                    pid: 43,
+                    start_time: 8
+                },
+                PidRecord {
+                    service: "b".into(),
+                    pid: 1234567,
+                    start_time: 99999999
+                }
+            ]
+        );
+        assert_eq!(
+            fs::metadata(dir.join("pids/a")).expect("meta").len(),
+            RECORD_LEN as u64
+        );
+        a.set(None).expect("clear");
+        assert_eq!(read_pids(&dir).len(), 1);
+        fs::write(dir.join("pids/c"), b"12 x").expect("write");
+        assert_eq!(read_pids(&dir).len(), 1, "a corrupt record is skipped");
+        clear_pids(&dir);
+        assert!(read_pids(&dir).is_empty());
         let down: BTreeSet<String> = ["x".to_string()].into();
         write_down(&dir, &down).expect("write");
         assert_eq!(read_down(&dir), down);
-        fs::write(dir.join(PIDS), b"{truncated").expect("write");
-        assert!(read_pids(&dir).is_empty());
-        assert!(!dir.join(".pids.json.tmp").exists());
+        fs::write(dir.join(DOWN), b"{truncated").expect("write");
+        assert!(read_down(&dir).is_empty());
     }
 }

@@ -25,8 +25,10 @@ pub struct Signals {
 }
 
 impl Signals {
-    /// Blocks [`HANDLED`] and opens a non-blocking signalfd for them.
+    /// Resets dispositions to their defaults, blocks [`HANDLED`] and opens a non-blocking
+    /// signalfd for them.
     pub fn block() -> nix::Result<Signals> {
+        crate::sys::reset_dispositions();
         let mut set = SigSet::empty();
         for s in HANDLED {
             set.add(*s);

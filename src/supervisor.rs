@@ -12,7 +12,7 @@ use crate::launch::{self, NotLaunched};
 use crate::logs::{LogFile, Output, READ_MAX};
 use crate::notify::NotifySocket;
 use crate::protocol::{LastExit, ServiceStatus};
-use crate::records::{self, PidRecord};
+use crate::records::{self, PidFile};
 use crate::service::{signal_label, Action, Event, Exit, Service, State, Want};
 use crate::signals::Signals;
 use crate::sys::{self, SpawnSpec};
@@ -37,8 +37,8 @@ pub struct Slot {
     pub version: Option<String>,
     /// The last `STATUS=` of a notify service.
     pub status_text: Option<String>,
-    /// Start time of the current process, for the pid records.
-    start_time: u64,
+    /// Where the current process is recorded, opened at the first start.
+    pid_file: Option<PidFile>,
     /// Removed by a reload: dropped once it is down.
     pub removed: bool,
 }
@@ -126,7 +126,7 @@ impl Supervisor {
             ready_pipe: None,
             version: None,
             status_text: None,
-            start_time: 0,
+            pid_file: None,
             removed: false,
         };
         self.slots.insert(slot.cfg.name.clone(), slot);
@@ -245,10 +245,10 @@ impl Supervisor {
         match result {
             Ok(pid) => {
                 slot.version = plan.version;
-                slot.start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
+                let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
+                record_pid(slot, &self.cfg.supd.state_dir, Some((pid, start_time)));
                 self.pids.insert(pid, name.to_string());
                 self.apply(name, Event::Spawned(pid), now);
-                self.write_pids();
             }
             Err(e) => {
                 slot.ready_pipe = None;
@@ -257,29 +257,8 @@ impl Supervisor {
         }
     }
 
-    fn write_pids(&self) {
-        let recs: Vec<PidRecord> = self
-            .slots
-            .values()
-            .filter_map(|s| {
-                s.svc.pid.map(|pid| PidRecord {
-                    service: s.cfg.name.clone(),
-                    pid,
-                    start_time: s.start_time,
-                })
-            })
-            .collect();
-        if let Err(e) = records::write_pids(&self.cfg.supd.state_dir, &recs) {
-            log::warn!(
-                "cannot record pids in {}: {e}",
-                self.cfg.supd.state_dir.display()
-            );
-        }
-    }
-
     /// Reaps every exited child: services' and adopted orphans'.
     pub fn reap(&mut self, now: Mono) {
-        let mut any = false;
         loop {
             let (pid, exit) = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, code)) => (pid.as_raw(), Exit::Code(code)),
@@ -295,17 +274,14 @@ impl Supervisor {
                 log::debug!("reaped orphan {pid} ({exit})");
                 continue;
             };
-            any = true;
             // Whatever is left of its process group goes with it: no remnant of one
             // instance may overlap the next.
             signal_group(pid, Signal::SIGKILL);
             if let Some(slot) = self.slots.get_mut(&name) {
                 slot.ready_pipe = None;
+                record_pid(slot, &self.cfg.supd.state_dir, None);
             }
             self.apply(&name, Event::Exited(exit), now);
-        }
-        if any {
-            self.write_pids();
         }
     }
 
@@ -355,10 +331,12 @@ impl Supervisor {
             }
             self.note_waiting();
         }
+        let state_dir = &self.cfg.supd.state_dir;
         self.slots.retain(|name, s| {
             let keep = !(s.removed && s.svc.pid.is_none());
             if !keep {
                 log::info!("{name}: removed");
+                records::remove_pid_file(state_dir, name);
             }
             keep
         });
@@ -566,6 +544,29 @@ impl Supervisor {
             let ready = s.ready_pipe.as_ref().map(|r| (n.as_str(), true, r.as_fd()));
             out.into_iter().chain(ready)
         })
+    }
+}
+
+/// Writes (or clears) the record of a service's process. A failure is logged: the
+/// service runs all the same, but a later supd could not end it if this one died.
+fn record_pid(slot: &mut Slot, state_dir: &std::path::Path, pid: Option<(i32, u64)>) {
+    let name = &slot.cfg.name;
+    if slot.pid_file.is_none() {
+        match PidFile::open(state_dir, name) {
+            Ok(f) => slot.pid_file = Some(f),
+            Err(e) => {
+                return log::warn!(
+                    "{name}: cannot open its pid record in {}: {e}",
+                    state_dir.display()
+                )
+            }
+        }
+    }
+    if let Some(Err(e)) = slot.pid_file.as_ref().map(|f| f.set(pid)) {
+        log::warn!(
+            "{name}: cannot record its pid in {}: {e}",
+            state_dir.display()
+        );
     }
 }
 

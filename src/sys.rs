@@ -47,8 +47,8 @@ pub fn spawn(spec: SpawnSpec) -> io::Result<i32> {
     let creds = spec.creds.clone();
     let ready = spec.ready_fd;
     // SAFETY: supd is single-threaded, so the forked child holds no lock another thread
-    // could own. The closure calls only async-signal-safe functions (setsid, signal,
-    // sigprocmask, setgroups, setgid, setuid, dup2, fcntl) on data prepared before the
+    // could own. The closure calls only async-signal-safe functions (setsid,
+    // sigemptyset, sigprocmask, setgroups, setgid, setuid, dup2, fcntl) on data prepared before the
     // fork, and allocates nothing.
     unsafe {
         cmd.pre_exec(move || child_setup(creds.as_ref(), ready));
@@ -66,12 +66,9 @@ fn child_setup(creds: Option<&Credentials>, ready: Option<(RawFd, i32)>) -> io::
         if libc::setsid() < 0 {
             return Err(io::Error::last_os_error());
         }
-        // std already cleared the mask; dispositions other than SIGPIPE it leaves.
-        for sig in 1..32 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-        }
+        // std resets SIGPIPE and (today) the mask; the mask is cleared again here so
+        // the child never inherits supd's blocked signals whatever std does. Every other
+        // disposition was reset once in supd itself (`reset_dispositions`).
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -95,6 +92,24 @@ fn child_setup(creds: Option<&Credentials>, ready: Option<(RawFd, i32)>) -> io::
         }
     }
     Ok(())
+}
+
+/// Resets every signal's disposition to the default, except SIGPIPE (ignored, so a write
+/// to a gone client is an error, not a death). Called once at start: supd installs no
+/// handlers (it reads signals from a signalfd), so children, which inherit dispositions,
+/// start clean without a reset loop between fork and exec. Ignored dispositions inherited
+/// from whoever started supd (`nohup`, a shell) are cleared here.
+pub fn reset_dispositions() {
+    for sig in 1..32 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP || sig == libc::SIGPIPE {
+            continue;
+        }
+        // SAFETY: setting a standard disposition installs no handler code; it cannot
+        // break memory safety. Errors (an invalid number) are harmless and ignored.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
 }
 
 /// A pidfd for `pid`: readable once that process has exited, whoever its parent is.

@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use nix::sys::signal::Signal;
 use serde_json::json;
+use std::os::unix::process::CommandExt;
 
 #[test]
 fn kill_9_of_supd_and_restart_leaves_exactly_one_instance() {
@@ -69,17 +70,15 @@ fn kill_9_of_supd_and_restart_leaves_exactly_one_instance() {
 fn a_recorded_pid_that_was_reused_is_left_alone() {
     let mut sb = Sandbox::new();
     // A live process that is not a service: its pid with a wrong start time in the records.
+    // It leads its own process group, as a service would: a wrong kill would hit it.
     let mut bystander = std::process::Command::new("/bin/sleep")
         .arg("3600")
+        .process_group(0)
         .spawn()
         .expect("spawn");
     let pid = bystander.id() as i32;
-    std::fs::create_dir_all(sb.path("state")).expect("mkdir");
-    std::fs::write(
-        sb.path("state/pids.json"),
-        format!("[{{\"service\":\"x\",\"pid\":{pid},\"start_time\":1}}]"),
-    )
-    .expect("write");
+    std::fs::create_dir_all(sb.path("state/pids")).expect("mkdir");
+    std::fs::write(sb.path("state/pids/x"), format!("{pid} 1\n")).expect("write");
     sb.config("");
     sb.start();
     assert!(

@@ -218,12 +218,9 @@ impl Sandbox {
 
     /// (pid, start time) of each record.
     fn records(&self) -> Vec<(i32, u64)> {
-        let text = fs::read_to_string(self.dir.join("state/pids.json")).unwrap_or_default();
-        let v: Value = serde_json::from_str(&text).unwrap_or(json!([]));
-        v.as_array()
+        sup::records::read_pids(&self.dir.join("state"))
             .into_iter()
-            .flatten()
-            .filter_map(|r| Some((r["pid"].as_i64()? as i32, r["start_time"].as_u64()?)))
+            .map(|r| (r.pid, r.start_time))
             .collect()
     }
 }
