@@ -100,14 +100,60 @@ fn child_setup(creds: Option<&Credentials>, ready: Option<(RawFd, i32)>) -> io::
 /// start clean without a reset loop between fork and exec. Ignored dispositions inherited
 /// from whoever started supd (`nohup`, a shell) are cleared here.
 pub fn reset_dispositions() {
-    for sig in 1..32 {
+    // A kernel `sigaction` for SIG_DFL is all zeros (handler 0, no flags, empty mask),
+    // whatever the architecture's field order: 32 zero bytes cover every layout.
+    let default_action = [0u64; 4];
+    for sig in 1..=64 {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP || sig == libc::SIGPIPE {
             continue;
         }
-        // SAFETY: setting a standard disposition installs no handler code; it cannot
-        // break memory safety. Errors (an invalid number) are harmless and ignored.
+        // SAFETY: rt_sigaction reads `default_action`, which lives for the call, and
+        // writes nothing (old action pointer is null). The raw syscall is used because
+        // glibc refuses signals 32 and 33, which a parent may have left ignored.
         unsafe {
-            libc::signal(sig, libc::SIG_DFL);
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                default_action.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            );
+        }
+    }
+}
+
+/// Marks every fd from 3 up close-on-exec: what supd inherited from whoever started it
+/// (a shell's saved fds, a leaked pipe) must not reach its services. Called first thing.
+pub fn cloexec_inherited() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range takes integers and only changes fd flags; it touches no memory.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return;
+    }
+    // Kernels before 5.11: one fcntl per open fd.
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<RawFd> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd >= 3)
+        .collect();
+    for fd in fds {
+        // SAFETY: F_SETFD on an fd number only changes its flags; a closed number fails
+        // harmlessly with EBADF.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
         }
     }
 }

@@ -43,7 +43,9 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
-    // Signals first, before any child exists (catatonit's rule).
+    // Nothing supd inherited may leak into a service; then signals, before any child
+    // exists (catatonit's rule).
+    sup::sys::cloexec_inherited();
     let signals = Signals::block();
     let args = match parse_args() {
         Ok(a) => a,

@@ -1,0 +1,98 @@
+//! What a service's process inherits: a clean environment plus `env`, its `cwd`, fds 0-2
+//! only, an empty signal mask and default dispositions, its own session; as another user
+//! when supd is root. Looked at from outside, through /proc, so no shell gets in between.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+/// The value of a "Key:\tvalue" line of /proc/PID/status.
+fn status_field(pid: i32, key: &str) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_child_starts_clean_even_when_supd_did_not() {
+    let mut sb = Sandbox::new();
+    std::fs::create_dir_all(sb.path("work")).expect("mkdir");
+    sb.config("[service.probe]\ncommand = [\"/bin/sleep\", \"3600\"]\ncwd = \"work\"\nenv = { MODE = \"test\" }\n");
+    // supd itself starts dirty: SIGHUP ignored (nohup), an extra fd 7 open without
+    // close-on-exec, and a variable in its environment.
+    let mut cmd = Command::new("/bin/sh");
+    cmd.env("LEAKY_SECRET", "from the parent");
+    cmd.args(["-c", "exec 7</dev/null; exec nohup \"$0\" \"$@\"", SUPD]);
+    sb.start_with(cmd, &["-c"]);
+    let pid = sb.wait_state("probe", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("environ");
+    let mut env: Vec<String> = environ
+        .split(|b| *b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect();
+    env.sort();
+    assert_eq!(
+        env,
+        [
+            "MODE=test",
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "SUP_SERVICE=probe"
+        ]
+    );
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/cwd")).expect("cwd"),
+        sb.path("work")
+    );
+    let mut fds: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fds")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    fds.sort();
+    assert_eq!(fds, [0, 1, 2], "only the standard streams reach a service");
+    assert_eq!(status_field(pid, "SigBlk:"), "0000000000000000");
+    assert_eq!(status_field(pid, "SigIgn:"), "0000000000000000");
+    assert_eq!(
+        status_field(pid, "NSsid:"),
+        pid.to_string(),
+        "the service leads its own session"
+    );
+    assert_eq!(
+        status_field(pid, "NSpgid:"),
+        pid.to_string(),
+        "and its own process group"
+    );
+}
+
+#[test]
+fn as_root_a_service_runs_as_its_user_with_its_groups() {
+    if !is_root() {
+        eprintln!("skipped: needs root to change users");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.config("[service.who]\ncommand = [\"/bin/sleep\", \"3600\"]\nuser = \"nobody\"\ngroup = \"daemon\"\ncwd = \"/\"\n");
+    sb.start();
+    let pid = sb.wait_state("who", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    let uids: Vec<String> = status_field(pid, "Uid:")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let gids: Vec<String> = status_field(pid, "Gid:")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(uids, ["65534"; 4], "real, effective, saved and fs uid");
+    assert_eq!(gids, ["1"; 4], "the group given by `group`");
+    let groups = status_field(pid, "Groups:");
+    assert!(
+        !groups.split_whitespace().any(|g| g == "0"),
+        "root's groups are dropped: {groups}"
+    );
+}
