@@ -31,6 +31,32 @@ pub struct SpawnSpec {
     pub ready_fd: Option<(RawFd, i32)>,
 }
 
+/// The open-files limit supd was started with, given back to every child.
+static CHILD_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
+
+/// Raises supd's own soft limit of open files to the hard limit: it holds a few fds per
+/// service. Children get the original soft limit back (programs that use `select` break
+/// beyond 1024).
+pub fn raise_nofile() {
+    let Ok((soft, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    else {
+        return;
+    };
+    let _ = CHILD_NOFILE.set(libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    });
+    let want = hard.min(1 << 20);
+    if want > soft {
+        if let Err(e) =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, want, hard)
+        {
+            log::warn!("cannot raise the open-files limit from {soft} to {want}: {e}");
+        }
+    }
+}
+
 /// Forks and execs `spec`. The child gets its own session and process group, a clean
 /// signal mask and default dispositions, and only fds 0-2 (plus the readiness fd): every
 /// fd supd opens is close-on-exec. Returns the pid, or the reason the program could not
@@ -46,12 +72,13 @@ pub fn spawn(spec: SpawnSpec) -> io::Result<i32> {
         .stderr(spec.stderr);
     let creds = spec.creds.clone();
     let ready = spec.ready_fd;
+    let nofile = CHILD_NOFILE.get().copied();
     // SAFETY: supd is single-threaded, so the forked child holds no lock another thread
     // could own. The closure calls only async-signal-safe functions (setsid,
-    // sigemptyset, sigprocmask, setgroups, setgid, setuid, dup2, fcntl) on data prepared before the
+    // sigemptyset, sigprocmask, setrlimit, setgroups, setgid, setuid, dup2, fcntl) on data prepared before the
     // fork, and allocates nothing.
     unsafe {
-        cmd.pre_exec(move || child_setup(creds.as_ref(), ready));
+        cmd.pre_exec(move || child_setup(creds.as_ref(), ready, nofile));
     }
     let child = cmd.spawn()?;
     // The child is reaped by the supervisor's one waitpid(-1) loop, never by `Child`.
@@ -59,7 +86,11 @@ pub fn spawn(spec: SpawnSpec) -> io::Result<i32> {
 }
 
 /// Runs in the forked child, between fork and exec.
-fn child_setup(creds: Option<&Credentials>, ready: Option<(RawFd, i32)>) -> io::Result<()> {
+fn child_setup(
+    creds: Option<&Credentials>,
+    ready: Option<(RawFd, i32)>,
+    nofile: Option<libc::rlimit>,
+) -> io::Result<()> {
     // SAFETY (whole function): each call is a plain async-signal-safe syscall wrapper on
     // integers or on pointers into memory the parent prepared and still owns.
     unsafe {
@@ -72,6 +103,9 @@ fn child_setup(creds: Option<&Credentials>, ready: Option<(RawFd, i32)>) -> io::
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        if let Some(limit) = nofile {
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
         if let Some((from, to)) = ready {
             if from == to {
                 // dup2 onto itself would keep close-on-exec: clear it instead.

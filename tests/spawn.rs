@@ -24,7 +24,11 @@ fn a_child_starts_clean_even_when_supd_did_not() {
     // close-on-exec, and a variable in its environment.
     let mut cmd = Command::new("/bin/sh");
     cmd.env("LEAKY_SECRET", "from the parent");
-    cmd.args(["-c", "exec 7</dev/null; exec nohup \"$0\" \"$@\"", SUPD]);
+    cmd.args([
+        "-c",
+        "exec 7</dev/null; ulimit -Sn 512; exec nohup \"$0\" \"$@\"",
+        SUPD,
+    ]);
     sb.start_with(cmd, &["-c"]);
     let pid = sb.wait_state("probe", "running")["pid"]
         .as_i64()

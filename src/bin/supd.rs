@@ -47,6 +47,7 @@ fn main() -> ExitCode {
     // exists (catatonit's rule).
     sup::sys::cloexec_inherited();
     let signals = Signals::block();
+    sup::sys::raise_nofile();
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
