@@ -271,6 +271,7 @@ impl Service {
             }
             (Backoff, Event::Timer) => {
                 self.enter(Stopped, None);
+                self.reason = None;
                 vec![]
             }
             (Cooldown, Event::Timer) => {

@@ -320,3 +320,33 @@ log = "null"
     let n = f.read(&mut head).expect("read");
     assert!(n > 0);
 }
+
+#[test]
+fn a_full_disk_costs_lines_not_supervision() {
+    let mut sb = Sandbox::new();
+    std::fs::create_dir_all(sb.path("log")).expect("mkdir");
+    // Every write to /dev/full fails with ENOSPC, as on a full disk.
+    std::os::unix::fs::symlink("/dev/full", sb.path("log/chatty.log")).expect("symlink");
+    sb.config("[service.chatty]\ncommand = [\"/bin/sh\", \"-c\", \"while :; do echo spam; /bin/sleep 0.01; done\"]\n");
+    sb.start();
+    let mut follower = sb.client();
+    follower.call(json!({"cmd": "log", "service": "chatty", "follow": true, "lines": 0}));
+    for _ in 0..3 {
+        let e = follower.read().expect("lines still reach followers");
+        assert!(e["line"].as_str().unwrap_or("").ends_with(" spam"), "{e}");
+    }
+    let st = sb.status("chatty");
+    assert!(st["log_dropped"].as_u64().unwrap_or(0) >= 1, "{st}");
+    assert_eq!(st["state"], "running");
+    assert!(
+        sb.supd_log().contains("dropping its output lines"),
+        "{}",
+        sb.supd_log()
+    );
+    let out = sb.supctl(&["status", "chatty"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("log lines dropped"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

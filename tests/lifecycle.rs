@@ -64,6 +64,10 @@ fn kill_9_of_supd_and_restart_leaves_exactly_one_instance() {
     assert_ne!(second_kid, first_kid);
     assert_eq!(sup::proc::stat(second_kid).map(|s| s.pgrp), Some(second));
     assert!(sb.supd_log().contains("was left by a previous supd"));
+    assert!(
+        sb.supd_log().contains("replaced the stale socket"),
+        "the killed supd's socket file is replaced"
+    );
 }
 
 #[test]
@@ -290,4 +294,55 @@ fn admin_down_survives_a_restart_of_supd() {
     assert_eq!(sb.status("a")["state"], "stopped");
     sb.ok(json!({"cmd": "start", "service": "a"}));
     sb.wait_state("a", "running");
+}
+
+#[test]
+fn outside_pid_1_orphans_of_services_are_adopted_and_reaped() {
+    let mut sb = Sandbox::new();
+    let orphan_pid = sb.path("orphan.pid");
+    let fifo = sb.path("release");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    // The subshell exits at once: its child is orphaned, and waits on the fifo.
+    let script = sb.script(
+        "orphaner.sh",
+        &format!(
+            "( sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; read x < {f}' & )\nexec /bin/sleep 3600",
+            p = orphan_pid.display(),
+            f = fifo.display()
+        ),
+    );
+    sb.config(&format!("[service.o]\ncommand = [\"{script}\"]\n"));
+    sb.start();
+    sb.wait_state("o", "running");
+    let start = std::time::Instant::now();
+    while !orphan_pid.exists() {
+        assert!(start.elapsed() < DEADLINE, "the orphan never wrote its pid");
+        assert_eq!(sb.status("o")["state"], "running");
+    }
+    let pid: i32 = std::fs::read_to_string(&orphan_pid)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    // Its parent is gone: the orphan belongs to supd, the subreaper, not to init.
+    let mut parent = sup::proc::stat(pid).map(|s| s.ppid);
+    let end = std::time::Instant::now() + DEADLINE;
+    while parent != Some(sb.supd_pid()) {
+        assert!(parent.is_some(), "the orphan is gone early");
+        assert!(
+            std::time::Instant::now() < end,
+            "the orphan's parent is {parent:?}, not supd {}",
+            sb.supd_pid()
+        );
+        sb.status("o"); // a round trip, not a guessed sleep: the subshell is exiting
+        parent = sup::proc::stat(pid).map(|s| s.ppid);
+    }
+    std::fs::write(&fifo, "go\n").expect("release the orphan");
+    assert!(wait_exit(pid, DEADLINE).is_some());
+    // Its SIGCHLD reached supd before this request: after the answer it is reaped.
+    sb.ok(serde_json::json!({"cmd": "hello"}));
+    assert!(
+        sup::proc::stat(pid).is_none(),
+        "the orphan was left a zombie"
+    );
 }

@@ -56,7 +56,9 @@ fn as_pid_1_it_reaps_100_orphans_and_exits_0_on_sigterm() {
     // The spawner touches its marker after starting all 100; wait for it through its own
     // exit-free run: the orphans are there once the marker is.
     let marker = sb.path("spawned");
+    let start = std::time::Instant::now();
     let orphans = loop {
+        assert!(start.elapsed() < DEADLINE, "the spawner never finished");
         let done = marker.exists();
         let found: Vec<i32> = sup::proc::all()
             .into_iter()
