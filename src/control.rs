@@ -203,19 +203,10 @@ impl Server {
         };
         let mut out = Vec::new();
         while !c.parked && !c.closing {
-            let Some(nl) = c.rbuf.iter().position(|&b| b == b'\n') else {
-                if c.rbuf.len() > MAX_REQUEST {
-                    let e = Error::new(
-                        ErrorKind::BadRequest,
-                        "request line longer than 64 KiB; closing the connection",
-                    );
-                    out.push(Err((Value::Null, e)));
-                    c.rbuf.clear();
-                    c.closing = true;
-                }
-                break;
-            };
-            if nl >= MAX_REQUEST {
+            let nl = c.rbuf.iter().position(|&b| b == b'\n');
+            // A line (finished or not) past the limit: the stream cannot be trusted to
+            // resynchronise, so answer once and close.
+            if nl.unwrap_or(c.rbuf.len()) > MAX_REQUEST {
                 let e = Error::new(
                     ErrorKind::BadRequest,
                     "request line longer than 64 KiB; closing the connection",
@@ -225,6 +216,7 @@ impl Server {
                 c.closing = true;
                 break;
             }
+            let Some(nl) = nl else { break };
             let line: Vec<u8> = c.rbuf.drain(..=nl).collect();
             let trimmed = line[..nl].strip_suffix(b"\r").unwrap_or(&line[..nl]);
             if trimmed.iter().all(u8::is_ascii_whitespace) {
