@@ -254,6 +254,9 @@ impl Supervisor {
             }
         };
         self.warn_fixed_settings(&new.supd);
+        if let Err(e) = std::fs::create_dir_all(&new.supd.log_dir) {
+            log::warn!("cannot create {}: {e}", new.supd.log_dir.display());
+        }
         let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
         let old: Vec<String> = self.slots.keys().cloned().collect();
         for name in &old {
