@@ -18,3 +18,4 @@ pub mod signals;
 pub mod supervisor;
 pub mod sys;
 pub mod time;
+pub mod upgrade;

@@ -1,0 +1,363 @@
+//! The upgrade record of one tool and the rules that change it: upgrade with probation,
+//! commit, rollback (automatic or by an operator), irreversible versions, versions a tool
+//! switched to by itself, and putting things right after a crash. Pure: a record and
+//! facts in, a new record (to be written durably *before* acting) and a decision out.
+//!
+//! Times are wall-clock milliseconds, because a probation deadline must survive a
+//! restart of supd (and of the machine).
+
+use semver::Version;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Where the last upgrade of a tool is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// No upgrade yet.
+    #[default]
+    Idle,
+    Probation,
+    Committed,
+    RolledBack,
+    /// Not revertible and crash-looped: it stays, marked failed.
+    Failed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::Probation => "probation",
+            Phase::Committed => "committed",
+            Phase::RolledBack => "rolled-back",
+            Phase::Failed => "failed",
+        }
+    }
+}
+
+/// Why a version must not be used again without `--force`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadMark {
+    pub reason: String,
+    pub time_ms: u64,
+}
+
+/// The durable record of one tool.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Record {
+    /// The version `current` names (or will name, once an intent is carried out).
+    pub current: Option<String>,
+    /// The version before `current`, the target of a plain `rollback`.
+    pub previous: Option<String>,
+    pub phase: Phase,
+    /// The version of the last upgrade (in probation, committed, rolled back or failed).
+    pub proposed: Option<String>,
+    /// The version in use before the probation: what a rollback returns to.
+    pub from: Option<String>,
+    pub started_ms: Option<u64>,
+    pub deadline_ms: Option<u64>,
+    /// The probation may not be rolled back (`--irreversible` or the version's manifest).
+    pub irreversible_upgrade: bool,
+    /// Upgrades tried, per version.
+    pub attempts: BTreeMap<String, u32>,
+    pub bad: BTreeMap<String, BadMark>,
+    /// Versions that have run and may not be gone back from.
+    pub irreversible: BTreeSet<String>,
+    /// Why the last upgrade ended as it did.
+    pub reason: Option<String>,
+}
+
+/// An operator's `upgrade`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub version: String,
+    pub force: bool,
+    pub irreversible: bool,
+}
+
+/// What the file system says about the requested version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    pub installed: bool,
+    /// Why a service's program in that version cannot be run, if it cannot.
+    pub not_executable: Option<String>,
+    /// `revertible = false` in its `sup-tool.toml`.
+    pub manifest_irreversible: bool,
+    pub probation: Duration,
+    pub now_ms: u64,
+}
+
+/// What a failed probation leads to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Switch back to this version and restart the services.
+    RollBack(String),
+    /// Stay (irreversible, or nothing to go back to).
+    Stay,
+}
+
+/// Something to do to the `current` link after a crash, before anything starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fix {
+    Nothing,
+    SwitchTo(String),
+}
+
+/// What to do when a service of the tool starts on `version`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartCheck {
+    /// The expected version.
+    Expected,
+    /// The tool switched `current` by itself: an upgrade, now in probation.
+    SelfUpgrade,
+    /// It switched to a version marked bad: switch back to this one.
+    SwitchBack(String),
+}
+
+/// The durable intent of an upgrade, or why it is refused (nothing changed).
+pub fn begin_upgrade(tool: &str, r: &Record, req: &Request, f: &Facts) -> Result<Record, String> {
+    let v = &req.version;
+    if !f.installed {
+        return Err(format!(
+            "version {v} of {tool} is not installed (supctl install {tool} {v} DIR)"
+        ));
+    }
+    if let Some(why) = &f.not_executable {
+        return Err(format!("version {v} of {tool} cannot run: {why}"));
+    }
+    if r.phase == Phase::Probation {
+        let p = r.proposed.as_deref().unwrap_or("?");
+        return Err(format!(
+            "the upgrade of {tool} to {p} is in probation; wait for it to commit or roll back"
+        ));
+    }
+    if r.current.as_deref() == Some(v.as_str()) {
+        return Err(format!("{tool} is already at {v}"));
+    }
+    if let (Some(mark), false) = (r.bad.get(v), req.force) {
+        return Err(format!(
+            "version {v} of {tool} is marked bad ({}); --force tries it once more",
+            mark.reason
+        ));
+    }
+    let mut n = r.clone();
+    n.bad.remove(v);
+    *n.attempts.entry(v.clone()).or_insert(0) += 1;
+    n.from = r.current.clone();
+    n.current = Some(v.clone());
+    n.proposed = Some(v.clone());
+    n.phase = Phase::Probation;
+    n.started_ms = Some(f.now_ms);
+    n.deadline_ms = Some(f.now_ms + f.probation.as_millis() as u64);
+    n.irreversible_upgrade = req.irreversible || f.manifest_irreversible;
+    if n.irreversible_upgrade {
+        n.irreversible.insert(v.clone());
+    }
+    n.reason = None;
+    Ok(n)
+}
+
+/// The probation passed: the version is committed.
+pub fn probation_passed(r: &Record) -> Record {
+    let mut n = r.clone();
+    n.phase = Phase::Committed;
+    if r.from.is_some() {
+        n.previous = r.from.clone();
+    }
+    n.from = None;
+    n.deadline_ms = None;
+    n.reason = None;
+    n
+}
+
+/// The probation failed (a crash loop, a ready timeout): roll back or stay.
+pub fn probation_failed(r: &Record, reason: &str, now_ms: u64) -> (Record, Outcome) {
+    let mut n = r.clone();
+    let Some(v) = r.proposed.clone() else {
+        return (n, Outcome::Stay);
+    };
+    n.deadline_ms = None;
+    n.reason = Some(reason.to_string());
+    match (&r.from, r.irreversible_upgrade) {
+        (Some(from), false) => {
+            n.bad.insert(
+                v,
+                BadMark {
+                    reason: reason.to_string(),
+                    time_ms: now_ms,
+                },
+            );
+            n.phase = Phase::RolledBack;
+            n.current = Some(from.clone());
+            n.from = None;
+            (n, Outcome::RollBack(from.clone()))
+        }
+        (None, false) => {
+            // The first version: nothing to go back to. It stays, marked bad, so it is
+            // not tried again by accident.
+            n.bad.insert(
+                v,
+                BadMark {
+                    reason: reason.to_string(),
+                    time_ms: now_ms,
+                },
+            );
+            n.phase = Phase::Failed;
+            (n, Outcome::Stay)
+        }
+        (_, true) => {
+            n.phase = Phase::Failed;
+            n.previous = r.from.clone().or(n.previous);
+            n.from = None;
+            (n, Outcome::Stay)
+        }
+    }
+}
+
+/// An operator's `rollback`: to `target`, or to the version before.
+pub fn begin_rollback(
+    tool: &str,
+    r: &Record,
+    target: Option<&str>,
+    force: bool,
+    installed: impl Fn(&str) -> bool,
+) -> Result<(Record, String), String> {
+    let cur = r
+        .current
+        .clone()
+        .ok_or_else(|| format!("{tool} has no current version"))?;
+    let to = match (target, r.phase) {
+        (Some(t), _) => t.to_string(),
+        (None, Phase::Probation) => r
+            .from
+            .clone()
+            .ok_or_else(|| format!("{tool} has no version before {cur}"))?,
+        (None, _) => r
+            .previous
+            .clone()
+            .ok_or_else(|| format!("{tool} has no previous version; name one"))?,
+    };
+    if to == cur {
+        return Err(format!("{tool} is already at {to}"));
+    }
+    if !installed(&to) {
+        return Err(format!("version {to} of {tool} is not installed"));
+    }
+    if !force {
+        if let Some(v) = crossed_irreversible(r, &to, &cur) {
+            return Err(format!("going back from {cur} to {to} crosses the irreversible version {v}; --force if you are sure"));
+        }
+    }
+    let mut n = r.clone();
+    if r.phase == Phase::Probation {
+        n.reason = Some(format!(
+            "probation of {cur} cancelled by an operator's rollback"
+        ));
+    } else {
+        n.reason = Some("rolled back by an operator".into());
+    }
+    n.phase = Phase::RolledBack;
+    n.previous = Some(cur);
+    n.current = Some(to.clone());
+    n.from = None;
+    n.deadline_ms = None;
+    Ok((n, to))
+}
+
+/// An irreversible version that has run, newer than `to` and not newer than `cur`.
+fn crossed_irreversible(r: &Record, to: &str, cur: &str) -> Option<String> {
+    let (Ok(to_v), Ok(cur_v)) = (Version::parse(to), Version::parse(cur)) else {
+        return r.irreversible.contains(cur).then(|| cur.to_string());
+    };
+    let (low, high) = if to_v < cur_v {
+        (to_v, cur_v)
+    } else {
+        (cur_v, to_v)
+    };
+    r.irreversible
+        .iter()
+        .find(|v| Version::parse(v).is_ok_and(|v| v > low && v <= high))
+        .cloned()
+}
+
+/// A service of the tool is starting on `version` (what `current` names now).
+pub fn on_start(
+    r: &Record,
+    version: &str,
+    probation: Duration,
+    now_ms: u64,
+) -> (Record, StartCheck) {
+    let expected = r.current.as_deref();
+    if expected == Some(version)
+        || r.phase == Phase::Probation && r.proposed.as_deref() == Some(version)
+    {
+        return (r.clone(), StartCheck::Expected);
+    }
+    let Some(last) = expected else {
+        // The first version supd sees (placed by a provisioner): committed.
+        let mut n = r.clone();
+        n.current = Some(version.to_string());
+        n.phase = Phase::Committed;
+        return (n, StartCheck::Expected);
+    };
+    if r.bad.contains_key(version) {
+        return (r.clone(), StartCheck::SwitchBack(last.to_string()));
+    }
+    let mut n = r.clone();
+    *n.attempts.entry(version.to_string()).or_insert(0) += 1;
+    n.from = Some(last.to_string());
+    n.current = Some(version.to_string());
+    n.proposed = Some(version.to_string());
+    n.phase = Phase::Probation;
+    n.started_ms = Some(now_ms);
+    n.deadline_ms = Some(now_ms + probation.as_millis() as u64);
+    n.irreversible_upgrade = false;
+    n.reason = Some(format!("the tool switched itself from {last} to {version}"));
+    (n, StartCheck::SelfUpgrade)
+}
+
+/// After a crash: what `current` must be made to name so the record and the link agree.
+/// `link` is what `current` names now. Returns the (possibly updated) record.
+pub fn reconcile(r: &Record, link: Option<&str>, now_ms: u64) -> (Record, Fix) {
+    let want = r.current.as_deref();
+    if link == want || want.is_none() {
+        let mut n = r.clone();
+        if want.is_none() {
+            n.current = link.map(str::to_string);
+            if n.current.is_some() && n.phase == Phase::Idle {
+                n.phase = Phase::Committed;
+            }
+        }
+        return (n, Fix::Nothing);
+    }
+    match r.phase {
+        Phase::Probation if link.is_some() && link == r.from.as_deref() => {
+            // The intent was written, the switch was not made: make it, with a fresh
+            // probation (the new version has not run yet).
+            let mut n = r.clone();
+            let length = r
+                .deadline_ms
+                .unwrap_or(now_ms)
+                .saturating_sub(r.started_ms.unwrap_or(now_ms));
+            n.started_ms = Some(now_ms);
+            n.deadline_ms = Some(now_ms + length);
+            (n, Fix::SwitchTo(want.unwrap_or_default().to_string()))
+        }
+        // A rollback (automatic or not) was recorded but not carried out: carry it out.
+        Phase::RolledBack => (
+            r.clone(),
+            Fix::SwitchTo(want.unwrap_or_default().to_string()),
+        ),
+        // Anything else: the link moved without supd; starting the service decides
+        // (`on_start`: a self-switch, with probation).
+        Phase::Idle | Phase::Probation | Phase::Committed | Phase::Failed => {
+            (r.clone(), Fix::Nothing)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
