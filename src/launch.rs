@@ -38,12 +38,6 @@ impl PartialEq for Credentials {
 }
 impl Eq for Credentials {}
 
-/// The version `tools_dir/TOOL/current` names.
-pub fn current_version(tools_dir: &Path, tool: &str) -> Option<String> {
-    let target = std::fs::read_link(tools_dir.join(tool).join("current")).ok()?;
-    target.file_name()?.to_str().map(str::to_string)
-}
-
 /// Resolves a service's start.
 pub fn plan(
     cfg: &ServiceConfig,
@@ -51,7 +45,7 @@ pub fn plan(
     notify_socket: Option<&Path>,
 ) -> Result<Plan, NotLaunched> {
     let (version, version_dir) = match &cfg.tool {
-        Some(tool) => match current_version(&supd.tools_dir, tool) {
+        Some(tool) => match crate::versions::current(&supd.tools_dir, tool) {
             Some(v) => {
                 let dir = supd.tools_dir.join(tool).join(&v);
                 (Some(v), Some(dir))

@@ -19,3 +19,4 @@ pub mod supervisor;
 pub mod sys;
 pub mod time;
 pub mod upgrade;
+pub mod versions;
