@@ -5,7 +5,7 @@ use crate::config;
 use crate::control::Access;
 use crate::protocol::{self, Command, Error, ErrorKind, Request, SignalArg};
 use crate::service::{Event, State};
-use crate::supervisor::{signal_group, Supervisor, Waiter};
+use crate::supervisor::{signal_group, Supervisor, WaitFor, Waiter};
 use crate::time::Mono;
 use serde_json::{json, Value};
 
@@ -80,6 +80,12 @@ impl Supervisor {
                 Ok(Outcome::Answer(json!({
                     "services": list,
                     "config_errors": self.config_errors,
+                    "tools": self.tools.iter().map(|(n, t)| (n.clone(), json!({
+                        "current": t.record.current,
+                        "phase": t.record.phase.as_str(),
+                        "proposed": t.record.proposed,
+                        "deadline_in_ms": t.deadline.map(|d| d.since(now).as_millis() as u64),
+                    }))).collect::<serde_json::Map<String, Value>>(),
                     "supd": {"version": env!("CARGO_PKG_VERSION"), "pid": std::process::id(), "uptime_ms": now.since(self.started).as_millis() as u64},
                 })))
             }
@@ -94,14 +100,14 @@ impl Supervisor {
                 self.known(&service)?;
                 self.set_down(&service, true);
                 self.apply(&service, Event::Stop, now);
-                self.park(client, id, service, false)
+                self.park(client, id, WaitFor::Down(service))
             }
             Command::Restart { service } => {
                 self.known(&service)?;
                 self.refuse_during_shutdown()?;
                 self.set_down(&service, false);
                 self.apply(&service, Event::Restart, now);
-                self.park(client, id, service, true)
+                self.park(client, id, WaitFor::Started(service))
             }
             Command::Signal { service, signal } => {
                 self.known(&service)?;
@@ -164,6 +170,50 @@ impl Supervisor {
                 self.begin_shutdown(0, now);
                 Ok(Outcome::Answer(json!({"shutting_down": true})))
             }
+            Command::Install { tool, version, dir } => {
+                self.install(&tool, &version, &dir, client, id)?;
+                Ok(Outcome::Parked)
+            }
+            Command::Versions { tool } => {
+                self.known_tool(&tool)?;
+                self.ensure_tool(&tool, now);
+                Ok(Outcome::Answer(self.versions_data(&tool, now)))
+            }
+            Command::Upgrade {
+                tool,
+                version,
+                force,
+                irreversible,
+                wait,
+            } => {
+                self.refuse_during_shutdown()?;
+                let data = self.upgrade(
+                    &tool,
+                    crate::upgrade::Request {
+                        version,
+                        force,
+                        irreversible,
+                    },
+                    now,
+                )?;
+                if wait {
+                    self.park(client, id, WaitFor::Upgrade(tool))
+                } else {
+                    Ok(Outcome::Answer(data))
+                }
+            }
+            Command::Rollback {
+                tool,
+                version,
+                force,
+            } => {
+                self.refuse_during_shutdown()?;
+                self.rollback(&tool, version.as_deref(), force, now)
+                    .map(Outcome::Answer)
+            }
+            Command::Prune { tool, keep } => self
+                .prune(&tool, keep.unwrap_or(0), now)
+                .map(Outcome::Answer),
         }
     }
 
@@ -186,57 +236,77 @@ impl Supervisor {
         }
     }
 
-    fn one_status(&self, name: &str, now: Mono) -> Value {
+    pub fn one_status(&self, name: &str, now: Mono) -> Value {
         self.slots
             .get(name)
             .map(|s| json!(self.status_of(s, now)))
             .unwrap_or(Value::Null)
     }
 
-    fn park(
-        &mut self,
-        client: u64,
-        id: &Value,
-        service: String,
-        until_started: bool,
-    ) -> Result<Outcome, Error> {
+    fn park(&mut self, client: u64, id: &Value, what: WaitFor) -> Result<Outcome, Error> {
         if let Some(c) = self.server.clients.get_mut(&client) {
             c.parked = true;
         }
         self.waiters.push(Waiter {
             client,
             id: id.clone(),
-            service,
-            until_started,
+            what,
         });
         Ok(Outcome::Parked)
     }
 
-    /// Answers the waiters whose service got where they wait for, and lets their
-    /// clients' next requests through.
+    /// Handles a client's buffered requests, one at a time, until it is parked.
+    pub fn serve(&mut self, client: u64, now: Mono) {
+        while let Some(req) = self.server.next_request(client) {
+            self.handle(client, req, now);
+        }
+    }
+
+    /// Answers `data` (or `error`) to a parked client and serves what it sent meanwhile.
+    pub fn unpark(&mut self, client: u64, id: &Value, answer: Result<Value, Error>, now: Mono) {
+        let bytes = match answer {
+            Ok(data) => protocol::encode_ok(id, data),
+            Err(e) => protocol::encode_err(id, &e),
+        };
+        self.server.send(client, &bytes);
+        if let Some(c) = self.server.clients.get_mut(&client) {
+            c.parked = false;
+        }
+        self.serve(client, now);
+    }
+
+    /// Answers the waiters whose service or tool got where they wait for.
     pub fn answer_waiters(&mut self, now: Mono) {
         let mut done = Vec::new();
-        self.waiters.retain(|w| {
-            let settled = match self.slots.get(&w.service) {
-                None => true,
-                Some(s) if w.until_started => s.svc.state != State::Stopping && !s.svc.pending(),
-                Some(s) => s.svc.pid.is_none() && s.svc.state != State::Stopping,
-            };
-            if settled {
-                done.push((w.client, w.id.clone(), w.service.clone()));
+        let mut i = 0;
+        while i < self.waiters.len() {
+            match self.settled(&self.waiters[i].what, now) {
+                Some(answer) => {
+                    let w = self.waiters.remove(i);
+                    done.push((w.client, w.id, answer));
+                }
+                None => i += 1,
             }
-            !settled
-        });
-        for (client, id, service) in done {
-            let data = self.one_status(&service, now);
-            self.server.send(client, &protocol::encode_ok(&id, data));
-            if let Some(c) = self.server.clients.get_mut(&client) {
-                c.parked = false;
+        }
+        for (client, id, answer) in done {
+            self.unpark(client, &id, answer, now);
+        }
+    }
+
+    /// The answer for a waiter, once what it waits for has happened.
+    fn settled(&self, what: &WaitFor, now: Mono) -> Option<Result<Value, Error>> {
+        match what {
+            WaitFor::Down(name) | WaitFor::Started(name) => {
+                let done = match (self.slots.get(name), what) {
+                    (None, _) => true,
+                    (Some(s), WaitFor::Started(_)) => {
+                        s.svc.state != State::Stopping && !s.svc.pending()
+                    }
+                    (Some(s), _) => s.svc.pid.is_none() && s.svc.state != State::Stopping,
+                };
+                done.then(|| Ok(self.one_status(name, now)))
             }
-            let more = self.server.take_requests(client);
-            for r in more {
-                self.handle(client, r, now);
-            }
+            WaitFor::Upgrade(tool) => self.upgrade_settled(tool),
         }
     }
 

@@ -166,11 +166,10 @@ impl Server {
         }
     }
 
-    /// Reads what a client sent and returns its complete requests (decoded, or the error
-    /// answer to send). Stops at the first request while the client is parked.
-    pub fn read(&mut self, id: u64) -> Vec<Result<Request, (Value, Error)>> {
+    /// Reads what a client sent into its buffer (bounded; a peer that hung up is marked).
+    pub fn read(&mut self, id: u64) {
         let Some(c) = self.clients.get_mut(&id) else {
-            return Vec::new();
+            return;
         };
         let mut buf = [0u8; 16 * 1024];
         loop {
@@ -193,44 +192,37 @@ impl Server {
                 }
             }
         }
-        self.take_requests(id)
     }
 
-    /// The complete request lines buffered for a client that is not parked.
-    pub fn take_requests(&mut self, id: u64) -> Vec<Result<Request, (Value, Error)>> {
-        let Some(c) = self.clients.get_mut(&id) else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        while !c.parked && !c.closing {
+    /// The next complete request of a client that is not parked: decoded, or the error
+    /// answer to send. `None` when there is none to handle now.
+    pub fn next_request(&mut self, id: u64) -> Option<Result<Request, (Value, Error)>> {
+        let c = self.clients.get_mut(&id)?;
+        loop {
+            if c.parked || c.closing || c.dead {
+                return None;
+            }
             let nl = c.rbuf.iter().position(|&b| b == b'\n');
             // A line (finished or not) past the limit: the stream cannot be trusted to
             // resynchronise, so answer once and close.
             if nl.unwrap_or(c.rbuf.len()) > MAX_REQUEST {
-                let e = Error::new(
-                    ErrorKind::BadRequest,
-                    "request line longer than 64 KiB; closing the connection",
-                );
-                out.push(Err((Value::Null, e)));
                 c.rbuf.clear();
                 c.closing = true;
-                break;
+                return Some(Err((
+                    Value::Null,
+                    Error::new(
+                        ErrorKind::BadRequest,
+                        "request line longer than 64 KiB; closing the connection",
+                    ),
+                )));
             }
-            let Some(nl) = nl else { break };
+            let nl = nl?;
             let line: Vec<u8> = c.rbuf.drain(..=nl).collect();
             let trimmed = line[..nl].strip_suffix(b"\r").unwrap_or(&line[..nl]);
-            if trimmed.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let r = protocol::decode(trimmed);
-            // A command that parks the client must be answered before the next is read.
-            let parks = matches!(&r, Ok(req) if matches!(req.command, protocol::Command::Stop { .. } | protocol::Command::Restart { .. }));
-            out.push(r);
-            if parks {
-                break;
+            if !trimmed.iter().all(u8::is_ascii_whitespace) {
+                return Some(protocol::decode(trimmed));
             }
         }
-        out
     }
 
     /// Queues bytes for a client and tries to send them now.

@@ -110,9 +110,8 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
                 sup.server.flush(id);
             }
             if flags.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
-                for req in sup.server.read(id) {
-                    sup.handle(id, req, now);
-                }
+                sup.server.read(id);
+                sup.serve(id, now);
             }
         }
         Token::Service(index, ready_pipe) => {

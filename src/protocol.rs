@@ -27,6 +27,8 @@ pub enum ErrorKind {
     Failed,
     /// The new config has errors; nothing was changed.
     InvalidConfig,
+    /// No tool of that name.
+    UnknownTool,
 }
 
 impl ErrorKind {
@@ -38,6 +40,7 @@ impl ErrorKind {
             ErrorKind::PermissionDenied => "permission-denied",
             ErrorKind::Failed => "failed",
             ErrorKind::InvalidConfig => "invalid-config",
+            ErrorKind::UnknownTool => "unknown-tool",
         }
     }
 }
@@ -100,11 +103,44 @@ pub enum Command {
     Watch {},
     Reload {},
     Shutdown {},
+    Install {
+        tool: String,
+        version: String,
+        /// An absolute path: supd's working directory is not the client's.
+        dir: String,
+    },
+    Versions {
+        tool: String,
+    },
+    Upgrade {
+        tool: String,
+        version: String,
+        #[serde(default)]
+        force: bool,
+        #[serde(default)]
+        irreversible: bool,
+        /// Answer when the probation is over, not at once.
+        #[serde(default)]
+        wait: bool,
+    },
+    Rollback {
+        tool: String,
+        #[serde(default)]
+        version: Option<String>,
+        #[serde(default)]
+        force: bool,
+    },
+    Prune {
+        tool: String,
+        #[serde(default)]
+        keep: Option<usize>,
+    },
 }
 
 /// The names `cmd` may take, to tell an unknown command from a bad argument.
 const COMMANDS: &[&str] = &[
     "hello", "status", "start", "stop", "restart", "signal", "log", "watch", "reload", "shutdown",
+    "install", "versions", "upgrade", "rollback", "prune",
 ];
 
 impl Command {
@@ -114,13 +150,18 @@ impl Command {
             Command::Hello {}
             | Command::Status { .. }
             | Command::Log { .. }
-            | Command::Watch {} => true,
+            | Command::Watch {}
+            | Command::Versions { .. } => true,
             Command::Start { .. }
             | Command::Stop { .. }
             | Command::Restart { .. }
             | Command::Signal { .. }
             | Command::Reload {}
-            | Command::Shutdown {} => false,
+            | Command::Shutdown {}
+            | Command::Install { .. }
+            | Command::Upgrade { .. }
+            | Command::Rollback { .. }
+            | Command::Prune { .. } => false,
         }
     }
 
@@ -137,6 +178,11 @@ impl Command {
             Command::Watch {} => "watch",
             Command::Reload {} => "reload",
             Command::Shutdown {} => "shutdown",
+            Command::Install { .. } => "install",
+            Command::Versions { .. } => "versions",
+            Command::Upgrade { .. } => "upgrade",
+            Command::Rollback { .. } => "rollback",
+            Command::Prune { .. } => "prune",
         }
     }
 }

@@ -108,6 +108,10 @@ pub enum Action {
     Signal(Signal),
     /// Stop every service and exit `supd` with this status (`on_crash_loop = "shutdown"`).
     Shutdown(i32),
+    /// A crash loop happened, for this reason (an upgrade in probation rolls back).
+    CrashLoop(String),
+    /// A start was not ready in time, for this reason (likewise).
+    NotReady(String),
 }
 
 /// The state of one service, owned by the supervisor.
@@ -259,7 +263,9 @@ impl Service {
             }
             (Starting, Event::Timer) => {
                 let why = format!("not ready within {}", Human(cfg.ready_timeout));
-                self.begin_stop(cfg, AfterStop::Failure(why), now)
+                let mut actions = self.begin_stop(cfg, AfterStop::Failure(why.clone()), now);
+                actions.push(Action::NotReady(why));
+                actions
             }
             (Stopping, Event::Timer) => {
                 self.deadline = None;
@@ -343,23 +349,23 @@ impl Service {
                     "crash loop: {restarts} restarts within {} (last: {why})",
                     Human(within)
                 );
+                let mut actions = vec![Action::CrashLoop(lp.clone())];
                 match p.on_crash_loop {
                     OnCrashLoop::Cooldown => {
                         self.enter(State::Cooldown, Some(now.plus(p.cooldown)));
                         self.reason = Some(format!("{lp}; trying again in {}", Human(p.cooldown)));
-                        vec![]
                     }
                     OnCrashLoop::Stop => {
                         self.enter(State::Failed, None);
                         self.reason = Some(format!("{lp}; gave up"));
-                        vec![]
                     }
                     OnCrashLoop::Shutdown => {
                         self.enter(State::Failed, None);
                         self.reason = Some(format!("{lp}; shutting down supd"));
-                        vec![Action::Shutdown(1)]
+                        actions.push(Action::Shutdown(1));
                     }
                 }
+                actions
             }
         }
     }

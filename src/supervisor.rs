@@ -17,6 +17,7 @@ use crate::service::{signal_label, Action, Event, Exit, Service, State, Want};
 use crate::signals::Signals;
 use crate::sys::{self, SpawnSpec};
 use crate::time::Mono;
+use crate::tools::{Task, ToolState};
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
@@ -43,13 +44,22 @@ pub struct Slot {
     pub removed: bool,
 }
 
+/// What a parked client waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitFor {
+    /// The service's process group is gone (`stop`).
+    Down(String),
+    /// The service's new process was started, or failed to (`restart`).
+    Started(String),
+    /// The tool's upgrade committed, rolled back or failed (`upgrade --wait`).
+    Upgrade(String),
+}
+
 /// An answer owed to a parked client.
 pub struct Waiter {
     pub client: u64,
     pub id: Value,
-    pub service: String,
-    /// Wait for a new process (restart) rather than for the end of the old one (stop).
-    pub until_started: bool,
+    pub what: WaitFor,
 }
 
 struct Shutdown {
@@ -77,6 +87,10 @@ pub struct Supervisor {
     pub down: BTreeSet<String>,
     pub started: Mono,
     buf: Vec<u8>,
+    /// Versioned tools, by name.
+    pub tools: BTreeMap<String, ToolState>,
+    /// Helper processes (installs, prunes), by pid.
+    pub tasks: HashMap<i32, Task>,
 }
 
 impl Supervisor {
@@ -104,11 +118,14 @@ impl Supervisor {
             down,
             started: Mono::now(),
             buf: vec![0; READ_MAX],
+            tools: BTreeMap::new(),
+            tasks: HashMap::new(),
         };
         let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
         for def in defs {
             sup.add_slot(def);
         }
+        sup.load_tools(Mono::now());
         sup
     }
 
@@ -139,7 +156,12 @@ impl Supervisor {
         };
         let from = slot.svc.state;
         let actions = slot.svc.step(&slot.cfg, ev, now);
-        let pid = slot.svc.pid;
+        let (pid, tool, to) = (slot.svc.pid, slot.cfg.tool.clone(), slot.svc.state);
+        // The change is told before its consequences (a rollback restarts this service).
+        if from != to {
+            self.state_changed(name, from, to);
+        }
+        let mut probation_ended = false;
         for a in actions {
             match a {
                 Action::Signal(sig) => {
@@ -147,6 +169,14 @@ impl Supervisor {
                         signal_group(p, sig);
                     }
                 }
+                Action::CrashLoop(why) | Action::NotReady(why) => {
+                    if let Some(t) = &tool {
+                        probation_ended |= self.probation_failed(t, &format!("{name}: {why}"), now);
+                    }
+                }
+                // A probation's end decides instead: the version was at fault, not the
+                // container.
+                Action::Shutdown(_) if probation_ended => {}
                 Action::Shutdown(code) => {
                     log::error!(
                         "{name}: {}",
@@ -159,10 +189,6 @@ impl Supervisor {
                     self.begin_shutdown(code, now);
                 }
             }
-        }
-        let to = self.slots[name].svc.state;
-        if from != to {
-            self.state_changed(name, from, to);
         }
     }
 
@@ -192,16 +218,38 @@ impl Supervisor {
     /// Starts a pending service now.
     fn spawn(&mut self, name: &str, now: Mono) {
         let notify_path = self.notify.as_ref().map(|n| n.path.clone());
-        let log_dir = self.cfg.supd.log_dir.clone();
-        let Some(slot) = self.slots.get_mut(name) else {
+        let Some(slot) = self.slots.get(name) else {
             return;
         };
-        let plan = match launch::plan(&slot.cfg, &self.cfg.supd, notify_path.as_deref()) {
+        let plan = launch::plan(&slot.cfg, &self.cfg.supd, notify_path.as_deref());
+        if let (Some(tool), Ok(Some(version))) = (
+            slot.cfg.tool.clone(),
+            plan.as_ref().map(|p| p.version.clone()),
+        ) {
+            if !self.check_start(&tool, name, &version, now) {
+                // `current` was switched back from a bad version: plan again (once).
+                let again = launch::plan(
+                    &self.slots[name].cfg,
+                    &self.cfg.supd,
+                    notify_path.as_deref(),
+                );
+                return self.spawn_planned(name, again, now);
+            }
+        }
+        self.spawn_planned(name, plan, now)
+    }
+
+    fn spawn_planned(&mut self, name: &str, plan: Result<launch::Plan, NotLaunched>, now: Mono) {
+        let log_dir = self.cfg.supd.log_dir.clone();
+        let plan = match plan {
             Ok(p) => p,
             Err(NotLaunched::NoVersion(why)) => {
                 return self.apply(name, Event::Unavailable(why), now)
             }
             Err(NotLaunched::Failed(why)) => return self.apply(name, Event::SpawnFailed(why), now),
+        };
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
         };
         let (stdout, stderr) = match streams(slot, &log_dir) {
             Ok(s) => s,
@@ -270,6 +318,10 @@ impl Supervisor {
                     break;
                 }
             };
+            if let Some(task) = self.tasks.remove(&pid) {
+                self.task_done(task, exit, now);
+                continue;
+            }
             let Some(name) = self.pids.remove(&pid) else {
                 log::debug!("reaped orphan {pid} ({exit})");
                 continue;
@@ -317,12 +369,16 @@ impl Supervisor {
             .as_ref()
             .filter(|s| !s.killed)
             .map(|s| s.deadline);
-        services.chain(shutdown).min()
+        services
+            .chain(shutdown)
+            .chain(self.next_probation_deadline())
+            .min()
     }
 
     /// Starts what may start, stops what must stop, answers parked clients. Runs after
     /// every batch of events, until nothing changes.
     pub fn settle(&mut self, now: Mono) {
+        self.check_probations(now);
         if self.shutdown.is_some() {
             self.shutdown_step(now);
         } else {

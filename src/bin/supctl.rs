@@ -20,7 +20,16 @@ commands:
   watch                       stream events until interrupted
   reload                      re-read the config (nothing changes on error)
   shutdown                    stop every service, then supd exits
-  hello                       protocol and supd version";
+  hello                       protocol and supd version
+
+versioned tools:
+  install TOOL VERSION DIR    copy DIR in as VERSION of TOOL (atomically)
+  versions TOOL               installed versions and their marks
+  upgrade TOOL VERSION [--force] [--irreversible] [--wait]
+                              switch to VERSION with a probation
+  rollback TOOL [VERSION] [--force]
+                              switch back now
+  prune TOOL [--keep N]       delete old and bad versions";
 
 enum Failure {
     Usage(String),
@@ -145,8 +154,58 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
         "hello" | "watch" | "reload" | "shutdown" => {
             return Err(usage(&format!("{cmd} takes no arguments")))
         }
+        "install" => match rest {
+            [tool, version, dir] => {
+                let abs = std::fs::canonicalize(dir)
+                    .map_err(|e| Failure::Refused(format!("{dir}: {e}")))?;
+                json!({"cmd": "install", "tool": tool, "version": version, "dir": abs})
+            }
+            _ => return Err(usage("install takes TOOL VERSION DIR")),
+        },
+        "versions" => match rest {
+            [tool] => json!({"cmd": "versions", "tool": tool}),
+            _ => return Err(usage("versions takes TOOL")),
+        },
+        "upgrade" | "rollback" | "prune" => tool_command(cmd, rest)?,
         other => return Err(usage(&format!("unknown command '{other}'"))),
     })
+}
+
+/// `upgrade`, `rollback` and `prune`: positional words and flags.
+fn tool_command(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
+    let usage = |m: String| Failure::Usage(m);
+    let mut words = Vec::new();
+    let mut req = json!({"cmd": cmd});
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        match (cmd, a.as_str()) {
+            ("upgrade" | "rollback", "--force") => req["force"] = json!(true),
+            ("upgrade", "--irreversible") => req["irreversible"] = json!(true),
+            ("upgrade", "--wait") => req["wait"] = json!(true),
+            ("prune", "--keep") => {
+                let n: usize = it
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| usage("--keep needs a number".into()))?;
+                req["keep"] = json!(n);
+            }
+            (_, flag) if flag.starts_with('-') => {
+                return Err(usage(format!("{cmd}: unknown option '{flag}'")))
+            }
+            (_, word) => words.push(word.to_string()),
+        }
+    }
+    match (cmd, words.as_slice()) {
+        ("upgrade", [tool, version]) | ("rollback", [tool, version]) => {
+            req["tool"] = json!(tool);
+            req["version"] = json!(version);
+        }
+        ("rollback" | "prune", [tool]) => req["tool"] = json!(tool),
+        ("upgrade", _) => return Err(usage("upgrade takes TOOL VERSION".into())),
+        ("rollback", _) => return Err(usage("rollback takes TOOL [VERSION]".into())),
+        _ => return Err(usage("prune takes TOOL".into())),
+    }
+    Ok(req)
 }
 
 /// A connection to supd.
@@ -279,6 +338,58 @@ fn print_answer(cmd: &str, data: &Value, json: bool) {
             data["protocol"],
             data["pid"]
         ),
+        "versions" => print_versions(data),
+        "upgrade" if data["phase"] == "committed" => {
+            println!(
+                "{}: {} committed",
+                data["tool"].as_str().unwrap_or("?"),
+                data["current"].as_str().unwrap_or("?")
+            )
+        }
+        "upgrade" | "rollback" => {
+            let deadline = data["deadline_in_ms"]
+                .as_u64()
+                .map(|ms| {
+                    format!(
+                        ", probation ends in {}",
+                        Human(std::time::Duration::from_millis(ms))
+                    )
+                })
+                .unwrap_or_default();
+            println!(
+                "{}: now at {} ({}{deadline})",
+                data["tool"].as_str().unwrap_or("?"),
+                data["current"].as_str().unwrap_or("?"),
+                data["phase"].as_str().unwrap_or("?")
+            );
+        }
+        "install" => println!(
+            "installed {} {} in {}",
+            data["tool"].as_str().unwrap_or("?"),
+            data["version"].as_str().unwrap_or("?"),
+            data["path"].as_str().unwrap_or("?")
+        ),
+        "prune" => {
+            let list = |k: &str| {
+                data[k]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default()
+            };
+            println!(
+                "pruned: {}",
+                if list("pruned").is_empty() {
+                    "nothing".into()
+                } else {
+                    list("pruned")
+                }
+            );
+        }
         "signal" => println!(
             "sent {} to {} (pid {})",
             data["signal"].as_str().unwrap_or("?"),
@@ -286,6 +397,54 @@ fn print_answer(cmd: &str, data: &Value, json: bool) {
             data["pid"]
         ),
         _ => {}
+    }
+}
+
+/// `versions`: a summary line, then one line per installed version with its marks.
+fn print_versions(d: &Value) {
+    let s = |k: &str| d[k].as_str().unwrap_or("-").to_string();
+    println!(
+        "{}: current {}, previous {}, phase {}",
+        s("tool"),
+        s("current"),
+        s("previous"),
+        s("phase")
+    );
+    if d["phase"] == "probation" {
+        let left = d["deadline_in_ms"]
+            .as_u64()
+            .map(|ms| Human(std::time::Duration::from_millis(ms)).to_string())
+            .unwrap_or_else(|| "?".into());
+        println!(
+            "  probation of {} from {}: {left} left",
+            s("proposed"),
+            s("from")
+        );
+    }
+    if let Some(r) = d["reason"].as_str() {
+        println!("  last: {r}");
+    }
+    if let Some(e) = d["record_error"].as_str() {
+        println!("  record: {e}");
+    }
+    for v in d["versions"].as_array().into_iter().flatten() {
+        let mut marks = Vec::new();
+        for m in ["current", "previous", "probation", "irreversible"] {
+            if v[m] == true {
+                marks.push(m.to_string());
+            }
+        }
+        if v["bad"] == true {
+            marks.push(format!("bad: {}", v["bad_reason"].as_str().unwrap_or("?")));
+        }
+        if let Some(n) = v["attempts"].as_u64().filter(|n| *n > 0) {
+            marks.push(format!("{n} attempt{}", if n == 1 { "" } else { "s" }));
+        }
+        println!(
+            "  {:<16} {}",
+            v["version"].as_str().unwrap_or("?"),
+            marks.join(", ")
+        );
     }
 }
 

@@ -1,0 +1,36 @@
+//! Test-only crash points: when `SUP_FAILPOINT` names a point, supd aborts there, as if
+//! the power went or it was killed. Harmless in production: nobody sets the variable, and
+//! reading it once costs nothing. The integration tests abort supd at every named step
+//! of an upgrade and of a rollback, then check that a new supd puts things right.
+
+use std::sync::OnceLock;
+
+/// Every point, for tests and documentation.
+pub const POINTS: &[&str] = &[
+    "upgrade-before-intent",
+    "upgrade-after-intent",
+    "upgrade-after-switch",
+    "upgrade-after-restart",
+    "commit-before-record",
+    "commit-after-record",
+    "rollback-before-record",
+    "rollback-after-record",
+    "rollback-after-switch",
+    "rollback-after-restart",
+    "oprollback-before-record",
+    "oprollback-after-record",
+    "oprollback-after-switch",
+];
+
+/// Aborts supd if `SUP_FAILPOINT` is `name`.
+pub fn hit(name: &str) {
+    static POINT: OnceLock<Option<String>> = OnceLock::new();
+    if POINT
+        .get_or_init(|| std::env::var("SUP_FAILPOINT").ok())
+        .as_deref()
+        == Some(name)
+    {
+        log::error!("failpoint {name}: aborting, as SUP_FAILPOINT asks");
+        std::process::abort();
+    }
+}
