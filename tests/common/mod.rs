@@ -190,14 +190,27 @@ impl Sandbox {
         self.status(service)
     }
 
-    /// Runs supctl against this sandbox.
+    /// Runs supctl against this sandbox, killed after the deadline (a wait that never
+    /// ends fails the test instead of hanging it).
     pub fn supctl(&self, args: &[&str]) -> std::process::Output {
-        Command::new(SUPCTL)
-            .arg("-s")
+        let out = Command::new("timeout")
+            .args([
+                "--signal=KILL",
+                &DEADLINE.as_secs().to_string(),
+                SUPCTL,
+                "-s",
+            ])
             .arg(&self.socket)
             .args(args)
             .output()
-            .expect("run supctl")
+            .expect("run supctl");
+        assert_ne!(
+            out.status.code(),
+            None,
+            "supctl {args:?} did not finish within {DEADLINE:?}\n{}",
+            self.supd_log()
+        );
+        out
     }
 
     /// Sends `sig` to supd and waits (with the deadline) for it to exit; returns its status.

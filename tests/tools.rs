@@ -1,0 +1,432 @@
+//! Versioned tools against real processes: install, upgrade with probation, automatic
+//! rollback of a crash-looping version, bad marks and --force, irreversible versions,
+//! a tool that switches its own `current`, prune.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+/// A fake tool version: `bin/agent` with this shell body, staged outside tools_dir.
+fn stage(sb: &Sandbox, version: &str, body: &str) -> PathBuf {
+    let dir = sb.path(&format!("src-{version}"));
+    std::fs::create_dir_all(dir.join("bin")).expect("mkdir");
+    let script = dir.join("bin/agent");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"agent $SUP_VERSION up\"\n{body}\n"),
+    )
+    .expect("write");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    dir
+}
+
+const GOOD: &str = "exec /bin/sleep 3600";
+const CRASH: &str = "exit 3";
+
+fn install(sb: &Sandbox, version: &str, body: &str) {
+    let src = stage(sb, version, body);
+    let out = sb.supctl(&["install", "agent", version, &src.to_string_lossy()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "install {version}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn agent_config(sb: &Sandbox) {
+    sb.config(
+        r#"
+[service.agent]
+tool = "agent"
+command = ["bin/agent"]
+restart_delay = "10ms"
+crash_loop = { restarts = 3, window = "1m" }
+on_crash_loop = "cooldown"
+cooldown = "1h"
+probation = "1s"
+stop_timeout = "2s"
+"#,
+    );
+}
+
+/// A sandbox with supd running the agent at 1.0.0, committed.
+fn at_1_0_0() -> Sandbox {
+    let mut sb = Sandbox::new();
+    agent_config(&sb);
+    sb.start();
+    install(&sb, "1.0.0", GOOD);
+    let out = sb.supctl(&["upgrade", "agent", "1.0.0", "--wait"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sb
+}
+
+fn versions(sb: &Sandbox) -> Value {
+    sb.ok(json!({"cmd": "versions", "tool": "agent"}))
+}
+
+fn link(sb: &Sandbox) -> String {
+    std::fs::read_link(sb.path("tools/agent/current"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn mark(v: &Value, version: &str, key: &str) -> Value {
+    v["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|x| x["version"] == version)
+        .map(|x| x[key].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_service_waits_for_its_first_version_then_runs_it() {
+    let mut sb = Sandbox::new();
+    agent_config(&sb);
+    sb.start();
+    let st = sb.wait_state("agent", "failed");
+    assert_eq!(st["reason"], "no current version of tool 'agent'");
+    assert_eq!(st["restarts"], 0, "no version is not a crash");
+    install(&sb, "1.0.0", GOOD);
+    assert!(sb.path("tools/agent/1.0.0/bin/agent").exists());
+    let out = sb.supctl(&["upgrade", "agent", "1.0.0", "--wait"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = sb.wait_state("agent", "running");
+    assert_eq!(st["version"], "1.0.0");
+    let v = versions(&sb);
+    assert_eq!(
+        (v["current"].clone(), v["phase"].clone()),
+        (json!("1.0.0"), json!("committed"))
+    );
+    assert_eq!(link(&sb), "1.0.0");
+}
+
+#[test]
+fn install_refuses_bad_names_and_existing_versions_and_leaves_nothing_half_done() {
+    let mut sb = Sandbox::new();
+    agent_config(&sb);
+    sb.start();
+    let src = stage(&sb, "x", GOOD);
+    std::os::unix::fs::symlink("bin/agent", src.join("link")).expect("symlink");
+    for bad in ["latest", "1.2", "../x", "1.0.0+build"] {
+        let out = sb.supctl(&["install", "agent", bad, &src.to_string_lossy()]);
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+    }
+    assert!(
+        !sb.path("tools/agent").exists()
+            || std::fs::read_dir(sb.path("tools/agent"))
+                .expect("dir")
+                .count()
+                == 0
+    );
+    let out = sb.supctl(&["install", "agent", "1.0.0", &src.to_string_lossy()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Modes and symlinks inside the tree are kept.
+    let meta = std::fs::metadata(sb.path("tools/agent/1.0.0/bin/agent")).expect("copied");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o755
+    );
+    assert_eq!(
+        std::fs::read_link(sb.path("tools/agent/1.0.0/link")).expect("link kept"),
+        PathBuf::from("bin/agent")
+    );
+    let out = sb.supctl(&["install", "agent", "1.0.0", &src.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already installed"));
+    let names: Vec<String> = std::fs::read_dir(sb.path("tools/agent"))
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["1.0.0"], "no hidden leftovers");
+}
+
+#[test]
+fn a_good_upgrade_commits_after_probation() {
+    let sb = at_1_0_0();
+    let old_pid = sb.wait_state("agent", "running")["pid"].clone();
+    install(&sb, "1.1.0", GOOD);
+    let mut w = sb.watch();
+    let started = std::time::Instant::now();
+    let out = sb.supctl(&["upgrade", "agent", "1.1.0", "--wait"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(1),
+        "committed before the probation of 1s"
+    );
+    w.until(&sb, |e| {
+        e["event"] == "upgrade" && e["phase"] == "probation" && e["version"] == "1.1.0"
+    });
+    w.until(&sb, |e| {
+        e["event"] == "upgrade" && e["phase"] == "committed"
+    });
+    let v = versions(&sb);
+    assert_eq!(
+        (
+            v["current"].clone(),
+            v["previous"].clone(),
+            v["phase"].clone()
+        ),
+        (json!("1.1.0"), json!("1.0.0"), json!("committed"))
+    );
+    let st = sb.status("agent");
+    assert_eq!(st["version"], "1.1.0");
+    assert_ne!(st["pid"], old_pid);
+    assert_eq!(link(&sb), "1.1.0");
+}
+
+#[test]
+fn a_crash_looping_upgrade_rolls_back_and_is_marked_bad() {
+    let sb = at_1_0_0();
+    install(&sb, "2.0.0", CRASH);
+    let mut w = sb.watch();
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0", "--wait"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("agent 2.0.0 was rolled back to 1.0.0") && err.contains("crash loop"),
+        "{err}"
+    );
+    let rb = w.until(&sb, |e| e["event"] == "rollback");
+    assert_eq!(
+        (rb["from"].clone(), rb["to"].clone()),
+        (json!("2.0.0"), json!("1.0.0"))
+    );
+    let st = sb.wait_state("agent", "running");
+    assert_eq!(st["version"], "1.0.0");
+    let v = versions(&sb);
+    assert_eq!(
+        (v["current"].clone(), v["phase"].clone()),
+        (json!("1.0.0"), json!("rolled-back"))
+    );
+    assert_eq!(mark(&v, "2.0.0", "bad"), true);
+    assert!(
+        mark(&v, "2.0.0", "bad_reason")
+            .as_str()
+            .unwrap_or("")
+            .contains("exited with code 3"),
+        "{v}"
+    );
+    assert_eq!(link(&sb), "1.0.0");
+
+    // A bad version is refused without --force, and nothing changes...
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("marked bad"));
+    assert_eq!(link(&sb), "1.0.0");
+    // ...and tried once more with it: the attempt is counted, and it rolls back again.
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0", "--force", "--wait"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = versions(&sb);
+    assert_eq!(mark(&v, "2.0.0", "attempts"), 2);
+    assert_eq!(mark(&v, "2.0.0", "bad"), true);
+    assert_eq!(link(&sb), "1.0.0");
+}
+
+#[test]
+fn an_irreversible_version_is_not_rolled_back_and_rollback_across_it_needs_force() {
+    let sb = at_1_0_0();
+    let src = stage(&sb, "3.0.0", CRASH);
+    std::fs::write(src.join("sup-tool.toml"), "revertible = false\n").expect("manifest");
+    let out = sb.supctl(&["install", "agent", "3.0.0", &src.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = sb.supctl(&["upgrade", "agent", "3.0.0", "--wait"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("stays (not revertible)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = versions(&sb);
+    assert_eq!(
+        (v["current"].clone(), v["phase"].clone()),
+        (json!("3.0.0"), json!("failed"))
+    );
+    assert_eq!(mark(&v, "3.0.0", "irreversible"), true);
+    assert_eq!(link(&sb), "3.0.0");
+    // The service goes on under its own crash-loop rule (here: a long cooldown).
+    assert_eq!(sb.wait_state("agent", "cooldown")["version"], "3.0.0");
+
+    let out = sb.supctl(&["rollback", "agent"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("crosses the irreversible version 3.0.0"));
+    assert_eq!(link(&sb), "3.0.0");
+    let out = sb.supctl(&["rollback", "agent", "--force"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(link(&sb), "1.0.0");
+    assert_eq!(sb.wait_state("agent", "running")["version"], "1.0.0");
+}
+
+#[test]
+fn the_irreversible_flag_works_like_the_manifest() {
+    let sb = at_1_0_0();
+    install(&sb, "2.0.0", CRASH);
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0", "--irreversible", "--wait"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = versions(&sb);
+    assert_eq!(
+        (
+            v["current"].clone(),
+            v["phase"].clone(),
+            mark(&v, "2.0.0", "irreversible")
+        ),
+        (json!("2.0.0"), json!("failed"), json!(true))
+    );
+}
+
+#[test]
+fn a_tool_that_switches_itself_gets_probation_and_rollback() {
+    let sb = at_1_0_0();
+    let trigger = sb.path("switch-now");
+    // 1.0.1 switches `current` to 1.1.0 when asked, and exits; 1.1.0 crash-loops.
+    let body = format!(
+        "if [ -e {t} ]; then rm {t}; ln -s 1.1.0 ../.switch && mv -T ../.switch ../current; exit 0; fi\nexec /bin/sleep 3600",
+        t = trigger.display()
+    );
+    install(&sb, "1.0.1", &body);
+    install(&sb, "1.1.0", CRASH);
+    let out = sb.supctl(&["upgrade", "agent", "1.0.1", "--wait"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut w = sb.watch();
+    std::fs::write(&trigger, "").expect("trigger");
+    sb.ok(json!({"cmd": "restart", "service": "agent"}));
+    let p = w.until(&sb, |e| {
+        e["event"] == "upgrade" && e["phase"] == "probation"
+    });
+    assert_eq!(
+        (p["version"].clone(), p["from"].clone()),
+        (json!("1.1.0"), json!("1.0.1"))
+    );
+    assert!(
+        p["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("switched itself"),
+        "{p}"
+    );
+    let rb = w.until(&sb, |e| e["event"] == "rollback");
+    assert_eq!(
+        (rb["from"].clone(), rb["to"].clone()),
+        (json!("1.1.0"), json!("1.0.1"))
+    );
+    assert_eq!(sb.wait_state("agent", "running")["version"], "1.0.1");
+    let v = versions(&sb);
+    assert_eq!(mark(&v, "1.1.0", "bad"), true);
+    assert_eq!(link(&sb), "1.0.1");
+}
+
+#[test]
+fn a_tool_that_switches_itself_to_a_good_version_commits() {
+    let sb = at_1_0_0();
+    let body = "ln -s 1.2.0 ../.switch && mv -T ../.switch ../current; exit 0";
+    install(&sb, "1.2.0", GOOD);
+    install(&sb, "1.1.0", body);
+    let mut w = sb.watch();
+    let out = sb.supctl(&["upgrade", "agent", "1.1.0"]);
+    assert_eq!(out.status.code(), Some(0));
+    // 1.1.0 starts, switches to 1.2.0 and exits; supd starts 1.2.0 as an upgrade from 1.1.0.
+    let p = w.until(&sb, |e| {
+        e["event"] == "upgrade" && e["phase"] == "probation" && e["version"] == "1.2.0"
+    });
+    assert_eq!(p["from"], "1.1.0");
+    w.until(&sb, |e| {
+        e["event"] == "upgrade" && e["phase"] == "committed" && e["current"] == "1.2.0"
+    });
+    assert_eq!(sb.status("agent")["version"], "1.2.0");
+}
+
+#[test]
+fn prune_keeps_current_previous_and_newer_versions() {
+    let sb = at_1_0_0();
+    for v in ["1.1.0", "1.2.0", "1.3.0"] {
+        install(&sb, v, GOOD);
+    }
+    install(&sb, "2.0.0", CRASH);
+    for v in ["1.1.0", "1.2.0"] {
+        let out = sb.supctl(&["upgrade", "agent", v, "--wait"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0", "--wait"]);
+    assert_eq!(out.status.code(), Some(1), "2.0.0 rolls back and is bad");
+    // current 1.2.0, previous 1.1.0; 1.0.0 is old, 2.0.0 is bad, 1.3.0 is newer.
+    let r = sb.ok(json!({"cmd": "prune", "tool": "agent", "keep": 1}));
+    assert_eq!(
+        r["pruned"],
+        json!(["1.0.0"]),
+        "--keep 1 keeps the newest of the prunable ({r})"
+    );
+    let r = sb.ok(json!({"cmd": "prune", "tool": "agent"}));
+    assert_eq!(r["pruned"], json!(["2.0.0"]));
+    let v = versions(&sb);
+    let left: Vec<&str> = v["versions"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|x| x["version"].as_str())
+        .collect();
+    assert_eq!(left, ["1.1.0", "1.2.0", "1.3.0"]);
+    assert_eq!(sb.status("agent")["state"], "running");
+}
+
+#[test]
+fn upgrade_refusals_change_nothing() {
+    let sb = at_1_0_0();
+    let src = stage(&sb, "1.5.0", GOOD);
+    std::fs::remove_file(src.join("bin/agent")).expect("rm");
+    let out = sb.supctl(&["install", "agent", "1.5.0", &src.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(0));
+    let cases: &[(&[&str], &str)] = &[
+        (&["upgrade", "agent", "9.9.9"], "is not installed"),
+        (&["upgrade", "agent", "1.5.0"], "cannot run: service agent:"),
+        (&["upgrade", "agent", "1.0.0"], "already at 1.0.0"),
+        (&["upgrade", "agent", "latest"], "is not a version"),
+        (&["upgrade", "nope", "1.0.0"], "unknown-tool"),
+    ];
+    for (args, msg) in cases {
+        let out = sb.supctl(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(msg), "{args:?}: {err}");
+    }
+    assert_eq!(link(&sb), "1.0.0");
+    assert_eq!(versions(&sb)["phase"], "committed");
+}
