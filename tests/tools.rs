@@ -430,3 +430,66 @@ fn upgrade_refusals_change_nothing() {
     assert_eq!(link(&sb), "1.0.0");
     assert_eq!(versions(&sb)["phase"], "committed");
 }
+
+#[test]
+fn an_upgrade_from_a_version_that_ignores_term_still_happens() {
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nready = \"fd:3\"\nprobation = \"1s\"\nstop_timeout = \"300ms\"\n",
+    );
+    sb.start();
+    install(
+        &sb,
+        "1.0.0",
+        "trap '' TERM\necho >&3\nwhile :; do /bin/sleep 1; done",
+    );
+    install(&sb, "1.1.0", "echo >&3\nexec /bin/sleep 3600");
+    let out = sb.supctl(&["upgrade", "agent", "1.0.0", "--wait"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = sb.supctl(&["upgrade", "agent", "1.1.0", "--wait"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = sb.status("agent");
+    assert_eq!(
+        (st["version"].clone(), st["state"].clone()),
+        (json!("1.1.0"), json!("running"))
+    );
+    assert_eq!(
+        st["last_exit"],
+        json!({"signal": "KILL"}),
+        "1.0.0 ignored TERM and was killed: {st}"
+    );
+}
+
+#[test]
+fn a_corrupt_record_is_reported_and_supd_goes_on_from_current() {
+    let mut sb = at_1_0_0();
+    sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+    std::fs::write(sb.path("state/tools/agent.json"), "{\"current\": \"1.0").expect("corrupt it");
+    sb.start();
+    let st = sb.wait_state("agent", "running");
+    assert_eq!(st["version"], "1.0.0");
+    let v = versions(&sb);
+    assert_eq!(v["current"], "1.0.0");
+    assert!(
+        v["record_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("is corrupt"),
+        "{v}"
+    );
+    assert!(
+        sb.path("state/tools/agent.json.corrupt").exists(),
+        "kept aside for a person"
+    );
+    assert!(sb.supd_log().contains("is corrupt"));
+}
