@@ -435,7 +435,21 @@ fn print_versions(d: &Value) {
             }
         }
         if v["bad"] == true {
-            marks.push(format!("bad: {}", v["bad_reason"].as_str().unwrap_or("?")));
+            let when = v["bad_time_ms"]
+                .as_u64()
+                .map(|ms| {
+                    format!(
+                        " at {}",
+                        sup::time::utc_stamp(
+                            std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)
+                        )
+                    )
+                })
+                .unwrap_or_default();
+            marks.push(format!(
+                "bad{when}: {}",
+                v["bad_reason"].as_str().unwrap_or("?")
+            ));
         }
         if let Some(n) = v["attempts"].as_u64().filter(|n| *n > 0) {
             marks.push(format!("{n} attempt{}", if n == 1 { "" } else { "s" }));
