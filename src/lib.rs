@@ -7,6 +7,7 @@ pub mod control;
 pub mod event_loop;
 pub mod failpoint;
 pub mod launch;
+pub mod lease;
 pub mod leftovers;
 pub mod logs;
 pub mod notify;

@@ -1,0 +1,68 @@
+//! What lives in the store under `/sup/lease/L/`: members, the leader, the policy.
+
+use semver::Version;
+use serde::{Deserialize, Serialize};
+
+/// The prefix of everything about lease `lease`.
+pub fn prefix(lease: &str) -> String {
+    format!("/sup/lease/{lease}/")
+}
+
+/// `members/NODE`: a candidacy, bound to the node's store lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub node: String,
+    /// The version of the lease's tool on that node (absent: none).
+    pub version: Option<String>,
+    /// Past probation.
+    pub committed: bool,
+    pub irreversible: bool,
+}
+
+impl Member {
+    /// The version, when it is one.
+    pub fn semver(&self) -> Option<Version> {
+        self.version.as_deref().and_then(|v| Version::parse(v).ok())
+    }
+}
+
+/// `leader`: who holds the lease, bound to the holder's store lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leader {
+    pub node: String,
+    pub version: Option<String>,
+    /// The policy epoch the holder saw when it became leader.
+    pub epoch: u64,
+}
+
+/// How the preferred version is chosen.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    #[default]
+    Newest,
+    Oldest,
+    Pinned,
+}
+
+/// `policy`: written only by compare-and-swap, its epoch raised by one on every write.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Policy {
+    pub epoch: u64,
+    pub strategy: Strategy,
+    /// The version when pinned.
+    pub target: Option<String>,
+    /// No version below this may lead.
+    pub floor: Option<String>,
+}
+
+impl Policy {
+    pub fn target(&self) -> Option<Version> {
+        self.target.as_deref().and_then(|v| Version::parse(v).ok())
+    }
+
+    pub fn floor(&self) -> Option<Version> {
+        self.floor.as_deref().and_then(|v| Version::parse(v).ok())
+    }
+}

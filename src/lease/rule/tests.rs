@@ -1,0 +1,511 @@
+use super::*;
+
+const T: Duration = Duration::from_millis(900);
+
+fn m(node: &str, version: &str, committed: bool) -> Member {
+    Member {
+        node: node.into(),
+        version: Some(version.into()),
+        committed,
+        irreversible: false,
+    }
+}
+
+fn pol(strategy: Strategy, target: Option<&str>, floor: Option<&str>) -> Policy {
+    Policy {
+        epoch: 1,
+        strategy,
+        target: target.map(Into::into),
+        floor: floor.map(Into::into),
+    }
+}
+
+#[test]
+fn eligibility_and_preference() {
+    let members = [
+        m("a", "0.6.2", true),
+        m("b", "0.8.1", true),
+        m("c", "0.9.0", false),
+        m("d", "0.5.0", true),
+    ];
+    let table: Vec<(Policy, Option<&str>, [bool; 4])> = vec![
+        (
+            pol(Strategy::Newest, None, None),
+            Some("0.8.1"),
+            [true, true, false, true],
+        ),
+        (
+            pol(Strategy::Oldest, None, None),
+            Some("0.5.0"),
+            [true, true, false, true],
+        ),
+        (
+            pol(Strategy::Newest, None, Some("0.6.2")),
+            Some("0.8.1"),
+            [true, true, false, false],
+        ),
+        (
+            pol(Strategy::Oldest, None, Some("0.6.2")),
+            Some("0.6.2"),
+            [true, true, false, false],
+        ),
+        (
+            pol(Strategy::Pinned, Some("0.6.2"), None),
+            Some("0.6.2"),
+            [true, false, false, false],
+        ),
+        (
+            pol(Strategy::Pinned, Some("0.9.0"), None),
+            None,
+            [false, false, false, false],
+        ),
+        (
+            pol(Strategy::Pinned, Some("0.5.0"), Some("0.6.2")),
+            None,
+            [false, false, false, false],
+        ),
+    ];
+    for (p, want, elig) in table {
+        assert_eq!(
+            preferred(&members, &p).map(|v| v.to_string()).as_deref(),
+            want,
+            "{p:?}"
+        );
+        let got: Vec<bool> = members.iter().map(|x| eligible(x, &p)).collect();
+        assert_eq!(got, elig, "{p:?}");
+    }
+    assert!(!eligible(
+        &Member {
+            node: "x".into(),
+            version: None,
+            committed: true,
+            irreversible: false
+        },
+        &Policy::default()
+    ));
+}
+
+fn view<'a>(
+    me: &'a str,
+    members: &'a [Member],
+    leader: Option<(&'a Leader, u64)>,
+    policy: &'a Policy,
+    now: Mono,
+    owns: bool,
+) -> View<'a> {
+    View {
+        me,
+        members,
+        leader,
+        policy,
+        ttl: T,
+        now,
+        last_renewal: Some(now),
+        owns_leader: owns,
+    }
+}
+
+#[test]
+fn single_node_decisions() {
+    let p = pol(Strategy::Newest, None, None);
+    let members = [m("a", "0.6.2", true), m("b", "0.8.1", true)];
+    let at = |ms: u64| Mono(ms * 1_000_000);
+    let la = Leader {
+        node: "a".into(),
+        version: Some("0.6.2".into()),
+        epoch: 1,
+    };
+    let lb = Leader {
+        node: "b".into(),
+        version: Some("0.8.1".into()),
+        epoch: 1,
+    };
+
+    // Empty leader: the preferred one acquires at once, the other waits T.
+    assert_eq!(
+        decide(
+            &view("b", &members, None, &p, at(0), false),
+            &Memory::default()
+        )
+        .0,
+        Decision::Acquire
+    );
+    let (d, mem) = decide(
+        &view("a", &members, None, &p, at(0), false),
+        &Memory::default(),
+    );
+    assert!(matches!(d, Decision::Follow(_)), "{d:?}");
+    assert_eq!(
+        decide(&view("a", &members, None, &p, at(900), false), &mem).0,
+        Decision::Acquire
+    );
+
+    // A holder leads with a grant shorter than 2T/3 of its renewal.
+    let (d, _) = decide(
+        &view("b", &members, Some((&lb, 5)), &p, at(0), true),
+        &Memory::default(),
+    );
+    assert_eq!(
+        d,
+        Decision::Lead {
+            valid_for: T * 2 / 3,
+            raise_floor: None
+        }
+    );
+    let mut stale = view("b", &members, Some((&lb, 5)), &p, at(700), true);
+    stale.last_renewal = Some(at(0));
+    assert!(matches!(
+        decide(&stale, &Memory::default()).0,
+        Decision::Fence(_)
+    ));
+    assert!(matches!(
+        decide(
+            &view("b", &members, Some((&lb, 5)), &p, at(0), false),
+            &Memory::default()
+        )
+        .0,
+        Decision::Fence(_)
+    ));
+
+    // The old holder steps down once the preferred member has been live for T.
+    let (d, mem) = decide(
+        &view("a", &members, Some((&la, 5)), &p, at(0), true),
+        &Memory::default(),
+    );
+    assert!(matches!(d, Decision::Lead { .. }), "{d:?}");
+    assert!(matches!(
+        decide(
+            &view("a", &members, Some((&la, 5)), &p, at(900), true),
+            &mem
+        )
+        .0,
+        Decision::StepDown(_)
+    ));
+
+    // A preferred candidate takes over a holder that did not step down for 2T after it
+    // should have (once the preferred member was live for T): at 3T.
+    let (d, mem) = decide(
+        &view("b", &members, Some((&la, 5)), &p, at(0), false),
+        &Memory::default(),
+    );
+    assert!(matches!(d, Decision::Follow(_)));
+    let (d, mem) = decide(
+        &view("b", &members, Some((&la, 5)), &p, at(900), false),
+        &mem,
+    );
+    assert!(
+        matches!(d, Decision::Follow(_)),
+        "the holder may still step down: {d:?}"
+    );
+    let (d, mem) = decide(
+        &view("b", &members, Some((&la, 5)), &p, at(2600), false),
+        &mem,
+    );
+    assert!(matches!(d, Decision::Follow(_)), "not yet 2T: {d:?}");
+    assert_eq!(
+        decide(
+            &view("b", &members, Some((&la, 5)), &p, at(2700), false),
+            &mem
+        )
+        .0,
+        Decision::TakeOver { revision: 5 }
+    );
+    // A holder that is not a member at all is taken over after 2T.
+    let only_b = [m("b", "0.8.1", true)];
+    let (_, mem) = decide(
+        &view("b", &only_b, Some((&la, 7)), &p, at(0), false),
+        &Memory::default(),
+    );
+    assert_eq!(
+        decide(
+            &view("b", &only_b, Some((&la, 7)), &p, at(1800), false),
+            &mem
+        )
+        .0,
+        Decision::TakeOver { revision: 7 }
+    );
+
+    // An irreversible leader raises the floor, once.
+    let irr = [Member {
+        irreversible: true,
+        ..m("b", "0.8.1", true)
+    }];
+    let (d, _) = decide(
+        &view("b", &irr, Some((&lb, 5)), &p, at(0), true),
+        &Memory::default(),
+    );
+    assert_eq!(
+        d,
+        Decision::Lead {
+            valid_for: T * 2 / 3,
+            raise_floor: Some("0.8.1".into())
+        }
+    );
+    let raised = pol(Strategy::Newest, None, Some("0.8.1"));
+    let (d, _) = decide(
+        &view("b", &irr, Some((&lb, 5)), &raised, at(0), true),
+        &Memory::default(),
+    );
+    assert_eq!(
+        d,
+        Decision::Lead {
+            valid_for: T * 2 / 3,
+            raise_floor: None
+        }
+    );
+
+    // A holder that is no longer eligible (in probation) steps down at once.
+    let probation = [m("a", "0.7.0", false), m("b", "0.8.1", true)];
+    assert!(matches!(
+        decide(
+            &view("a", &probation, Some((&la, 5)), &p, at(0), true),
+            &Memory::default()
+        )
+        .0,
+        Decision::StepDown(_)
+    ));
+}
+
+/// A model store and several nodes ticking every T/3: what the nodes decide is carried
+/// out as sup-lease would, and every grant is checked against every other.
+struct Sim {
+    nodes: Vec<(String, Member, Memory, bool)>, // name, candidacy, memory, sup-lease alive
+    leader: Option<(Leader, u64)>,
+    policy: Policy,
+    rev: u64,
+    now: u64,
+    /// Grants in force: node -> valid until (ms).
+    grants: BTreeMap<String, u64>,
+    leads: Vec<String>,
+}
+
+impl Sim {
+    fn new(nodes: &[(&str, &str)]) -> Sim {
+        let nodes = nodes
+            .iter()
+            .map(|(n, v)| (n.to_string(), m(n, v, true), Memory::default(), true))
+            .collect();
+        Sim {
+            nodes,
+            leader: None,
+            policy: Policy::default(),
+            rev: 1,
+            now: 0,
+            grants: BTreeMap::new(),
+            leads: Vec::new(),
+        }
+    }
+
+    fn set(&mut self, node: &str, version: &str, committed: bool, irreversible: bool) {
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.0 == node) {
+            n.1 = Member {
+                node: node.into(),
+                version: Some(version.into()),
+                committed,
+                irreversible,
+            };
+        }
+    }
+
+    fn wedge(&mut self, node: &str) {
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.0 == node) {
+            n.3 = false;
+        }
+    }
+
+    /// Members whose sup-lease is alive; a wedged node's member key expires after T.
+    fn members(&self) -> Vec<Member> {
+        self.nodes
+            .iter()
+            .filter(|n| n.3)
+            .map(|n| n.1.clone())
+            .collect()
+    }
+
+    fn tick(&mut self) {
+        let step = T.as_millis() as u64 / 3;
+        self.now += step;
+        let now = Mono(self.now * 1_000_000);
+        self.grants.retain(|_, until| *until > self.now);
+        let wedged_holder = self
+            .leader
+            .as_ref()
+            .is_some_and(|(l, _)| self.nodes.iter().any(|n| n.0 == l.node && !n.3));
+        if wedged_holder {
+            // Its store lease runs out T after its last renewal (here: by the next tick).
+            self.leader = None;
+        }
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].3 {
+                continue;
+            }
+            let members = self.members();
+            let name = self.nodes[i].0.clone();
+            let owns = self.leader.as_ref().is_some_and(|(l, _)| l.node == name);
+            let leader = self.leader.clone();
+            let v = View {
+                me: &name,
+                members: &members,
+                leader: leader.as_ref().map(|(l, r)| (l, *r)),
+                policy: &self.policy,
+                ttl: T,
+                now,
+                last_renewal: Some(now),
+                owns_leader: owns,
+            };
+            let (d, mut mem) = decide(&v, &self.nodes[i].2);
+            match d {
+                Decision::Acquire if self.leader.is_none() => {
+                    self.rev += 1;
+                    self.leader = Some((
+                        Leader {
+                            node: name.clone(),
+                            version: self.nodes[i].1.version.clone(),
+                            epoch: self.policy.epoch,
+                        },
+                        self.rev,
+                    ));
+                }
+                Decision::TakeOver { revision }
+                    if self.leader.as_ref().is_some_and(|(_, r)| *r == revision) =>
+                {
+                    self.rev += 1;
+                    self.leader = Some((
+                        Leader {
+                            node: name.clone(),
+                            version: self.nodes[i].1.version.clone(),
+                            epoch: self.policy.epoch,
+                        },
+                        self.rev,
+                    ));
+                    mem.lead_from = Some(now.plus(T));
+                }
+                Decision::Lead {
+                    valid_for,
+                    raise_floor,
+                } => {
+                    for (other, until) in &self.grants {
+                        assert!(
+                            other == &name || *until <= self.now,
+                            "at {}ms {name} leads while {other}'s grant runs until {until}ms",
+                            self.now
+                        );
+                    }
+                    self.grants
+                        .insert(name.clone(), self.now + valid_for.as_millis() as u64);
+                    if self.leads.last() != Some(&name) {
+                        self.leads.push(name.clone());
+                    }
+                    if let Some(f) = raise_floor {
+                        self.policy.floor = Some(f);
+                        self.policy.epoch += 1;
+                    }
+                }
+                Decision::StepDown(_) => {
+                    self.grants.remove(&name); // lease-release: services stopped first
+                    self.leader = None;
+                }
+                Decision::Fence(_)
+                | Decision::Wait(_)
+                | Decision::Follow(_)
+                | Decision::Acquire
+                | Decision::TakeOver { .. } => {}
+            }
+            self.nodes[i].2 = mem;
+        }
+    }
+
+    fn run(&mut self, ticks: usize) {
+        for _ in 0..ticks {
+            self.tick();
+        }
+    }
+
+    fn holder(&self) -> Option<String> {
+        self.leader.as_ref().map(|(l, _)| l.node.clone())
+    }
+}
+
+#[test]
+fn fleet_leadership_follows_the_upgrade_without_overlap() {
+    let mut s = Sim::new(&[("n1", "0.6.2"), ("n2", "0.6.2"), ("n3", "0.6.2")]);
+    s.run(10);
+    let first = s.holder().expect("someone leads");
+    let other = ["n1", "n2", "n3"]
+        .into_iter()
+        .find(|n| *n != first)
+        .expect("another node");
+    // The upgrade is in probation first: not committed, leadership stays.
+    s.set(other, "0.8.1", false, false);
+    s.run(10);
+    assert_eq!(
+        s.holder().as_deref(),
+        Some(first.as_str()),
+        "a version in probation does not take over"
+    );
+    s.set(other, "0.8.1", true, false);
+    s.run(15);
+    assert_eq!(s.holder().as_deref(), Some(other), "leads: {:?}", s.leads);
+    assert_eq!(s.leads.last().map(String::as_str), Some(other));
+}
+
+#[test]
+fn a_crash_looping_upgrade_never_takes_leadership() {
+    let mut s = Sim::new(&[("n1", "0.6.2"), ("n2", "0.6.2")]);
+    s.run(10);
+    let first = s.holder().expect("someone leads");
+    let other = if first == "n1" { "n2" } else { "n1" };
+    s.set(other, "0.8.1", false, false); // probation, then rolled back
+    s.run(10);
+    s.set(other, "0.6.2", true, false);
+    s.run(10);
+    assert_eq!(s.holder().as_deref(), Some(first.as_str()));
+    assert_eq!(s.leads, vec![first]);
+}
+
+#[test]
+fn an_irreversible_leader_raises_the_floor_and_only_the_operator_lowers_it() {
+    let mut s = Sim::new(&[("n1", "0.6.2"), ("n2", "0.6.2")]);
+    s.run(10);
+    let first = s.holder().expect("someone leads");
+    let other = if first == "n1" { "n2" } else { "n1" };
+    s.set(other, "0.8.1", true, true);
+    s.run(15);
+    assert_eq!(s.holder().as_deref(), Some(other));
+    assert_eq!(s.policy.floor.as_deref(), Some("0.8.1"));
+    // The irreversible node dies: the old version may not lead.
+    s.wedge(other);
+    s.run(15);
+    assert_eq!(s.holder(), None, "nobody below the floor leads");
+    s.policy.floor = Some("0.6.2".into());
+    s.policy.epoch += 1;
+    s.run(10);
+    assert_eq!(s.holder().as_deref(), Some(first.as_str()));
+}
+
+#[test]
+fn pinning_an_older_version_moves_leadership_and_keeps_it() {
+    let mut s = Sim::new(&[("n1", "0.6.2"), ("n2", "0.8.1"), ("n3", "0.8.1")]);
+    s.run(10);
+    assert_eq!(s.holder().as_deref().map(|h| h != "n1"), Some(true));
+    s.policy = pol(Strategy::Pinned, Some("0.6.2"), None);
+    s.run(20);
+    assert_eq!(s.holder().as_deref(), Some("n1"));
+    s.run(20);
+    assert_eq!(
+        s.holder().as_deref(),
+        Some("n1"),
+        "newer nodes live, but the pin holds"
+    );
+}
+
+#[test]
+fn a_wedged_holder_is_replaced_without_overlap() {
+    let mut s = Sim::new(&[("n1", "0.6.2"), ("n2", "0.6.2")]);
+    s.run(10);
+    let first = s.holder().expect("someone leads");
+    s.wedge(&first);
+    s.run(15);
+    let second = s.holder().expect("the other one leads");
+    assert_ne!(second, first);
+}

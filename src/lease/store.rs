@@ -1,0 +1,1 @@
+//! The operations the rule needs from a coordination store.
