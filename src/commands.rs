@@ -214,6 +214,19 @@ impl Supervisor {
             Command::Prune { tool, keep } => self
                 .prune(&tool, keep.unwrap_or(0), now)
                 .map(Outcome::Answer),
+            Command::LeaseCandidacy { lease } => self.candidacy(&lease, now).map(Outcome::Answer),
+            Command::LeaseGrant {
+                lease,
+                holder,
+                term,
+                valid_for,
+            } => self
+                .grant(&lease, &holder, term, &valid_for, now)
+                .map(Outcome::Answer),
+            Command::LeaseRelease { lease } => {
+                self.release(&lease, now)?;
+                self.park(client, id, WaitFor::LeaseDown(lease))
+            }
         }
     }
 
@@ -307,6 +320,9 @@ impl Supervisor {
                 done.then(|| Ok(self.one_status(name, now)))
             }
             WaitFor::Upgrade(tool) => self.upgrade_settled(tool),
+            WaitFor::LeaseDown(lease) => self
+                .leader_only_down(lease)
+                .then(|| Ok(json!({"lease": lease, "released": true}))),
         }
     }
 

@@ -8,6 +8,7 @@ pub mod event_loop;
 pub mod failpoint;
 pub mod launch;
 pub mod lease;
+pub mod leases;
 pub mod leftovers;
 pub mod logs;
 pub mod notify;

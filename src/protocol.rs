@@ -29,6 +29,8 @@ pub enum ErrorKind {
     InvalidConfig,
     /// No tool of that name.
     UnknownTool,
+    /// No `[lease.NAME]` of that name.
+    UnknownLease,
 }
 
 impl ErrorKind {
@@ -41,6 +43,7 @@ impl ErrorKind {
             ErrorKind::Failed => "failed",
             ErrorKind::InvalidConfig => "invalid-config",
             ErrorKind::UnknownTool => "unknown-tool",
+            ErrorKind::UnknownLease => "unknown-lease",
         }
     }
 }
@@ -135,12 +138,41 @@ pub enum Command {
         #[serde(default)]
         keep: Option<usize>,
     },
+    LeaseCandidacy {
+        lease: String,
+    },
+    LeaseGrant {
+        lease: String,
+        holder: String,
+        term: u64,
+        /// A duration: "10s", "6667ms".
+        valid_for: String,
+    },
+    LeaseRelease {
+        lease: String,
+    },
 }
 
 /// The names `cmd` may take, to tell an unknown command from a bad argument.
 const COMMANDS: &[&str] = &[
-    "hello", "status", "start", "stop", "restart", "signal", "log", "watch", "reload", "shutdown",
-    "install", "versions", "upgrade", "rollback", "prune",
+    "hello",
+    "status",
+    "start",
+    "stop",
+    "restart",
+    "signal",
+    "log",
+    "watch",
+    "reload",
+    "shutdown",
+    "install",
+    "versions",
+    "upgrade",
+    "rollback",
+    "prune",
+    "lease-candidacy",
+    "lease-grant",
+    "lease-release",
 ];
 
 impl Command {
@@ -151,7 +183,8 @@ impl Command {
             | Command::Status { .. }
             | Command::Log { .. }
             | Command::Watch {}
-            | Command::Versions { .. } => true,
+            | Command::Versions { .. }
+            | Command::LeaseCandidacy { .. } => true,
             Command::Start { .. }
             | Command::Stop { .. }
             | Command::Restart { .. }
@@ -161,7 +194,9 @@ impl Command {
             | Command::Install { .. }
             | Command::Upgrade { .. }
             | Command::Rollback { .. }
-            | Command::Prune { .. } => false,
+            | Command::Prune { .. }
+            | Command::LeaseGrant { .. }
+            | Command::LeaseRelease { .. } => false,
         }
     }
 
@@ -183,6 +218,9 @@ impl Command {
             Command::Upgrade { .. } => "upgrade",
             Command::Rollback { .. } => "rollback",
             Command::Prune { .. } => "prune",
+            Command::LeaseCandidacy { .. } => "lease-candidacy",
+            Command::LeaseGrant { .. } => "lease-grant",
+            Command::LeaseRelease { .. } => "lease-release",
         }
     }
 }

@@ -9,6 +9,7 @@
 use crate::config::{Config, LogMode, Ready, ServiceConfig};
 use crate::control::Server;
 use crate::launch::{self, NotLaunched};
+use crate::leases::Grant;
 use crate::logs::{LogFile, Output, READ_MAX};
 use crate::notify::NotifySocket;
 use crate::protocol::{LastExit, ServiceStatus};
@@ -53,6 +54,8 @@ pub enum WaitFor {
     Started(String),
     /// The tool's upgrade committed, rolled back or failed (`upgrade --wait`).
     Upgrade(String),
+    /// Every leader-only service of the lease has exited (`lease-release`).
+    LeaseDown(String),
 }
 
 /// An answer owed to a parked client.
@@ -91,6 +94,8 @@ pub struct Supervisor {
     pub tools: BTreeMap<String, ToolState>,
     /// Helper processes (installs, prunes), by pid.
     pub tasks: HashMap<i32, Task>,
+    /// Leadership granted by sup-lease, by lease.
+    pub grants: BTreeMap<String, Grant>,
 }
 
 impl Supervisor {
@@ -120,6 +125,7 @@ impl Supervisor {
             buf: vec![0; READ_MAX],
             tools: BTreeMap::new(),
             tasks: HashMap::new(),
+            grants: BTreeMap::new(),
         };
         let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
         for def in defs {
@@ -129,13 +135,11 @@ impl Supervisor {
         sup
     }
 
-    /// Adds a service, wanted up when `autostart` and not stopped by an operator.
+    /// Adds a service, wanted up when `autostart` and not stopped by an operator (a
+    /// leader-only service: once its lease is granted).
     pub fn add_slot(&mut self, cfg: ServiceConfig) {
-        let want = if cfg.autostart && !self.down.contains(&cfg.name) {
-            Want::Up
-        } else {
-            Want::Down
-        };
+        let up = cfg.autostart && !self.down.contains(&cfg.name) && cfg.leader_only.is_none();
+        let want = if up { Want::Up } else { Want::Down };
         let slot = Slot {
             svc: Service::new(want),
             cfg,
@@ -248,6 +252,15 @@ impl Supervisor {
             }
             Err(NotLaunched::Failed(why)) => return self.apply(name, Event::SpawnFailed(why), now),
         };
+        let mut plan = plan;
+        if let Some(term) = self
+            .slots
+            .get(name)
+            .and_then(|s| s.cfg.leader_only.as_deref())
+            .and_then(|l| self.lease_term(l, now))
+        {
+            plan.env.push(("SUP_LEASE_TERM".into(), term.to_string()));
+        }
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
@@ -339,6 +352,7 @@ impl Supervisor {
 
     /// Fires every deadline that has come.
     pub fn fire_timers(&mut self, now: Mono) {
+        self.expire_grants(now);
         let due: Vec<String> = self
             .slots
             .iter()
@@ -372,6 +386,7 @@ impl Supervisor {
         services
             .chain(shutdown)
             .chain(self.next_probation_deadline())
+            .chain(self.next_grant_deadline())
             .min()
     }
 
@@ -382,10 +397,10 @@ impl Supervisor {
         if self.shutdown.is_some() {
             self.shutdown_step(now);
         } else {
-            while let Some(name) = self.next_startable() {
+            while let Some(name) = self.next_startable(now) {
                 self.spawn(&name, now);
             }
-            self.note_waiting();
+            self.note_waiting(now);
         }
         let state_dir = &self.cfg.supd.state_dir;
         self.slots.retain(|name, s| {
@@ -400,10 +415,18 @@ impl Supervisor {
     }
 
     /// A pending service whose `after` services are all ready.
-    fn next_startable(&self) -> Option<String> {
+    fn next_startable(&self, now: Mono) -> Option<String> {
+        let lease_held = |s: &Slot| {
+            s.cfg
+                .leader_only
+                .as_ref()
+                .is_none_or(|l| self.holds(l, now))
+        };
         self.slots
             .iter()
-            .find(|(_, s)| s.svc.pending() && !s.removed && self.deps_ready(&s.cfg))
+            .find(|(_, s)| {
+                s.svc.pending() && !s.removed && self.deps_ready(&s.cfg) && lease_held(s)
+            })
             .map(|(n, _)| n.clone())
     }
 
@@ -414,19 +437,22 @@ impl Supervisor {
     }
 
     /// Says in `reason` what a pending service waits for.
-    fn note_waiting(&mut self) {
+    fn note_waiting(&mut self, now: Mono) {
         let waits: Vec<(String, String)> = self
             .slots
             .iter()
             .filter(|(_, s)| s.svc.pending())
             .map(|(n, s)| {
-                let missing: Vec<&str> = s
+                let mut missing: Vec<String> = s
                     .cfg
                     .after
                     .iter()
                     .filter(|d| !self.slots.get(*d).is_some_and(|x| x.svc.is_ready(&x.cfg)))
-                    .map(String::as_str)
+                    .cloned()
                     .collect();
+                if let Some(l) = s.cfg.leader_only.as_ref().filter(|l| !self.holds(l, now)) {
+                    missing.push(format!("lease '{l}'"));
+                }
                 (n.clone(), format!("waiting for {}", missing.join(", ")))
             })
             .collect();

@@ -1,1 +1,253 @@
-//! The file store.
+//! The file store: one JSON file, read and rewritten under an exclusive lock for every
+//! operation, with lease TTLs kept by the wall clock. For one host and for trying sup-lease
+//! out; it has etcd's revisions, leases and conditional writes.
+
+use super::store::{Cond, Kv, LeaseId, Store, StoreError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct Data {
+    revision: u64,
+    next_lease: LeaseId,
+    /// Lease id → (TTL in ms, wall-clock expiry in ms).
+    leases: BTreeMap<LeaseId, (u64, u64)>,
+    kvs: BTreeMap<String, Entry>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Entry {
+    value: String,
+    create_revision: u64,
+    mod_revision: u64,
+    lease: LeaseId,
+}
+
+/// A store in a file.
+pub struct FileStore {
+    path: PathBuf,
+}
+
+fn now_ms() -> u64 {
+    crate::supervisor::unix_ms()
+}
+
+fn err(e: impl std::fmt::Display) -> StoreError {
+    StoreError(e.to_string())
+}
+
+impl FileStore {
+    pub fn new(path: PathBuf) -> FileStore {
+        FileStore { path }
+    }
+
+    /// Runs `f` on the data under the lock, expired leases and their keys removed first,
+    /// and writes the result back (temp file and rename) when `f` changed it.
+    fn with<T>(&mut self, f: impl FnOnce(&mut Data) -> T) -> Result<T, StoreError> {
+        let lock_path = self.path.with_extension("lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| err(format!("{}: {e}", lock_path.display())))?;
+        let _guard = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| err(format!("lock {}: {e}", lock_path.display())))?;
+        let mut data: Data = match std::fs::read(&self.path) {
+            Ok(b) if b.is_empty() => Data::default(),
+            Ok(b) => serde_json::from_slice(&b)
+                .map_err(|e| err(format!("{} is corrupt: {e}", self.path.display())))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Data::default(),
+            Err(e) => return Err(err(format!("{}: {e}", self.path.display()))),
+        };
+        let now = now_ms();
+        let expired: Vec<LeaseId> = data
+            .leases
+            .iter()
+            .filter(|(_, (_, until))| *until <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &expired {
+            drop_lease(&mut data, *id);
+        }
+        let before = serde_json::to_vec(&data).map_err(err)?;
+        let out = f(&mut data);
+        let after = serde_json::to_vec(&data).map_err(err)?;
+        if after != before || !expired.is_empty() {
+            crate::records::atomic_write(&self.path, &after, false)
+                .map_err(|e| err(format!("{}: {e}", self.path.display())))?;
+        }
+        Ok(out)
+    }
+}
+
+fn drop_lease(d: &mut Data, id: LeaseId) {
+    d.leases.remove(&id);
+    let before = d.kvs.len();
+    d.kvs.retain(|_, e| e.lease != id);
+    if d.kvs.len() != before {
+        d.revision += 1;
+    }
+}
+
+fn holds(d: &Data, key: &str, cond: Cond) -> bool {
+    let e = d.kvs.get(key);
+    match cond {
+        Cond::Absent => e.is_none(),
+        Cond::ModRevision(r) => e.is_some_and(|e| e.mod_revision == r),
+        Cond::Lease(id) => e.is_some_and(|e| e.lease == id),
+    }
+}
+
+impl Store for FileStore {
+    fn grant(&mut self, ttl: Duration) -> Result<LeaseId, StoreError> {
+        let ms = ttl.as_millis() as u64;
+        self.with(|d| {
+            d.next_lease += 1;
+            d.leases.insert(d.next_lease, (ms, now_ms() + ms));
+            d.next_lease
+        })
+    }
+
+    fn keepalive(&mut self, id: LeaseId) -> Result<bool, StoreError> {
+        self.with(|d| match d.leases.get_mut(&id) {
+            Some((ttl, until)) => {
+                *until = now_ms() + *ttl;
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn revoke(&mut self, id: LeaseId) -> Result<(), StoreError> {
+        self.with(|d| drop_lease(d, id))
+    }
+
+    fn range(&mut self, prefix: &str) -> Result<Vec<Kv>, StoreError> {
+        self.with(|d| {
+            d.kvs
+                .iter()
+                .filter(|(k, _)| k.starts_with(prefix))
+                .map(|(k, e)| Kv {
+                    key: k.clone(),
+                    value: e.value.clone(),
+                    create_revision: e.create_revision,
+                    mod_revision: e.mod_revision,
+                    lease: e.lease,
+                })
+                .collect()
+        })
+    }
+
+    fn put(
+        &mut self,
+        key: &str,
+        value: &str,
+        lease: LeaseId,
+        cond: Option<Cond>,
+    ) -> Result<Option<u64>, StoreError> {
+        self.with(|d| {
+            if cond.is_some_and(|c| !holds(d, key, c)) {
+                return Err(None);
+            }
+            if lease != 0 && !d.leases.contains_key(&lease) {
+                return Err(Some(err(format!("lease {lease} not found"))));
+            }
+            d.revision += 1;
+            let rev = d.revision;
+            let create = d.kvs.get(key).map(|e| e.create_revision).unwrap_or(rev);
+            d.kvs.insert(
+                key.to_string(),
+                Entry {
+                    value: value.to_string(),
+                    create_revision: create,
+                    mod_revision: rev,
+                    lease,
+                },
+            );
+            Ok(rev)
+        })
+        .and_then(|r| match r {
+            Ok(rev) => Ok(Some(rev)),
+            Err(None) => Ok(None),
+            Err(Some(e)) => Err(e),
+        })
+    }
+
+    fn delete(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError> {
+        self.with(|d| {
+            if !holds(d, key, cond) {
+                return false;
+            }
+            d.revision += 1;
+            d.kvs.remove(key).is_some()
+        })
+    }
+
+    fn check(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError> {
+        self.with(|d| holds(d, key, cond))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_keys_and_conditions() {
+        let path = std::env::temp_dir().join(format!("sup-filestore-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut s = FileStore::new(path.clone());
+        let a = s.grant(Duration::from_secs(10)).expect("grant");
+        let b = s.grant(Duration::from_millis(300)).expect("grant");
+        let r1 = s
+            .put("/x/leader", "a", a, Some(Cond::Absent))
+            .expect("put")
+            .expect("created");
+        assert_eq!(
+            s.put("/x/leader", "b", b, Some(Cond::Absent)).expect("put"),
+            None,
+            "compare-and-create fails"
+        );
+        assert!(s.check("/x/leader", Cond::Lease(a)).expect("check"));
+        assert!(!s.check("/x/leader", Cond::Lease(b)).expect("check"));
+        let r2 = s
+            .put("/x/leader", "a2", a, Some(Cond::ModRevision(r1)))
+            .expect("put")
+            .expect("cas");
+        assert!(r2 > r1);
+        assert_eq!(
+            s.put("/x/leader", "z", a, Some(Cond::ModRevision(r1)))
+                .expect("put"),
+            None,
+            "stale cas fails"
+        );
+        s.put("/x/members/b", "b", b, None).expect("put");
+        s.put("/y/other", "o", 0, None).expect("put");
+        // b's lease expires by the clock: its key goes with it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while s.range("/x/").expect("range").len() != 1 {
+            assert!(std::time::Instant::now() < deadline);
+        }
+        assert!(!s.keepalive(b).expect("keepalive"));
+        assert!(s.keepalive(a).expect("keepalive"));
+        let kvs = s.range("/x/").expect("range");
+        assert_eq!(
+            (
+                kvs[0].key.as_str(),
+                kvs[0].value.as_str(),
+                kvs[0].create_revision,
+                kvs[0].mod_revision
+            ),
+            ("/x/leader", "a2", r1, r2)
+        );
+        s.revoke(a).expect("revoke");
+        assert!(s.range("/x/").expect("range").is_empty());
+        assert!(!s.delete("/y/other", Cond::Lease(5)).expect("delete"));
+        assert!(s.delete("/y/other", Cond::Lease(0)).expect("delete"));
+        let _ = std::fs::remove_file(&path);
+    }
+}

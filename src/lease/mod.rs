@@ -5,7 +5,9 @@
 //! (`etcd`) for a cluster; `record` the JSON kept in the store. `sup-lease` runs the
 //! rule every third of the TTL and tells supd, which runs the `leader_only` services.
 
+pub mod etcd;
 pub mod file;
+pub mod node;
 pub mod record;
 pub mod rule;
 pub mod store;

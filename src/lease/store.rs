@@ -1,1 +1,78 @@
-//! The operations the rule needs from a coordination store.
+//! The few operations leadership needs from a coordination store: leases with a TTL,
+//! keys bound to them, revisions, and conditional writes. etcd has them all; the file
+//! store imitates them for one host.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A store lease; 0 is "no lease".
+pub type LeaseId = i64;
+
+/// One key as the store has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kv {
+    pub key: String,
+    pub value: String,
+    pub create_revision: u64,
+    pub mod_revision: u64,
+    pub lease: LeaseId,
+}
+
+/// A condition on one key, checked atomically with the write it guards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cond {
+    /// The key does not exist (create revision 0).
+    Absent,
+    /// The key was last written at this revision.
+    ModRevision(u64),
+    /// The key is bound to this lease.
+    Lease(LeaseId),
+}
+
+/// A store that could not answer, or answered nonsense: said, never a crash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreError(pub String);
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The operations.
+pub trait Store {
+    /// A new lease that ends `ttl` after its last renewal.
+    fn grant(&mut self, ttl: Duration) -> Result<LeaseId, StoreError>;
+    /// Renews a lease; `false` when it is gone.
+    fn keepalive(&mut self, id: LeaseId) -> Result<bool, StoreError>;
+    /// Ends a lease now, and every key bound to it.
+    fn revoke(&mut self, id: LeaseId) -> Result<(), StoreError>;
+    /// Every key under `prefix`.
+    fn range(&mut self, prefix: &str) -> Result<Vec<Kv>, StoreError>;
+    /// Writes `key` (bound to `lease`, or to none when 0) if `cond` holds, or always
+    /// when `cond` is `None`; the revision of the write, or `None` when `cond` failed.
+    fn put(
+        &mut self,
+        key: &str,
+        value: &str,
+        lease: LeaseId,
+        cond: Option<Cond>,
+    ) -> Result<Option<u64>, StoreError>;
+    /// Deletes `key` if `cond` holds; whether it did.
+    fn delete(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;
+    /// Whether `cond` holds now (a transaction, not a cached read).
+    fn check(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;
+}
+
+/// Opens `file:PATH` or `etcd:http://HOST:PORT`.
+pub fn open(spec: &str) -> Result<Box<dyn Store>, StoreError> {
+    if let Some(path) = spec.strip_prefix("file:") {
+        return Ok(Box::new(super::file::FileStore::new(path.into())));
+    }
+    if let Some(url) = spec.strip_prefix("etcd:") {
+        return Ok(Box::new(super::etcd::EtcdStore::new(url)?));
+    }
+    Err(StoreError(format!(
+        "'{spec}' is not a store: use file:PATH or etcd:http://HOST:PORT"
+    )))
+}

@@ -3,6 +3,8 @@
 //! process by pid. No test sleeps a guessed time.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use serde_json::{json, Value};
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -407,6 +409,24 @@ impl Watch {
                     sb.supd_log()
                 ),
             }
+        }
+    }
+
+    /// The next event if one comes within `timeout`.
+    pub fn next_within(&mut self, timeout: Duration) -> Option<Value> {
+        self.client
+            .reader
+            .get_ref()
+            .set_read_timeout(Some(timeout))
+            .expect("timeout");
+        let mut line = String::new();
+        match self.client.reader.read_line(&mut line) {
+            Ok(n) if n > 0 => {
+                let e: Value = serde_json::from_str(&line).expect("event JSON");
+                self.seen.push(e.clone());
+                Some(e)
+            }
+            _ => None,
         }
     }
 

@@ -1,0 +1,433 @@
+//! One node's campaign for a lease: every tick (T/3), read the candidacy from supd,
+//! renew the store lease and the member key, read the lease's keys, apply the rule,
+//! and carry out its decision (in the store, then in supd).
+
+use super::record::{prefix, Leader, Member, Policy};
+use super::rule::{decide, Decision, Memory, View};
+use super::store::{Cond, Kv, LeaseId, Store, StoreError};
+use crate::time::{Human, Mono};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What the store holds for a lease, read in one range.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub members: Vec<Member>,
+    /// The leader record, the revision of its last write, and its store lease.
+    pub leader: Option<(Leader, u64, LeaseId)>,
+    pub policy: Policy,
+    /// The policy key's last write (0: none yet), for compare-and-swap.
+    pub policy_revision: u64,
+}
+
+/// Reads every key of `lease`. Undecodable values are skipped and said.
+pub fn snapshot(store: &mut dyn Store, lease: &str) -> Result<Snapshot, StoreError> {
+    let p = prefix(lease);
+    let mut s = Snapshot::default();
+    for Kv {
+        key,
+        value,
+        mod_revision,
+        lease: id,
+        ..
+    } in store.range(&p)?
+    {
+        let name = &key[p.len()..];
+        let bad =
+            |e: serde_json::Error| log::warn!("{key}: cannot read its value ({e}); ignoring it");
+        if name.starts_with("members/") {
+            match serde_json::from_str(&value) {
+                Ok(m) => s.members.push(m),
+                Err(e) => bad(e),
+            }
+        } else if name == "leader" {
+            match serde_json::from_str(&value) {
+                Ok(l) => s.leader = Some((l, mod_revision, id)),
+                Err(e) => bad(e),
+            }
+        } else if name == "policy" {
+            match serde_json::from_str(&value) {
+                Ok(pol) => (s.policy, s.policy_revision) = (pol, mod_revision),
+                Err(e) => bad(e),
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// Writes a new policy if nobody wrote it since `revision` was read; the epoch goes up.
+pub fn write_policy(
+    store: &mut dyn Store,
+    lease: &str,
+    snap: &Snapshot,
+    change: impl FnOnce(&mut Policy),
+) -> Result<Policy, String> {
+    let mut p = snap.policy.clone();
+    change(&mut p);
+    p.epoch = snap.policy.epoch + 1;
+    let cond = if snap.policy_revision == 0 {
+        Cond::Absent
+    } else {
+        Cond::ModRevision(snap.policy_revision)
+    };
+    let value = serde_json::to_string(&p).map_err(|e| e.to_string())?;
+    match store.put(&format!("{}policy", prefix(lease)), &value, 0, Some(cond)) {
+        Ok(Some(_)) => Ok(p),
+        Ok(None) => Err(format!("the policy of {lease} was changed by another writer since epoch {}; read it again and retry", snap.policy.epoch)),
+        Err(e) => Err(format!("cannot write the policy: {e}")),
+    }
+}
+
+/// A connection to supd, opened again when it breaks.
+pub struct Supd {
+    path: PathBuf,
+    conn: Option<(BufReader<UnixStream>, UnixStream)>,
+}
+
+impl Supd {
+    pub fn new(path: PathBuf) -> Supd {
+        Supd { path, conn: None }
+    }
+
+    /// One request; the answer's data, or why not.
+    pub fn call(&mut self, req: Value, timeout: Duration) -> Result<Value, String> {
+        if self.conn.is_none() {
+            let s = UnixStream::connect(&self.path)
+                .map_err(|e| format!("cannot reach supd at {}: {e}", self.path.display()))?;
+            let w = s.try_clone().map_err(|e| e.to_string())?;
+            self.conn = Some((BufReader::new(s), w));
+        }
+        let result = self.exchange(req, timeout);
+        if result.as_ref().is_err_and(|e| e.starts_with("io:")) {
+            self.conn = None;
+        }
+        result.map_err(|e| e.trim_start_matches("io: ").to_string())
+    }
+
+    fn exchange(&mut self, req: Value, timeout: Duration) -> Result<Value, String> {
+        let (r, w) = self.conn.as_mut().ok_or("io: not connected")?;
+        r.get_ref()
+            .set_read_timeout(Some(timeout))
+            .map_err(|e| format!("io: {e}"))?;
+        let mut line = req.to_string();
+        line.push('\n');
+        w.write_all(line.as_bytes())
+            .map_err(|e| format!("io: {e}"))?;
+        let mut answer = String::new();
+        match r.read_line(&mut answer) {
+            Ok(0) => return Err("io: supd closed the connection".into()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("io: {e}")),
+        }
+        let v: Value =
+            serde_json::from_str(&answer).map_err(|e| format!("io: bad answer from supd: {e}"))?;
+        if v["ok"] == true {
+            Ok(v["data"].clone())
+        } else {
+            Err(format!(
+                "{}: {}",
+                v["error"]["kind"].as_str().unwrap_or("error"),
+                v["error"]["message"].as_str().unwrap_or("")
+            ))
+        }
+    }
+}
+
+/// The campaign of one node.
+pub struct Node {
+    pub lease: String,
+    pub name: String,
+    pub ttl: Duration,
+    pub store: Box<dyn Store>,
+    pub supd: Supd,
+    my_lease: Option<LeaseId>,
+    last_renewal: Option<Mono>,
+    memory: Memory,
+    /// The term of the leadership supd was last granted, to tell a change.
+    leading: Option<u64>,
+    last_note: String,
+}
+
+impl Node {
+    pub fn new(
+        lease: String,
+        name: String,
+        ttl: Duration,
+        store: Box<dyn Store>,
+        supd: Supd,
+    ) -> Node {
+        Node {
+            lease,
+            name,
+            ttl,
+            store,
+            supd,
+            my_lease: None,
+            last_renewal: None,
+            memory: Memory::default(),
+            leading: None,
+            last_note: String::new(),
+        }
+    }
+
+    fn key(&self, k: &str) -> String {
+        format!("{}{k}", prefix(&self.lease))
+    }
+
+    /// This node's candidacy; on any doubt, one that cannot lead.
+    fn candidacy(&mut self) -> Member {
+        let req = json!({"cmd": "lease-candidacy", "lease": self.lease});
+        match self.supd.call(req, self.ttl / 3) {
+            Ok(c) => Member {
+                node: self.name.clone(),
+                version: c["version"].as_str().map(str::to_string),
+                committed: c["committed"] == true,
+                irreversible: c["irreversible"] == true,
+            },
+            Err(e) => {
+                self.note(format!("candidacy: {e}"));
+                Member {
+                    node: self.name.clone(),
+                    version: None,
+                    committed: false,
+                    irreversible: false,
+                }
+            }
+        }
+    }
+
+    /// Renews (or gets) this node's store lease and writes its member key.
+    fn renew(&mut self, me: &Member, now: Mono) -> Result<(), StoreError> {
+        if let Some(id) = self.my_lease {
+            if self.store.keepalive(id)? {
+                self.last_renewal = Some(now);
+            } else {
+                log::warn!(
+                    "{}: store lease {id} is gone; getting a new one",
+                    self.lease
+                );
+                self.my_lease = None;
+                self.last_renewal = None;
+            }
+        }
+        if self.my_lease.is_none() {
+            self.my_lease = Some(self.store.grant(self.ttl)?);
+            self.last_renewal = Some(now);
+        }
+        let id = self.my_lease.unwrap_or(0);
+        let value = serde_json::to_string(me).map_err(|e| StoreError(e.to_string()))?;
+        self.store.put(
+            &self.key(&format!("members/{}", self.name)),
+            &value,
+            id,
+            None,
+        )?;
+        Ok(())
+    }
+
+    /// One tick.
+    pub fn tick(&mut self, now: Mono) {
+        let me = self.candidacy();
+        if let Err(e) = self.renew(&me, now) {
+            self.note(format!("store: {e}"));
+        }
+        let snap = match snapshot(self.store.as_mut(), &self.lease) {
+            Ok(s) => s,
+            Err(e) => {
+                // Unreachable store: nothing is renewed, the grant runs out by itself.
+                self.note(format!("store: {e}"));
+                return;
+            }
+        };
+        let owns = match (&snap.leader, self.my_lease) {
+            (Some((l, _, id)), Some(mine)) if l.node == self.name && *id == mine => self
+                .store
+                .check(&self.key("leader"), Cond::Lease(mine))
+                .unwrap_or(false),
+            _ => false,
+        };
+        let leader = snap.leader.as_ref().map(|(l, r, _)| (l, *r));
+        let view = View {
+            me: &self.name,
+            members: &snap.members,
+            leader,
+            policy: &snap.policy,
+            ttl: self.ttl,
+            now,
+            last_renewal: self.last_renewal,
+            owns_leader: owns,
+        };
+        let (decision, memory) = decide(&view, &self.memory);
+        self.memory = memory;
+        self.act(decision, &snap, &me, now);
+    }
+
+    fn act(&mut self, d: Decision, snap: &Snapshot, me: &Member, now: Mono) {
+        let mine = self.my_lease.unwrap_or(0);
+        let record = Leader {
+            node: self.name.clone(),
+            version: me.version.clone(),
+            epoch: snap.policy.epoch,
+        };
+        let value = serde_json::to_string(&record).unwrap_or_default();
+        match d {
+            Decision::Acquire => {
+                match self
+                    .store
+                    .put(&self.key("leader"), &value, mine, Some(Cond::Absent))
+                {
+                    Ok(Some(rev)) => {
+                        log::info!(
+                            "{}: {} takes the empty leader key (term {rev})",
+                            self.lease,
+                            self.name
+                        );
+                        self.tick_again(now, me);
+                    }
+                    Ok(None) => self.note("another node took the leader key first".into()),
+                    Err(e) => self.note(format!("store: {e}")),
+                }
+            }
+            Decision::TakeOver { revision } => {
+                let old = snap.leader.as_ref().map(|(l, _, id)| (l.node.clone(), *id));
+                match self.store.put(
+                    &self.key("leader"),
+                    &value,
+                    mine,
+                    Some(Cond::ModRevision(revision)),
+                ) {
+                    Ok(Some(rev)) => {
+                        if let Some((node, id)) = old {
+                            log::warn!("{}: {} takes over from {node} (term {rev}); revoking its store lease and waiting T", self.lease, self.name);
+                            if let Err(e) = self.store.revoke(id) {
+                                log::warn!(
+                                    "{}: cannot revoke {node}'s store lease: {e}",
+                                    self.lease
+                                );
+                            }
+                        }
+                        self.memory.lead_from = Some(now.plus(self.ttl));
+                    }
+                    Ok(None) => self.note("the leader key changed meanwhile".into()),
+                    Err(e) => self.note(format!("store: {e}")),
+                }
+            }
+            Decision::Lead {
+                valid_for,
+                raise_floor,
+            } => {
+                let term = snap.leader.as_ref().map(|(_, r, _)| *r).unwrap_or(0);
+                let req = json!({"cmd": "lease-grant", "lease": self.lease, "holder": self.name, "term": term,
+                                 "valid_for": format!("{}ms", valid_for.as_millis())});
+                match self.supd.call(req, self.ttl / 3) {
+                    Ok(_) => {
+                        if self.leading != Some(term) {
+                            log::info!("{}: {} leads (term {term})", self.lease, self.name);
+                        }
+                        self.leading = Some(term);
+                        self.note(String::new());
+                    }
+                    Err(e) => self.note(format!("grant: {e}")),
+                }
+                if let Some(v) = raise_floor {
+                    match write_policy(self.store.as_mut(), &self.lease, snap, |p| {
+                        p.floor = Some(v.clone())
+                    }) {
+                        Ok(p) => log::warn!(
+                            "{}: irreversible version {v} leads: the floor rises to it (epoch {})",
+                            self.lease,
+                            p.epoch
+                        ),
+                        Err(e) => self.note(e),
+                    }
+                }
+            }
+            Decision::StepDown(why) => {
+                log::info!("{}: {} steps down: {why}", self.lease, self.name);
+                // The services stop first; only then is the key given up.
+                match self.supd.call(
+                    json!({"cmd": "lease-release", "lease": self.lease}),
+                    self.ttl * 10,
+                ) {
+                    Ok(_) => {
+                        self.leading = None;
+                        if let Err(e) = self.store.delete(&self.key("leader"), Cond::Lease(mine)) {
+                            self.note(format!("store: {e}"));
+                        }
+                    }
+                    Err(e) => self.note(format!("release: {e}; keeping the key until it is done")),
+                }
+            }
+            Decision::Fence(why) => {
+                if self.leading.take().is_some() {
+                    log::warn!(
+                        "{}: {} stops renewing its leadership: {why}",
+                        self.lease,
+                        self.name
+                    );
+                }
+            }
+            Decision::Wait(left) => self.note(format!("took over; leading in {}", Human(left))),
+            Decision::Follow(why) => {
+                if self.leading.take().is_some() {
+                    log::info!("{}: {} no longer leads", self.lease, self.name);
+                }
+                self.note(why);
+            }
+        }
+    }
+
+    /// After taking an empty key, lead in the same tick (its owner is proven next tick).
+    fn tick_again(&mut self, now: Mono, me: &Member) {
+        if let Ok(snap) = snapshot(self.store.as_mut(), &self.lease) {
+            let mine = self.my_lease.unwrap_or(0);
+            let owns = self
+                .store
+                .check(&self.key("leader"), Cond::Lease(mine))
+                .unwrap_or(false);
+            let leader = snap.leader.as_ref().map(|(l, r, _)| (l, *r));
+            let view = View {
+                me: &self.name,
+                members: &snap.members,
+                leader,
+                policy: &snap.policy,
+                ttl: self.ttl,
+                now,
+                last_renewal: self.last_renewal,
+                owns_leader: owns,
+            };
+            let (d, memory) = decide(&view, &self.memory);
+            self.memory = memory;
+            if matches!(d, Decision::Lead { .. }) {
+                self.act(d, &snap, me, now);
+            }
+        }
+    }
+
+    /// Logs a note when it changes (no flood of the same line every tick).
+    fn note(&mut self, s: String) {
+        if s != self.last_note {
+            if !s.is_empty() {
+                log::info!("{}: {}", self.lease, s);
+            }
+            self.last_note = s;
+        }
+    }
+
+    /// Leaving: release supd's services if leading, give up the key and the store lease.
+    pub fn leave(&mut self) {
+        if let Some(mine) = self.my_lease {
+            if self.leading.is_some() {
+                let _ = self.supd.call(
+                    json!({"cmd": "lease-release", "lease": self.lease}),
+                    self.ttl * 10,
+                );
+                let _ = self.store.delete(&self.key("leader"), Cond::Lease(mine));
+            }
+            let _ = self.store.revoke(mine);
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! supd's side of leases: it does not talk to the cluster; `sup-lease` does, and tells
+//! supd when this node leads. A grant is valid for a while; `leader_only` services run
+//! only while their lease's grant is valid, and are stopped when it runs out without
+//! renewal, even if sup-lease hung or died.
+
+use crate::protocol::{Error, ErrorKind};
+use crate::service::{Event, State, Want};
+use crate::supervisor::{unix_ms, Supervisor};
+use crate::time::Mono;
+use crate::upgrade::Phase;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Leadership granted by sup-lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The fencing token: the store revision that made this node leader.
+    pub term: u64,
+    pub holder: String,
+    pub until: Mono,
+}
+
+impl Supervisor {
+    fn known_lease(&self, lease: &str) -> Result<(), Error> {
+        if self.cfg.leases.contains_key(lease) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::UnknownLease,
+                format!("no [lease.{lease}] in the config"),
+            ))
+        }
+    }
+
+    /// The services that run only while this node holds `lease`.
+    pub fn leader_only(&self, lease: &str) -> Vec<String> {
+        self.slots
+            .iter()
+            .filter(|(_, s)| s.cfg.leader_only.as_deref() == Some(lease))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Whether this node holds a valid grant for `lease` now.
+    pub fn holds(&self, lease: &str, now: Mono) -> bool {
+        self.grants.get(lease).is_some_and(|g| g.until > now)
+    }
+
+    /// `lease-candidacy`: this node's version of the lease's tool, and whether it may lead.
+    pub fn candidacy(&mut self, lease: &str, now: Mono) -> Result<Value, Error> {
+        self.known_lease(lease)?;
+        let tool = self.cfg.leases[lease].tool.clone();
+        let Some(tool) = tool else {
+            return Ok(
+                json!({"lease": lease, "tool": null, "version": null, "committed": true, "running": true, "irreversible": false}),
+            );
+        };
+        self.ensure_tool(&tool, now);
+        let r = &self.tools[&tool].record;
+        let version = r
+            .current
+            .clone()
+            .or_else(|| crate::versions::current(&self.cfg.supd.tools_dir, &tool));
+        let irreversible = version.as_ref().is_some_and(|v| {
+            r.irreversible.contains(v)
+                || crate::versions::irreversible(
+                    &crate::versions::tool_dir(&self.cfg.supd.tools_dir, &tool).join(v),
+                )
+                .unwrap_or(false)
+        });
+        let services = self.tool_services(&tool);
+        let running = !services.is_empty()
+            && services
+                .iter()
+                .all(|n| self.slots[n].svc.state == State::Running);
+        Ok(json!({
+            "lease": lease,
+            "tool": tool,
+            "version": version,
+            "committed": r.phase != Phase::Probation && version.is_some(),
+            "running": running,
+            "irreversible": irreversible,
+        }))
+    }
+
+    /// `lease-grant`: this node leads until the validity ends, unless granted again.
+    pub fn grant(
+        &mut self,
+        lease: &str,
+        holder: &str,
+        term: u64,
+        valid_for: &str,
+        now: Mono,
+    ) -> Result<Value, Error> {
+        self.known_lease(lease)?;
+        let d = crate::time::parse_duration(valid_for)
+            .map_err(|e| Error::new(ErrorKind::BadRequest, format!("valid_for: {e}")))?;
+        if d.is_zero() || d > Duration::from_secs(3600) {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                "valid_for: from 1ms to 1h",
+            ));
+        }
+        let old = self
+            .grants
+            .get(lease)
+            .filter(|g| g.until > now)
+            .map(|g| g.term);
+        self.grants.insert(
+            lease.to_string(),
+            Grant {
+                term,
+                holder: holder.to_string(),
+                until: now.plus(d),
+            },
+        );
+        let what = if old == Some(term) {
+            "renewed"
+        } else {
+            "granted"
+        };
+        if what == "granted" {
+            log::info!("lease {lease}: this node leads (term {term}, holder {holder})");
+        }
+        self.emit_lease(lease, what, Some(term), Some(d));
+        for name in self.leader_only(lease) {
+            let slot = &self.slots[&name];
+            if self.down.contains(&name) {
+                continue;
+            }
+            // A new term while running: the services restart with the new fencing token.
+            let stale = old.is_some_and(|t| t != term) && slot.svc.pid.is_some();
+            let ev = if stale { Event::Restart } else { Event::Start };
+            if stale || slot.svc.want == Want::Down || slot.svc.pending() {
+                self.apply(&name, ev, now);
+            }
+        }
+        Ok(json!({"lease": lease, "term": term, "valid_for_ms": d.as_millis() as u64}))
+    }
+
+    /// `lease-release`: stop the leader-only services now; the caller waits for them.
+    pub fn release(&mut self, lease: &str, now: Mono) -> Result<(), Error> {
+        self.known_lease(lease)?;
+        if let Some(g) = self.grants.remove(lease) {
+            log::info!("lease {lease}: released (term {})", g.term);
+            self.emit_lease(lease, "released", Some(g.term), None);
+        }
+        self.stop_leader_only(lease, "lease released", now);
+        Ok(())
+    }
+
+    /// Whether every leader-only service of `lease` has exited.
+    pub fn leader_only_down(&self, lease: &str) -> bool {
+        self.leader_only(lease)
+            .iter()
+            .all(|n| self.slots[n].svc.pid.is_none() && self.slots[n].svc.state != State::Stopping)
+    }
+
+    fn stop_leader_only(&mut self, lease: &str, why: &str, now: Mono) {
+        for name in self.leader_only(lease) {
+            self.apply(&name, Event::Stop, now);
+            if let Some(s) = self.slots.get_mut(&name) {
+                s.svc.reason = Some(format!("{why}; waiting for lease '{lease}'"));
+            }
+        }
+    }
+
+    /// Ends the grants whose validity ran out: their services stop.
+    pub fn expire_grants(&mut self, now: Mono) {
+        let ended: Vec<(String, u64)> = self
+            .grants
+            .iter()
+            .filter(|(_, g)| g.until <= now)
+            .map(|(l, g)| (l.clone(), g.term))
+            .collect();
+        for (lease, term) in ended {
+            self.grants.remove(&lease);
+            log::warn!("lease {lease}: the grant of term {term} ran out without renewal; stopping its leader-only services");
+            self.emit_lease(&lease, "expired", Some(term), None);
+            self.stop_leader_only(&lease, "lease expired", now);
+        }
+    }
+
+    /// The earliest end of a grant.
+    pub fn next_grant_deadline(&self) -> Option<Mono> {
+        self.grants.values().map(|g| g.until).min()
+    }
+
+    /// The term a leader-only service starts with, if its lease is held.
+    pub fn lease_term(&self, lease: &str, now: Mono) -> Option<u64> {
+        self.grants
+            .get(lease)
+            .filter(|g| g.until > now)
+            .map(|g| g.term)
+    }
+
+    fn emit_lease(
+        &mut self,
+        lease: &str,
+        what: &str,
+        term: Option<u64>,
+        valid_for: Option<Duration>,
+    ) {
+        let e = json!({"event": "lease", "lease": lease, "what": what, "term": term,
+                       "valid_for_ms": valid_for.map(|d| d.as_millis() as u64), "time": unix_ms()});
+        self.server.broadcast(&crate::protocol::line(e));
+    }
+}

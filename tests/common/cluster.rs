@@ -1,0 +1,267 @@
+//! Several nodes on one machine for the lease tests: each a sandbox with its own supd
+//! (running an `agent` tool and a leader-only `engine`) and its own sup-lease, all
+//! sharing one store. The engine takes a `mkdir` lock in a shared directory: if two
+//! engines ever run at once, the second one writes `overlap`, and the test fails.
+#![allow(dead_code)]
+
+use super::*;
+use std::process::Child;
+
+pub const SUP_LEASE: &str = env!("CARGO_BIN_EXE_sup-lease");
+
+pub struct Node {
+    pub name: String,
+    pub sb: Sandbox,
+    pub lease: Option<Child>,
+}
+
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    pub store: String,
+    pub shared: PathBuf,
+    pub ttl: &'static str,
+    _dir: Sandbox,
+}
+
+/// A version of the fake agent: stays up, or crashes at once.
+pub fn agent_body(crash: bool) -> &'static str {
+    if crash {
+        "exit 3"
+    } else {
+        "exec /bin/sleep 3600"
+    }
+}
+
+impl Cluster {
+    /// `versions[i]` is node i's committed version of the agent; `store` None: a file
+    /// store in the shared directory.
+    pub fn new(versions: &[&str], store: Option<String>, ttl: &'static str) -> Cluster {
+        let dir = Sandbox::new();
+        let shared = dir.dir.clone();
+        let store =
+            store.unwrap_or_else(|| format!("file:{}", shared.join("store.json").display()));
+        let engine = dir.script(
+            "engine.sh",
+            &format!(
+                "if mkdir {s}/lock 2>/dev/null; then mine=1; else echo \"$NODE overlaps\" >> {s}/overlap; mine=; fi\n\
+                 echo \"$NODE $SUP_LEASE_TERM\" >> {s}/engine.log\n\
+                 trap '[ -n \"$mine\" ] && rmdir {s}/lock; exit 0' TERM\n\
+                 while :; do /bin/sleep 1 & wait $!; done",
+                s = shared.display()
+            ),
+        );
+        let mut nodes = Vec::new();
+        for (i, v) in versions.iter().enumerate() {
+            let name = format!("n{}", i + 1);
+            let sb = Sandbox::new();
+            sb.config(&format!(
+                "[lease.engine]\ntool = \"agent\"\n\n\
+                 [service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nrestart_delay = \"10ms\"\n\
+                 crash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\nprobation = \"1s\"\n\n\
+                 [service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nenv = {{ NODE = \"{name}\" }}\nstop_timeout = \"2s\"\n"
+            ));
+            nodes.push(Node {
+                name,
+                sb,
+                lease: None,
+            });
+            let n = nodes.last_mut().expect("node");
+            n.sb.start();
+            n.install(v, false);
+            n.upgrade(v, true);
+        }
+        let mut c = Cluster {
+            nodes,
+            store,
+            shared,
+            ttl,
+            _dir: dir,
+        };
+        for i in 0..c.nodes.len() {
+            c.start_lease(i);
+        }
+        c
+    }
+
+    /// Starts node i's sup-lease.
+    pub fn start_lease(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
+        let log =
+            std::fs::File::create(n.sb.path(&format!("lease-{}.log", unix_now()))).expect("log");
+        let child = Command::new(SUP_LEASE)
+            .args([
+                "--lease",
+                "engine",
+                "--node",
+                &n.name,
+                "--store",
+                &self.store,
+                "--ttl",
+                self.ttl,
+                "--socket",
+            ])
+            .arg(&n.sb.socket)
+            .env("SUP_LOG", "debug")
+            .stdout(log.try_clone().expect("dup"))
+            .stderr(log)
+            .spawn()
+            .expect("sup-lease");
+        n.lease = Some(child);
+    }
+
+    /// The nodes whose engine runs now.
+    pub fn running_engines(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.sb.status("engine")["state"] == "running")
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
+    /// Waits until `pred` holds, checking for overlaps all along. Looks again at every
+    /// event of any node (the leader renews its grant every T/3, so events keep coming);
+    /// each stream is waited on for a short while in turn.
+    pub fn wait(&self, what: &str, pred: impl Fn(&Cluster) -> bool) {
+        let end = std::time::Instant::now() + DEADLINE * 2;
+        let mut watches: Vec<Watch> = self.nodes.iter().map(|n| n.sb.watch()).collect();
+        loop {
+            self.assert_no_overlap();
+            if pred(self) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "{what}: not within {:?}; engines on {:?}\n{}\n{}",
+                DEADLINE * 2,
+                self.running_engines(),
+                self.status_text(),
+                self.logs()
+            );
+            for w in &mut watches {
+                w.next_within(Duration::from_millis(30));
+            }
+        }
+    }
+
+    /// Waits until the engine runs on `node` alone.
+    pub fn wait_leader(&self, node: &str) {
+        self.wait(&format!("the engine on {node} alone"), |c| {
+            c.running_engines() == [node]
+        });
+    }
+
+    /// Waits until the engine runs on exactly one node; returns it.
+    pub fn wait_any_leader(&self) -> String {
+        self.wait("one leader", |c| c.running_engines().len() == 1);
+        self.running_engines()[0].clone()
+    }
+
+    pub fn assert_no_overlap(&self) {
+        let overlap = std::fs::read_to_string(self.shared.join("overlap")).unwrap_or_default();
+        assert!(
+            overlap.is_empty(),
+            "two engines ran at once: {overlap}\n{}",
+            self.logs()
+        );
+    }
+
+    /// Everyone's sup-lease and supd logs, for a failure.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for n in &self.nodes {
+            for e in std::fs::read_dir(&n.sb.dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("lease-") && name.ends_with(".log") {
+                    out += &format!(
+                        "--- {} {name}\n{}",
+                        n.name,
+                        std::fs::read_to_string(e.path()).unwrap_or_default()
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    pub fn status_text(&self) -> String {
+        let out = Command::new(SUP_LEASE)
+            .args(["--lease", "engine", "--store", &self.store, "status"])
+            .output()
+            .expect("status");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn policy(&self, words: &[&str]) -> std::process::Output {
+        Command::new(SUP_LEASE)
+            .args(["--lease", "engine", "--store", &self.store, "policy"])
+            .args(words)
+            .output()
+            .expect("policy")
+    }
+
+    pub fn node(&self, name: &str) -> &Node {
+        self.nodes.iter().find(|n| n.name == name).expect("node")
+    }
+}
+
+fn unix_now() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+impl Node {
+    pub fn install(&self, version: &str, crash: bool) {
+        let dir = self.sb.path(&format!("src-{version}"));
+        std::fs::create_dir_all(dir.join("bin")).expect("mkdir");
+        std::fs::write(
+            dir.join("bin/agent"),
+            format!("#!/bin/sh\n{}\n", agent_body(crash)),
+        )
+        .expect("write");
+        std::fs::set_permissions(
+            dir.join("bin/agent"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod");
+        let out = self
+            .sb
+            .supctl(&["install", "agent", version, &dir.to_string_lossy()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `upgrade --wait`; `ok` says whether it must commit.
+    pub fn upgrade(&self, version: &str, ok: bool) {
+        let out = self.sb.supctl(&["upgrade", "agent", version, "--wait"]);
+        assert_eq!(
+            out.status.code(),
+            Some(if ok { 0 } else { 1 }),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Ends this node's sup-lease with `sig` (KILL: no goodbye).
+    pub fn signal_lease(&mut self, sig: nix::sys::signal::Signal) {
+        if let Some(c) = self.lease.as_ref() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), sig);
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut c) = n.lease.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
