@@ -1,26 +1,32 @@
-//! Leases on the file store, several nodes on one machine: leadership follows upgrades,
-//! and two leader-only services never run at once.
+//! Leases on the file store (the fast subset): several nodes on one machine, leadership
+//! follows upgrades, and two leader-only services never run at once.
 
 mod common;
-use common::cluster::*;
-use common::*;
+use common::scenarios;
+
+const TTL: &str = "900ms";
 
 #[test]
 fn fleet_leadership_moves_to_the_upgraded_node() {
-    let c = Cluster::new(&["0.6.2", "0.6.2", "0.6.2"], None, "900ms");
-    let first = c.wait_any_leader();
-    let other = c
-        .nodes
-        .iter()
-        .find(|n| n.name != first)
-        .expect("another node");
-    other.install("0.8.1", false);
-    other.upgrade("0.8.1", true);
-    c.wait_leader(&other.name.clone());
-    c.assert_no_overlap();
-    let st = c.status_text();
-    assert!(
-        st.contains(&format!("leader: {} (0.8.1)", other.name)),
-        "{st}"
-    );
+    scenarios::fleet(None, TTL);
+}
+
+#[test]
+fn a_crash_looping_upgrade_never_takes_leadership() {
+    scenarios::crash_loop(None, TTL);
+}
+
+#[test]
+fn an_irreversible_leader_raises_the_floor_and_the_operator_lowers_it() {
+    scenarios::floor(None, TTL);
+}
+
+#[test]
+fn pinning_an_older_version_moves_leadership_and_keeps_it() {
+    scenarios::pin(None, TTL);
+}
+
+#[test]
+fn a_killed_or_paused_holder_is_replaced_without_overlap() {
+    scenarios::killed_or_paused(None, TTL);
 }

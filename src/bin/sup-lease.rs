@@ -83,7 +83,8 @@ fn main() -> ExitCode {
         eprintln!("sup-lease: --lease and --store are needed\n{USAGE}");
         return ExitCode::from(2);
     };
-    let store = match store::open(&spec) {
+    // A call to the store must not hold a tick up for longer than a tick.
+    let store = match store::open(&spec, (args.ttl / 3).min(Duration::from_secs(2))) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("sup-lease: {e}");
@@ -202,7 +203,49 @@ fn print_policy(p: &sup::lease::record::Policy) {
     );
 }
 
+/// An operator's change of the policy.
+enum Change {
+    Pin(String),
+    Strategy(Strategy),
+    Floor(String),
+}
+
+impl Change {
+    fn parse(words: &[&str]) -> Result<Option<Change>, String> {
+        let version = |v: &str| sup::versions::check_version(v).map(|()| v.to_string());
+        Ok(Some(match words {
+            ["show"] => return Ok(None),
+            ["pin", v] => Change::Pin(version(v)?),
+            ["unpin"] | ["newest"] => Change::Strategy(Strategy::Newest),
+            ["oldest"] => Change::Strategy(Strategy::Oldest),
+            ["floor", v] => Change::Floor(version(v)?),
+            _ => return Err("policy show|pin VERSION|unpin|oldest|newest|floor VERSION".into()),
+        }))
+    }
+
+    fn apply(self, p: &mut sup::lease::record::Policy) {
+        match self {
+            Change::Pin(v) => {
+                p.strategy = Strategy::Pinned;
+                p.target = Some(v);
+            }
+            Change::Strategy(s) => {
+                p.strategy = s;
+                p.target = None;
+            }
+            Change::Floor(v) => p.floor = Some(v),
+        }
+    }
+}
+
 fn policy(mut store: Box<dyn store::Store>, lease: &str, words: &[&str]) -> ExitCode {
+    let change = match Change::parse(words) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sup-lease: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let snap = match snapshot(store.as_mut(), lease) {
         Ok(s) => s,
         Err(e) => {
@@ -210,43 +253,11 @@ fn policy(mut store: Box<dyn store::Store>, lease: &str, words: &[&str]) -> Exit
             return ExitCode::from(1);
         }
     };
-    let version = |v: &str| sup::versions::check_version(v).map(|()| v.to_string());
-    let change: Result<Box<dyn FnOnce(&mut sup::lease::record::Policy)>, String> = match words {
-        ["show"] => {
-            print_policy(&snap.policy);
-            return ExitCode::SUCCESS;
-        }
-        ["pin", v] => version(v).map(|v| {
-            Box::new(move |p: &mut sup::lease::record::Policy| {
-                p.strategy = Strategy::Pinned;
-                p.target = Some(v);
-            }) as Box<dyn FnOnce(&mut _)>
-        }),
-        ["unpin"] | ["newest"] => Ok(Box::new(|p: &mut sup::lease::record::Policy| {
-            p.strategy = Strategy::Newest;
-            p.target = None;
-        })),
-        ["oldest"] => Ok(Box::new(|p: &mut sup::lease::record::Policy| {
-            p.strategy = Strategy::Oldest;
-            p.target = None;
-        })),
-        ["floor", v] => version(v).map(|v| {
-            Box::new(move |p: &mut sup::lease::record::Policy| p.floor = Some(v))
-                as Box<dyn FnOnce(&mut _)>
-        }),
-        _ => {
-            eprintln!("sup-lease: policy show|pin VERSION|unpin|oldest|newest|floor VERSION");
-            return ExitCode::from(2);
-        }
+    let Some(change) = change else {
+        print_policy(&snap.policy);
+        return ExitCode::SUCCESS;
     };
-    let change = match change {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("sup-lease: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match write_policy(store.as_mut(), lease, &snap, change) {
+    match write_policy(store.as_mut(), lease, &snap, |p| change.apply(p)) {
         Ok(p) => {
             print_policy(&p);
             ExitCode::SUCCESS

@@ -21,14 +21,15 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 
 impl EtcdStore {
     /// `http://HOST:PORT`.
-    pub fn new(url: &str) -> Result<EtcdStore, StoreError> {
+    /// Every call gives up after `timeout`.
+    pub fn new(url: &str, timeout: Duration) -> Result<EtcdStore, StoreError> {
         if !url.starts_with("http://") {
             return Err(err(format!(
                 "'{url}': the etcd store speaks plain http://HOST:PORT"
             )));
         }
         let config = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(2)))
+            .timeout_global(Some(timeout))
             .http_status_as_error(false)
             .build();
         Ok(EtcdStore {

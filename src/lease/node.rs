@@ -232,7 +232,17 @@ impl Node {
     pub fn tick(&mut self, now: Mono) {
         let me = self.candidacy();
         if let Err(e) = self.renew(&me, now) {
+            // Unreachable store: nothing is renewed, the grant runs out by itself; the
+            // next tick tries again.
             self.note(format!("store: {e}"));
+            if self.leading.take().is_some() {
+                log::warn!(
+                    "{}: {} cannot renew its store lease: it stops renewing its leadership",
+                    self.lease,
+                    self.name
+                );
+            }
+            return;
         }
         let snap = match snapshot(self.store.as_mut(), &self.lease) {
             Ok(s) => s,

@@ -64,13 +64,13 @@ pub trait Store {
     fn check(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;
 }
 
-/// Opens `file:PATH` or `etcd:http://HOST:PORT`.
-pub fn open(spec: &str) -> Result<Box<dyn Store>, StoreError> {
+/// Opens `file:PATH` or `etcd:http://HOST:PORT`; a call gives up after `timeout`.
+pub fn open(spec: &str, timeout: Duration) -> Result<Box<dyn Store>, StoreError> {
     if let Some(path) = spec.strip_prefix("file:") {
         return Ok(Box::new(super::file::FileStore::new(path.into())));
     }
     if let Some(url) = spec.strip_prefix("etcd:") {
-        return Ok(Box::new(super::etcd::EtcdStore::new(url)?));
+        return Ok(Box::new(super::etcd::EtcdStore::new(url, timeout)?));
     }
     Err(StoreError(format!(
         "'{spec}' is not a store: use file:PATH or etcd:http://HOST:PORT"

@@ -4,6 +4,13 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod etcd;
+pub mod scenarios;
+
+/// A duration from the tests' TTL strings ("900ms", "1s").
+pub fn parse_ttl(s: &str) -> Duration {
+    sup::time::parse_duration(s).expect("a duration")
+}
 
 use serde_json::{json, Value};
 use std::fs;

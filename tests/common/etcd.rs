@@ -1,0 +1,106 @@
+//! A real etcd (Debian's etcd-server) for one test: free loopback ports, a temp data dir,
+//! ready when it says so in its log (no polling), ended by its pid.
+#![allow(dead_code)]
+
+use super::*;
+use std::io::BufRead;
+use std::process::Child;
+use std::sync::mpsc;
+
+pub struct Etcd {
+    child: Child,
+    pub url: String,
+    pub dir: Sandbox,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Etcd {
+    /// Starts etcd, or returns `None` (said) when it is not installed outside CI.
+    pub fn start() -> Option<Etcd> {
+        if Command::new("etcd").arg("--version").output().is_err() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "etcd is missing: .ci/run installs etcd-server"
+            );
+            eprintln!("skipped: etcd is not installed (apt-get install etcd-server)");
+            return None;
+        }
+        let dir = Sandbox::new();
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let mut child = Command::new("etcd")
+            .args(["--name", "t1", "--data-dir"])
+            .arg(dir.path("data"))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .args([
+                "--initial-cluster",
+                &format!("t1={peer_url}"),
+                "--initial-cluster-state",
+                "new",
+            ])
+            .args(["--heartbeat-interval", "25", "--election-timeout", "250"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start etcd");
+        let stderr = child.stderr.take().expect("etcd stderr");
+        let (tx, rx) = mpsc::channel();
+        let log_path = dir.path("etcd.log");
+        std::thread::spawn(move || {
+            let mut log = std::fs::File::create(log_path).ok();
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(f) = log.as_mut() {
+                    let _ = std::io::Write::write_all(f, format!("{line}\n").as_bytes());
+                }
+                if line.contains("ready to serve client requests") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        let mut etcd = Etcd { child, url, dir };
+        if rx.recv_timeout(DEADLINE).is_err() {
+            let log = std::fs::read_to_string(etcd.dir.path("etcd.log")).unwrap_or_default();
+            let _ = etcd.child.kill();
+            panic!("etcd did not become ready within {DEADLINE:?}:\n{log}");
+        }
+        Some(etcd)
+    }
+
+    pub fn store(&self) -> String {
+        format!("etcd:{}", self.url)
+    }
+
+    /// Stops (SIGSTOP) or resumes (SIGCONT) etcd: unreachable, then back with its data.
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig)
+            .expect("signal etcd");
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,156 @@
+//! The lease scenarios, for any store. Each checks its outcome, and every wait checks
+//! that two engines never ran at once.
+#![allow(dead_code)]
+
+use super::cluster::*;
+use nix::sys::signal::Signal;
+
+fn ttls(c: &Cluster, n: u32) {
+    let t0 = std::time::Instant::now();
+    let ttl = crate::common::parse_ttl(c.ttl);
+    c.wait(&format!("{n} TTLs"), |_| t0.elapsed() >= ttl * n);
+}
+
+/// Three nodes on 0.6.2, one leads; another is upgraded to 0.8.1 and leads alone.
+pub fn fleet(store: Option<String>, ttl: &'static str) {
+    let c = Cluster::new(&["0.6.2", "0.6.2", "0.6.2"], store, ttl);
+    let first = c.wait_any_leader();
+    let other = c
+        .nodes
+        .iter()
+        .find(|n| n.name != first)
+        .expect("another node");
+    other.install("0.8.1", false);
+    other.upgrade("0.8.1", true);
+    c.wait_leader(&other.name.clone());
+    let st = c.status_text();
+    assert!(
+        st.contains(&format!("leader: {} (0.8.1)", other.name)),
+        "{st}"
+    );
+}
+
+/// A crash-looping upgrade never takes leadership; the old leader keeps it.
+pub fn crash_loop(store: Option<String>, ttl: &'static str) {
+    let c = Cluster::new(&["0.6.2", "0.6.2"], store, ttl);
+    let first = c.wait_any_leader();
+    let other = c.nodes.iter().find(|n| n.name != first).expect("other");
+    other.install("0.8.1", true);
+    other.upgrade("0.8.1", false); // rolls back
+    let log_before = std::fs::read_to_string(c.shared.join("engine.log")).unwrap_or_default();
+    ttls(&c, 3);
+    assert_eq!(c.running_engines(), std::slice::from_ref(&first));
+    let log_after = std::fs::read_to_string(c.shared.join("engine.log")).unwrap_or_default();
+    assert_eq!(
+        log_before, log_after,
+        "the engine was never started elsewhere"
+    );
+}
+
+/// An irreversible version that leads raises the floor; older nodes cannot lead even
+/// when it dies; the operator lowers the floor and they can.
+pub fn floor(store: Option<String>, ttl: &'static str) {
+    let mut c = Cluster::new(&["0.6.2", "0.6.2"], store, ttl);
+    let first = c.wait_any_leader();
+    let i = c.nodes.iter().position(|n| n.name != first).expect("other");
+    let other = c.nodes[i].name.clone();
+    let src = c.nodes[i].sb.path("src-0.8.1");
+    std::fs::create_dir_all(src.join("bin")).expect("mkdir");
+    std::fs::write(src.join("bin/agent"), "#!/bin/sh\nexec /bin/sleep 3600\n").expect("write");
+    std::fs::set_permissions(
+        src.join("bin/agent"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    std::fs::write(src.join("sup-tool.toml"), "revertible = false\n").expect("manifest");
+    let out = c.nodes[i]
+        .sb
+        .supctl(&["install", "agent", "0.8.1", &src.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(0));
+    c.nodes[i].upgrade("0.8.1", true);
+    c.wait_leader(&other);
+    c.wait("the floor at 0.8.1", |c| {
+        c.status_text().contains("floor 0.8.1")
+    });
+    c.nodes[i].signal_lease(Signal::SIGKILL);
+    let t0 = std::time::Instant::now();
+    let ttl4 = crate::common::parse_ttl(c.ttl) * 4;
+    c.wait("nobody leads for 4 TTLs", |c| {
+        c.running_engines().is_empty() && t0.elapsed() >= ttl4
+    });
+    let out = c.policy(&["floor", "0.6.2"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.wait_leader(&first);
+}
+
+/// Pinning an older version moves leadership to it, and it stays.
+pub fn pin(store: Option<String>, ttl: &'static str) {
+    let c = Cluster::new(&["0.6.2", "0.8.1", "0.8.1"], store, ttl);
+    let first = c.wait_any_leader();
+    assert_ne!(first, "n1", "the newest version leads");
+    let out = c.policy(&["pin", "0.6.2"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.wait_leader("n1");
+    ttls(&c, 3);
+    assert_eq!(
+        c.running_engines(),
+        ["n1"],
+        "the pin holds while newer nodes live"
+    );
+    assert!(String::from_utf8_lossy(&c.policy(&["show"]).stdout).contains("pinned to 0.6.2"));
+}
+
+/// The holder's sup-lease killed, then another holder's paused: each time the engine
+/// stops on the old holder before it starts elsewhere.
+pub fn killed_or_paused(store: Option<String>, ttl: &'static str) {
+    let mut c = Cluster::new(&["0.6.2", "0.6.2", "0.6.2"], store, ttl);
+    let first = c.wait_any_leader();
+    let i = c
+        .nodes
+        .iter()
+        .position(|n| n.name == first)
+        .expect("holder");
+    c.nodes[i].signal_lease(Signal::SIGKILL);
+    c.wait("another leader after a kill -9", |c| {
+        c.running_engines().len() == 1 && c.running_engines()[0] != first
+    });
+    let second = c.running_engines()[0].clone();
+    assert_eq!(c.node(&first).sb.status("engine")["state"], "stopped");
+    let j = c
+        .nodes
+        .iter()
+        .position(|n| n.name == second)
+        .expect("holder");
+    c.nodes[j].signal_lease(Signal::SIGSTOP);
+    c.wait("another leader after a pause", |c| {
+        c.running_engines().len() == 1 && c.running_engines()[0] != second
+    });
+    c.nodes[j].signal_lease(Signal::SIGCONT);
+    ttls(&c, 2);
+    assert_eq!(c.running_engines().len(), 1);
+}
+
+/// The store goes away (etcd stopped): the holder stops leading, nobody leads; it comes
+/// back: the rule resumes.
+pub fn store_down(etcd: &super::etcd::Etcd, ttl: &'static str) {
+    let c = Cluster::new(&["0.6.2", "0.6.2"], Some(etcd.store()), ttl);
+    c.wait_any_leader();
+    etcd.signal(Signal::SIGSTOP);
+    c.wait("no engine while the store is away", |c| {
+        c.running_engines().is_empty()
+    });
+    ttls(&c, 2);
+    assert!(c.running_engines().is_empty());
+    etcd.signal(Signal::SIGCONT);
+    c.wait_any_leader();
+}

@@ -1,0 +1,45 @@
+//! Leases on a real etcd (3.4, through its JSON gateway): every scenario, and etcd
+//! itself going away and coming back.
+
+mod common;
+use common::etcd::Etcd;
+use common::scenarios;
+
+/// etcd's TTLs are whole seconds.
+const TTL: &str = "1s";
+
+#[test]
+fn fleet_leadership_moves_to_the_upgraded_node() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::fleet(Some(e.store()), TTL);
+}
+
+#[test]
+fn a_crash_looping_upgrade_never_takes_leadership() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::crash_loop(Some(e.store()), TTL);
+}
+
+#[test]
+fn an_irreversible_leader_raises_the_floor_and_the_operator_lowers_it() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::floor(Some(e.store()), TTL);
+}
+
+#[test]
+fn pinning_an_older_version_moves_leadership_and_keeps_it() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::pin(Some(e.store()), TTL);
+}
+
+#[test]
+fn a_killed_or_paused_holder_is_replaced_without_overlap() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::killed_or_paused(Some(e.store()), TTL);
+}
+
+#[test]
+fn the_holder_stops_leading_while_etcd_is_away_and_the_rule_resumes() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::store_down(&e, TTL);
+}
