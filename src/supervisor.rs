@@ -140,8 +140,12 @@ impl Supervisor {
     pub fn add_slot(&mut self, cfg: ServiceConfig) {
         let up = cfg.autostart && !self.down.contains(&cfg.name) && cfg.leader_only.is_none();
         let want = if up { Want::Up } else { Want::Down };
+        let mut svc = Service::new(want);
+        if let Some(l) = &cfg.leader_only {
+            svc.reason = Some(format!("waiting for lease '{l}'"));
+        }
         let slot = Slot {
-            svc: Service::new(want),
+            svc,
             cfg,
             output: None,
             ready_pipe: None,

@@ -1,0 +1,146 @@
+//! supd's side of leases, driven by hand (no sup-lease): candidacy, grants with their
+//! validity, the term passed to leader-only services, release, events.
+
+mod common;
+use common::*;
+use serde_json::json;
+
+fn config(sb: &Sandbox) {
+    let out = sb.path("term");
+    let engine = sb.script(
+        "engine.sh",
+        &format!(
+            "echo \"$SUP_LEASE_TERM\" > {o}.tmp; mv {o}.tmp {o}\nexec /bin/sleep 3600",
+            o = out.display()
+        ),
+    );
+    sb.config(&format!(
+        "[lease.engine]\ntool = \"agent\"\n\n[service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nprobation = \"1s\"\nrestart_delay = \"10ms\"\n\
+         crash_loop = {{ restarts = 3, window = \"1m\" }}\n\n[service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nstop_timeout = \"2s\"\n"
+    ));
+}
+
+fn install(sb: &Sandbox, v: &str) {
+    let dir = sb.path(&format!("src-{v}"));
+    std::fs::create_dir_all(dir.join("bin")).expect("mkdir");
+    std::fs::write(dir.join("bin/agent"), "#!/bin/sh\nexec /bin/sleep 3600\n").expect("write");
+    std::fs::set_permissions(
+        dir.join("bin/agent"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    assert_eq!(
+        sb.supctl(&["install", "agent", v, &dir.to_string_lossy()])
+            .status
+            .code(),
+        Some(0)
+    );
+}
+
+#[test]
+fn grants_run_leader_only_services_until_they_run_out() {
+    let mut sb = Sandbox::new();
+    config(&sb);
+    sb.start();
+    let st = sb.status("engine");
+    assert_eq!(st["state"], "stopped");
+    assert_eq!(st["reason"], "waiting for lease 'engine'");
+    // An operator's start does not run it without the lease either.
+    sb.ok(json!({"cmd": "start", "service": "engine"}));
+    assert_eq!(sb.status("engine")["state"], "stopped");
+
+    let mut w = sb.watch();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 7, "valid_for": "800ms"}));
+    let g = w.until(&sb, |e| e["event"] == "lease");
+    assert_eq!(
+        (g["what"].clone(), g["term"].clone()),
+        (json!("granted"), json!(7))
+    );
+    sb.wait_state("engine", "running");
+    let end = std::time::Instant::now() + DEADLINE;
+    while !sb.path("term").exists() {
+        assert!(std::time::Instant::now() < end);
+        sb.status("engine");
+    }
+    assert_eq!(
+        std::fs::read_to_string(sb.path("term"))
+            .expect("term")
+            .trim(),
+        "7",
+        "SUP_LEASE_TERM"
+    );
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 7, "valid_for": "600ms"}));
+    assert_eq!(w.until(&sb, |e| e["event"] == "lease")["what"], "renewed");
+    // Nobody renews: the validity ends and the service stops by itself.
+    let e = w.until(&sb, |e| e["event"] == "lease");
+    assert_eq!(
+        (e["what"].clone(), e["term"].clone()),
+        (json!("expired"), json!(7))
+    );
+    let st = sb.wait_state("engine", "stopped");
+    assert!(
+        st["reason"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("lease expired"),
+        "{st}"
+    );
+}
+
+#[test]
+fn release_answers_once_the_services_have_exited() {
+    let mut sb = Sandbox::new();
+    config(&sb);
+    sb.start();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 3, "valid_for": "1h"}));
+    let pid = sb.wait_state("engine", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    let r = sb.ok(json!({"cmd": "lease-release", "lease": "engine"}));
+    assert_eq!(r["released"], true);
+    assert!(!alive(pid), "the engine is gone when release answers");
+    assert_eq!(sb.status("engine")["pid"], json!(null));
+}
+
+#[test]
+fn candidacy_follows_upgrades_at_once() {
+    let mut sb = Sandbox::new();
+    config(&sb);
+    sb.start();
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    assert_eq!(
+        (c["version"].clone(), c["committed"].clone()),
+        (json!(null), json!(false))
+    );
+    install(&sb, "0.6.2");
+    install(&sb, "0.8.1");
+    assert_eq!(
+        sb.supctl(&["upgrade", "agent", "0.6.2", "--wait"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    assert_eq!(
+        (
+            c["version"].clone(),
+            c["committed"].clone(),
+            c["running"].clone()
+        ),
+        (json!("0.6.2"), json!(true), json!(true))
+    );
+    assert_eq!(
+        sb.supctl(&["upgrade", "agent", "0.8.1"]).status.code(),
+        Some(0)
+    );
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    assert_eq!(
+        (c["version"].clone(), c["committed"].clone()),
+        (json!("0.8.1"), json!(false)),
+        "in probation: not committed"
+    );
+    let a = sb.request(json!({"cmd": "lease-candidacy", "lease": "nope"}));
+    assert_eq!(a["error"]["kind"], "unknown-lease");
+    let a = sb.request(json!({"cmd": "lease-grant", "lease": "engine", "holder": "x", "term": 1, "valid_for": "soon"}));
+    assert_eq!(a["error"]["kind"], "bad-request");
+}
