@@ -600,7 +600,16 @@ impl Supervisor {
                 Exit::Signal(s) => LastExit::Signal(signal_label(s)),
             }),
             reason: svc.reason.clone(),
-            want: if svc.want == Want::Up { "up" } else { "down" }.to_string(),
+            // What the operator wants: a leader-only service held down by its lease alone
+            // is still wanted up.
+            want: if svc.want == Want::Up
+                || (slot.cfg.leader_only.is_some() && !self.down.contains(&slot.cfg.name))
+            {
+                "up"
+            } else {
+                "down"
+            }
+            .to_string(),
             status: slot.status_text.clone(),
             log_dropped: slot.output.as_ref().map(|o| o.dropped).unwrap_or(0),
         }

@@ -5,7 +5,12 @@ use std::process::Command;
 
 #[test]
 fn man_pages_are_lint_clean() {
-    let pages = ["man/supd.8", "man/supctl.8", "man/sup.toml.5"];
+    let pages = [
+        "man/supd.8",
+        "man/supctl.8",
+        "man/sup.toml.5",
+        "man/sup-lease.8",
+    ];
     let Ok(out) = Command::new("mandoc")
         .args(["-Tlint", "-W", "style"])
         .args(pages)
