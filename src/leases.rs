@@ -18,6 +18,9 @@ pub struct Grant {
     pub term: u64,
     pub holder: String,
     pub until: Mono,
+    /// The validity it was granted with: half of it is the most a stop may take when it
+    /// runs out (a new leader may start T/3 after, and the validity is 2T/3).
+    pub valid_for: Duration,
 }
 
 impl Supervisor {
@@ -112,6 +115,7 @@ impl Supervisor {
                 term,
                 holder: holder.to_string(),
                 until: now.plus(d),
+                valid_for: d,
             },
         );
         let what = if old == Some(term) {
@@ -145,7 +149,8 @@ impl Supervisor {
             log::info!("lease {lease}: released (term {})", g.term);
             self.emit_lease(lease, "released", Some(g.term), None);
         }
-        self.stop_leader_only(lease, "lease released", now);
+        // A release keeps the key until the services exited: they may stop gracefully.
+        self.stop_leader_only(lease, "lease released", None, now);
         Ok(())
     }
 
@@ -156,28 +161,34 @@ impl Supervisor {
             .all(|n| self.slots[n].svc.pid.is_none() && self.slots[n].svc.state != State::Stopping)
     }
 
-    fn stop_leader_only(&mut self, lease: &str, why: &str, now: Mono) {
+    /// Stops the leader-only services of `lease`; with `hurry`, SIGKILL comes after that
+    /// long at the most, whatever their `stop_timeout`.
+    fn stop_leader_only(&mut self, lease: &str, why: &str, hurry: Option<Duration>, now: Mono) {
         for name in self.leader_only(lease) {
             self.apply(&name, Event::Stop, now);
             if let Some(s) = self.slots.get_mut(&name) {
                 s.svc.reason = Some(format!("{why}; waiting for lease '{lease}'"));
+                if let (Some(h), Some(d)) = (hurry, s.svc.deadline) {
+                    s.svc.deadline = Some(d.min(now.plus(h)));
+                }
             }
         }
     }
 
     /// Ends the grants whose validity ran out: their services stop.
     pub fn expire_grants(&mut self, now: Mono) {
-        let ended: Vec<(String, u64)> = self
+        let ended: Vec<(String, u64, Duration)> = self
             .grants
             .iter()
             .filter(|(_, g)| g.until <= now)
-            .map(|(l, g)| (l.clone(), g.term))
+            .map(|(l, g)| (l.clone(), g.term, g.valid_for))
             .collect();
-        for (lease, term) in ended {
+        for (lease, term, valid_for) in ended {
             self.grants.remove(&lease);
             log::warn!("lease {lease}: the grant of term {term} ran out without renewal; stopping its leader-only services");
             self.emit_lease(&lease, "expired", Some(term), None);
-            self.stop_leader_only(&lease, "lease expired", now);
+            // Another node may lead soon: no graceful stop past half the validity.
+            self.stop_leader_only(&lease, "lease expired", Some(valid_for / 2), now);
         }
     }
 

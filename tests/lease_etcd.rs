@@ -43,3 +43,9 @@ fn the_holder_stops_leading_while_etcd_is_away_and_the_rule_resumes() {
     let Some(e) = Etcd::start() else { return };
     scenarios::store_down(&e, TTL);
 }
+
+#[test]
+fn a_holder_whose_engine_is_slow_to_stop_keeps_the_key_until_it_has() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::slow_step_down(Some(e.store()), "1s");
+}

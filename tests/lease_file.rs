@@ -30,3 +30,8 @@ fn pinning_an_older_version_moves_leadership_and_keeps_it() {
 fn a_killed_or_paused_holder_is_replaced_without_overlap() {
     scenarios::killed_or_paused(None, TTL);
 }
+
+#[test]
+fn a_holder_whose_engine_is_slow_to_stop_keeps_the_key_until_it_has() {
+    scenarios::slow_step_down(None, TTL);
+}

@@ -144,3 +144,27 @@ fn candidacy_follows_upgrades_at_once() {
     let a = sb.request(json!({"cmd": "lease-grant", "lease": "engine", "holder": "x", "term": 1, "valid_for": "soon"}));
     assert_eq!(a["error"]["kind"], "bad-request");
 }
+
+#[test]
+fn an_expired_grant_kills_a_slow_service_within_half_its_validity() {
+    let mut sb = Sandbox::new();
+    let engine = sb.script(
+        "stubborn.sh",
+        "trap '' TERM\necho >&3\nwhile :; do /bin/sleep 1; done",
+    );
+    sb.config(&format!(
+        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nready = \"fd:3\"\nleader_only = \"engine\"\nstop_timeout = \"30s\"\n"
+    ));
+    sb.start();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "600ms"}));
+    sb.wait_state("engine", "running");
+    let mut w = sb.watch();
+    let expired = w.until(&sb, |e| e["event"] == "lease" && e["what"] == "expired");
+    let stopped = w.state(&sb, "engine", "stopped");
+    let took = stopped["time"].as_u64().unwrap_or(0) - expired["time"].as_u64().unwrap_or(0);
+    assert!(
+        took < 2000,
+        "stopped {took}ms after the grant ran out, not within half the validity (300ms) + slack"
+    );
+    assert_eq!(sb.status("engine")["last_exit"], json!({"signal": "KILL"}));
+}

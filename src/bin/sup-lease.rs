@@ -9,7 +9,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::time::Duration;
-use sup::lease::node::{snapshot, write_policy, Node, Supd};
+use sup::lease::node::{snapshot, write_policy, Node};
 use sup::lease::record::Strategy;
 use sup::lease::store;
 use sup::time::Mono;
@@ -127,7 +127,7 @@ fn campaign(args: Args, lease: String, store: Box<dyn store::Store>) -> ExitCode
         sup::time::Human(args.ttl),
         args.socket
     );
-    let mut node = Node::new(lease, name, args.ttl, store, Supd::new(args.socket.into()));
+    let mut node = Node::new(lease, name, args.ttl, store, args.socket.into());
     let period = args.ttl / 3;
     let mut next = Mono::now();
     loop {

@@ -136,6 +136,49 @@ impl Supd {
     }
 }
 
+/// A `lease-release` sent to supd on a connection of its own, whose answer (the
+/// services have exited) is looked for at every tick, so that the store lease and the
+/// leader key stay renewed meanwhile: the key is given up only after.
+pub struct Release {
+    conn: UnixStream,
+    answer: Vec<u8>,
+}
+
+impl Release {
+    fn start(path: &std::path::Path, lease: &str) -> Result<Release, String> {
+        let mut conn = UnixStream::connect(path)
+            .map_err(|e| format!("cannot reach supd at {}: {e}", path.display()))?;
+        let line = format!("{}\n", json!({"cmd": "lease-release", "lease": lease}));
+        conn.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
+        conn.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Ok(Release {
+            conn,
+            answer: Vec::new(),
+        })
+    }
+
+    /// `Some(Ok)` once supd answered that the services exited; `None` while waiting.
+    fn poll(&mut self) -> Option<Result<(), String>> {
+        use std::io::Read;
+        let mut buf = [0u8; 1024];
+        loop {
+            match self.conn.read(&mut buf) {
+                Ok(0) => return Some(Err("supd closed the connection".into())),
+                Ok(n) => self.answer.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Some(Err(e.to_string())),
+            }
+        }
+        let nl = self.answer.iter().position(|b| *b == b'\n')?;
+        let v: Value = serde_json::from_slice(&self.answer[..nl]).unwrap_or(Value::Null);
+        Some(if v["ok"] == true {
+            Ok(())
+        } else {
+            Err(format!("release refused: {v}"))
+        })
+    }
+}
+
 /// The campaign of one node.
 pub struct Node {
     pub lease: String,
@@ -143,11 +186,14 @@ pub struct Node {
     pub ttl: Duration,
     pub store: Box<dyn Store>,
     pub supd: Supd,
+    socket: PathBuf,
     my_lease: Option<LeaseId>,
     last_renewal: Option<Mono>,
     memory: Memory,
     /// The term of the leadership supd was last granted, to tell a change.
     leading: Option<u64>,
+    /// A step-down under way.
+    releasing: Option<Release>,
     last_note: String,
 }
 
@@ -157,18 +203,20 @@ impl Node {
         name: String,
         ttl: Duration,
         store: Box<dyn Store>,
-        supd: Supd,
+        socket: PathBuf,
     ) -> Node {
         Node {
             lease,
             name,
             ttl,
             store,
-            supd,
+            supd: Supd::new(socket.clone()),
+            socket,
             my_lease: None,
             last_renewal: None,
             memory: Memory::default(),
             leading: None,
+            releasing: None,
             last_note: String::new(),
         }
     }
@@ -356,22 +404,20 @@ impl Node {
                 }
             }
             Decision::StepDown(why) => {
-                log::info!("{}: {} steps down: {why}", self.lease, self.name);
-                // The services stop first; only then is the key given up.
-                match self.supd.call(
-                    json!({"cmd": "lease-release", "lease": self.lease}),
-                    self.ttl * 10,
-                ) {
-                    Ok(_) => {
-                        self.leading = None;
-                        if let Err(e) = self.store.delete(&self.key("leader"), Cond::Lease(mine)) {
-                            self.note(format!("store: {e}"));
+                if self.releasing.is_none() {
+                    log::info!("{}: {} steps down: {why}", self.lease, self.name);
+                    // The services stop first; only then is the key given up.
+                    match Release::start(&self.socket, &self.lease) {
+                        Ok(r) => self.releasing = Some(r),
+                        Err(e) => {
+                            self.note(format!("release: {e}; keeping the key until it is done"))
                         }
                     }
-                    Err(e) => self.note(format!("release: {e}; keeping the key until it is done")),
                 }
+                self.finish_release();
             }
             Decision::Fence(why) => {
+                self.releasing = None;
                 if self.leading.take().is_some() {
                     log::warn!(
                         "{}: {} stops renewing its leadership: {why}",
@@ -386,6 +432,33 @@ impl Node {
                     log::info!("{}: {} no longer leads", self.lease, self.name);
                 }
                 self.note(why);
+            }
+        }
+    }
+
+    /// Gives the key up once supd said the services exited.
+    fn finish_release(&mut self) {
+        let Some(r) = self.releasing.as_mut() else {
+            return;
+        };
+        match r.poll() {
+            None => self.note("stepping down: waiting for the leader-only services to exit".into()),
+            Some(Ok(())) => {
+                self.releasing = None;
+                self.leading = None;
+                let mine = self.my_lease.unwrap_or(0);
+                match self.store.delete(&self.key("leader"), Cond::Lease(mine)) {
+                    Ok(_) => log::info!(
+                        "{}: {} stepped down: the services exited, the key is given up",
+                        self.lease,
+                        self.name
+                    ),
+                    Err(e) => self.note(format!("store: {e}")),
+                }
+            }
+            Some(Err(e)) => {
+                self.releasing = None;
+                self.note(format!("release: {e}; trying again"));
             }
         }
     }
@@ -427,18 +500,36 @@ impl Node {
         }
     }
 
-    /// Leaving: release supd's services if leading, give up the key and the store lease.
+    /// Leaving: release supd's services if leading (renewing the store lease while they
+    /// stop, for up to 10 T), give up the key and the store lease.
     pub fn leave(&mut self) {
-        if let Some(mine) = self.my_lease {
-            if self.leading.is_some() {
-                let _ = self.supd.call(
-                    json!({"cmd": "lease-release", "lease": self.lease}),
-                    self.ttl * 10,
-                );
-                let _ = self.store.delete(&self.key("leader"), Cond::Lease(mine));
+        let Some(mine) = self.my_lease else { return };
+        if self.leading.is_some() || self.releasing.is_some() {
+            if self.releasing.is_none() {
+                self.releasing = Release::start(&self.socket, &self.lease).ok();
             }
-            let _ = self.store.revoke(mine);
+            let end = Mono::now().plus(self.ttl * 10);
+            while let Some(r) = self.releasing.as_mut() {
+                match r.poll() {
+                    Some(_) => break,
+                    None if Mono::now() >= end => break,
+                    None => {
+                        let mut fds = [nix::poll::PollFd::new(
+                            std::os::fd::AsFd::as_fd(&r.conn),
+                            nix::poll::PollFlags::POLLIN,
+                        )];
+                        let wait =
+                            nix::poll::PollTimeout::try_from((self.ttl / 3).as_millis() as i32)
+                                .unwrap_or(nix::poll::PollTimeout::MAX);
+                        let _ = nix::poll::poll(&mut fds, wait);
+                        let _ = self.store.keepalive(mine);
+                    }
+                }
+            }
+            self.releasing = None;
+            let _ = self.store.delete(&self.key("leader"), Cond::Lease(mine));
         }
+        let _ = self.store.revoke(mine);
     }
 }
 

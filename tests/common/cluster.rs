@@ -36,6 +36,25 @@ impl Cluster {
     /// `versions[i]` is node i's committed version of the agent; `store` None: a file
     /// store in the shared directory.
     pub fn new(versions: &[&str], store: Option<String>, ttl: &'static str) -> Cluster {
+        Cluster::build(versions, store, ttl, 0.0)
+    }
+
+    /// Engines that take `stop_secs` to stop after SIGTERM (longer than a TTL).
+    pub fn slow_to_stop(
+        versions: &[&str],
+        store: Option<String>,
+        ttl: &'static str,
+        stop_secs: f32,
+    ) -> Cluster {
+        Cluster::build(versions, store, ttl, stop_secs)
+    }
+
+    fn build(
+        versions: &[&str],
+        store: Option<String>,
+        ttl: &'static str,
+        stop_secs: f32,
+    ) -> Cluster {
         let dir = Sandbox::new();
         let shared = dir.dir.clone();
         let store =
@@ -45,7 +64,7 @@ impl Cluster {
             &format!(
                 "if mkdir {s}/lock 2>/dev/null; then mine=1; else echo \"$NODE overlaps\" >> {s}/overlap; mine=; fi\n\
                  echo \"$NODE $SUP_LEASE_TERM\" >> {s}/engine.log\n\
-                 trap '[ -n \"$mine\" ] && rmdir {s}/lock; exit 0' TERM\n\
+                 trap '/bin/sleep {stop_secs}; [ -n \"$mine\" ] && rmdir {s}/lock; exit 0' TERM\n\
                  while :; do /bin/sleep 1 & wait $!; done",
                 s = shared.display()
             ),
@@ -58,7 +77,8 @@ impl Cluster {
                 "[lease.engine]\ntool = \"agent\"\n\n\
                  [service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nrestart_delay = \"10ms\"\n\
                  crash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\nprobation = \"1s\"\n\n\
-                 [service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nenv = {{ NODE = \"{name}\" }}\nstop_timeout = \"2s\"\n"
+                 [service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nenv = {{ NODE = \"{name}\" }}\nstop_timeout = \"{stop}s\"\n",
+                stop = stop_secs as u32 + 2
             ));
             nodes.push(Node {
                 name,

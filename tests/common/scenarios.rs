@@ -5,6 +5,13 @@
 use super::cluster::*;
 use nix::sys::signal::Signal;
 
+/// The end of every scenario: two more TTLs, checking for overlaps all along and once
+/// more at the end (an engine that overlapped writes its mark a moment after it starts).
+fn settle(c: &Cluster) {
+    ttls(c, 2);
+    c.assert_no_overlap();
+}
+
 fn ttls(c: &Cluster, n: u32) {
     let t0 = std::time::Instant::now();
     let ttl = crate::common::parse_ttl(c.ttl);
@@ -28,6 +35,7 @@ pub fn fleet(store: Option<String>, ttl: &'static str) {
         st.contains(&format!("leader: {} (0.8.1)", other.name)),
         "{st}"
     );
+    settle(&c);
 }
 
 /// A crash-looping upgrade never takes leadership; the old leader keeps it.
@@ -45,6 +53,7 @@ pub fn crash_loop(store: Option<String>, ttl: &'static str) {
         log_before, log_after,
         "the engine was never started elsewhere"
     );
+    settle(&c);
 }
 
 /// An irreversible version that leads raises the floor; older nodes cannot lead even
@@ -86,6 +95,7 @@ pub fn floor(store: Option<String>, ttl: &'static str) {
         String::from_utf8_lossy(&out.stderr)
     );
     c.wait_leader(&first);
+    settle(&c);
 }
 
 /// Pinning an older version moves leadership to it, and it stays.
@@ -110,6 +120,7 @@ pub fn pin(store: Option<String>, ttl: &'static str) {
         "the pin holds while newer nodes live"
     );
     assert!(String::from_utf8_lossy(&c.policy(&["show"]).stdout).contains("pinned to 0.6.2"));
+    settle(&c);
 }
 
 /// The holder's sup-lease killed, then another holder's paused: each time the engine
@@ -140,6 +151,7 @@ pub fn killed_or_paused(store: Option<String>, ttl: &'static str) {
     c.nodes[j].signal_lease(Signal::SIGCONT);
     ttls(&c, 2);
     assert_eq!(c.running_engines().len(), 1);
+    settle(&c);
 }
 
 /// The store goes away (etcd stopped): the holder stops leading, nobody leads; it comes
@@ -155,4 +167,25 @@ pub fn store_down(etcd: &super::etcd::Etcd, ttl: &'static str) {
     assert!(c.running_engines().is_empty());
     etcd.signal(Signal::SIGCONT);
     c.wait_any_leader();
+    settle(&c);
+}
+
+/// The holder steps down for an upgraded node while its engine takes longer than T (but
+/// less than 2T) to stop: the key is kept, and renewed, until the engine has exited.
+pub fn slow_step_down(store: Option<String>, ttl: &'static str) {
+    let secs = crate::common::parse_ttl(ttl).as_secs_f32() * 1.3;
+    let c = Cluster::slow_to_stop(&["0.6.2", "0.6.2"], store, ttl, secs);
+    let first = c.wait_any_leader();
+    let other = c.nodes.iter().find(|n| n.name != first).expect("other");
+    other.install("0.8.1", false);
+    other.upgrade("0.8.1", true);
+    c.wait_leader(&other.name.clone());
+    if std::env::var_os("SHOW").is_some() {
+        eprintln!(
+            "{}\n{}",
+            std::fs::read_to_string(c.shared.join("engine.log")).unwrap_or_default(),
+            c.logs()
+        );
+    }
+    settle(&c);
 }
