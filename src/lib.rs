@@ -10,6 +10,7 @@ pub mod launch;
 pub mod lease;
 pub mod leases;
 pub mod leftovers;
+pub mod logging;
 pub mod logs;
 pub mod notify;
 pub mod proc;

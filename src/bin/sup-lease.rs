@@ -65,13 +65,7 @@ fn parse() -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
-    let level = std::env::var("SUP_LOG")
-        .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| "info".into());
-    env_logger::Builder::new()
-        .parse_filters(&level)
-        .format_target(false)
-        .init();
+    sup::logging::init();
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {

@@ -55,13 +55,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let level = std::env::var("SUP_LOG")
-        .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| "info".into());
-    env_logger::Builder::new()
-        .parse_filters(&level)
-        .format_target(false)
-        .init();
+    sup::logging::init();
     if args.check {
         return check(&args.config);
     }

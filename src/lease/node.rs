@@ -300,26 +300,7 @@ impl Node {
                 return;
             }
         };
-        let owns = match (&snap.leader, self.my_lease) {
-            (Some((l, _, id)), Some(mine)) if l.node == self.name && *id == mine => self
-                .store
-                .check(&self.key("leader"), Cond::Lease(mine))
-                .unwrap_or(false),
-            _ => false,
-        };
-        let leader = snap.leader.as_ref().map(|(l, r, _)| (l, *r));
-        let view = View {
-            me: &self.name,
-            members: &snap.members,
-            leader,
-            policy: &snap.policy,
-            ttl: self.ttl,
-            now,
-            last_renewal: self.last_renewal,
-            owns_leader: owns,
-        };
-        let (decision, memory) = decide(&view, &self.memory);
-        self.memory = memory;
+        let decision = self.decide_on(&snap, now);
         self.act(decision, &snap, &me, now);
     }
 
@@ -466,28 +447,36 @@ impl Node {
     /// After taking an empty key, lead in the same tick (its owner is proven next tick).
     fn tick_again(&mut self, now: Mono, me: &Member) {
         if let Ok(snap) = snapshot(self.store.as_mut(), &self.lease) {
-            let mine = self.my_lease.unwrap_or(0);
-            let owns = self
-                .store
-                .check(&self.key("leader"), Cond::Lease(mine))
-                .unwrap_or(false);
-            let leader = snap.leader.as_ref().map(|(l, r, _)| (l, *r));
-            let view = View {
-                me: &self.name,
-                members: &snap.members,
-                leader,
-                policy: &snap.policy,
-                ttl: self.ttl,
-                now,
-                last_renewal: self.last_renewal,
-                owns_leader: owns,
-            };
-            let (d, memory) = decide(&view, &self.memory);
-            self.memory = memory;
+            let d = self.decide_on(&snap, now);
             if matches!(d, Decision::Lead { .. }) {
                 self.act(d, &snap, me, now);
             }
         }
+    }
+
+    /// Proves ownership of the leader key (a transaction) and applies the rule.
+    fn decide_on(&mut self, snap: &Snapshot, now: Mono) -> Decision {
+        let owns = match (&snap.leader, self.my_lease) {
+            (Some((l, _, id)), Some(mine)) if l.node == self.name && *id == mine => self
+                .store
+                .check(&self.key("leader"), Cond::Lease(mine))
+                .unwrap_or(false),
+            _ => false,
+        };
+        let leader = snap.leader.as_ref().map(|(l, r, _)| (l, *r));
+        let view = View {
+            me: &self.name,
+            members: &snap.members,
+            leader,
+            policy: &snap.policy,
+            ttl: self.ttl,
+            now,
+            last_renewal: self.last_renewal,
+            owns_leader: owns,
+        };
+        let (decision, memory) = decide(&view, &self.memory);
+        self.memory = memory;
+        decision
     }
 
     /// Logs a note when it changes (no flood of the same line every tick).
