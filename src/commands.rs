@@ -8,6 +8,7 @@ use crate::service::{Event, State};
 use crate::supervisor::{signal_group, Supervisor, WaitFor, Waiter};
 use crate::time::Mono;
 use serde_json::{json, Value};
+use std::path::PathBuf;
 
 /// What a command produced.
 enum Outcome {
@@ -60,6 +61,9 @@ impl Supervisor {
         now: Mono,
     ) -> Result<Outcome, Error> {
         match command {
+            Command::Hello {} if crate::failpoint::panic_now(&self.cfg.supd.state_dir) => {
+                unreachable!("failpoint panic")
+            }
             Command::Hello {} => Ok(Outcome::Answer(json!({
                 "protocol": protocol::PROTOCOL_VERSION,
                 "version": env!("CARGO_PKG_VERSION"),
@@ -223,6 +227,11 @@ impl Supervisor {
             } => self
                 .grant(&lease, &holder, term, &valid_for, now)
                 .map(Outcome::Answer),
+            Command::Reexec { binary } => {
+                self.refuse_during_shutdown()?;
+                self.begin_reexec(binary.map(PathBuf::from), client, id)?;
+                Ok(Outcome::Parked)
+            }
             Command::LeaseRelease { lease } => {
                 self.release(&lease, now)?;
                 self.park(client, id, WaitFor::LeaseDown(lease))

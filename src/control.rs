@@ -98,6 +98,23 @@ impl Server {
         self.listener.as_fd()
     }
 
+    /// The listening socket of a previous supd image: never closed, so clients that
+    /// connect meanwhile wait in its backlog.
+    pub fn adopt(fd: std::os::fd::OwnedFd, path: &Path, group: Option<&str>) -> io::Result<Server> {
+        let listener = UnixListener::from(fd);
+        listener.set_nonblocking(true)?;
+        let gid = group
+            .and_then(|g| nix::unistd::Group::from_name(g).ok().flatten())
+            .map(|g| g.gid.as_raw());
+        Ok(Server {
+            listener,
+            path: path.to_path_buf(),
+            clients: BTreeMap::new(),
+            next_id: 1,
+            group: gid,
+        })
+    }
+
     /// Accepts every waiting connection.
     pub fn accept(&mut self) {
         loop {

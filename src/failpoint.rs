@@ -34,3 +34,11 @@ pub fn hit(name: &str) {
         std::process::abort();
     }
 }
+
+/// For the test of a panic: true (and the caller panics) when `SUP_FAILPOINT` is
+/// `panic-on-hello` and the file `state_dir/panic-now` existed (it is removed, so the
+/// re-executed image does not panic again).
+pub fn panic_now(state_dir: &std::path::Path) -> bool {
+    std::env::var("SUP_FAILPOINT").ok().as_deref() == Some("panic-on-hello")
+        && std::fs::remove_file(state_dir.join("panic-now")).is_ok()
+}

@@ -6,6 +6,7 @@ pub mod config;
 pub mod control;
 pub mod event_loop;
 pub mod failpoint;
+pub mod handoff;
 pub mod launch;
 pub mod lease;
 pub mod leases;

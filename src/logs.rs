@@ -121,6 +121,26 @@ impl Output {
         })
     }
 
+    /// Both ends, for a handoff to a new supd image.
+    pub fn fds(&self) -> (&OwnedFd, &OwnedFd) {
+        (&self.read, &self.write)
+    }
+
+    /// The output of a previous supd image: its pipe (with whatever is unread in it),
+    /// its kept lines and its count of dropped lines.
+    pub fn adopt(read: OwnedFd, write: OwnedFd, lines: Vec<String>, dropped: u64) -> Output {
+        let ring_bytes = lines.iter().map(String::len).sum();
+        Output {
+            read,
+            write,
+            partial: Vec::new(),
+            ring: lines.into(),
+            ring_bytes,
+            file: None,
+            dropped,
+        }
+    }
+
     /// The fd to poll for output.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.read.as_fd()

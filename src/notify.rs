@@ -41,6 +41,11 @@ impl NotifySocket {
         })
     }
 
+    /// The socket of a previous supd image.
+    pub fn adopt(fd: OwnedFd, path: PathBuf) -> NotifySocket {
+        NotifySocket { fd, path }
+    }
+
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

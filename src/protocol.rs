@@ -151,6 +151,11 @@ pub enum Command {
     LeaseRelease {
         lease: String,
     },
+    Reexec {
+        /// The program to become; by default the one supd was started as.
+        #[serde(default)]
+        binary: Option<String>,
+    },
 }
 
 /// The names `cmd` may take, to tell an unknown command from a bad argument.
@@ -173,6 +178,7 @@ const COMMANDS: &[&str] = &[
     "lease-candidacy",
     "lease-grant",
     "lease-release",
+    "reexec",
 ];
 
 impl Command {
@@ -196,7 +202,8 @@ impl Command {
             | Command::Rollback { .. }
             | Command::Prune { .. }
             | Command::LeaseGrant { .. }
-            | Command::LeaseRelease { .. } => false,
+            | Command::LeaseRelease { .. }
+            | Command::Reexec { .. } => false,
         }
     }
 
@@ -221,6 +228,7 @@ impl Command {
             Command::LeaseCandidacy { .. } => "lease-candidacy",
             Command::LeaseGrant { .. } => "lease-grant",
             Command::LeaseRelease { .. } => "lease-release",
+            Command::Reexec { .. } => "reexec",
         }
     }
 }
@@ -305,6 +313,9 @@ pub struct ServiceStatus {
     /// Output lines lost to a full log or a failing disk.
     #[serde(default)]
     pub log_dropped: u64,
+    /// Time left until the service's next timer (restart, kill, ready timeout, cooldown).
+    #[serde(default)]
+    pub next_ms: Option<u64>,
 }
 
 /// Builds an object from pairs, skipping nothing; for event payloads.

@@ -21,7 +21,7 @@ pub enum Verdict {
 }
 
 /// The recent past of one service: its failure streak and its last restarts.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct History {
     /// Consecutive failures, reset by an uptime of `stable_after`.
     pub streak: u32,

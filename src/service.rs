@@ -10,11 +10,11 @@ use crate::config::{OnCrashLoop, Ready, RestartMode, ServiceConfig};
 use crate::restart::{History, Verdict};
 use crate::time::{Human, Mono};
 use nix::sys::signal::Signal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// What a service is now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
     Stopped,
@@ -44,14 +44,14 @@ impl State {
 }
 
 /// What the operator (or the config's `autostart`) asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Want {
     Up,
     Down,
 }
 
 /// How a process ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Exit {
     Code(i32),
     Signal(i32),
@@ -74,7 +74,7 @@ pub fn signal_label(n: i32) -> String {
 }
 
 /// What to do once the process being stopped has exited.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AfterStop {
     /// Stay down.
     Down,
@@ -115,7 +115,7 @@ pub enum Action {
 }
 
 /// The state of one service, owned by the supervisor.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Service {
     pub want: Want,
     pub state: State,

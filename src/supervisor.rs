@@ -78,7 +78,7 @@ pub struct Supervisor {
     /// Errors of the config at start or of the last failed reload, for `status`.
     pub config_errors: Vec<String>,
     pub slots: BTreeMap<String, Slot>,
-    pids: HashMap<i32, String>,
+    pub(crate) pids: HashMap<i32, String>,
     pub server: Server,
     pub notify: Option<NotifySocket>,
     pub signals: Signals,
@@ -96,6 +96,12 @@ pub struct Supervisor {
     pub tasks: HashMap<i32, Task>,
     /// Leadership granted by sup-lease, by lease.
     pub grants: BTreeMap<String, Grant>,
+    /// The state directory's lock, held for the whole life of supd (and its re-executions).
+    pub lock: Option<nix::fcntl::Flock<std::fs::File>>,
+    /// The program to re-execute by default: what supd was started as.
+    pub program: PathBuf,
+    /// System mode (`--system`).
+    pub system: bool,
 }
 
 impl Supervisor {
@@ -126,6 +132,9 @@ impl Supervisor {
             tools: BTreeMap::new(),
             tasks: HashMap::new(),
             grants: BTreeMap::new(),
+            lock: None,
+            program: std::env::current_exe().unwrap_or_else(|_| "/usr/sbin/supd".into()),
+            system: false,
         };
         let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
         for def in defs {
@@ -612,6 +621,7 @@ impl Supervisor {
             .to_string(),
             status: slot.status_text.clone(),
             log_dropped: slot.output.as_ref().map(|o| o.dropped).unwrap_or(0),
+            next_ms: svc.deadline.map(|d| d.since(now).as_millis() as u64),
         }
     }
 

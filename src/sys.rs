@@ -43,10 +43,18 @@ pub fn raise_nofile() {
     else {
         return;
     };
-    let _ = CHILD_NOFILE.set(libc::rlimit {
+    // After a reexec, the limit to give children is the one the first image was given.
+    let handed = std::env::var("SUP_CHILD_NOFILE").ok().and_then(|v| {
+        let (s, h) = v.split_once(':')?;
+        Some(libc::rlimit {
+            rlim_cur: s.parse().ok()?,
+            rlim_max: h.parse().ok()?,
+        })
+    });
+    let _ = CHILD_NOFILE.set(handed.unwrap_or(libc::rlimit {
         rlim_cur: soft,
         rlim_max: hard,
-    });
+    }));
     let want = hard.min(1 << 20);
     if want > soft {
         if let Err(e) =
@@ -212,4 +220,51 @@ pub fn raw(fd: &impl AsRawFd) -> RawFd {
 /// A C string for a path or name; interior NULs become an error instead of a panic.
 pub fn cstring(s: &str) -> io::Result<CString> {
     CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "contains a NUL byte"))
+}
+
+/// Takes ownership of an fd number handed over by a previous supd image.
+pub fn adopt_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    // Refuse what is not an open fd: fcntl(F_GETFD) fails with EBADF.
+    nix::fcntl::fcntl(unsafe_borrow(fd), nix::fcntl::FcntlArg::F_GETFD)?;
+    // SAFETY: the handoff names this fd as ours (the previous image left it open across
+    // exec for us), it is open (checked above), and nothing else in this process owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn unsafe_borrow(fd: RawFd) -> std::os::fd::BorrowedFd<'static> {
+    // SAFETY: used only for the one fcntl call above, on an fd this process holds for its
+    // whole life (it was kept open across exec for us).
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
+}
+
+/// Keeps `fd` open across `exec` (`keep`), or closes it there again.
+pub fn keep_across_exec(fd: &impl std::os::fd::AsFd, keep: bool) -> io::Result<()> {
+    let flags = if keep {
+        nix::fcntl::FdFlag::empty()
+    } else {
+        nix::fcntl::FdFlag::FD_CLOEXEC
+    };
+    nix::fcntl::fcntl(fd.as_fd(), nix::fcntl::FcntlArg::F_SETFD(flags))?;
+    Ok(())
+}
+
+/// The open-files limit children get, as `SUP_CHILD_NOFILE` for a re-executed image.
+pub fn child_nofile_env() -> Option<String> {
+    CHILD_NOFILE
+        .get()
+        .map(|l| format!("{}:{}", l.rlim_cur, l.rlim_max))
+}
+
+/// Replaces this process's image with `argv[0]`, environment kept. Returns only on
+/// failure, with the reason.
+pub fn exec(argv: &[String]) -> String {
+    let args: Result<Vec<CString>, _> = argv.iter().map(|a| cstring(a)).collect();
+    let args = match args {
+        Ok(a) if !a.is_empty() => a,
+        _ => return "bad program name or arguments".into(),
+    };
+    match nix::unistd::execv(&args[0], &args) {
+        Ok(never) => match never {},
+        Err(e) => format!("cannot execute {}: {}", argv[0], e.desc()),
+    }
 }

@@ -11,7 +11,19 @@ use std::time::Duration;
 ///
 /// Unlike `std::time::Instant` it is plain data: it can be built in tests, compared,
 /// and written down (the clock is the same for a re-executed `supd`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Mono(pub u64);
 
 impl Mono {

@@ -44,6 +44,12 @@ pub enum Task {
     },
     /// Deleting pruned versions.
     Prune { dirs: Vec<PathBuf> },
+    /// `BINARY --check`, before re-executing into it.
+    ReexecCheck {
+        binary: PathBuf,
+        client: u64,
+        id: Value,
+    },
 }
 
 fn failed(msg: impl Into<String>) -> Error {
@@ -543,6 +549,43 @@ impl Supervisor {
         Ok(())
     }
 
+    /// `reexec [--binary PATH]`: checks the new program on the current config first.
+    pub fn begin_reexec(
+        &mut self,
+        binary: Option<PathBuf>,
+        client: u64,
+        id: &Value,
+    ) -> Result<(), Error> {
+        let binary = binary.unwrap_or_else(|| self.program.clone());
+        let args = vec![
+            "--check".to_string(),
+            "-c".into(),
+            self.config_path.to_string_lossy().into_owned(),
+            "--handoff-format".into(),
+            crate::handoff::FORMAT.to_string(),
+        ];
+        let pid = self
+            .spawn_helper(&binary.to_string_lossy(), args)
+            .map_err(|e| {
+                failed(format!(
+                    "cannot run {}: {e}; supd keeps running",
+                    binary.display()
+                ))
+            })?;
+        self.tasks.insert(
+            pid,
+            Task::ReexecCheck {
+                binary,
+                client,
+                id: id.clone(),
+            },
+        );
+        if let Some(c) = self.server.clients.get_mut(&client) {
+            c.parked = true;
+        }
+        Ok(())
+    }
+
     fn spawn_helper(&self, program: &str, args: Vec<String>) -> std::io::Result<i32> {
         sys::spawn(SpawnSpec {
             program: program.into(),
@@ -588,6 +631,29 @@ impl Supervisor {
                 if !ok {
                     log::warn!("deleting pruned versions failed ({exit}): {dirs:?}; they stay hidden until the next start");
                 }
+            }
+            Task::ReexecCheck { binary, client, id } => {
+                let why = if !ok {
+                    format!(
+                        "{} --check failed ({exit}) on the current config; supd keeps running",
+                        binary.display()
+                    )
+                } else if self.shutting_down() {
+                    "supd is shutting down".into()
+                } else {
+                    // Tell the client first: its connection closes with the exec.
+                    self.unpark(
+                        client,
+                        &id,
+                        Ok(json!({"reexec": binary, "pid": std::process::id()})),
+                        now,
+                    );
+                    let why = self.exec_handoff(&binary);
+                    log::error!("reexec: {why}; supd keeps running");
+                    return;
+                };
+                log::error!("reexec: {why}");
+                self.unpark(client, &id, Err(failed(why)), now);
             }
         }
     }

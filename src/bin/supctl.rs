@@ -103,6 +103,7 @@ fn run() -> Result<(), Failure> {
     let data = conn.call(&request)?;
     match cmd.as_str() {
         "watch" => return stream(&mut conn, opts.json, print_event),
+        "reexec" => return after_reexec(conn, &opts.socket, opts.json),
         "log" if request["follow"] == true => {
             print_answer(cmd, &data, opts.json);
             return stream(&mut conn, opts.json, |e| {
@@ -167,8 +168,46 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
             _ => return Err(usage("versions takes TOOL")),
         },
         "upgrade" | "rollback" | "prune" => tool_command(cmd, rest)?,
+        "reexec" => match rest {
+            [] => json!({"cmd": "reexec"}),
+            [flag, path] if flag == "--binary" => {
+                let abs =
+                    std::fs::canonicalize(path).unwrap_or_else(|_| std::path::PathBuf::from(path));
+                json!({"cmd": "reexec", "binary": abs})
+            }
+            _ => return Err(usage("reexec takes [--binary PATH]")),
+        },
         other => return Err(usage(&format!("unknown command '{other}'"))),
     })
+}
+
+/// After `reexec` was accepted: the connection closes with the exec; the new image
+/// answers on the same socket.
+fn after_reexec(mut conn: Conn, socket: &str, json: bool) -> Result<(), Failure> {
+    while conn.next()?.is_some() {}
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Ok(mut c) = Conn::open(socket) {
+            if let Ok(hello) = c.call(&json!({"cmd": "hello"})) {
+                if json {
+                    println!("{hello}");
+                } else {
+                    println!(
+                        "supd re-executed: version {}, pid {}",
+                        hello["version"].as_str().unwrap_or("?"),
+                        hello["pid"]
+                    );
+                }
+                return Ok(());
+            }
+        }
+        if std::time::Instant::now() >= end {
+            return Err(Failure::Unreachable(format!(
+                "supd did not answer on {socket} within 10s after reexec"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// `upgrade`, `rollback` and `prune`: positional words and flags.

@@ -14,6 +14,10 @@ struct Args {
     config: PathBuf,
     check: bool,
     system: bool,
+    /// Take over from a previous image (`reexec`).
+    handoff: Option<PathBuf>,
+    /// With `--check`: also say whether this program reads handoffs of this format.
+    handoff_format: Option<u32>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -21,6 +25,8 @@ fn parse_args() -> Result<Args, String> {
         config: config::DEFAULT_CONFIG.into(),
         check: false,
         system: false,
+        handoff: None,
+        handoff_format: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -28,6 +34,14 @@ fn parse_args() -> Result<Args, String> {
             "-c" | "--config" => args.config = it.next().ok_or("-c needs a file")?.into(),
             "--check" => args.check = true,
             "--system" => args.system = true,
+            "--handoff" => args.handoff = Some(it.next().ok_or("--handoff needs a file")?.into()),
+            "--handoff-format" => {
+                args.handoff_format = Some(
+                    it.next()
+                        .and_then(|n| n.parse().ok())
+                        .ok_or("--handoff-format needs a number")?,
+                )
+            }
             "--version" | "-V" => {
                 println!("supd {}", env!("CARGO_PKG_VERSION"));
                 std::process::exit(0);
@@ -57,6 +71,10 @@ fn main() -> ExitCode {
     };
     sup::logging::init();
     if args.check {
+        if let Some(Err(e)) = args.handoff_format.map(sup::handoff::check_format) {
+            eprintln!("supd: {e}");
+            return ExitCode::from(1);
+        }
         return check(&args.config);
     }
     if args.system {
@@ -69,7 +87,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match run(args.config, signals) {
+    match run(args, signals) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             log::error!("{e}");
@@ -105,13 +123,70 @@ fn check(path: &std::path::Path) -> ExitCode {
     }
 }
 
-fn run(path: PathBuf, signals: Signals) -> Result<i32, String> {
+fn run(args: Args, signals: Signals) -> Result<i32, String> {
     if std::process::id() != 1 {
         if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
             log::warn!("cannot become a child subreaper ({e}): orphans of services go to init");
         }
     }
-    let (cfg, errors) = match config::load(&path) {
+    let handoff = match args.handoff.as_deref().map(sup::handoff::read) {
+        Some(Ok(h)) => Some(h),
+        Some(Err(e)) => return Err(format!("{e}; cannot take over")),
+        None => None,
+    };
+    // Absolute: helpers (a reexec's check) run elsewhere, and a reexec must find it.
+    let path = handoff
+        .as_ref()
+        .map(|h| h.config_path.clone())
+        .unwrap_or(args.config);
+    let path = std::path::absolute(&path).unwrap_or(path);
+    let (cfg, errors) = load_config(&path);
+    let (server, notify, lock) = match &handoff {
+        Some(h) => take_over(h, &cfg)?,
+        None => fresh(&cfg)?,
+    };
+    let socket = cfg.supd.socket.clone();
+    log::info!(
+        "supd {} serving {} ({} services)",
+        env!("CARGO_PKG_VERSION"),
+        socket.display(),
+        cfg.services.len()
+    );
+    let mut sup = Supervisor::new(cfg, path, server, notify, signals);
+    sup.config_errors = errors;
+    sup.lock = lock;
+    sup.system = args.system;
+    if let Some(h) = handoff {
+        sup.restore(h);
+    }
+    tell_service_manager();
+    let code = run_loop(&mut sup);
+    let _ = std::fs::remove_file(&socket);
+    Ok(code)
+}
+
+/// The loop, and what a panic in it leads to: supd re-executes itself with its state
+/// (the services keep running and stay supervised); if even that fails, the loop goes on.
+fn run_loop(sup: &mut Supervisor) -> i32 {
+    loop {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sup::event_loop::run(sup))) {
+            Ok(code) => return code,
+            Err(_) => {
+                let program = sup.program.clone();
+                log::error!(
+                    "supd panicked; re-executing {} with its state",
+                    program.display()
+                );
+                let why = sup.exec_handoff(&program);
+                log::error!("re-executing after a panic failed: {why}; going on in this image");
+            }
+        }
+    }
+}
+
+/// The config, or none with its errors (supd stays up until a reload brings a good one).
+fn load_config(path: &std::path::Path) -> (Config, Vec<String>) {
+    match config::load(path) {
         Ok(c) => (c, Vec::new()),
         Err(errs) => {
             let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
@@ -119,24 +194,34 @@ fn run(path: PathBuf, signals: Signals) -> Result<i32, String> {
                 log::error!("{m}");
             }
             log::error!("starting with no services until a reload brings a valid config");
-            let supd = config::load_supd_only(&path).unwrap_or_default();
+            let supd = config::load_supd_only(path).unwrap_or_default();
             (
                 Config {
                     supd,
                     services: Default::default(),
                     leases: Default::default(),
-                    files: vec![path.clone()],
+                    files: vec![path.to_path_buf()],
                 },
                 msgs,
             )
         }
-    };
+    }
+}
+
+type Edges = (
+    Server,
+    Option<NotifySocket>,
+    Option<nix::fcntl::Flock<std::fs::File>>,
+);
+
+/// A first start: the lock, the end of what a killed supd left, the sockets.
+fn fresh(cfg: &Config) -> Result<Edges, String> {
     for dir in [&cfg.supd.state_dir, &cfg.supd.log_dir] {
         if let Err(e) = std::fs::create_dir_all(dir) {
             log::warn!("cannot create {}: {e}", dir.display());
         }
     }
-    let _lock = lock_state_dir(&cfg.supd.state_dir)?;
+    let lock = lock_state_dir(&cfg.supd.state_dir)?;
     let grace = cfg
         .services
         .values()
@@ -157,19 +242,32 @@ fn run(path: PathBuf, signals: Signals) -> Result<i32, String> {
             None
         }
     };
-    let socket = cfg.supd.socket.clone();
-    log::info!(
-        "supd {} serving {} ({} services)",
-        env!("CARGO_PKG_VERSION"),
-        socket.display(),
-        cfg.services.len()
-    );
-    let mut sup = Supervisor::new(cfg, path, server, notify, signals);
-    sup.config_errors = errors;
-    tell_service_manager();
-    let code = sup::event_loop::run(&mut sup);
-    let _ = std::fs::remove_file(&socket);
-    Ok(code)
+    Ok((server, notify, lock))
+}
+
+/// After `reexec`: the sockets and the lock of the previous image, never closed.
+fn take_over(h: &sup::handoff::Handoff, cfg: &Config) -> Result<Edges, String> {
+    let listener =
+        sup::sys::adopt_fd(h.listener_fd).map_err(|e| format!("the handed-over socket: {e}"))?;
+    let server = Server::adopt(listener, &cfg.supd.socket, cfg.supd.socket_group.as_deref())
+        .map_err(|e| format!("the handed-over socket: {e}"))?;
+    let notify = h.notify.as_ref().and_then(|(fd, path)| {
+        sup::sys::adopt_fd(*fd)
+            .ok()
+            .map(|fd| NotifySocket::adopt(fd, path.clone()))
+    });
+    // The flock belongs to the open file, which the exec kept: taking it again is a no-op.
+    let lock = h
+        .lock_fd
+        .and_then(|fd| sup::sys::adopt_fd(fd).ok())
+        .and_then(|fd| {
+            nix::fcntl::Flock::lock(
+                std::fs::File::from(fd),
+                nix::fcntl::FlockArg::LockExclusiveNonblock,
+            )
+            .ok()
+        });
+    Ok((server, notify, lock))
 }
 
 /// Tells a service manager that supd is up (sd_notify `READY=1`), when one asked by

@@ -1,0 +1,246 @@
+//! `reexec`: supd replaces its own program image and goes on as if nothing happened.
+//!
+//! The old image writes its whole state (every service's machine with its pid, restart
+//! history and deadlines, the grants, the kept output lines) to `state_dir/handoff.json`,
+//! keeps open across `exec` the fds the new image needs (the listening socket, the notify
+//! socket, every output and readiness pipe, the state lock), and execs the new program
+//! with `--handoff PATH`. Deadlines are `CLOCK_MONOTONIC` instants, the same clock in the
+//! new image, so timers resume at their original deadlines; the processes stay children
+//! of the same pid, so reaping goes on. The new program proved first (`--check
+//! --handoff-format N`) that it reads this format.
+
+use crate::leases::Grant;
+use crate::service::Service;
+use crate::supervisor::Supervisor;
+use crate::time::Mono;
+use serde::{Deserialize, Serialize};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The format written by this supd; it reads every format up to it.
+pub const FORMAT: u32 = 1;
+
+/// Everything a new image needs.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Handoff {
+    pub format: u32,
+    /// The version of the supd that wrote it.
+    pub from: String,
+    pub config_path: PathBuf,
+    pub listener_fd: RawFd,
+    pub notify: Option<(RawFd, PathBuf)>,
+    pub lock_fd: Option<RawFd>,
+    pub started: Mono,
+    pub config_errors: Vec<String>,
+    pub services: Vec<ServiceState>,
+    pub grants: Vec<GrantState>,
+    #[serde(default)]
+    pub system: bool,
+}
+
+/// One service's runtime.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ServiceState {
+    pub name: String,
+    pub svc: Service,
+    pub version: Option<String>,
+    pub status_text: Option<String>,
+    /// The output pipe's read and write ends, its kept lines and dropped count.
+    pub output: Option<(RawFd, RawFd, Vec<String>, u64)>,
+    pub ready_fd: Option<RawFd>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GrantState {
+    pub lease: String,
+    pub term: u64,
+    pub holder: String,
+    pub until: Mono,
+    pub valid_for_ms: u64,
+}
+
+/// Reads a handoff (and deletes the file: it is used once).
+pub fn read(path: &Path) -> Result<Handoff, String> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| format!("cannot read the handoff {}: {e}", path.display()))?;
+    let _ = std::fs::remove_file(path);
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("the handoff {} is corrupt: {e}", path.display()))?;
+    check_format(v["format"].as_u64().unwrap_or(0) as u32)?;
+    serde_json::from_value(v).map_err(|e| format!("the handoff {} is corrupt: {e}", path.display()))
+}
+
+/// Whether this supd reads handoffs of `format`.
+pub fn check_format(format: u32) -> Result<(), String> {
+    if (1..=FORMAT).contains(&format) {
+        Ok(())
+    } else {
+        Err(format!("this supd reads handoff formats 1 to {FORMAT}, not {format}: it is older than the running one"))
+    }
+}
+
+impl Supervisor {
+    /// The handoff of this supervisor, and every fd it names.
+    pub fn handoff(&self) -> (Handoff, Vec<BorrowedFd<'_>>) {
+        let mut fds = vec![self.server.fd()];
+        let notify = self.notify.as_ref().map(|n| {
+            fds.push(n.fd());
+            (n.fd().as_raw_fd(), n.path.clone())
+        });
+        let lock_fd = self.lock.as_ref().map(|l| {
+            fds.push(l.as_fd());
+            l.as_fd().as_raw_fd()
+        });
+        let mut services = Vec::new();
+        for (name, slot) in &self.slots {
+            let output = slot.output.as_ref().map(|o| {
+                let (r, w) = o.fds();
+                fds.push(r.as_fd());
+                fds.push(w.as_fd());
+                (r.as_raw_fd(), w.as_raw_fd(), o.tail(usize::MAX), o.dropped)
+            });
+            let ready_fd = slot.ready_pipe.as_ref().map(|p| {
+                fds.push(p.as_fd());
+                p.as_raw_fd()
+            });
+            services.push(ServiceState {
+                name: name.clone(),
+                svc: slot.svc.clone(),
+                version: slot.version.clone(),
+                status_text: slot.status_text.clone(),
+                output,
+                ready_fd,
+            });
+        }
+        let grants = self
+            .grants
+            .iter()
+            .map(|(l, g)| GrantState {
+                lease: l.clone(),
+                term: g.term,
+                holder: g.holder.clone(),
+                until: g.until,
+                valid_for_ms: g.valid_for.as_millis() as u64,
+            })
+            .collect();
+        let h = Handoff {
+            format: FORMAT,
+            from: env!("CARGO_PKG_VERSION").into(),
+            config_path: self.config_path.clone(),
+            listener_fd: self.server.fd().as_raw_fd(),
+            notify,
+            lock_fd,
+            started: self.started,
+            config_errors: self.config_errors.clone(),
+            services,
+            grants,
+            system: self.system,
+        };
+        (h, fds)
+    }
+
+    /// Execs `binary` with the handoff. Returns only on failure, with everything as it
+    /// was (the fds close-on-exec again, the handoff file removed).
+    pub fn exec_handoff(&mut self, binary: &Path) -> String {
+        let path = self.cfg.supd.state_dir.join("handoff.json");
+        let (h, fds) = self.handoff();
+        let bytes = match serde_json::to_vec(&h) {
+            Ok(b) => b,
+            Err(e) => return format!("cannot write the handoff: {e}"),
+        };
+        if let Err(e) = crate::records::atomic_write(&path, &bytes, false) {
+            return format!("cannot write the handoff {}: {e}", path.display());
+        }
+        let mut kept = Vec::new();
+        let mut failure = None;
+        for fd in &fds {
+            match crate::sys::keep_across_exec(fd, true) {
+                Ok(()) => kept.push(*fd),
+                Err(e) => {
+                    failure = Some(format!(
+                        "cannot keep fd {} open across exec: {e}",
+                        fd.as_raw_fd()
+                    ));
+                    break;
+                }
+            }
+        }
+        if failure.is_none() {
+            let mut args = vec![
+                binary.to_string_lossy().into_owned(),
+                "-c".into(),
+                self.config_path.to_string_lossy().into_owned(),
+            ];
+            if self.system {
+                args.push("--system".into());
+            }
+            args.extend(["--handoff".into(), path.to_string_lossy().into_owned()]);
+            if let Some(v) = crate::sys::child_nofile_env() {
+                // Single-threaded: nothing reads the environment meanwhile.
+                std::env::set_var("SUP_CHILD_NOFILE", v);
+            }
+            log::warn!(
+                "re-executing {} with {} services",
+                binary.display(),
+                h.services.len()
+            );
+            failure = Some(crate::sys::exec(&args));
+        }
+        for fd in kept {
+            let _ = crate::sys::keep_across_exec(&fd, false);
+        }
+        let _ = std::fs::remove_file(&path);
+        failure.unwrap_or_default()
+    }
+
+    /// Takes over the state of a previous image (after `Supervisor::new` from the config).
+    pub fn restore(&mut self, h: Handoff) {
+        self.started = h.started;
+        self.config_errors = h.config_errors;
+        for s in h.services {
+            let Some(slot) = self.slots.get_mut(&s.name) else {
+                if let Some(pid) = s.svc.pid {
+                    log::warn!(
+                        "{}: not in the config any more; stopping its process group {pid}",
+                        s.name
+                    );
+                    crate::supervisor::signal_group(pid, nix::sys::signal::Signal::SIGTERM);
+                }
+                continue;
+            };
+            if let Some((r, w, lines, dropped)) = s.output {
+                match (crate::sys::adopt_fd(r), crate::sys::adopt_fd(w)) {
+                    (Ok(r), Ok(w)) => {
+                        slot.output = Some(crate::logs::Output::adopt(r, w, lines, dropped))
+                    }
+                    _ => log::warn!("{}: its output pipe was not handed over", s.name),
+                }
+            }
+            slot.ready_pipe = s.ready_fd.and_then(|fd| crate::sys::adopt_fd(fd).ok());
+            slot.version = s.version;
+            slot.status_text = s.status_text;
+            if let Some(pid) = s.svc.pid {
+                self.pids.insert(pid, s.name.clone());
+            }
+            slot.svc = s.svc;
+        }
+        for g in h.grants {
+            self.grants.insert(
+                g.lease,
+                Grant {
+                    term: g.term,
+                    holder: g.holder,
+                    until: g.until,
+                    valid_for: Duration::from_millis(g.valid_for_ms),
+                },
+            );
+        }
+        log::info!(
+            "took over from supd {}: {} services, {} running",
+            h.from,
+            self.slots.len(),
+            self.pids.len()
+        );
+    }
+}

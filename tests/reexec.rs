@@ -1,0 +1,236 @@
+//! `reexec`: supd replaces its program image and goes on as if nothing happened — same
+//! pids, restart counters and deadlines, 20 times in a row, as PID 1 and not; a program
+//! that cannot run changes nothing; a panic re-executes supd with its services intact.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::process::Command;
+
+fn config(sb: &Sandbox) {
+    let agent = sb.path("src-1.0.0");
+    std::fs::create_dir_all(agent.join("bin")).expect("mkdir");
+    std::fs::write(agent.join("bin/agent"), "#!/bin/sh\nexec /bin/sleep 3600\n").expect("write");
+    std::fs::set_permissions(
+        agent.join("bin/agent"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    sb.config(
+        r#"
+[service.steady]
+command = ["/bin/sh", "-c", "echo steady up; exec /bin/sleep 3600"]
+
+[service.crashy]
+command = ["/bin/sh", "-c", "exit 1"]
+restart_delay = "150ms"
+restart_delay_max = "150ms"
+crash_loop = { restarts = 100000, window = "1m" }
+
+[service.waiting]
+command = ["/bin/sh", "-c", "exit 1"]
+restart_delay = "1h"
+restart_delay_max = "1h"
+
+[service.agent]
+tool = "agent"
+command = ["bin/agent"]
+probation = "10m"
+"#,
+    );
+}
+
+/// What must not change across a reexec, and what must only go on.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    supd: Value,
+    steady: Value,
+    agent: Value,
+    probation_deadline: Value,
+    crashy_restarts: u64,
+    waiting_next_ms: u64,
+}
+
+fn look(sb: &Sandbox) -> Seen {
+    let all = sb.ok(json!({"cmd": "status"}));
+    let get = |n: &str| {
+        all["services"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .find(|s| s["name"] == n)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let v = sb.ok(json!({"cmd": "versions", "tool": "agent"}));
+    assert_eq!(v["phase"], "probation");
+    Seen {
+        supd: all["supd"]["pid"].clone(),
+        steady: get("steady")["pid"].clone(),
+        agent: get("agent")["pid"].clone(),
+        probation_deadline: v["deadline_ms"].clone(),
+        crashy_restarts: get("crashy")["restarts"].as_u64().unwrap_or(0),
+        waiting_next_ms: get("waiting")["next_ms"].as_u64().unwrap_or(u64::MAX),
+    }
+}
+
+fn prepare(sb: &mut Sandbox) {
+    let src = sb.path("src-1.0.0");
+    assert_eq!(
+        sb.supctl(&["install", "agent", "1.0.0", &src.to_string_lossy()])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(
+        sb.supctl(&["upgrade", "agent", "1.0.0"]).status.code(),
+        Some(0)
+    );
+    sb.wait_state("agent", "running");
+    sb.wait_state("waiting", "backoff");
+    sb.wait_state("steady", "running");
+}
+
+fn reexec_20_times(sb: &Sandbox) {
+    let mut before = look(sb);
+    for i in 0..20 {
+        let out = sb.supctl(&["reexec"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "reexec {i}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            sb.supd_log()
+        );
+        let after = look(sb);
+        assert_eq!(
+            (&after.supd, &after.steady, &after.agent),
+            (&before.supd, &before.steady, &before.agent),
+            "reexec {i}: pids changed"
+        );
+        assert_eq!(
+            after.probation_deadline, before.probation_deadline,
+            "reexec {i}: the probation deadline moved"
+        );
+        assert!(
+            after.crashy_restarts >= before.crashy_restarts,
+            "reexec {i}: the restart counter went back"
+        );
+        assert!(
+            after.waiting_next_ms <= before.waiting_next_ms,
+            "reexec {i}: the backoff deadline was reset"
+        );
+        before = after;
+    }
+    assert!(
+        before.waiting_next_ms > 3_000_000,
+        "still waiting out its hour: {before:?}"
+    );
+    let lines = sb.ok(json!({"cmd": "log", "service": "steady"}))["lines"].clone();
+    assert!(
+        lines.to_string().contains("steady up"),
+        "captured output survives: {lines}"
+    );
+    // And it still supervises: the crash loop goes on.
+    let mut w = sb.watch();
+    w.state(sb, "crashy", "running");
+    assert!(look(sb).crashy_restarts > 0);
+}
+
+#[test]
+fn reexec_20_times_keeps_pids_counters_and_deadlines() {
+    let mut sb = Sandbox::new();
+    config(&sb);
+    sb.start();
+    prepare(&mut sb);
+    reexec_20_times(&sb);
+    assert_eq!(sb.supd_log().matches("took over from supd").count(), 20);
+}
+
+#[test]
+fn reexec_as_pid_1_keeps_everything() {
+    if !is_root() {
+        eprintln!("skipped: needs root for unshare --pid");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    config(&sb);
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child", SUPD]);
+    sb.start_with(cmd, &["-c"]);
+    prepare(&mut sb);
+    assert_eq!(
+        sb.ok(json!({"cmd": "hello"}))["pid"],
+        1,
+        "supd is PID 1 here"
+    );
+    reexec_20_times(&sb);
+    assert_eq!(sb.ok(json!({"cmd": "hello"}))["pid"], 1);
+}
+
+#[test]
+fn reexec_into_a_missing_or_broken_program_changes_nothing() {
+    let mut sb = Sandbox::new();
+    config(&sb);
+    sb.start();
+    prepare(&mut sb);
+    let before = look(&sb);
+    let out = sb.supctl(&["reexec", "--binary", "/nonexistent/supd"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("No such file or directory"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let broken = sb.script("broken-supd", "echo 'I am not supd' >&2\nexit 1");
+    let out = sb.supctl(&["reexec", "--binary", &broken]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--check failed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = look(&sb);
+    assert_eq!(
+        (after.supd, after.steady, after.agent),
+        (before.supd, before.steady, before.agent)
+    );
+    assert!(!sb.supd_log().contains("took over"));
+}
+
+#[test]
+fn an_older_supd_refuses_a_newer_handoff() {
+    let out = Command::new(SUPD)
+        .args(["--check", "-c", "/dev/null", "--handoff-format", "99"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reads handoff formats 1 to 1, not 99"));
+}
+
+#[test]
+fn a_panic_reexecutes_supd_and_the_services_stay_supervised() {
+    let mut sb = Sandbox::new();
+    config(&sb);
+    let mut cmd = Command::new(SUPD);
+    cmd.env("SUP_FAILPOINT", "panic-on-hello");
+    sb.start_with(cmd, &["-c"]);
+    prepare(&mut sb);
+    let before = look(&sb);
+    std::fs::write(sb.path("state/panic-now"), "").expect("arm the panic");
+    let mut c = sb.client();
+    c.send_raw(b"{\"cmd\":\"hello\"}\n");
+    assert!(c.read().is_none(), "the panicking image answers nothing");
+    let after = look(&sb);
+    assert_eq!(
+        (&after.supd, &after.steady, &after.agent),
+        (&before.supd, &before.steady, &before.agent)
+    );
+    assert!(
+        sb.supd_log().contains("supd panicked; re-executing"),
+        "{}",
+        sb.supd_log()
+    );
+    let mut w = sb.watch();
+    w.state(&sb, "crashy", "running");
+}
