@@ -227,6 +227,9 @@ impl Supervisor {
             } => self
                 .grant(&lease, &holder, term, &valid_for, now)
                 .map(Outcome::Answer),
+            Command::Poweroff {} => self.end_system(crate::pid1::Final::Poweroff, now),
+            Command::Reboot {} => self.end_system(crate::pid1::Final::Reboot, now),
+            Command::Halt {} => self.end_system(crate::pid1::Final::Halt, now),
             Command::Reexec { binary } => {
                 self.refuse_during_shutdown()?;
                 self.begin_reexec(binary.map(PathBuf::from), client, id)?;
@@ -237,6 +240,21 @@ impl Supervisor {
                 self.park(client, id, WaitFor::LeaseDown(lease))
             }
         }
+    }
+
+    /// `poweroff`, `reboot`, `halt`: system mode only.
+    fn end_system(&mut self, action: crate::pid1::Final, now: Mono) -> Result<Outcome, Error> {
+        if !self.system {
+            return Err(Error::new(
+                ErrorKind::Failed,
+                format!(
+                    "{} is for supd in system mode (supd --system); use shutdown",
+                    action.as_str()
+                ),
+            ));
+        }
+        self.begin_final(action, now);
+        Ok(Outcome::Answer(json!({"action": action.as_str()})))
     }
 
     fn known(&self, name: &str) -> Result<(), Error> {

@@ -128,8 +128,13 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
 }
 
 fn on_signal(sup: &mut Supervisor, sig: Signal, now: Mono) {
+    use crate::pid1::Final;
     match sig {
         Signal::SIGCHLD => sup.reap(now),
+        // System mode answers the signals busybox init does (INT: ctrl-alt-del).
+        Signal::SIGUSR2 if sup.system => sup.begin_final(Final::Poweroff, now),
+        Signal::SIGTERM | Signal::SIGINT if sup.system => sup.begin_final(Final::Reboot, now),
+        Signal::SIGUSR1 if sup.system => sup.begin_final(Final::Halt, now),
         Signal::SIGTERM | Signal::SIGINT => {
             log::info!("{}: stopping", crate::config::signal_name(sig));
             sup.begin_shutdown(0, now);

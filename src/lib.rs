@@ -14,6 +14,7 @@ pub mod leftovers;
 pub mod logging;
 pub mod logs;
 pub mod notify;
+pub mod pid1;
 pub mod proc;
 pub mod protocol;
 pub mod records;

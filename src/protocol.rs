@@ -151,6 +151,9 @@ pub enum Command {
     LeaseRelease {
         lease: String,
     },
+    Poweroff {},
+    Reboot {},
+    Halt {},
     Reexec {
         /// The program to become; by default the one supd was started as.
         #[serde(default)]
@@ -179,6 +182,9 @@ const COMMANDS: &[&str] = &[
     "lease-grant",
     "lease-release",
     "reexec",
+    "poweroff",
+    "reboot",
+    "halt",
 ];
 
 impl Command {
@@ -203,7 +209,10 @@ impl Command {
             | Command::Prune { .. }
             | Command::LeaseGrant { .. }
             | Command::LeaseRelease { .. }
-            | Command::Reexec { .. } => false,
+            | Command::Reexec { .. }
+            | Command::Poweroff {}
+            | Command::Reboot {}
+            | Command::Halt {} => false,
         }
     }
 
@@ -229,6 +238,9 @@ impl Command {
             Command::LeaseGrant { .. } => "lease-grant",
             Command::LeaseRelease { .. } => "lease-release",
             Command::Reexec { .. } => "reexec",
+            Command::Poweroff {} => "poweroff",
+            Command::Reboot {} => "reboot",
+            Command::Halt {} => "halt",
         }
     }
 }

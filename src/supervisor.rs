@@ -102,6 +102,8 @@ pub struct Supervisor {
     pub program: PathBuf,
     /// System mode (`--system`).
     pub system: bool,
+    /// What ends the system once every service is down (system mode).
+    pub final_action: Option<crate::pid1::Final>,
 }
 
 impl Supervisor {
@@ -135,6 +137,7 @@ impl Supervisor {
             lock: None,
             program: std::env::current_exe().unwrap_or_else(|_| "/usr/sbin/supd".into()),
             system: false,
+            final_action: None,
         };
         let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
         for def in defs {
@@ -474,6 +477,13 @@ impl Supervisor {
                 s.svc.reason = Some(why);
             }
         }
+    }
+
+    /// System mode: stop everything, then end the system with `action`.
+    pub fn begin_final(&mut self, action: crate::pid1::Final, now: Mono) {
+        log::warn!("{}: stopping every service", action.as_str());
+        self.final_action.get_or_insert(action);
+        self.begin_shutdown(0, now);
     }
 
     /// Begins stopping everything; supd exits with `code` once all is down.

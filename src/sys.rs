@@ -268,3 +268,27 @@ pub fn exec(argv: &[String]) -> String {
         Err(e) => format!("cannot execute {}: {}", argv[0], e.desc()),
     }
 }
+
+/// Sends `sig` (then SIGCONT, unless it is SIGKILL) to every process but supd and init,
+/// from a forked child: `kill(-1)` spares the caller, and supd must not be the caller
+/// when it is not PID 1. Returns the child's pid (reap it).
+pub fn fork_kill_all(sig: i32) -> io::Result<i32> {
+    // SAFETY: supd is single-threaded; the child calls only kill and _exit, which are
+    // async-signal-safe, and touches no memory of the parent.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            // SAFETY: plain syscalls on integers in the forked child, then _exit without
+            // running any of the parent's destructors or atexit handlers.
+            unsafe {
+                libc::kill(-1, sig);
+                if sig != libc::SIGKILL {
+                    libc::kill(-1, libc::SIGCONT);
+                }
+                libc::_exit(0)
+            }
+        }
+        child => Ok(child),
+    }
+}

@@ -20,6 +20,8 @@ commands:
   watch                       stream events until interrupted
   reload                      re-read the config (nothing changes on error)
   shutdown                    stop every service, then supd exits
+  poweroff | reboot | halt    system mode: stop every service, end every process, reboot(2)
+  reexec [--binary PATH]      supd replaces its program, keeping every service
   hello                       protocol and supd version
 
 versioned tools:
@@ -126,7 +128,11 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
         }
     };
     Ok(match cmd {
-        "hello" | "watch" | "reload" | "shutdown" if rest.is_empty() => json!({"cmd": cmd}),
+        "hello" | "watch" | "reload" | "shutdown" | "poweroff" | "reboot" | "halt"
+            if rest.is_empty() =>
+        {
+            json!({"cmd": cmd})
+        }
         "status" => json!({"cmd": "status", "services": rest}),
         "start" | "stop" | "restart" => json!({"cmd": cmd, "service": one(cmd)?}),
         "signal" => match rest {
@@ -152,7 +158,7 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
             }
             json!({"cmd": "log", "service": service.ok_or_else(|| usage("log takes a SERVICE"))?, "lines": lines, "follow": follow})
         }
-        "hello" | "watch" | "reload" | "shutdown" => {
+        "hello" | "watch" | "reload" | "shutdown" | "poweroff" | "reboot" | "halt" => {
             return Err(usage(&format!("{cmd} takes no arguments")))
         }
         "install" => match rest {

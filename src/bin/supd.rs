@@ -155,12 +155,20 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     let mut sup = Supervisor::new(cfg, path, server, notify, signals);
     sup.config_errors = errors;
     sup.lock = lock;
-    sup.system = args.system;
+    sup.system = args.system || sup.cfg.supd.mode == config::Mode::System;
+    if sup.system {
+        sup::pid1::setup();
+    }
     if let Some(h) = handoff {
         sup.restore(h);
     }
     tell_service_manager();
     let code = run_loop(&mut sup);
+    if sup.system {
+        // A system's init never just exits: whatever ended the loop ends the system.
+        let action = sup.final_action.unwrap_or(sup::pid1::Final::Poweroff);
+        sup::pid1::end(action, &mut sup.signals);
+    }
     let _ = std::fs::remove_file(&socket);
     Ok(code)
 }
