@@ -523,7 +523,11 @@ impl Supervisor {
         }
         if self.slots.values().all(|s| s.svc.pid.is_none()) {
             let code = self.shutdown.as_ref().map(|s| s.code).unwrap_or(0);
-            log::info!("every service is down; exiting with status {code}");
+            if self.final_action.is_some() || self.system {
+                log::info!("every service is down");
+            } else {
+                log::info!("every service is down; exiting with status {code}");
+            }
             self.exit = Some(code);
         }
     }
@@ -694,7 +698,14 @@ fn streams(slot: &mut Slot, log_dir: &std::path::Path) -> std::io::Result<(Stdio
         }
         LogMode::Null => {
             slot.output = None;
-            Ok((Stdio::null(), Stdio::null()))
+            // Before /dev exists (an init's first one-shots), the console will do.
+            match (
+                std::fs::OpenOptions::new().write(true).open("/dev/null"),
+                std::fs::OpenOptions::new().write(true).open("/dev/null"),
+            ) {
+                (Ok(a), Ok(b)) => Ok((Stdio::from(a), Stdio::from(b))),
+                _ => Ok((Stdio::inherit(), Stdio::inherit())),
+            }
         }
         LogMode::File => {
             let file = LogFile::new(

@@ -75,7 +75,7 @@ pub fn spawn(spec: SpawnSpec) -> io::Result<i32> {
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd)
-        .stdin(Stdio::null())
+        .stdin(null_input())
         .stdout(spec.stdout)
         .stderr(spec.stderr);
     let creds = spec.creds.clone();
@@ -91,6 +91,19 @@ pub fn spawn(spec: SpawnSpec) -> io::Result<i32> {
     let child = cmd.spawn()?;
     // The child is reaped by the supervisor's one waitpid(-1) loop, never by `Child`.
     Ok(child.id() as i32)
+}
+
+/// Standard input for a service: `/dev/null`, or, before `/dev` exists (an init that has
+/// not mounted it yet), the read end of a pipe whose write end is closed: end-of-file at
+/// once, as from `/dev/null`.
+fn null_input() -> Stdio {
+    if let Ok(f) = std::fs::File::open("/dev/null") {
+        return Stdio::from(f);
+    }
+    match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok((read, _write)) => Stdio::from(read),
+        Err(_) => Stdio::null(),
+    }
 }
 
 /// Runs in the forked child, between fork and exec.

@@ -208,11 +208,16 @@ fn an_older_supd_refuses_a_newer_handoff() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("reads handoff formats 1 to 1, not 99"));
 }
 
-#[test]
-fn a_panic_reexecutes_supd_and_the_services_stay_supervised() {
+fn panic_case(as_pid1: bool) {
     let mut sb = Sandbox::new();
     config(&sb);
-    let mut cmd = Command::new(SUPD);
+    let mut cmd = if as_pid1 {
+        let mut c = Command::new("unshare");
+        c.args(["--pid", "--fork", "--mount-proc", "--kill-child", SUPD]);
+        c
+    } else {
+        Command::new(SUPD)
+    };
     cmd.env("SUP_FAILPOINT", "panic-on-hello");
     sb.start_with(cmd, &["-c"]);
     prepare(&mut sb);
@@ -233,4 +238,18 @@ fn a_panic_reexecutes_supd_and_the_services_stay_supervised() {
     );
     let mut w = sb.watch();
     w.state(&sb, "crashy", "running");
+}
+
+#[test]
+fn a_panic_reexecutes_supd_and_the_services_stay_supervised() {
+    panic_case(false);
+}
+
+#[test]
+fn as_pid_1_a_panic_reexecutes_supd_and_the_services_stay_supervised() {
+    if !is_root() {
+        eprintln!("skipped: needs root for unshare --pid");
+        return;
+    }
+    panic_case(true);
 }
