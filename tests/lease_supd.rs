@@ -20,23 +20,6 @@ fn config(sb: &Sandbox) {
     ));
 }
 
-fn install(sb: &Sandbox, v: &str) {
-    let dir = sb.path(&format!("src-{v}"));
-    std::fs::create_dir_all(dir.join("bin")).expect("mkdir");
-    std::fs::write(dir.join("bin/agent"), "#!/bin/sh\nexec /bin/sleep 3600\n").expect("write");
-    std::fs::set_permissions(
-        dir.join("bin/agent"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
-    assert_eq!(
-        sb.supctl(&["install", "agent", v, &dir.to_string_lossy()])
-            .status
-            .code(),
-        Some(0)
-    );
-}
-
 #[test]
 fn grants_run_leader_only_services_until_they_run_out() {
     let mut sb = Sandbox::new();
@@ -112,8 +95,8 @@ fn candidacy_follows_upgrades_at_once() {
         (c["version"].clone(), c["committed"].clone()),
         (json!(null), json!(false))
     );
-    install(&sb, "0.6.2");
-    install(&sb, "0.8.1");
+    sb.install_version("0.6.2", "exec /bin/sleep 3600");
+    sb.install_version("0.8.1", "exec /bin/sleep 3600");
     assert_eq!(
         sb.supctl(&["upgrade", "agent", "0.6.2", "--wait"])
             .status

@@ -8,14 +8,7 @@ use serde_json::{json, Value};
 use std::process::Command;
 
 fn config(sb: &Sandbox) {
-    let agent = sb.path("src-1.0.0");
-    std::fs::create_dir_all(agent.join("bin")).expect("mkdir");
-    std::fs::write(agent.join("bin/agent"), "#!/bin/sh\nexec /bin/sleep 3600\n").expect("write");
-    std::fs::set_permissions(
-        agent.join("bin/agent"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
+    sb.stage_version("1.0.0", "exec /bin/sleep 3600");
     sb.config(
         r#"
 [service.steady]

@@ -7,34 +7,8 @@ use common::*;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
-/// A fake tool version: `bin/agent` with this shell body, staged outside tools_dir.
-fn stage(sb: &Sandbox, version: &str, body: &str) -> PathBuf {
-    let dir = sb.path(&format!("src-{version}"));
-    std::fs::create_dir_all(dir.join("bin")).expect("mkdir");
-    let script = dir.join("bin/agent");
-    std::fs::write(
-        &script,
-        format!("#!/bin/sh\necho \"agent $SUP_VERSION up\"\n{body}\n"),
-    )
-    .expect("write");
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
-    dir
-}
-
 const GOOD: &str = "exec /bin/sleep 3600";
 const CRASH: &str = "exit 3";
-
-fn install(sb: &Sandbox, version: &str, body: &str) {
-    let src = stage(sb, version, body);
-    let out = sb.supctl(&["install", "agent", version, &src.to_string_lossy()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "install {version}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn agent_config(sb: &Sandbox) {
     sb.config(
@@ -57,7 +31,7 @@ fn at_1_0_0() -> Sandbox {
     let mut sb = Sandbox::new();
     agent_config(&sb);
     sb.start();
-    install(&sb, "1.0.0", GOOD);
+    sb.install_version("1.0.0", GOOD);
     let out = sb.supctl(&["upgrade", "agent", "1.0.0", "--wait"]);
     assert_eq!(
         out.status.code(),
@@ -96,7 +70,7 @@ fn a_service_waits_for_its_first_version_then_runs_it() {
     let st = sb.wait_state("agent", "failed");
     assert_eq!(st["reason"], "no current version of tool 'agent'");
     assert_eq!(st["restarts"], 0, "no version is not a crash");
-    install(&sb, "1.0.0", GOOD);
+    sb.install_version("1.0.0", GOOD);
     assert!(sb.path("tools/agent/1.0.0/bin/agent").exists());
     let out = sb.supctl(&["upgrade", "agent", "1.0.0", "--wait"]);
     assert_eq!(
@@ -120,7 +94,7 @@ fn install_refuses_bad_names_and_existing_versions_and_leaves_nothing_half_done(
     let mut sb = Sandbox::new();
     agent_config(&sb);
     sb.start();
-    let src = stage(&sb, "x", GOOD);
+    let src = sb.stage_version("x", GOOD);
     std::os::unix::fs::symlink("bin/agent", src.join("link")).expect("symlink");
     for bad in ["latest", "1.2", "../x", "1.0.0+build"] {
         let out = sb.supctl(&["install", "agent", bad, &src.to_string_lossy()]);
@@ -164,7 +138,7 @@ fn install_refuses_bad_names_and_existing_versions_and_leaves_nothing_half_done(
 fn a_good_upgrade_commits_after_probation() {
     let sb = at_1_0_0();
     let old_pid = sb.wait_state("agent", "running")["pid"].clone();
-    install(&sb, "1.1.0", GOOD);
+    sb.install_version("1.1.0", GOOD);
     let mut w = sb.watch();
     let started = std::time::Instant::now();
     let out = sb.supctl(&["upgrade", "agent", "1.1.0", "--wait"]);
@@ -202,7 +176,7 @@ fn a_good_upgrade_commits_after_probation() {
 #[test]
 fn a_crash_looping_upgrade_rolls_back_and_is_marked_bad() {
     let sb = at_1_0_0();
-    install(&sb, "2.0.0", CRASH);
+    sb.install_version("2.0.0", CRASH);
     let mut w = sb.watch();
     let out = sb.supctl(&["upgrade", "agent", "2.0.0", "--wait"]);
     assert_eq!(out.status.code(), Some(1));
@@ -250,7 +224,7 @@ fn a_crash_looping_upgrade_rolls_back_and_is_marked_bad() {
 #[test]
 fn an_irreversible_version_is_not_rolled_back_and_rollback_across_it_needs_force() {
     let sb = at_1_0_0();
-    let src = stage(&sb, "3.0.0", CRASH);
+    let src = sb.stage_version("3.0.0", CRASH);
     std::fs::write(src.join("sup-tool.toml"), "revertible = false\n").expect("manifest");
     let out = sb.supctl(&["install", "agent", "3.0.0", &src.to_string_lossy()]);
     assert_eq!(out.status.code(), Some(0));
@@ -289,7 +263,7 @@ fn an_irreversible_version_is_not_rolled_back_and_rollback_across_it_needs_force
 #[test]
 fn the_irreversible_flag_works_like_the_manifest() {
     let sb = at_1_0_0();
-    install(&sb, "2.0.0", CRASH);
+    sb.install_version("2.0.0", CRASH);
     let out = sb.supctl(&["upgrade", "agent", "2.0.0", "--irreversible", "--wait"]);
     assert_eq!(out.status.code(), Some(1));
     let v = versions(&sb);
@@ -312,8 +286,8 @@ fn a_tool_that_switches_itself_gets_probation_and_rollback() {
         "if [ -e {t} ]; then rm {t}; ln -s 1.1.0 ../.switch && mv -T ../.switch ../current; exit 0; fi\nexec /bin/sleep 3600",
         t = trigger.display()
     );
-    install(&sb, "1.0.1", &body);
-    install(&sb, "1.1.0", CRASH);
+    sb.install_version("1.0.1", &body);
+    sb.install_version("1.1.0", CRASH);
     let out = sb.supctl(&["upgrade", "agent", "1.0.1", "--wait"]);
     assert_eq!(
         out.status.code(),
@@ -353,8 +327,8 @@ fn a_tool_that_switches_itself_gets_probation_and_rollback() {
 fn a_tool_that_switches_itself_to_a_good_version_commits() {
     let sb = at_1_0_0();
     let body = "ln -s 1.2.0 ../.switch && mv -T ../.switch ../current; exit 0";
-    install(&sb, "1.2.0", GOOD);
-    install(&sb, "1.1.0", body);
+    sb.install_version("1.2.0", GOOD);
+    sb.install_version("1.1.0", body);
     let mut w = sb.watch();
     let out = sb.supctl(&["upgrade", "agent", "1.1.0"]);
     assert_eq!(out.status.code(), Some(0));
@@ -373,9 +347,9 @@ fn a_tool_that_switches_itself_to_a_good_version_commits() {
 fn prune_keeps_current_previous_and_newer_versions() {
     let sb = at_1_0_0();
     for v in ["1.1.0", "1.2.0", "1.3.0"] {
-        install(&sb, v, GOOD);
+        sb.install_version(v, GOOD);
     }
-    install(&sb, "2.0.0", CRASH);
+    sb.install_version("2.0.0", CRASH);
     for v in ["1.1.0", "1.2.0"] {
         let out = sb.supctl(&["upgrade", "agent", v, "--wait"]);
         assert_eq!(
@@ -410,7 +384,7 @@ fn prune_keeps_current_previous_and_newer_versions() {
 #[test]
 fn upgrade_refusals_change_nothing() {
     let sb = at_1_0_0();
-    let src = stage(&sb, "1.5.0", GOOD);
+    let src = sb.stage_version("1.5.0", GOOD);
     std::fs::remove_file(src.join("bin/agent")).expect("rm");
     let out = sb.supctl(&["install", "agent", "1.5.0", &src.to_string_lossy()]);
     assert_eq!(out.status.code(), Some(0));
@@ -438,12 +412,11 @@ fn an_upgrade_from_a_version_that_ignores_term_still_happens() {
         "[service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nready = \"fd:3\"\nprobation = \"1s\"\nstop_timeout = \"300ms\"\n",
     );
     sb.start();
-    install(
-        &sb,
+    sb.install_version(
         "1.0.0",
         "trap '' TERM\necho >&3\nwhile :; do /bin/sleep 1; done",
     );
-    install(&sb, "1.1.0", "echo >&3\nexec /bin/sleep 3600");
+    sb.install_version("1.1.0", "echo >&3\nexec /bin/sleep 3600");
     let out = sb.supctl(&["upgrade", "agent", "1.0.0", "--wait"]);
     assert_eq!(
         out.status.code(),

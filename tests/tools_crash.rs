@@ -9,22 +9,6 @@ use serde_json::{json, Value};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
-fn stage_and_install(sb: &Sandbox, version: &str, body: &str) {
-    let dir = sb.path(&format!("src-{version}"));
-    std::fs::create_dir_all(dir.join("bin")).expect("mkdir");
-    let script = dir.join("bin/agent");
-    std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).expect("write");
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
-    let out = sb.supctl(&["install", "agent", version, &dir.to_string_lossy()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn upgrade_wait(sb: &Sandbox, v: &str) {
     let out = sb.supctl(&["upgrade", "agent", v, "--wait"]);
     assert_eq!(
@@ -59,9 +43,9 @@ fn case(point: &str) {
          crash_loop = { restarts = 3, window = \"1m\" }\ncooldown = \"1h\"\nprobation = \"1s\"\nstop_timeout = \"2s\"\n",
     );
     sb.start();
-    stage_and_install(&sb, "1.0.0", "exec /bin/sleep 3600");
-    stage_and_install(&sb, "1.1.0", "exec /bin/sleep 3600");
-    stage_and_install(&sb, "2.0.0", "exit 3");
+    sb.install_version("1.0.0", "exec /bin/sleep 3600");
+    sb.install_version("1.1.0", "exec /bin/sleep 3600");
+    sb.install_version("2.0.0", "exit 3");
     upgrade_wait(&sb, "1.0.0");
     let (args, versions): (&[&str], [&str; 2]) = match point.split('-').next() {
         Some("upgrade") | Some("commit") => (&["upgrade", "agent", "1.1.0"], ["1.0.0", "1.1.0"]),

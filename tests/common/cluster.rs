@@ -233,27 +233,7 @@ fn unix_now() -> u128 {
 
 impl Node {
     pub fn install(&self, version: &str, crash: bool) {
-        let dir = self.sb.path(&format!("src-{version}"));
-        std::fs::create_dir_all(dir.join("bin")).expect("mkdir");
-        std::fs::write(
-            dir.join("bin/agent"),
-            format!("#!/bin/sh\n{}\n", agent_body(crash)),
-        )
-        .expect("write");
-        std::fs::set_permissions(
-            dir.join("bin/agent"),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .expect("chmod");
-        let out = self
-            .sb
-            .supctl(&["install", "agent", version, &dir.to_string_lossy()]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.sb.install_version(version, agent_body(crash));
     }
 
     /// `upgrade --wait`; `ok` says whether it must commit.

@@ -86,6 +86,33 @@ impl Sandbox {
         p.to_string_lossy().into_owned()
     }
 
+    /// A fake version of the tool `agent`: `bin/agent`, a shell script that says which
+    /// version it is and then runs `body`, staged in `src-VERSION` outside tools_dir.
+    pub fn stage_version(&self, version: &str, body: &str) -> PathBuf {
+        let dir = self.path(&format!("src-{version}"));
+        fs::create_dir_all(dir.join("bin")).expect("mkdir");
+        let script = dir.join("bin/agent");
+        fs::write(
+            &script,
+            format!("#!/bin/sh\necho \"agent $SUP_VERSION up\"\n{body}\n"),
+        )
+        .expect("write");
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).expect("chmod");
+        dir
+    }
+
+    /// Stages a version and installs it with `supctl install` (which must succeed).
+    pub fn install_version(&self, version: &str, body: &str) {
+        let src = self.stage_version(version, body);
+        let out = self.supctl(&["install", "agent", version, &src.to_string_lossy()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "install {version}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }

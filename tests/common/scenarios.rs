@@ -63,14 +63,7 @@ pub fn floor(store: Option<String>, ttl: &'static str) {
     let first = c.wait_any_leader();
     let i = c.nodes.iter().position(|n| n.name != first).expect("other");
     let other = c.nodes[i].name.clone();
-    let src = c.nodes[i].sb.path("src-0.8.1");
-    std::fs::create_dir_all(src.join("bin")).expect("mkdir");
-    std::fs::write(src.join("bin/agent"), "#!/bin/sh\nexec /bin/sleep 3600\n").expect("write");
-    std::fs::set_permissions(
-        src.join("bin/agent"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
+    let src = c.nodes[i].sb.stage_version("0.8.1", "exec /bin/sleep 3600");
     std::fs::write(src.join("sup-tool.toml"), "revertible = false\n").expect("manifest");
     let out = c.nodes[i]
         .sb
