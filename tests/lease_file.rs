@@ -35,3 +35,8 @@ fn a_killed_or_paused_holder_is_replaced_without_overlap() {
 fn a_holder_whose_engine_is_slow_to_stop_keeps_the_key_until_it_has() {
     scenarios::slow_step_down(None, TTL);
 }
+
+#[test]
+fn a_holder_stepping_down_slower_than_2t_is_not_taken_over() {
+    scenarios::very_slow_step_down(None, TTL);
+}

@@ -21,6 +21,8 @@ pub struct Snapshot {
     pub policy: Policy,
     /// The policy key's last write (0: none yet), for compare-and-swap.
     pub policy_revision: u64,
+    /// The node that said it is stepping down (`releasing`), if any.
+    pub releasing: Option<String>,
 }
 
 /// Reads every key of `lease`. Undecodable values are skipped and said.
@@ -48,6 +50,8 @@ pub fn snapshot(store: &mut dyn Store, lease: &str) -> Result<Snapshot, StoreErr
                 Ok(l) => s.leader = Some((l, mod_revision, id)),
                 Err(e) => bad(e),
             }
+        } else if name == "releasing" {
+            s.releasing = Some(value.trim().to_string());
         } else if name == "policy" {
             match serde_json::from_str(&value) {
                 Ok(pol) => (s.policy, s.policy_revision) = (pol, mod_revision),
@@ -358,6 +362,11 @@ impl Node {
                 valid_for,
                 raise_floor,
             } => {
+                // A step-down that is no longer called for is dropped (supd forgets a
+                // waiter whose client is gone); the grant starts the services again.
+                if self.releasing.take().is_some() {
+                    self.mark_releasing(false);
+                }
                 let term = snap.leader.as_ref().map(|(_, r, _)| *r).unwrap_or(0);
                 let req = json!({"cmd": "lease-grant", "lease": self.lease, "holder": self.name, "term": term,
                                  "valid_for": format!("{}ms", valid_for.as_millis())});
@@ -387,6 +396,9 @@ impl Node {
             Decision::StepDown(why) => {
                 if self.releasing.is_none() {
                     log::info!("{}: {} steps down: {why}", self.lease, self.name);
+                    // Said in the store, so that nobody takes over meanwhile; bound to
+                    // this node's store lease, it goes with it.
+                    self.mark_releasing(true);
                     // The services stop first; only then is the key given up.
                     match Release::start(&self.socket, &self.lease) {
                         Ok(r) => self.releasing = Some(r),
@@ -398,7 +410,9 @@ impl Node {
                 self.finish_release();
             }
             Decision::Fence(why) => {
-                self.releasing = None;
+                if self.releasing.take().is_some() {
+                    self.mark_releasing(false);
+                }
                 if self.leading.take().is_some() {
                     log::warn!(
                         "{}: {} stops renewing its leadership: {why}",
@@ -417,6 +431,20 @@ impl Node {
         }
     }
 
+    /// Says (or unsays) in the store that this holder is stepping down.
+    fn mark_releasing(&mut self, on: bool) {
+        let mine = self.my_lease.unwrap_or(0);
+        let key = self.key("releasing");
+        let result = if on {
+            self.store.put(&key, &self.name, mine, None).map(|_| ())
+        } else {
+            self.store.delete(&key, Cond::Lease(mine)).map(|_| ())
+        };
+        if let Err(e) = result {
+            self.note(format!("store: {e}"));
+        }
+    }
+
     /// Gives the key up once supd said the services exited.
     fn finish_release(&mut self) {
         let Some(r) = self.releasing.as_mut() else {
@@ -428,7 +456,9 @@ impl Node {
                 self.releasing = None;
                 self.leading = None;
                 let mine = self.my_lease.unwrap_or(0);
-                match self.store.delete(&self.key("leader"), Cond::Lease(mine)) {
+                let deleted = self.store.delete(&self.key("leader"), Cond::Lease(mine));
+                self.mark_releasing(false);
+                match deleted {
                     Ok(_) => log::info!(
                         "{}: {} stepped down: the services exited, the key is given up",
                         self.lease,
@@ -464,6 +494,10 @@ impl Node {
             _ => false,
         };
         let leader = snap.leader.as_ref().map(|(l, r, _)| (l, *r));
+        let holder_releasing = snap
+            .leader
+            .as_ref()
+            .is_some_and(|(l, _, _)| snap.releasing.as_deref() == Some(l.node.as_str()));
         let view = View {
             me: &self.name,
             members: &snap.members,
@@ -473,6 +507,7 @@ impl Node {
             now,
             last_renewal: self.last_renewal,
             owns_leader: owns,
+            holder_releasing,
         };
         let (decision, memory) = decide(&view, &self.memory);
         self.memory = memory;
@@ -495,6 +530,7 @@ impl Node {
         let Some(mine) = self.my_lease else { return };
         if self.leading.is_some() || self.releasing.is_some() {
             if self.releasing.is_none() {
+                self.mark_releasing(true);
                 self.releasing = Release::start(&self.socket, &self.lease).ok();
             }
             let end = Mono::now().plus(self.ttl * 10);
@@ -517,6 +553,7 @@ impl Node {
             }
             self.releasing = None;
             let _ = self.store.delete(&self.key("leader"), Cond::Lease(mine));
+            self.mark_releasing(false);
         }
         let _ = self.store.revoke(mine);
     }

@@ -46,6 +46,10 @@ pub struct View<'a> {
     pub last_renewal: Option<Mono>,
     /// This tick's transaction proved that `leader` is bound to this node's store lease.
     pub owns_leader: bool,
+    /// The holder has said it is stepping down (its services are stopping): it is not
+    /// taken over meanwhile. It is bounded: the services are killed after their
+    /// `stop_timeout`, and the mark goes with the holder's store lease.
+    pub holder_releasing: bool,
 }
 
 /// What to do.
@@ -161,14 +165,15 @@ pub fn decide(v: &View, mem: &Memory) -> (Decision, Memory) {
             mem.empty_since = None;
             mem.lead_from = None;
             let holder = v.members.iter().find(|m| m.node == l.node);
-            let bad = match holder {
-                None => true,
-                Some(h) => {
-                    !eligible(h, p)
-                        || (!is_preferred(h, p, &pref)
-                            && live_preferred_other_than(v, &mem, &pref, &h.node))
-                }
-            };
+            let bad = !v.holder_releasing
+                && match holder {
+                    None => true,
+                    Some(h) => {
+                        !eligible(h, p)
+                            || (!is_preferred(h, p, &pref)
+                                && live_preferred_other_than(v, &mem, &pref, &h.node))
+                    }
+                };
             mem.bad_holder = match (&mem.bad_holder, bad) {
                 (_, false) => None,
                 (Some((n, r, since)), true) if *n == l.node && *r == revision => {

@@ -182,3 +182,16 @@ pub fn slow_step_down(store: Option<String>, ttl: &'static str) {
     }
     settle(&c);
 }
+
+/// The same with an engine slower to stop than 2T: a holder that is stepping down is not
+/// taken over meanwhile.
+pub fn very_slow_step_down(store: Option<String>, ttl: &'static str) {
+    let secs = crate::common::parse_ttl(ttl).as_secs_f32() * 3.5;
+    let c = Cluster::slow_to_stop(&["0.6.2", "0.6.2"], store, ttl, secs);
+    let first = c.wait_any_leader();
+    let other = c.nodes.iter().find(|n| n.name != first).expect("other");
+    other.install("0.8.1", false);
+    other.upgrade("0.8.1", true);
+    c.wait_leader(&other.name.clone());
+    settle(&c);
+}

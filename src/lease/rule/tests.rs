@@ -94,6 +94,7 @@ fn view<'a>(
     owns: bool,
 ) -> View<'a> {
     View {
+        holder_releasing: false,
         me,
         members,
         leader,
@@ -210,6 +211,16 @@ fn single_node_decisions() {
         .0,
         Decision::TakeOver { revision: 5 }
     );
+    // A holder that said it is stepping down is left to finish, however long it takes.
+    let mut stepping = view("b", &members, Some((&la, 5)), &p, at(0), false);
+    stepping.holder_releasing = true;
+    let (_, mut mem2) = decide(&stepping, &Memory::default());
+    for t in [900, 2700, 5000, 20_000] {
+        stepping.now = at(t);
+        let (d, m) = decide(&stepping, &mem2);
+        assert!(matches!(d, Decision::Follow(_)), "at {t}ms: {d:?}");
+        mem2 = m;
+    }
     // A holder that is not a member at all is taken over after 2T.
     let only_b = [m("b", "0.8.1", true)];
     let (_, mem) = decide(
@@ -352,6 +363,7 @@ impl Sim {
                 now,
                 last_renewal: Some(now),
                 owns_leader: owns,
+                holder_releasing: false,
             };
             let (d, mut mem) = decide(&v, &self.nodes[i].2);
             match d {
