@@ -333,11 +333,6 @@ impl Client {
             }
         }
     }
-
-    /// Marks the connection to be closed once its answers are sent.
-    pub fn close(&mut self) {
-        self.closing = true;
-    }
 }
 
 /// Gives the socket to `group` when supd may (it is root); otherwise says why not.

@@ -78,9 +78,7 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::Client(id));
         fds.push(PollFd::new(fd, flags));
     }
-    let names: Vec<&str> = sup.slots.keys().map(String::as_str).collect();
-    for (name, is_ready_pipe, fd) in sup.service_fds() {
-        let index = names.iter().position(|n| *n == name).unwrap_or(usize::MAX);
+    for (index, is_ready_pipe, fd) in sup.service_fds() {
         tokens.push(Token::Service(index, is_ready_pipe));
         fds.push(PollFd::new(fd, input));
     }

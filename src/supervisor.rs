@@ -656,11 +656,12 @@ impl Supervisor {
         }
     }
 
-    /// The fds of output pipes and readiness pipes, by service.
-    pub fn service_fds(&self) -> impl Iterator<Item = (&str, bool, std::os::fd::BorrowedFd<'_>)> {
-        self.slots.iter().flat_map(|(n, s)| {
-            let out = s.output.as_ref().map(|o| (n.as_str(), false, o.fd()));
-            let ready = s.ready_pipe.as_ref().map(|r| (n.as_str(), true, r.as_fd()));
+    /// The fds of output pipes and readiness pipes, with the index of their service in
+    /// name order (`true` for a readiness pipe).
+    pub fn service_fds(&self) -> impl Iterator<Item = (usize, bool, std::os::fd::BorrowedFd<'_>)> {
+        self.slots.values().enumerate().flat_map(|(i, s)| {
+            let out = s.output.as_ref().map(|o| (i, false, o.fd()));
+            let ready = s.ready_pipe.as_ref().map(|r| (i, true, r.as_fd()));
             out.into_iter().chain(ready)
         })
     }
