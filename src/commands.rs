@@ -68,6 +68,7 @@ impl Supervisor {
                 "protocol": protocol::PROTOCOL_VERSION,
                 "version": env!("CARGO_PKG_VERSION"),
                 "pid": std::process::id(),
+                "image_uptime_ms": now.since(self.image_started).as_millis() as u64,
             }))),
             Command::Status { service, services } => {
                 let mut names: Vec<String> = service.into_iter().chain(services).collect();

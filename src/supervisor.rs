@@ -102,6 +102,8 @@ pub struct Supervisor {
     pub program: PathBuf,
     /// System mode (`--system`).
     pub system: bool,
+    /// When this program image started (not restored by a reexec, unlike `started`).
+    pub image_started: Mono,
     /// What ends the system once every service is down (system mode).
     pub final_action: Option<crate::pid1::Final>,
 }
@@ -137,6 +139,7 @@ impl Supervisor {
             lock: None,
             program: std::env::current_exe().unwrap_or_else(|_| "/usr/sbin/supd".into()),
             system: false,
+            image_started: Mono::now(),
             final_action: None,
         };
         let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();

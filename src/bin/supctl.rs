@@ -102,10 +102,11 @@ fn run() -> Result<(), Failure> {
     };
     let request = build(cmd, rest)?;
     let mut conn = Conn::open(&opts.socket)?;
+    let asked = std::time::Instant::now();
     let data = conn.call(&request)?;
     match cmd.as_str() {
         "watch" => return stream(&mut conn, opts.json, print_event),
-        "reexec" => return after_reexec(conn, &opts.socket, opts.json),
+        "reexec" => return after_reexec(&opts.socket, asked, opts.json),
         "log" if request["follow"] == true => {
             print_answer(cmd, &data, opts.json);
             return stream(&mut conn, opts.json, |e| {
@@ -189,31 +190,29 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
 
 /// After `reexec` was accepted: the connection closes with the exec; the new image
 /// answers on the same socket.
-fn after_reexec(mut conn: Conn, socket: &str, json: bool) -> Result<(), Failure> {
-    while conn.next()?.is_some() {}
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        if let Ok(mut c) = Conn::open(socket) {
-            if let Ok(hello) = c.call(&json!({"cmd": "hello"})) {
-                if json {
-                    println!("{hello}");
-                } else {
-                    println!(
-                        "supd re-executed: version {}, pid {}",
-                        hello["version"].as_str().unwrap_or("?"),
-                        hello["pid"]
-                    );
-                }
-                return Ok(());
-            }
-        }
-        if std::time::Instant::now() >= end {
-            return Err(Failure::Unreachable(format!(
-                "supd did not answer on {socket} within 10s after reexec"
-            )));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+fn after_reexec(socket: &str, asked: std::time::Instant, json: bool) -> Result<(), Failure> {
+    // The listening socket stays open across the exec: this connects at once, and the
+    // request waits in its backlog until the new image serves it.
+    let mut c = Conn::open(socket)?;
+    c.timeout(std::time::Duration::from_secs(30))?;
+    let hello = c.call(&json!({"cmd": "hello"}))?;
+    let age =
+        std::time::Duration::from_millis(hello["image_uptime_ms"].as_u64().unwrap_or(u64::MAX));
+    if age > asked.elapsed() {
+        return Err(Failure::Refused(
+            "supd kept running its old program: the exec failed (see its log)".into(),
+        ));
     }
+    if json {
+        println!("{hello}");
+    } else {
+        println!(
+            "supd re-executed: version {}, pid {}",
+            hello["version"].as_str().unwrap_or("?"),
+            hello["pid"]
+        );
+    }
+    Ok(())
 }
 
 /// `upgrade`, `rollback` and `prune`: positional words and flags.
@@ -273,6 +272,14 @@ impl Conn {
             writer,
             path: path.to_string(),
         })
+    }
+
+    /// Gives up on an answer after `d`.
+    fn timeout(&mut self, d: std::time::Duration) -> Result<(), Failure> {
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(d))
+            .map_err(|e| Failure::Unreachable(format!("{}: {e}", self.path)))
     }
 
     fn call(&mut self, request: &Value) -> Result<Value, Failure> {
