@@ -303,6 +303,9 @@ fn tell_service_manager() {
             path.to_string_lossy()
         );
     }
+    // Told once: a re-executed image must not tell a socket that may be gone (as
+    // sd_notify's unset_environment). Single-threaded: nothing reads it meanwhile.
+    std::env::remove_var("NOTIFY_SOCKET");
 }
 
 /// One supd per state directory.
