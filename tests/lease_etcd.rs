@@ -47,11 +47,11 @@ fn the_holder_stops_leading_while_etcd_is_away_and_the_rule_resumes() {
 #[test]
 fn a_holder_whose_engine_is_slow_to_stop_keeps_the_key_until_it_has() {
     let Some(e) = Etcd::start() else { return };
-    scenarios::slow_step_down(Some(e.store()), "1s");
+    scenarios::slow_step_down(Some(e.store()), "1s", 1.3);
 }
 
 #[test]
 fn a_holder_stepping_down_slower_than_2t_is_not_taken_over() {
     let Some(e) = Etcd::start() else { return };
-    scenarios::very_slow_step_down(Some(e.store()), TTL);
+    scenarios::slow_step_down(Some(e.store()), TTL, 3.5);
 }

@@ -33,10 +33,10 @@ fn a_killed_or_paused_holder_is_replaced_without_overlap() {
 
 #[test]
 fn a_holder_whose_engine_is_slow_to_stop_keeps_the_key_until_it_has() {
-    scenarios::slow_step_down(None, TTL);
+    scenarios::slow_step_down(None, TTL, 1.3);
 }
 
 #[test]
 fn a_holder_stepping_down_slower_than_2t_is_not_taken_over() {
-    scenarios::very_slow_step_down(None, TTL);
+    scenarios::slow_step_down(None, TTL, 3.5);
 }

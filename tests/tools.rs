@@ -32,13 +32,7 @@ fn at_1_0_0() -> Sandbox {
     agent_config(&sb);
     sb.start();
     sb.install_version("1.0.0", GOOD);
-    let out = sb.supctl(&["upgrade", "agent", "1.0.0", "--wait"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sb.upgrade_wait("1.0.0", true);
     sb
 }
 
@@ -72,13 +66,7 @@ fn a_service_waits_for_its_first_version_then_runs_it() {
     assert_eq!(st["restarts"], 0, "no version is not a crash");
     sb.install_version("1.0.0", GOOD);
     assert!(sb.path("tools/agent/1.0.0/bin/agent").exists());
-    let out = sb.supctl(&["upgrade", "agent", "1.0.0", "--wait"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sb.upgrade_wait("1.0.0", true);
     let st = sb.wait_state("agent", "running");
     assert_eq!(st["version"], "1.0.0");
     let v = versions(&sb);
@@ -141,13 +129,7 @@ fn a_good_upgrade_commits_after_probation() {
     sb.install_version("1.1.0", GOOD);
     let mut w = sb.watch();
     let started = std::time::Instant::now();
-    let out = sb.supctl(&["upgrade", "agent", "1.1.0", "--wait"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sb.upgrade_wait("1.1.0", true);
     assert!(
         started.elapsed() >= std::time::Duration::from_secs(1),
         "committed before the probation of 1s"
@@ -288,13 +270,7 @@ fn a_tool_that_switches_itself_gets_probation_and_rollback() {
     );
     sb.install_version("1.0.1", &body);
     sb.install_version("1.1.0", CRASH);
-    let out = sb.supctl(&["upgrade", "agent", "1.0.1", "--wait"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sb.upgrade_wait("1.0.1", true);
     let mut w = sb.watch();
     std::fs::write(&trigger, "").expect("trigger");
     sb.ok(json!({"cmd": "restart", "service": "agent"}));
@@ -417,20 +393,8 @@ fn an_upgrade_from_a_version_that_ignores_term_still_happens() {
         "trap '' TERM\necho >&3\nwhile :; do /bin/sleep 1; done",
     );
     sb.install_version("1.1.0", "echo >&3\nexec /bin/sleep 3600");
-    let out = sb.supctl(&["upgrade", "agent", "1.0.0", "--wait"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = sb.supctl(&["upgrade", "agent", "1.1.0", "--wait"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sb.upgrade_wait("1.0.0", true);
+    sb.upgrade_wait("1.1.0", true);
     let st = sb.status("agent");
     assert_eq!(
         (st["version"].clone(), st["state"].clone()),

@@ -9,16 +9,6 @@ use serde_json::{json, Value};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
-fn upgrade_wait(sb: &Sandbox, v: &str) {
-    let out = sb.supctl(&["upgrade", "agent", v, "--wait"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn record(sb: &Sandbox) -> Value {
     std::fs::read(sb.path("state/tools/agent.json"))
         .ok()
@@ -46,12 +36,12 @@ fn case(point: &str) {
     sb.install_version("1.0.0", "exec /bin/sleep 3600");
     sb.install_version("1.1.0", "exec /bin/sleep 3600");
     sb.install_version("2.0.0", "exit 3");
-    upgrade_wait(&sb, "1.0.0");
+    sb.upgrade_wait("1.0.0", true);
     let (args, versions): (&[&str], [&str; 2]) = match point.split('-').next() {
         Some("upgrade") | Some("commit") => (&["upgrade", "agent", "1.1.0"], ["1.0.0", "1.1.0"]),
         Some("rollback") => (&["upgrade", "agent", "2.0.0"], ["1.0.0", "2.0.0"]),
         _ => {
-            upgrade_wait(&sb, "1.1.0");
+            sb.upgrade_wait("1.1.0", true);
             (&["rollback", "agent"], ["1.1.0", "1.0.0"])
         }
     };

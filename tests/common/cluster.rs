@@ -238,13 +238,7 @@ impl Node {
 
     /// `upgrade --wait`; `ok` says whether it must commit.
     pub fn upgrade(&self, version: &str, ok: bool) {
-        let out = self.sb.supctl(&["upgrade", "agent", version, "--wait"]);
-        assert_eq!(
-            out.status.code(),
-            Some(if ok { 0 } else { 1 }),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.sb.upgrade_wait(version, ok);
     }
 
     /// Ends this node's sup-lease with `sig` (KILL: no goodbye).

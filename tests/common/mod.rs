@@ -101,6 +101,17 @@ impl Sandbox {
         dir
     }
 
+    /// `supctl upgrade agent VERSION --wait`, which must commit (`ok`) or not.
+    pub fn upgrade_wait(&self, version: &str, ok: bool) {
+        let out = self.supctl(&["upgrade", "agent", version, "--wait"]);
+        assert_eq!(
+            out.status.code(),
+            Some(if ok { 0 } else { 1 }),
+            "upgrade {version}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Stages a version and installs it with `supctl install` (which must succeed).
     pub fn install_version(&self, version: &str, body: &str) {
         let src = self.stage_version(version, body);

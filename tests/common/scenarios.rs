@@ -163,30 +163,11 @@ pub fn store_down(etcd: &super::etcd::Etcd, ttl: &'static str) {
     settle(&c);
 }
 
-/// The holder steps down for an upgraded node while its engine takes longer than T (but
-/// less than 2T) to stop: the key is kept, and renewed, until the engine has exited.
-pub fn slow_step_down(store: Option<String>, ttl: &'static str) {
-    let secs = crate::common::parse_ttl(ttl).as_secs_f32() * 1.3;
-    let c = Cluster::slow_to_stop(&["0.6.2", "0.6.2"], store, ttl, secs);
-    let first = c.wait_any_leader();
-    let other = c.nodes.iter().find(|n| n.name != first).expect("other");
-    other.install("0.8.1", false);
-    other.upgrade("0.8.1", true);
-    c.wait_leader(&other.name.clone());
-    if std::env::var_os("SHOW").is_some() {
-        eprintln!(
-            "{}\n{}",
-            std::fs::read_to_string(c.shared.join("engine.log")).unwrap_or_default(),
-            c.logs()
-        );
-    }
-    settle(&c);
-}
-
-/// The same with an engine slower to stop than 2T: a holder that is stepping down is not
-/// taken over meanwhile.
-pub fn very_slow_step_down(store: Option<String>, ttl: &'static str) {
-    let secs = crate::common::parse_ttl(ttl).as_secs_f32() * 3.5;
+/// The holder steps down for an upgraded node while its engine takes `ttls` TTLs to stop:
+/// the key is kept, renewed, until the engine has exited, and the holder, marked as
+/// stepping down, is not taken over meanwhile (even past 2T).
+pub fn slow_step_down(store: Option<String>, ttl: &'static str, ttls: f32) {
+    let secs = crate::common::parse_ttl(ttl).as_secs_f32() * ttls;
     let c = Cluster::slow_to_stop(&["0.6.2", "0.6.2"], store, ttl, secs);
     let first = c.wait_any_leader();
     let other = c.nodes.iter().find(|n| n.name != first).expect("other");
