@@ -703,11 +703,8 @@ fn streams(slot: &mut Slot, log_dir: &std::path::Path) -> std::io::Result<(Stdio
         LogMode::Null => {
             slot.output = None;
             // Before /dev exists (an init's first one-shots), the console will do.
-            match (
-                std::fs::OpenOptions::new().write(true).open("/dev/null"),
-                std::fs::OpenOptions::new().write(true).open("/dev/null"),
-            ) {
-                (Ok(a), Ok(b)) => Ok((Stdio::from(a), Stdio::from(b))),
+            match (sys::dev_null(true), sys::dev_null(true)) {
+                (Some(a), Some(b)) => Ok((a, b)),
                 _ => Ok((Stdio::inherit(), Stdio::inherit())),
             }
         }

@@ -97,13 +97,24 @@ pub fn spawn(spec: SpawnSpec) -> io::Result<i32> {
 /// not mounted it yet), the read end of a pipe whose write end is closed: end-of-file at
 /// once, as from `/dev/null`.
 fn null_input() -> Stdio {
-    if let Ok(f) = std::fs::File::open("/dev/null") {
-        return Stdio::from(f);
+    if let Some(s) = dev_null(false) {
+        return s;
     }
     match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
         Ok((read, _write)) => Stdio::from(read),
         Err(_) => Stdio::null(),
     }
+}
+
+/// `/dev/null` for reading or writing, or `None` before `/dev` exists (an init whose
+/// first one-shots have not mounted it yet); callers choose what stands in for it.
+pub fn dev_null(write: bool) -> Option<Stdio> {
+    std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .open("/dev/null")
+        .ok()
+        .map(Stdio::from)
 }
 
 /// Runs in the forked child, between fork and exec.
