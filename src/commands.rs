@@ -343,7 +343,7 @@ impl Supervisor {
                     (Some(s), WaitFor::Started(_)) => {
                         s.svc.state != State::Stopping && !s.svc.pending()
                     }
-                    (Some(s), _) => s.svc.pid.is_none() && s.svc.state != State::Stopping,
+                    (Some(s), _) => s.is_down(),
                 };
                 done.then(|| Ok(self.one_status(name, now)))
             }

@@ -22,6 +22,9 @@ pub const POINTS: &[&str] = &[
     "oprollback-after-switch",
 ];
 
+/// The points between a service's fork and its exec (tests/one_instance.rs).
+pub const SPAWN_POINTS: &[&str] = &["spawn-before-record", "spawn-after-record"];
+
 /// Aborts supd if `SUP_FAILPOINT` is `name`.
 pub fn hit(name: &str) {
     static POINT: OnceLock<Option<String>> = OnceLock::new();

@@ -49,6 +49,9 @@ pub struct ServiceState {
     /// The output pipe's read and write ends, its kept lines and dropped count.
     pub output: Option<(RawFd, RawFd, Vec<String>, u64)>,
     pub ready_fd: Option<RawFd>,
+    /// Its current (or finishing) run; handoffs of images before it carried only the pid.
+    #[serde(default)]
+    pub instance: Option<crate::instance::Instance>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -111,6 +114,7 @@ impl Supervisor {
                 status_text: slot.status_text.clone(),
                 output,
                 ready_fd,
+                instance: slot.instance.clone(),
             });
         }
         let grants = self
@@ -144,6 +148,8 @@ impl Supervisor {
     /// was (the fds close-on-exec again, the handoff file removed).
     pub fn exec_handoff(&mut self, binary: &Path) -> String {
         let path = self.cfg.supd.state_dir.join("handoff.json");
+        // What has exited is reaped here, its group killed, by the image that knows it.
+        self.reap(Mono::now());
         let (h, fds) = self.handoff();
         let bytes = match serde_json::to_vec(&h) {
             Ok(b) => b,
@@ -223,6 +229,17 @@ impl Supervisor {
             if let Some(pid) = s.svc.pid {
                 self.pids.insert(pid, s.name.clone());
             }
+            slot.instance = s.instance.or_else(|| {
+                s.svc.pid.map(|pid| crate::instance::Instance {
+                    pid,
+                    start_time: crate::proc::stat(pid).map(|p| p.start_time).unwrap_or(0),
+                    cgroup: None,
+                    leader_gone: false,
+                })
+            });
+            if slot.instance.as_ref().is_some_and(|i| i.leader_gone) {
+                self.draining.insert(s.name.clone());
+            }
             slot.svc = s.svc;
         }
         for g in h.grants {
@@ -236,6 +253,7 @@ impl Supervisor {
                 },
             );
         }
+        self.check_draining(Mono::now());
         log::info!(
             "took over from supd {}: {} services, {} running",
             h.from,

@@ -158,7 +158,7 @@ impl Supervisor {
     pub fn leader_only_down(&self, lease: &str) -> bool {
         self.leader_only(lease)
             .iter()
-            .all(|n| self.slots[n].svc.pid.is_none() && self.slots[n].svc.state != State::Stopping)
+            .all(|n| self.slots[n].is_down())
     }
 
     /// Stops the leader-only services of `lease`; with `hurry`, SIGKILL comes after that

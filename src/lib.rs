@@ -1,12 +1,14 @@
 //! sup: a small, synchronous, PID-1-capable process supervisor.
 #![deny(unsafe_code)]
 
+pub mod cgroup;
 pub mod commands;
 pub mod config;
 pub mod control;
 pub mod event_loop;
 pub mod failpoint;
 pub mod handoff;
+pub mod instance;
 pub mod launch;
 pub mod lease;
 pub mod leases;

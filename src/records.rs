@@ -33,6 +33,7 @@ const RECORD_LEN: usize = 48;
 /// One service's pid record file, kept open.
 pub struct PidFile {
     file: File,
+    path: std::path::PathBuf,
 }
 
 impl PidFile {
@@ -40,13 +41,24 @@ impl PidFile {
     pub fn open(state_dir: &Path, service: &str) -> io::Result<PidFile> {
         let dir = state_dir.join(PIDS);
         fs::create_dir_all(&dir)?;
+        let path = dir.join(service);
         let file = fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(dir.join(service))?;
-        Ok(PidFile { file })
+            .open(&path)?;
+        Ok(PidFile { file, path })
+    }
+
+    /// Whether the open file is still the one at its path: false once the file, or the
+    /// state directory, was removed or replaced (writes would go where nobody looks).
+    pub fn is_current(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (fs::metadata(&self.path), self.file.metadata()) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
     }
 
     /// Records the process now running (or none).

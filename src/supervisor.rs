@@ -6,8 +6,11 @@
 //! most one process (it is spawned only from `stopped`); every spawn and reap rewrites
 //! the pid records, so a later supd can end what this one leaves.
 
+use crate::cgroup::{self, Cgroups};
 use crate::config::{Config, LogMode, Ready, ServiceConfig};
 use crate::control::Server;
+pub use crate::instance::signal_group;
+use crate::instance::Instance;
 use crate::launch::{self, NotLaunched};
 use crate::leases::Grant;
 use crate::logs::{LogFile, Output, READ_MAX};
@@ -16,17 +19,15 @@ use crate::protocol::{LastExit, ServiceStatus};
 use crate::records::{self, PidFile};
 use crate::service::{signal_label, Action, Event, Exit, Service, State, Want};
 use crate::signals::Signals;
-use crate::sys::{self, SpawnSpec};
+use crate::sys::{self, Io, SpawnSpec};
 use crate::time::Mono;
 use crate::tools::{Task, ToolState};
-use nix::sys::signal::{killpg, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::Pid;
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::time::Duration;
 
 /// One configured service and what belongs to it.
 pub struct Slot {
@@ -41,6 +42,8 @@ pub struct Slot {
     pub status_text: Option<String>,
     /// Where the current process is recorded, opened at the first start.
     pid_file: Option<PidFile>,
+    /// The current (or finishing) run: from its spawn until its last process is gone.
+    pub instance: Option<Instance>,
     /// Removed by a reload: dropped once it is down.
     pub removed: bool,
 }
@@ -106,6 +109,20 @@ pub struct Supervisor {
     pub image_started: Mono,
     /// What ends the system once every service is down (system mode).
     pub final_action: Option<crate::pid1::Final>,
+    /// The services' cgroups, where the machine lets supd have them.
+    pub cgroups: Option<Cgroups>,
+    /// Services whose leader was reaped while other processes of that run remain.
+    pub draining: BTreeSet<String>,
+    /// When to look at `draining` again, and the step after that (a safety net for
+    /// members whose exit supd is not told of: SIGCHLD is the usual news).
+    drain_retry: Option<(Mono, Duration)>,
+}
+
+impl Slot {
+    /// No process of the service is left, and none is being stopped.
+    pub fn is_down(&self) -> bool {
+        self.svc.pid.is_none() && self.instance.is_none() && self.svc.state != State::Stopping
+    }
 }
 
 impl Supervisor {
@@ -141,6 +158,9 @@ impl Supervisor {
             system: false,
             image_started: Mono::now(),
             final_action: None,
+            cgroups: None,
+            draining: BTreeSet::new(),
+            drain_retry: None,
         };
         let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
         for def in defs {
@@ -167,6 +187,7 @@ impl Supervisor {
             version: None,
             status_text: None,
             pid_file: None,
+            instance: None,
             removed: false,
         };
         self.slots.insert(slot.cfg.name.clone(), slot);
@@ -179,7 +200,7 @@ impl Supervisor {
         };
         let from = slot.svc.state;
         let actions = slot.svc.step(&slot.cfg, ev, now);
-        let (pid, tool, to) = (slot.svc.pid, slot.cfg.tool.clone(), slot.svc.state);
+        let (instance, tool, to) = (slot.instance.clone(), slot.cfg.tool.clone(), slot.svc.state);
         // The change is told before its consequences (a rollback restarts this service).
         if from != to {
             self.state_changed(name, from, to);
@@ -188,8 +209,8 @@ impl Supervisor {
         for a in actions {
             match a {
                 Action::Signal(sig) => {
-                    if let Some(p) = pid {
-                        signal_group(p, sig);
+                    if let Some(i) = instance.as_ref().filter(|i| !i.leader_gone) {
+                        i.signal(sig);
                     }
                 }
                 Action::CrashLoop(why) | Action::NotReady(why) => {
@@ -309,7 +330,24 @@ impl Supervisor {
                 }
             }
         }
-        let program = plan.program.clone();
+        let state_dir = self.cfg.supd.state_dir.clone();
+        let pid_file = match pid_file_of(slot, &state_dir) {
+            Ok(f) => f,
+            Err(why) => {
+                slot.ready_pipe = None;
+                return self.apply(name, Event::SpawnFailed(why), now);
+            }
+        };
+        let cgroup_dir = self.cgroups.as_ref().and_then(|c| {
+            let dir = c.service_dir(name);
+            match cgroup::prepare(&dir) {
+                Ok(()) => Some(dir),
+                Err(e) => {
+                    log::warn!("{name}: cannot create its cgroup {}: {e}; it runs in its process group only", dir.display());
+                    None
+                }
+            }
+        });
         let spec = SpawnSpec {
             program: plan.program,
             args: plan.args,
@@ -320,36 +358,100 @@ impl Supervisor {
             creds: plan.creds,
             ready_fd: ready_write.as_ref().map(|(w, n)| (sys::raw(w), *n)),
         };
-        let result = sys::spawn(spec);
+        let mut instance = None;
+        // The record is written, and the child put in its cgroup, before its program
+        // runs: a supd killed at any moment leaves nothing a successor cannot find.
+        let result = sys::spawn_admitted(spec, |pid| {
+            crate::failpoint::hit("spawn-before-record");
+            let start_time = crate::proc::stat(pid)
+                .map(|s| s.start_time)
+                .ok_or_else(|| format!("cannot read /proc/{pid}/stat of its new process"))?;
+            pid_file.set(Some((pid, start_time))).map_err(|e| {
+                format!(
+                    "cannot record its pid in {}: {e}; not started (a service never runs unrecorded)",
+                    state_dir.display()
+                )
+            })?;
+            crate::failpoint::hit("spawn-after-record");
+            let cgroup = cgroup_dir.filter(|dir| match cgroup::join(dir, pid) {
+                Ok(()) => true,
+                Err(e) => {
+                    log::warn!(
+                        "{name}: cannot move it into {}: {e}; it runs in its process group only",
+                        dir.display()
+                    );
+                    false
+                }
+            });
+            instance = Some(Instance {
+                pid,
+                start_time,
+                cgroup,
+                leader_gone: false,
+            });
+            Ok(())
+        });
         drop(ready_write); // the child has its copy; EOF on the pipe then means it closed it
         match result {
             Ok(pid) => {
                 slot.version = plan.version;
-                let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
-                record_pid(slot, &self.cfg.supd.state_dir, Some((pid, start_time)));
+                slot.instance = Some(instance.unwrap_or(Instance {
+                    pid,
+                    start_time: 0,
+                    cgroup: None,
+                    leader_gone: false,
+                }));
                 self.pids.insert(pid, name.to_string());
                 self.apply(name, Event::Spawned(pid), now);
             }
-            Err(e) => {
+            Err(why) => {
+                // Nothing runs: the child exited before its program could.
+                if let Err(e) = pid_file.set(None) {
+                    log::warn!("{name}: cannot clear its pid record: {e}");
+                }
                 slot.ready_pipe = None;
-                self.apply(name, Event::SpawnFailed(format!("{program}: {e}")), now);
+                self.apply(name, Event::SpawnFailed(why), now);
             }
         }
     }
 
-    /// Reaps every exited child: services' and adopted orphans'.
+    /// Reaps every exited child: services' and adopted orphans'. A service's leader is
+    /// looked at before it is reaped (`WNOWAIT`): its group and cgroup are killed while
+    /// the zombie still holds its pid, so no other process can be signalled by mistake.
     pub fn reap(&mut self, now: Mono) {
         loop {
-            let (pid, exit) = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, code)) => (pid.as_raw(), Exit::Code(code)),
-                Ok(WaitStatus::Signaled(pid, sig, _)) => (pid.as_raw(), Exit::Signal(sig as i32)),
-                Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::ECHILD) => break,
-                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+            let pid = match waitid(Id::All, flags) {
+                Ok(status) => match status.pid() {
+                    Some(p) => p,
+                    None => break,
+                },
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::ECHILD) => break,
                 Err(e) => {
-                    log::warn!("waitpid: {e}");
+                    log::warn!("waitid: {e}");
                     break;
                 }
             };
+            let service = self.pids.get(&pid.as_raw()).cloned();
+            if let Some(i) = service
+                .as_ref()
+                .and_then(|n| self.slots.get(n)?.instance.as_ref())
+            {
+                // Whatever is left of its run goes with it: no remnant of one instance
+                // may overlap the next.
+                i.kill_all();
+            }
+            let exit = match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(_, code)) => Exit::Code(code),
+                Ok(WaitStatus::Signaled(_, sig, _)) => Exit::Signal(sig as i32),
+                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    log::warn!("waitpid {pid}: {e}");
+                    break;
+                }
+            };
+            let pid = pid.as_raw();
             if let Some(task) = self.tasks.remove(&pid) {
                 self.task_done(task, exit, now);
                 continue;
@@ -358,20 +460,72 @@ impl Supervisor {
                 log::debug!("reaped orphan {pid} ({exit})");
                 continue;
             };
-            // Whatever is left of its process group goes with it: no remnant of one
-            // instance may overlap the next.
-            signal_group(pid, Signal::SIGKILL);
             if let Some(slot) = self.slots.get_mut(&name) {
                 slot.ready_pipe = None;
-                record_pid(slot, &self.cfg.supd.state_dir, None);
+                if let Some(i) = slot.instance.as_mut() {
+                    i.leader_gone = true;
+                }
+                self.draining.insert(name.clone());
             }
             self.apply(&name, Event::Exited(exit), now);
         }
+        self.check_draining(now);
+    }
+
+    /// Ends the runs whose last process is gone: their record is cleared, and their
+    /// service may start again.
+    pub(crate) fn check_draining(&mut self, now: Mono) {
+        let names: Vec<String> = self.draining.iter().cloned().collect();
+        for name in names {
+            let gone = self
+                .slots
+                .get(&name)
+                .and_then(|s| s.instance.as_ref())
+                .is_none_or(Instance::is_gone);
+            if !gone {
+                continue;
+            }
+            self.draining.remove(&name);
+            let state_dir = self.cfg.supd.state_dir.clone();
+            if let Some(slot) = self.slots.get_mut(&name) {
+                slot.instance = None;
+                if let Err(e) = pid_file_of(slot, &state_dir).and_then(|f| {
+                    f.set(None)
+                        .map_err(|e| format!("cannot clear its pid record: {e}"))
+                }) {
+                    log::warn!("{name}: {e}");
+                }
+            }
+        }
+        self.drain_retry = match (self.draining.is_empty(), self.drain_retry) {
+            (true, _) => None,
+            (false, None) => Some((now.plus(DRAIN_FIRST), DRAIN_FIRST)),
+            (false, kept) => kept,
+        };
     }
 
     /// Fires every deadline that has come.
     pub fn fire_timers(&mut self, now: Mono) {
         self.expire_grants(now);
+        if let Some((at, step)) = self.drain_retry.filter(|(at, _)| *at <= now) {
+            let _ = at;
+            for i in self
+                .draining
+                .iter()
+                .filter_map(|n| self.slots.get(n)?.instance.as_ref())
+            {
+                if let Some(dir) = &i.cgroup {
+                    // Exact: only this run's processes are in its cgroup.
+                    cgroup::kill(dir);
+                }
+            }
+            self.drain_retry = None;
+            self.check_draining(now);
+            if let Some(r) = self.drain_retry.as_mut() {
+                let next = (step * 2).min(DRAIN_MAX);
+                *r = (now.plus(next), next);
+            }
+        }
         let due: Vec<String> = self
             .slots
             .iter()
@@ -385,10 +539,8 @@ impl Supervisor {
             if sd.deadline <= now && !sd.killed {
                 sd.killed = true;
                 log::warn!("shutdown_timeout passed: killing what is left");
-                for s in self.slots.values() {
-                    if let Some(p) = s.svc.pid {
-                        signal_group(p, Signal::SIGKILL);
-                    }
+                for i in self.slots.values().filter_map(|s| s.instance.as_ref()) {
+                    i.kill_all();
                 }
             }
         }
@@ -404,6 +556,7 @@ impl Supervisor {
             .map(|s| s.deadline);
         services
             .chain(shutdown)
+            .chain(self.drain_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())
             .min()
@@ -423,10 +576,13 @@ impl Supervisor {
         }
         let state_dir = &self.cfg.supd.state_dir;
         self.slots.retain(|name, s| {
-            let keep = !(s.removed && s.svc.pid.is_none());
+            let keep = !(s.removed && s.is_down());
             if !keep {
                 log::info!("{name}: removed");
                 records::remove_pid_file(state_dir, name);
+                if let Some(c) = &self.cgroups {
+                    cgroup::remove(&c.service_dir(name));
+                }
             }
             keep
         });
@@ -444,7 +600,11 @@ impl Supervisor {
         self.slots
             .iter()
             .find(|(_, s)| {
-                s.svc.pending() && !s.removed && self.deps_ready(&s.cfg) && lease_held(s)
+                s.svc.pending()
+                    && !s.removed
+                    && s.instance.is_none()
+                    && self.deps_ready(&s.cfg)
+                    && lease_held(s)
             })
             .map(|(n, _)| n.clone())
     }
@@ -471,6 +631,9 @@ impl Supervisor {
                     .collect();
                 if let Some(l) = s.cfg.leader_only.as_ref().filter(|l| !self.holds(l, now)) {
                     missing.push(format!("lease '{l}'"));
+                }
+                if s.instance.is_some() {
+                    missing.push("the last processes of its previous run to exit".into());
                 }
                 (n.clone(), format!("waiting for {}", missing.join(", ")))
             })
@@ -519,12 +682,16 @@ impl Supervisor {
             let dependents_up = self
                 .slots
                 .values()
-                .any(|o| o.svc.pid.is_some() && o.cfg.after.contains(name));
+                .any(|o| o.instance.is_some() && o.cfg.after.contains(name));
             if !dependents_up {
                 self.apply(name, Event::Stop, now);
             }
         }
-        if self.slots.values().all(|s| s.svc.pid.is_none()) {
+        if self
+            .slots
+            .values()
+            .all(|s| s.svc.pid.is_none() && s.instance.is_none())
+        {
             let code = self.shutdown.as_ref().map(|s| s.code).unwrap_or(0);
             if self.final_action.is_some() || self.system {
                 log::info!("every service is down");
@@ -670,43 +837,48 @@ impl Supervisor {
     }
 }
 
-/// Writes (or clears) the record of a service's process. A failure is logged: the
-/// service runs all the same, but a later supd could not end it if this one died.
-fn record_pid(slot: &mut Slot, state_dir: &std::path::Path, pid: Option<(i32, u64)>) {
+/// How long the first look at a run's remaining processes waits; it doubles up to
+/// `DRAIN_MAX` while any is left.
+const DRAIN_FIRST: Duration = Duration::from_millis(10);
+const DRAIN_MAX: Duration = Duration::from_secs(1);
+
+/// The open record of a service's process, opened (or opened again) as needed: a record
+/// whose file was removed or replaced (the state directory was deleted, or moved away and
+/// made anew) would be written where no later supd looks, so it is noticed, said, and
+/// the record made again in the state directory as it is now.
+fn pid_file_of<'a>(slot: &'a mut Slot, state_dir: &std::path::Path) -> Result<&'a PidFile, String> {
     let name = &slot.cfg.name;
-    if slot.pid_file.is_none() {
-        match PidFile::open(state_dir, name) {
-            Ok(f) => slot.pid_file = Some(f),
-            Err(e) => {
-                return log::warn!(
-                    "{name}: cannot open its pid record in {}: {e}",
-                    state_dir.display()
-                )
-            }
-        }
-    }
-    if let Some(Err(e)) = slot.pid_file.as_ref().map(|f| f.set(pid)) {
+    if slot.pid_file.as_ref().is_some_and(|f| !f.is_current()) {
         log::warn!(
-            "{name}: cannot record its pid in {}: {e}",
+            "{name}: its pid record in {} was removed or replaced; writing it anew",
             state_dir.display()
         );
+        slot.pid_file = None;
     }
+    if slot.pid_file.is_none() {
+        let f = PidFile::open(state_dir, name).map_err(|e| {
+            format!(
+                "cannot open its pid record in {}: {e}; not started (a service never runs unrecorded)",
+                state_dir.display()
+            )
+        })?;
+        slot.pid_file = Some(f);
+    }
+    slot.pid_file
+        .as_ref()
+        .ok_or_else(|| format!("{name}: no pid record"))
 }
 
 /// stdout and stderr for a new process of `slot`, creating its output pipe if needed.
-fn streams(slot: &mut Slot, log_dir: &std::path::Path) -> std::io::Result<(Stdio, Stdio)> {
+fn streams(slot: &mut Slot, log_dir: &std::path::Path) -> std::io::Result<(Io, Io)> {
     match slot.cfg.log {
         LogMode::Inherit => {
             slot.output = None;
-            Ok((Stdio::inherit(), Stdio::inherit()))
+            Ok((Io::Inherit, Io::Inherit))
         }
         LogMode::Null => {
             slot.output = None;
-            // Before /dev exists (an init's first one-shots), the console will do.
-            match (sys::dev_null(true), sys::dev_null(true)) {
-                (Some(a), Some(b)) => Ok((a, b)),
-                _ => Ok((Stdio::inherit(), Stdio::inherit())),
-            }
+            Ok((Io::Null, Io::Null))
         }
         LogMode::File => {
             let file = LogFile::new(
@@ -722,24 +894,8 @@ fn streams(slot: &mut Slot, log_dir: &std::path::Path) -> std::io::Result<(Stdio
                 .output
                 .as_ref()
                 .ok_or_else(|| std::io::Error::other("no output pipe"))?;
-            Ok((Stdio::from(out.writer()?), Stdio::from(out.writer()?)))
+            Ok((Io::Fd(out.writer()?), Io::Fd(out.writer()?)))
         }
-    }
-}
-
-/// Sends `sig` to the process group led by `pid`, then SIGCONT so a stopped group can
-/// act on it. A group that is gone already is not an error.
-pub fn signal_group(pid: i32, sig: Signal) {
-    let pg = Pid::from_raw(pid);
-    match killpg(pg, sig) {
-        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-        Err(e) => log::warn!(
-            "cannot send {} to process group {pid}: {e}",
-            crate::config::signal_name(sig)
-        ),
-    }
-    if sig != Signal::SIGKILL && sig != Signal::SIGCONT {
-        let _ = killpg(pg, Signal::SIGCONT);
     }
 }
 

@@ -6,8 +6,7 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Who the child runs as, resolved in the parent (name lookups allocate and may read
 /// files, which a forked child must not do).
@@ -16,19 +15,6 @@ pub struct Credentials {
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
-}
-
-/// Everything `spawn` needs, prepared in the parent.
-pub struct SpawnSpec {
-    pub program: String,
-    pub args: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub cwd: std::path::PathBuf,
-    pub stdout: Stdio,
-    pub stderr: Stdio,
-    pub creds: Option<Credentials>,
-    /// The write end of the readiness pipe and the fd number it must have in the child.
-    pub ready_fd: Option<(RawFd, i32)>,
 }
 
 /// The open-files limit supd was started with, given back to every child.
@@ -65,99 +51,436 @@ pub fn raise_nofile() {
     }
 }
 
-/// Forks and execs `spec`. The child gets its own session and process group, a clean
-/// signal mask and default dispositions, and only fds 0-2 (plus the readiness fd): every
-/// fd supd opens is close-on-exec. Returns the pid, or the reason the program could not
-/// be started (std reports the child's `exec` errno back through a pipe).
-pub fn spawn(spec: SpawnSpec) -> io::Result<i32> {
-    let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&spec.cwd)
-        .stdin(null_input())
-        .stdout(spec.stdout)
-        .stderr(spec.stderr);
-    let creds = spec.creds.clone();
-    let ready = spec.ready_fd;
-    let nofile = CHILD_NOFILE.get().copied();
-    // SAFETY: supd is single-threaded, so the forked child holds no lock another thread
-    // could own. The closure calls only async-signal-safe functions (setsid,
-    // sigemptyset, sigprocmask, setrlimit, setgroups, setgid, setuid, dup2, fcntl) on data prepared before the
-    // fork, and allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || child_setup(creds.as_ref(), ready, nofile));
+/// Where a child's standard output or error goes.
+pub enum Io {
+    /// supd's own.
+    Inherit,
+    /// `/dev/null` (supd's own stream before `/dev` exists).
+    Null,
+    /// This fd (a pipe's write end).
+    Fd(OwnedFd),
+}
+
+/// Everything `spawn` needs, prepared in the parent.
+pub struct SpawnSpec {
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: std::path::PathBuf,
+    pub stdout: Io,
+    pub stderr: Io,
+    pub creds: Option<Credentials>,
+    /// The write end of the readiness pipe and the fd number it must have in the child.
+    pub ready_fd: Option<(RawFd, i32)>,
+}
+
+/// The fds that keep a second supd out (the state lock, the listening socket): a forked
+/// child closes them first thing, so that a child that has not reached `exec` yet never
+/// keeps a new supd out after this one died.
+static GUARDS: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
+
+/// Names the fd of the state lock (-1: none), for `spawn` to close in its children.
+pub fn set_lock_fd(fd: RawFd) {
+    GUARDS[0].store(fd, Ordering::Relaxed);
+}
+
+/// Names the fd of the listening socket, likewise.
+pub fn set_listener_fd(fd: RawFd) {
+    GUARDS[1].store(fd, Ordering::Relaxed);
+}
+
+/// Forks and execs `spec` with nothing to do in between (helpers: copies, deletes).
+pub fn spawn(spec: SpawnSpec) -> Result<i32, String> {
+    spawn_admitted(spec, |_| Ok(()))
+}
+
+/// Forks `spec`; the child gets its own session and process group, then waits until
+/// `admit(pid)` has run in the parent (it writes the pid record and puts the child in
+/// its cgroup), and only then clears its signal mask, takes its fds, directory and
+/// credentials and execs. So a service's program never runs before it is recorded: if
+/// supd dies before `admit` is done, the child reads end-of-file instead of the go-ahead
+/// and exits without running anything. An `Err` from `admit` ends the child the same
+/// way. Returns the pid once the exec succeeded, or why the program could not be run.
+pub fn spawn_admitted(
+    spec: SpawnSpec,
+    admit: impl FnOnce(i32) -> Result<(), String>,
+) -> Result<i32, String> {
+    let program = spec.program.clone();
+    let plan = ChildPlan::new(spec).map_err(|e| format!("{program}: {e}"))?;
+    let (go_read, go_write) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
+    let (report_read, report_write) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
+    let guards = GUARDS.each_ref().map(|g| g.load(Ordering::Relaxed));
+    let mut keep = plan.sources();
+    keep.extend([go_read.as_raw_fd(), report_write.as_raw_fd()]);
+    keep.sort_unstable();
+    let own = [go_write.as_raw_fd(), report_read.as_raw_fd()];
+    // SAFETY: supd is single-threaded, so the child holds no lock another thread could
+    // own. The child runs `child_main` only: raw async-signal-safe system calls on data
+    // prepared before the fork (no allocation), then `execve` or `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", io::Error::last_os_error()));
     }
-    let child = cmd.spawn()?;
-    // The child is reaped by the supervisor's one waitpid(-1) loop, never by `Child`.
-    Ok(child.id() as i32)
+    if pid == 0 {
+        child_main(
+            &plan,
+            &guards,
+            &own,
+            &keep,
+            go_read.as_raw_fd(),
+            report_write.as_raw_fd(),
+        );
+    }
+    drop(go_read);
+    drop(report_write);
+    if let Err(why) = admit(pid) {
+        // The child reads end-of-file and exits without running the program.
+        drop(go_write);
+        reap_now(pid);
+        return Err(why);
+    }
+    if let Err(e) = nix::unistd::write(&go_write, &[1]) {
+        drop(go_write);
+        reap_now(pid);
+        return Err(format!("cannot release the child: {e}"));
+    }
+    drop(go_write);
+    // The report pipe closes at a successful exec (close-on-exec); before that, a failed
+    // step writes its stage and errno.
+    let mut report = [0u8; 8];
+    let mut got = 0;
+    while got < report.len() {
+        match nix::unistd::read(&report_read, &mut report[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+    }
+    if got < report.len() {
+        return Ok(pid);
+    }
+    reap_now(pid);
+    let stage = u32::from_ne_bytes([report[0], report[1], report[2], report[3]]);
+    let errno = i32::from_ne_bytes([report[4], report[5], report[6], report[7]]);
+    let err = io::Error::from_raw_os_error(errno);
+    Err(match stage {
+        STAGE_CWD => format!("cwd {}: {err}", plan.cwd.to_string_lossy()),
+        STAGE_CREDS => format!("cannot take its user and groups: {err}"),
+        STAGE_FDS => format!("cannot set up its fds: {err}"),
+        _ => format!("{program}: {err}"),
+    })
+}
+
+const STAGE_EXEC: u32 = 0;
+const STAGE_CWD: u32 = 1;
+const STAGE_CREDS: u32 = 2;
+const STAGE_FDS: u32 = 3;
+
+/// Waits for a child that is about to exit (refused, or its exec failed), so that it
+/// leaves no zombie and the supervisor's reaping never sees a pid it did not record.
+fn reap_now(pid: i32) {
+    loop {
+        match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return,
+        }
+    }
+}
+
+/// A pipe whose both ends are close-on-exec and numbered at least `floor`.
+fn pipe_above(floor: RawFd) -> io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    Ok((above(r, floor)?, above(w, floor)?))
+}
+
+/// `fd`, or a close-on-exec copy of it numbered at least `floor`: the child's `dup2`s
+/// onto 0-2 and the readiness fd then never overwrite a source still to be used.
+fn above(fd: OwnedFd, floor: RawFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() >= floor {
+        return Ok(fd);
+    }
+    let n = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(floor))?;
+    // SAFETY: fcntl just returned this new fd, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
+}
+
+/// What the forked child needs, built before the fork: C strings and pointer arrays,
+/// fds numbered above every fd the child `dup2`s onto.
+struct ChildPlan {
+    /// Paths to try with `execve`, in order (one, or the PATH lookup of a bare name).
+    candidates: Vec<CString>,
+    _argv: Vec<CString>,
+    _envp: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    envp_ptrs: Vec<*const libc::c_char>,
+    cwd: CString,
+    /// Sources for 0, 1 and 2 (`None`: supd's own, inherited).
+    stdio: [Option<OwnedFd>; 3],
+    /// The readiness pipe's write end, moved above `floor`, and its number in the child.
+    ready: Option<(OwnedFd, i32)>,
+    creds: Option<Credentials>,
+    nofile: Option<libc::rlimit>,
+    /// Every fd the child uses as a source is at least this.
+    floor: RawFd,
+}
+
+impl ChildPlan {
+    fn new(spec: SpawnSpec) -> io::Result<ChildPlan> {
+        let floor = spec.ready_fd.map(|(_, n)| n + 1).unwrap_or(3).max(3);
+        let mut argv = vec![cstring(&spec.program)?];
+        for a in &spec.args {
+            argv.push(cstring(a)?);
+        }
+        let mut envp = Vec::with_capacity(spec.env.len());
+        for (k, v) in &spec.env {
+            envp.push(cstring(&format!("{k}={v}"))?);
+        }
+        let path = spec
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or(crate::launch::DEFAULT_PATH);
+        let candidates = candidates(&spec.program, path)?;
+        let io_fd = |io: Io, write: bool| -> io::Result<Option<OwnedFd>> {
+            let fd = match io {
+                Io::Inherit => return Ok(None),
+                Io::Fd(fd) => fd,
+                Io::Null => match dev_null_fd(write) {
+                    Some(fd) => fd,
+                    None => return Ok(None),
+                },
+            };
+            above(fd, floor).map(Some)
+        };
+        let stdin = above(null_input()?, floor)?;
+        let stdio = [
+            Some(stdin),
+            io_fd(spec.stdout, true)?,
+            io_fd(spec.stderr, true)?,
+        ];
+        let ready = match spec.ready_fd {
+            Some((fd, n)) => {
+                let dup = nix::fcntl::fcntl(
+                    unsafe_borrow(fd),
+                    nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(floor),
+                )?;
+                // SAFETY: fcntl just returned this new fd, and nothing else owns it.
+                Some((unsafe { OwnedFd::from_raw_fd(dup) }, n))
+            }
+            None => None,
+        };
+        let argv_ptrs = argv
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let envp_ptrs = envp
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        Ok(ChildPlan {
+            candidates,
+            _argv: argv,
+            _envp: envp,
+            argv_ptrs,
+            envp_ptrs,
+            cwd: cstring(&spec.cwd.to_string_lossy())?,
+            stdio,
+            ready,
+            creds: spec.creds,
+            nofile: CHILD_NOFILE.get().copied(),
+            floor,
+        })
+    }
+}
+
+impl ChildPlan {
+    /// The fds the child `dup2`s from.
+    fn sources(&self) -> Vec<RawFd> {
+        let stdio = self.stdio.iter().flatten().map(|f| f.as_raw_fd());
+        let ready = self.ready.iter().map(|(f, _)| f.as_raw_fd());
+        stdio.chain(ready).collect()
+    }
+}
+
+/// The paths `execve` tries for `program`: itself when it names a path, otherwise each
+/// directory of `path` joined with it (as `execvp` does, but prepared before the fork).
+fn candidates(program: &str, path: &str) -> io::Result<Vec<CString>> {
+    if program.contains('/') {
+        return Ok(vec![cstring(program)?]);
+    }
+    if program.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "empty program name",
+        ));
+    }
+    let mut out = Vec::new();
+    for dir in path.split(':') {
+        let dir = if dir.is_empty() { "." } else { dir };
+        out.push(cstring(&format!("{dir}/{program}"))?);
+    }
+    Ok(out)
+}
+
+/// The forked child: runs only async-signal-safe system calls, and never returns. First
+/// it drops every fd it does not need (`keep` is sorted): the guards at once, the
+/// parent's ends of its pipes (else it would never see end-of-file), and the rest, so
+/// that a child still waiting holds nothing of supd's.
+fn child_main(
+    p: &ChildPlan,
+    guards: &[RawFd],
+    own: &[RawFd],
+    keep: &[RawFd],
+    go: RawFd,
+    report: RawFd,
+) -> ! {
+    // SAFETY (whole function): each call is a plain async-signal-safe system call on
+    // integers or on pointers into memory prepared before the fork, which this child's
+    // copy of the address space still holds; the child ends in execve or _exit and never
+    // returns into Rust code of the parent.
+    unsafe {
+        for &fd in guards.iter().chain(own) {
+            if fd >= 0 {
+                libc::close(fd);
+            }
+        }
+        let mut low = 3;
+        for &k in keep {
+            if k > low {
+                close_range(low, k - 1);
+            }
+            low = low.max(k + 1);
+        }
+        close_range(low, RawFd::MAX);
+        libc::setsid();
+        // Wait for the parent's go-ahead: end-of-file means supd died or refused.
+        let mut byte = 0u8;
+        loop {
+            let n = libc::read(go, (&mut byte as *mut u8).cast(), 1);
+            if n == 1 {
+                break;
+            }
+            if n < 0 && errno_now() == libc::EINTR {
+                continue;
+            }
+            libc::_exit(127);
+        }
+        // supd ignores SIGPIPE (a gone client is an error, not a death); its children
+        // get the default back. Every other disposition was reset once in supd itself
+        // (`reset_dispositions`), and the mask supd blocks for its signalfd is cleared.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        if let Some(limit) = p.nofile.as_ref() {
+            libc::setrlimit(libc::RLIMIT_NOFILE, limit);
+        }
+        for (target, src) in p.stdio.iter().enumerate() {
+            if let Some(fd) = src {
+                if libc::dup2(fd.as_raw_fd(), target as RawFd) < 0 {
+                    fail(report, STAGE_FDS);
+                }
+            }
+        }
+        if let Some((fd, n)) = &p.ready {
+            if libc::dup2(fd.as_raw_fd(), *n) < 0 {
+                fail(report, STAGE_FDS);
+            }
+        }
+        if libc::chdir(p.cwd.as_ptr()) < 0 {
+            fail(report, STAGE_CWD);
+        }
+        if let Some(c) = &p.creds {
+            if libc::setgroups(c.groups.len(), c.groups.as_ptr()) < 0
+                || libc::setgid(c.gid) < 0
+                || libc::setuid(c.uid) < 0
+            {
+                fail(report, STAGE_CREDS);
+            }
+        }
+        // As execvp: the first candidate that runs wins; one that exists but may not be
+        // run (EACCES) is reported over the ones that do not exist.
+        let mut denied = false;
+        let mut errno = libc::ENOENT;
+        for path in &p.candidates {
+            libc::execve(path.as_ptr(), p.argv_ptrs.as_ptr(), p.envp_ptrs.as_ptr());
+            errno = errno_now();
+            match errno {
+                libc::EACCES => denied = true,
+                libc::ENOENT | libc::ENOTDIR => {}
+                _ => break,
+            }
+        }
+        if denied && (errno == libc::ENOENT || errno == libc::ENOTDIR) {
+            errno = libc::EACCES;
+        }
+        fail_with(report, STAGE_EXEC, errno)
+    }
+}
+
+/// Closes fds `low..=high`; on kernels before 5.9 (no close_range) nothing is done: the
+/// guards and the pipe ends were closed one by one already, and exec closes the rest.
+fn close_range(low: RawFd, high: RawFd) {
+    // SAFETY: close_range takes integers and only closes this process's fds.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            low as libc::c_uint,
+            high as libc::c_uint,
+            0 as libc::c_uint,
+        );
+    }
+}
+
+/// This thread's errno.
+fn errno_now() -> i32 {
+    // SAFETY: __errno_location returns a valid pointer to this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Writes the failed stage and the current errno to the report pipe and exits.
+fn fail(report: RawFd, stage: u32) -> ! {
+    fail_with(report, stage, errno_now())
+}
+
+/// Writes `stage` and `errno` to the report pipe and exits (in the child).
+fn fail_with(report: RawFd, stage: u32, errno: i32) -> ! {
+    let mut msg = [0u8; 8];
+    msg[..4].copy_from_slice(&stage.to_ne_bytes());
+    msg[4..].copy_from_slice(&errno.to_ne_bytes());
+    // SAFETY: writes 8 bytes from the stack, then exits without running any destructor
+    // of the parent's (async-signal-safe calls only).
+    unsafe {
+        libc::write(report, msg.as_ptr().cast(), msg.len());
+        libc::_exit(127)
+    }
 }
 
 /// Standard input for a service: `/dev/null`, or, before `/dev` exists (an init that has
 /// not mounted it yet), the read end of a pipe whose write end is closed: end-of-file at
 /// once, as from `/dev/null`.
-fn null_input() -> Stdio {
-    if let Some(s) = dev_null(false) {
-        return s;
+fn null_input() -> io::Result<OwnedFd> {
+    if let Some(fd) = dev_null_fd(false) {
+        return Ok(fd);
     }
-    match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-        Ok((read, _write)) => Stdio::from(read),
-        Err(_) => Stdio::null(),
-    }
+    let (read, _write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    Ok(read)
 }
 
 /// `/dev/null` for reading or writing, or `None` before `/dev` exists (an init whose
 /// first one-shots have not mounted it yet); callers choose what stands in for it.
-pub fn dev_null(write: bool) -> Option<Stdio> {
+fn dev_null_fd(write: bool) -> Option<OwnedFd> {
     std::fs::OpenOptions::new()
         .read(!write)
         .write(write)
         .open("/dev/null")
         .ok()
-        .map(Stdio::from)
-}
-
-/// Runs in the forked child, between fork and exec.
-fn child_setup(
-    creds: Option<&Credentials>,
-    ready: Option<(RawFd, i32)>,
-    nofile: Option<libc::rlimit>,
-) -> io::Result<()> {
-    // SAFETY (whole function): each call is a plain async-signal-safe syscall wrapper on
-    // integers or on pointers into memory the parent prepared and still owns.
-    unsafe {
-        if libc::setsid() < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // std resets SIGPIPE and (today) the mask; the mask is cleared again here so
-        // the child never inherits supd's blocked signals whatever std does. Every other
-        // disposition was reset once in supd itself (`reset_dispositions`).
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        if let Some(limit) = nofile {
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
-        if let Some((from, to)) = ready {
-            if from == to {
-                // dup2 onto itself would keep close-on-exec: clear it instead.
-                if libc::fcntl(to, libc::F_SETFD, 0) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            } else if libc::dup2(from, to) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        if let Some(c) = creds {
-            if libc::setgroups(c.groups.len(), c.groups.as_ptr()) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::setgid(c.gid) < 0 || libc::setuid(c.uid) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-    }
-    Ok(())
+        .map(OwnedFd::from)
 }
 
 /// Resets every signal's disposition to the default, except SIGPIPE (ignored, so a write

@@ -17,7 +17,6 @@ use crate::versions;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 /// What supd holds about one tool.
@@ -586,14 +585,14 @@ impl Supervisor {
         Ok(())
     }
 
-    fn spawn_helper(&self, program: &str, args: Vec<String>) -> std::io::Result<i32> {
+    fn spawn_helper(&self, program: &str, args: Vec<String>) -> Result<i32, String> {
         sys::spawn(SpawnSpec {
             program: program.into(),
             args,
             env: vec![("PATH".into(), crate::launch::DEFAULT_PATH.into())],
             cwd: "/".into(),
-            stdout: Stdio::null(),
-            stderr: Stdio::inherit(),
+            stdout: sys::Io::Null,
+            stderr: sys::Io::Inherit,
             creds: None,
             ready_fd: None,
         })

@@ -152,9 +152,16 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
         socket.display(),
         cfg.services.len()
     );
+    // A forked child closes these first: they keep a second supd out.
+    if let Some(l) = &lock {
+        sup::sys::set_lock_fd(std::os::fd::AsRawFd::as_raw_fd(&**l));
+    }
+    sup::sys::set_listener_fd(std::os::fd::AsRawFd::as_raw_fd(&server.fd()));
+    let cgroups = use_cgroups(&cfg);
     let mut sup = Supervisor::new(cfg, path, server, notify, signals);
     sup.config_errors = errors;
     sup.lock = lock;
+    sup.cgroups = cgroups;
     sup.system = args.system || sup.cfg.supd.mode == config::Mode::System;
     if sup.system {
         sup::pid1::setup();
@@ -170,7 +177,31 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
         sup::pid1::end(action, &mut sup.signals);
     }
     let _ = std::fs::remove_file(&socket);
+    if let Some(c) = &sup.cgroups {
+        c.remove();
+    }
     Ok(code)
+}
+
+/// The services' cgroups, or why there are none (said once: services that daemonize can
+/// then escape, see supd(8)).
+fn use_cgroups(cfg: &Config) -> Option<sup::cgroup::Cgroups> {
+    if !cfg.supd.cgroups {
+        log::info!("cgroups = \"off\": services are ended by process group");
+        return None;
+    }
+    match sup::cgroup::Cgroups::setup(&cfg.supd.state_dir) {
+        Ok(c) => {
+            log::info!("services run in cgroups under {}", c.root.display());
+            Some(c)
+        }
+        Err(e) => {
+            log::warn!(
+                "{e}: services are ended by process group, and one that daemonizes can escape"
+            );
+            None
+        }
+    }
 }
 
 /// The loop, and what a panic in it leads to: supd re-executes itself with its state
@@ -308,6 +339,25 @@ fn tell_service_manager() {
     std::env::remove_var("NOTIFY_SOCKET");
 }
 
+/// Takes the lock, waiting up to a second while it is held: a predecessor killed a moment
+/// ago may still have a child between fork and its first instruction holding it (the
+/// child closes it at once; see `sys::set_lock_fd`). A live supd holds it for good, and
+/// is refused after the second. Before the loop, so no service waits on this.
+fn lock_briefly(
+    mut file: std::fs::File,
+) -> Result<nix::fcntl::Flock<std::fs::File>, (std::fs::File, nix::errno::Errno)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// One supd per state directory.
 fn lock_state_dir(
     dir: &std::path::Path,
@@ -328,7 +378,7 @@ fn lock_state_dir(
             return Ok(None);
         }
     };
-    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+    match lock_briefly(file) {
         Ok(l) => Ok(Some(l)),
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(format!(
             "another supd is using {}; stop it first, or give this one another state_dir",

@@ -43,6 +43,7 @@ const SUPD_KEYS: &[&str] = &[
     "include",
     "shutdown_timeout",
     "mode",
+    "cgroups",
 ];
 const SERVICE_KEYS: &[&str] = &[
     "tool",
@@ -224,6 +225,10 @@ fn read_supd(ctx: &mut FileCtx, value: &Value, supd: &mut SupdConfig) {
                     full,
                     &[("container", Mode::Container), ("system", Mode::System)],
                 ),
+            ),
+            "cgroups" => set(
+                &mut supd.cgroups,
+                ctx.choice(v, full, &[("auto", true), ("off", false)]),
             ),
             _ => ctx.unknown(key.span(), full, SUPD_KEYS),
         }

@@ -56,6 +56,8 @@ pub struct SupdConfig {
     pub include: Vec<PathBuf>,
     pub shutdown_timeout: Duration,
     pub mode: Mode,
+    /// Whether services get a cgroup each, where the machine allows it.
+    pub cgroups: bool,
 }
 
 impl Default for SupdConfig {
@@ -69,6 +71,7 @@ impl Default for SupdConfig {
             include: Vec::new(),
             shutdown_timeout: Duration::from_secs(30),
             mode: Mode::Container,
+            cgroups: true,
         }
     }
 }

@@ -1,0 +1,219 @@
+//! One cgroup (v2) per service, where the machine has a cgroup2 hierarchy supd may write:
+//! whatever a service starts stays in its cgroup, even a daemon that left its process
+//! group and session, and `cgroup.kill` ends all of it at once. Where there is none,
+//! services are ended by process group, and supd(8) says they must not daemonize.
+//!
+//! Layout: `<supd's own cgroup>/sup-<id>/<service>.service`, with `<id>` derived from the
+//! state directory, so that several supds in one cgroup (tests, one per user) never
+//! share one. The root is written to `state_dir/cgroup`, so that a later supd finds what
+//! a killed one left even from another cgroup.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The file in `state_dir` that names the root of the services' cgroups.
+const RECORD: &str = "cgroup";
+
+/// The directory that holds one cgroup per service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cgroups {
+    pub root: PathBuf,
+}
+
+impl Cgroups {
+    /// Makes (or reuses) the root for `state_dir` under supd's own cgroup, and records
+    /// it. `Err` says why services will run without cgroups.
+    pub fn setup(state_dir: &Path) -> Result<Cgroups, String> {
+        let own = own_cgroup_dir().ok_or("no cgroup2 hierarchy is mounted")?;
+        let root = own.join(format!("sup-{:016x}", fnv1a(&absolute(state_dir))));
+        match fs::create_dir(&root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("cannot create {}: {e}", root.display())),
+        }
+        let text = format!("{}\n", root.display());
+        if let Err(e) =
+            crate::records::atomic_write(&state_dir.join(RECORD), text.as_bytes(), false)
+        {
+            log::warn!(
+                "cannot record the cgroup root in {}: {e}",
+                state_dir.display()
+            );
+        }
+        Ok(Cgroups { root })
+    }
+
+    /// The cgroup of `service`.
+    pub fn service_dir(&self, service: &str) -> PathBuf {
+        // The suffix keeps a service's name from meeting one of the cgroup's own files
+        // ("cgroup.procs", "cpu.stat").
+        self.root.join(format!("{service}.service"))
+    }
+
+    /// Removes the root once its services' cgroups are gone (supd's clean exit).
+    pub fn remove(&self) {
+        for dir in children(&self.root) {
+            remove(&dir);
+        }
+        let _ = fs::remove_dir(&self.root);
+    }
+}
+
+/// Creates a service's cgroup if it is not there.
+pub fn prepare(dir: &Path) -> io::Result<()> {
+    match fs::create_dir(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Moves `pid` into the cgroup `dir`.
+pub fn join(dir: &Path, pid: i32) -> io::Result<()> {
+    fs::write(dir.join("cgroup.procs"), pid.to_string())
+}
+
+/// SIGKILLs every process of the cgroup: `cgroup.kill` (Linux 5.14), else each member.
+pub fn kill(dir: &Path) {
+    if fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+        return;
+    }
+    // Older kernels: one kill per member. A member forking meanwhile is caught by the
+    // next check (`populated`), which kills again.
+    for pid in members(dir) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Whether any process is left in the cgroup (a missing cgroup has none).
+pub fn populated(dir: &Path) -> bool {
+    match fs::read_to_string(dir.join("cgroup.events")) {
+        Ok(text) => text.lines().any(|l| l.trim() == "populated 1"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(_) => !members(dir).is_empty(),
+    }
+}
+
+/// The processes in the cgroup.
+pub fn members(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Removes an empty cgroup (a populated one stays: rmdir refuses it).
+pub fn remove(dir: &Path) {
+    let _ = fs::remove_dir(dir);
+}
+
+/// The services' cgroups a previous supd of `state_dir` used: those under the recorded
+/// root and under the root this supd would use.
+pub fn left_by_previous(state_dir: &Path) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    if let Ok(text) = fs::read_to_string(state_dir.join(RECORD)) {
+        roots.push(PathBuf::from(text.trim()));
+    }
+    if let Some(own) = own_cgroup_dir() {
+        roots.push(own.join(format!("sup-{:016x}", fnv1a(&absolute(state_dir)))));
+    }
+    roots.dedup();
+    roots
+        .iter()
+        .filter(|r| r.is_absolute())
+        .flat_map(|r| children(r))
+        .collect()
+}
+
+/// The `*.service` cgroups under `root`.
+fn children(root: &Path) -> Vec<PathBuf> {
+    let Ok(dir) = fs::read_dir(root) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".service"))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// supd's own cgroup as a directory: the cgroup2 mount joined with the `0::` line of
+/// `/proc/self/cgroup`.
+fn own_cgroup_dir() -> Option<PathBuf> {
+    let cgroup = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let (root, mount) = cgroup2_mount(&mountinfo)?;
+    let rel = own.strip_prefix(root.as_str()).unwrap_or(own);
+    Some(Path::new(&mount).join(rel.trim_start_matches('/')))
+}
+
+/// The root and mount point of the first cgroup2 mount in a mountinfo text.
+fn cgroup2_mount(mountinfo: &str) -> Option<(String, String)> {
+    mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        if right.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        let f: Vec<&str> = left.split_whitespace().collect();
+        Some((unescape(f.get(3)?), unescape(f.get(4)?)))
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+fn absolute(p: &Path) -> String {
+    std::path::absolute(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// FNV-1a, 64 bits: a stable short name for a path.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_cgroup2_mount_in_a_hybrid_layout() {
+        let info = "25 30 0:23 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n\
+                    26 25 0:24 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw\n\
+                    27 25 0:25 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
+        assert_eq!(
+            cgroup2_mount(info),
+            Some(("/".into(), "/sys/fs/cgroup/unified".into()))
+        );
+        let ns = "40 39 0:30 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount(ns),
+            Some(("/docker/abc".into(), "/sys/fs/cgroup".into()))
+        );
+        assert_eq!(cgroup2_mount("1 0 8:1 / / rw - ext4 /dev/vda rw\n"), None);
+    }
+
+    #[test]
+    fn names_are_stable_and_apart() {
+        assert_eq!(fnv1a("/var/lib/sup"), fnv1a("/var/lib/sup"));
+        assert_ne!(fnv1a("/var/lib/sup"), fnv1a("/var/lib/sup2"));
+        let c = Cgroups {
+            root: "/sys/fs/cgroup/sup-1".into(),
+        };
+        assert_eq!(
+            c.service_dir("cgroup.procs"),
+            PathBuf::from("/sys/fs/cgroup/sup-1/cgroup.procs.service")
+        );
+    }
+}

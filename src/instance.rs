@@ -1,0 +1,73 @@
+//! One run of a service at the kernel's edge, from its fork to the exit of its last
+//! process. The promises of "one instance" live here:
+//!
+//! - it is recorded before its program runs (`sys::spawn_admitted` holds the child until
+//!   the supervisor's record is written and the child is in its cgroup);
+//! - when its leader exits, the whole group (and cgroup) is killed while the leader is
+//!   still an unreaped zombie, so the group's id cannot name anything else meanwhile;
+//! - it is over only when no process of it is left: until then the service is not
+//!   started again, `stop` does not answer and a lease is not released.
+
+use crate::cgroup;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// A service's running (or finishing) processes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    /// The leader, whose pid is also the process group's and session's id.
+    pub pid: i32,
+    /// The leader's start time (clock ticks since boot), as recorded.
+    pub start_time: u64,
+    /// Its cgroup, where supd has them.
+    pub cgroup: Option<PathBuf>,
+    /// The leader was reaped: what is awaited is the rest of it.
+    pub leader_gone: bool,
+}
+
+impl Instance {
+    /// Sends `sig` to the process group, then SIGCONT so that a stopped group acts on
+    /// it; SIGKILL also goes to everything in the cgroup.
+    pub fn signal(&self, sig: Signal) {
+        if sig == Signal::SIGKILL {
+            return self.kill_all();
+        }
+        signal_group(self.pid, sig);
+    }
+
+    /// SIGKILL to the cgroup and to the process group.
+    pub fn kill_all(&self) {
+        if let Some(dir) = &self.cgroup {
+            cgroup::kill(dir);
+        }
+        signal_group(self.pid, Signal::SIGKILL);
+    }
+
+    /// Whether no process of this run is left. Only asked once the leader was reaped:
+    /// before, the leader itself is a member.
+    pub fn is_gone(&self) -> bool {
+        let group_gone = matches!(
+            killpg(Pid::from_raw(self.pid), None),
+            Err(nix::errno::Errno::ESRCH)
+        );
+        group_gone && self.cgroup.as_deref().is_none_or(|d| !cgroup::populated(d))
+    }
+}
+
+/// Sends `sig` to the process group led by `pid`, then SIGCONT so a stopped group can
+/// act on it. A group that is gone already is not an error.
+pub fn signal_group(pid: i32, sig: Signal) {
+    let pg = Pid::from_raw(pid);
+    match killpg(pg, sig) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+        Err(e) => log::warn!(
+            "cannot send {} to process group {pid}: {e}",
+            crate::config::signal_name(sig)
+        ),
+    }
+    if sig != Signal::SIGKILL && sig != Signal::SIGCONT {
+        let _ = killpg(pg, Signal::SIGCONT);
+    }
+}

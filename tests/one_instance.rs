@@ -1,0 +1,330 @@
+//! One instance of a service at every moment, whatever happens to supd: killed between a
+//! fork and its record, a restart while the old run is still dying, a service that
+//! daemonizes, a state directory that is full or removed.
+
+mod common;
+use common::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::fs;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A service script that appends its pid to `starts` and holds `lock`, recording in
+/// `dups` any start that finds another instance holding it.
+fn locking_service(sb: &Sandbox, then: &str) -> String {
+    let d = sb.dir.display();
+    sb.script(
+        "svc",
+        &format!(
+            "exec 9>>{d}/lock\nflock -n 9 || {{ echo \"dup $$\" >> {d}/dups; exit 1; }}\necho $$ >> {d}/starts\n{then}"
+        ),
+    )
+}
+
+fn lines(sb: &Sandbox, name: &str) -> Vec<String> {
+    fs::read_to_string(sb.path(name))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn pid_of(v: &serde_json::Value) -> i32 {
+    v["pid"].as_i64().expect("a pid") as i32
+}
+
+/// The pid a service's helper wrote to `name` before the service said it was ready.
+fn pid_in(sb: &Sandbox, name: &str) -> i32 {
+    lines(sb, name)
+        .first()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {name}"))
+}
+
+/// Shell lines that start `start '…'` in the background as a helper that writes its
+/// pid to `file`, wait until it has, then say ready on fd 3.
+fn helper_then_ready(sb: &Sandbox, file: &str, start: &str) -> String {
+    let f = sb.path(file);
+    format!(
+        "rm -f {f}\n{start} 'echo $$ > {f}.tmp; mv {f}.tmp {f}; exec sleep 3600' &\n\
+         while [ ! -s {f} ]; do :; done\necho >&3",
+        f = f.display()
+    )
+}
+
+#[test]
+fn a_supd_killed_between_fork_and_record_leaves_nothing_unrecorded() {
+    for point in sup::failpoint::SPAWN_POINTS {
+        let mut sb = Sandbox::new();
+        let svc = locking_service(&sb, "echo >&3\nexec sleep 3600");
+        sb.config(&format!(
+            "[service.one]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\n"
+        ));
+        let mut cmd = Command::new(SUPD);
+        cmd.env("SUP_FAILPOINT", point);
+        sb.start_with(cmd, &["-c"]);
+        assert!(
+            wait_exit(sb.supd_pid(), DEADLINE).is_some(),
+            "{point}: supd did not abort\n{}",
+            sb.supd_log()
+        );
+        let _ = sb.supd.take().map(|mut c| c.wait());
+        sb.start();
+        let running = sb.wait_state("one", "running");
+        assert_eq!(
+            lines(&sb, "starts"),
+            vec![pid_of(&running).to_string()],
+            "{point}: the program of the first fork must never have run"
+        );
+        assert!(lines(&sb, "dups").is_empty(), "{point}: two instances");
+    }
+}
+
+/// A cgroup v1 freezer holds a SIGKILLed process alive until it is thawed: a member of a
+/// service's run that is slow to die, deterministically.
+struct Freezer(std::path::PathBuf);
+
+impl Freezer {
+    fn new(tag: u64) -> Option<Freezer> {
+        let dir = std::path::PathBuf::from(format!("/sys/fs/cgroup/freezer/sup-test-{tag}"));
+        fs::create_dir_all(&dir).ok()?;
+        Some(Freezer(dir))
+    }
+    fn freeze(&self, pid: i32) {
+        fs::write(self.0.join("cgroup.procs"), pid.to_string()).expect("join freezer");
+        fs::write(self.0.join("freezer.state"), "FROZEN").expect("freeze");
+    }
+    fn thaw(&self) {
+        fs::write(self.0.join("freezer.state"), "THAWED").expect("thaw");
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        let _ = fs::write(self.0.join("freezer.state"), "THAWED");
+        let _ = fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_new_run_starts_only_once_every_process_of_the_old_one_is_gone() {
+    let mut sb = Sandbox::new();
+    let Some(freezer) = is_root().then(|| Freezer::new(sb.tag)).flatten() else {
+        eprintln!("skipped: needs root and a cgroup v1 freezer");
+        return;
+    };
+    // The leader starts a member that keeps the lock, then waits.
+    let helper = helper_then_ready(&sb, "member", "sh -c");
+    let svc = locking_service(&sb, &format!("{helper}\nexec sleep 3600"));
+    sb.config(&format!(
+        "[service.one]\ncommand = [\"{svc}\"]\nrestart_delay = \"0s\"\nready = \"fd:3\"\n"
+    ));
+    sb.start();
+    let first = pid_of(&sb.wait_state("one", "running"));
+    let member = pid_in(&sb, "member");
+    freezer.freeze(member);
+    let mut w = sb.watch();
+    kill(Pid::from_raw(first), Signal::SIGKILL).expect("kill the leader");
+    // The leader is gone and its group was killed, but the frozen member cannot die yet:
+    // the service waits for it instead of starting beside it.
+    let waiting = w.until(&sb, |e| {
+        e["service"] == "one" && e["to"] == "stopped" && e["reason"].is_string()
+    });
+    let status = sb.status("one");
+    assert!(status["pid"].is_null(), "not started again: {status}");
+    assert!(alive(member), "the member is still there (frozen)");
+    assert!(
+        status["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("previous run")),
+        "says what it waits for: {status} {waiting}"
+    );
+    freezer.thaw();
+    let second = pid_of(&w.state(&sb, "one", "running"));
+    assert_ne!(second, first);
+    assert!(!alive(member), "the old member was gone before the new run");
+    assert!(
+        lines(&sb, "dups").is_empty(),
+        "two instances: {:?}",
+        lines(&sb, "dups")
+    );
+}
+
+#[test]
+fn a_service_that_daemonizes_does_not_outlive_it() {
+    if !is_root() {
+        eprintln!("skipped: needs root for cgroups");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    // fork, setsid, fork: the daemon leaves the service's process group and session.
+    let helper = helper_then_ready(&sb, "daemon", "setsid -f sh -c");
+    let svc = sb.script("svc", &format!("{helper}\nexec sleep 3600"));
+    sb.config(&format!(
+        "[service.d]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\n"
+    ));
+    sb.start();
+    let leader = pid_of(&sb.wait_state("d", "running"));
+    let escaped = pid_in(&sb, "daemon");
+    let daemon = sup::proc::stat(escaped).expect("the daemon runs");
+    assert!(
+        daemon.pgrp != leader,
+        "the daemon left the service's group: {daemon:?}"
+    );
+
+    // stop
+    sb.ok(serde_json::json!({"cmd": "stop", "service": "d"}));
+    assert!(!alive(escaped), "stop ends what the service started");
+
+    // kill -9 of supd, then a new supd
+    let mut w = sb.watch();
+    sb.ok(serde_json::json!({"cmd": "start", "service": "d"}));
+    w.state(&sb, "d", "running");
+    let escaped = pid_in(&sb, "daemon");
+    assert!(alive(escaped));
+    sb.stop_supd(Signal::SIGKILL);
+    sb.start();
+    sb.wait_state("d", "running");
+    assert!(!alive(escaped), "a new supd ends what the killed one left");
+
+    // shutdown
+    let escaped = pid_in(&sb, "daemon");
+    assert!(alive(escaped));
+    sb.stop_supd(Signal::SIGTERM);
+    assert!(!alive(escaped), "shutdown ends what the service started");
+}
+
+/// A small tmpfs mounted on `dir`, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &std::path::Path, size: &str) -> Option<Tmpfs> {
+        fs::create_dir_all(dir).ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(dir.to_path_buf()))
+    }
+
+    /// Fills it up with one file; returns its path.
+    fn fill(&self) -> std::path::PathBuf {
+        let f = self.0.join("filler");
+        let _ = Command::new("dd")
+            .args(["if=/dev/zero", "bs=4096"])
+            .arg(format!("of={}", f.display()))
+            .stderr(std::process::Stdio::null())
+            .status();
+        f
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_state_dir_refuses_the_start_instead_of_running_unrecorded() {
+    if !is_root() {
+        eprintln!("skipped: needs root to mount a tmpfs");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let Some(disk) = Tmpfs::mount(&sb.path("state"), "64k") else {
+        eprintln!("skipped: cannot mount a tmpfs");
+        return;
+    };
+    let filler = disk.fill();
+    let svc = locking_service(&sb, "echo >&3\nexec sleep 3600");
+    sb.config(&format!(
+        "[service.one]\ncommand = [\"{svc}\"]\nrestart_delay = \"20ms\"\nrestart_delay_max = \"50ms\"\n\
+         crash_loop = {{ restarts = 1000, window = \"1m\" }}\nready = \"fd:3\"\n"
+    ));
+    sb.start();
+    let mut w = sb.watch();
+    let refused = w.until(&sb, |e| {
+        e["service"] == "one"
+            && e["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("cannot record its pid"))
+    });
+    assert!(
+        refused["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("No space left")),
+        "says why: {refused}"
+    );
+    assert!(lines(&sb, "starts").is_empty(), "its program never ran");
+    fs::remove_file(filler).expect("free the disk");
+    let running = w.state(&sb, "one", "running");
+    assert_eq!(lines(&sb, "starts"), vec![pid_of(&running).to_string()]);
+    // Recorded, so a killed supd's successor ends it before starting anew.
+    sb.stop_supd(Signal::SIGKILL);
+    sb.start();
+    sb.wait_state("one", "running");
+    assert!(!alive(pid_of(&running)), "the old instance was ended");
+    assert!(lines(&sb, "dups").is_empty(), "two instances");
+}
+
+#[test]
+fn a_removed_state_dir_is_noticed_and_records_written_anew() {
+    let mut sb = Sandbox::new();
+    let svc = locking_service(&sb, "echo >&3\nexec sleep 3600");
+    sb.config(&format!(
+        "[service.one]\ncommand = [\"{svc}\"]\nrestart_delay = \"0s\"\nready = \"fd:3\"\n"
+    ));
+    sb.start();
+    let first = pid_of(&sb.wait_state("one", "running"));
+    fs::remove_dir_all(sb.path("state")).expect("remove state_dir");
+    let mut w = sb.watch();
+    kill(Pid::from_raw(first), Signal::SIGKILL).expect("kill it");
+    let second = pid_of(&w.state(&sb, "one", "running"));
+    assert_eq!(
+        sb.recorded_groups(),
+        vec![second],
+        "the new run is recorded in the state dir as it is now"
+    );
+    sb.stop_supd(Signal::SIGKILL);
+    sb.start();
+    let third = pid_of(&sb.wait_state("one", "running"));
+    assert!(!alive(second), "the killed supd's run was found and ended");
+    assert_ne!(third, second);
+    assert!(
+        lines(&sb, "dups").is_empty(),
+        "two instances: {:?}",
+        lines(&sb, "dups")
+    );
+    assert!(
+        sb.supd_log().contains("removed or replaced"),
+        "said:\n{}",
+        sb.supd_log()
+    );
+}
+
+#[test]
+fn stop_answers_once_every_process_of_the_service_is_gone() {
+    let mut sb = Sandbox::new();
+    // The member ignores TERM and outlives the leader, which exits on TERM.
+    let helper = helper_then_ready(&sb, "member", "sh -c 'trap \"\" TERM; exec sh -c \"$0\"'");
+    let svc = sb.script("svc", &format!("{helper}\nexec sleep 3600"));
+    sb.config(&format!(
+        "[service.one]\ncommand = [\"{svc}\"]\nstop_timeout = \"5s\"\nready = \"fd:3\"\n"
+    ));
+    sb.start();
+    sb.wait_state("one", "running");
+    let member = pid_in(&sb, "member");
+    let begun = Instant::now();
+    sb.ok(serde_json::json!({"cmd": "stop", "service": "one"}));
+    assert!(
+        !alive(member),
+        "stop answered while a process of the service ran"
+    );
+    assert!(
+        begun.elapsed() < Duration::from_secs(4),
+        "the leader's exit ended the rest at once, without waiting for stop_timeout"
+    );
+}
