@@ -8,7 +8,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::fs;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A service script that appends its pid to `starts` and holds `lock`, recording in
 /// `dups` any start that finds another instance holding it.
