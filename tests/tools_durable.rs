@@ -324,13 +324,17 @@ fn probation_across_a_clock_step(offset: i64) {
     sb.start_with(cmd, &["-c"]);
     let mut w = sb.watch();
     let v = versions(&sb, "agent");
-    if v["phase"] == "probation" {
-        let left = v["deadline_in_ms"].as_u64().unwrap_or(u64::MAX);
-        assert!(
-            Duration::from_millis(left) <= probation,
-            "offset {offset}: {left} ms left of a 4 s probation: {v}"
-        );
-    }
+    assert_eq!(
+        v["phase"],
+        "probation",
+        "offset {offset}: committed within {:?} of a 4 s probation: {v}",
+        t0.elapsed()
+    );
+    let left = v["deadline_in_ms"].as_u64().unwrap_or(u64::MAX);
+    assert!(
+        Duration::from_millis(left) <= probation,
+        "offset {offset}: {left} ms left of a 4 s probation: {v}"
+    );
     let e = w.until(&sb, |e| {
         e["event"] == "upgrade" && e["phase"] == "committed"
     });
