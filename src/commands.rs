@@ -90,27 +90,38 @@ impl Supervisor {
                         "phase": t.record.phase.as_str(),
                         "proposed": t.record.proposed,
                         "deadline_in_ms": t.deadline.map(|d| d.since(now).as_millis() as u64),
+                        "pending": t.pending.as_ref().map(|p| p.op.describe(&p.change.record)),
+                        "write_error": t.pending.as_ref().map(|p| p.error.clone()),
                     }))).collect::<serde_json::Map<String, Value>>(),
+                    "down_error": self.down_retry.as_ref().map(|r| r.2.clone()),
                     "supd": {"version": env!("CARGO_PKG_VERSION"), "pid": std::process::id(), "uptime_ms": now.since(self.started).as_millis() as u64},
                 })))
             }
             Command::Start { service } => {
                 self.known(&service)?;
                 self.refuse_during_shutdown()?;
-                self.set_down(&service, false);
+                let _ = self.set_down(&service, false, now);
                 self.apply(&service, Event::Start, now);
                 Ok(Outcome::Answer(self.one_status(&service, now)))
             }
             Command::Stop { service } => {
                 self.known(&service)?;
-                self.set_down(&service, true);
+                let written = self.set_down(&service, true, now);
                 self.apply(&service, Event::Stop, now);
+                // Stopped all the same (the operator wants it down now), but told: the
+                // mark that keeps it down across a restart of supd is not on disk yet.
+                written.map_err(|e| {
+                    Error::new(
+                        ErrorKind::Failed,
+                        format!("{service} is stopping, but its down mark is not written ({e}): it would start again if supd restarted; supd retries writing it"),
+                    )
+                })?;
                 self.park(client, id, WaitFor::Down(service))
             }
             Command::Restart { service } => {
                 self.known(&service)?;
                 self.refuse_during_shutdown()?;
-                self.set_down(&service, false);
+                let _ = self.set_down(&service, false, now);
                 self.apply(&service, Event::Restart, now);
                 self.park(client, id, WaitFor::Started(service))
             }

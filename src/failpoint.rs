@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 
 /// Every point, for tests and documentation.
 pub const POINTS: &[&str] = &[
-    "upgrade-before-intent",
-    "upgrade-after-intent",
+    "upgrade-before-record",
+    "upgrade-after-record",
     "upgrade-after-switch",
     "upgrade-after-restart",
     "commit-before-record",

@@ -13,6 +13,7 @@ use crate::leases::Grant;
 use crate::service::Service;
 use crate::supervisor::Supervisor;
 use crate::time::Mono;
+use crate::tools::Task;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -37,6 +38,26 @@ pub struct Handoff {
     pub grants: Vec<GrantState>,
     #[serde(default)]
     pub system: bool,
+    /// Helpers still running: an install (its client is gone with the old image, but
+    /// the copy finishes and is moved into place) or a deletion. Without them, the new
+    /// image would take a live install's staging directory for a dead one.
+    #[serde(default)]
+    pub tasks: Vec<TaskState>,
+}
+
+/// A helper process carried across `exec` (it stays a child of the same pid).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "kebab-case")]
+pub enum TaskState {
+    Install {
+        pid: i32,
+        tool: String,
+        version: String,
+    },
+    Prune {
+        pid: i32,
+        dirs: Vec<PathBuf>,
+    },
 }
 
 /// One service's runtime.
@@ -128,6 +149,23 @@ impl Supervisor {
                 valid_for_ms: g.valid_for.as_millis() as u64,
             })
             .collect();
+        let tasks = self
+            .tasks
+            .iter()
+            .filter_map(|(&pid, t)| match t {
+                Task::Install { tool, version, .. } => Some(TaskState::Install {
+                    pid,
+                    tool: tool.clone(),
+                    version: version.clone(),
+                }),
+                Task::Prune { dirs } => Some(TaskState::Prune {
+                    pid,
+                    dirs: dirs.clone(),
+                }),
+                // Its client goes with the exec; its end is an orphan's.
+                Task::ReexecCheck { .. } => None,
+            })
+            .collect();
         let h = Handoff {
             format: FORMAT,
             from: env!("CARGO_PKG_VERSION").into(),
@@ -140,6 +178,7 @@ impl Supervisor {
             services,
             grants,
             system: self.system,
+            tasks,
         };
         (h, fds)
     }
@@ -252,6 +291,20 @@ impl Supervisor {
                     valid_for: Duration::from_millis(g.valid_for_ms),
                 },
             );
+        }
+        for t in h.tasks {
+            let (pid, task) = match t {
+                TaskState::Install { pid, tool, version } => (
+                    pid,
+                    Task::Install {
+                        tool,
+                        version,
+                        client: None,
+                    },
+                ),
+                TaskState::Prune { pid, dirs } => (pid, Task::Prune { dirs }),
+            };
+            self.tasks.insert(pid, task);
         }
         self.check_draining(Mono::now());
         log::info!(

@@ -91,6 +91,8 @@ pub struct Supervisor {
     pub waiters: Vec<Waiter>,
     /// Services an operator stopped: they stay down across restarts of supd.
     pub down: BTreeSet<String>,
+    /// The admin-down marks could not be written: when to try again, the delay, and why.
+    pub down_retry: Option<(Mono, std::time::Duration, String)>,
     pub started: Mono,
     buf: Vec<u8>,
     /// Versioned tools, by name.
@@ -148,6 +150,7 @@ impl Supervisor {
             exit: None,
             waiters: Vec::new(),
             down,
+            down_retry: None,
             started: Mono::now(),
             buf: vec![0; READ_MAX],
             tools: BTreeMap::new(),
@@ -565,6 +568,8 @@ impl Supervisor {
     /// Starts what may start, stops what must stop, answers parked clients. Runs after
     /// every batch of events, until nothing changes.
     pub fn settle(&mut self, now: Mono) {
+        self.retry_down(now);
+        self.sweep_tools();
         self.check_probations(now);
         if self.shutdown.is_some() {
             self.shutdown_step(now);
@@ -809,20 +814,54 @@ impl Supervisor {
         }
     }
 
-    /// Records an operator's stop or start durably.
-    pub fn set_down(&mut self, name: &str, down: bool) {
+    /// Records an operator's stop or start durably. On failure the marks are written
+    /// again after a growing delay until they are (every later change rewrites them all),
+    /// and the error is returned (and shown in `status`).
+    pub fn set_down(&mut self, name: &str, down: bool, now: Mono) -> Result<(), String> {
         let changed = if down {
             self.down.insert(name.to_string())
         } else {
             self.down.remove(name)
         };
-        if changed {
-            if let Err(e) = records::write_down(&self.cfg.supd.state_dir, &self.down) {
-                log::warn!(
-                    "cannot record that {name} is {}: {e}",
-                    if down { "down" } else { "up" }
-                );
+        if changed || self.down_retry.is_some() {
+            self.write_down(now)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Writes the admin-down marks; arms the retry on failure.
+    fn write_down(&mut self, now: Mono) -> Result<(), String> {
+        let dir = &self.cfg.supd.state_dir;
+        match records::write_down(dir, &self.down) {
+            Ok(()) => {
+                if self.down_retry.take().is_some() {
+                    log::info!("the admin-down marks are written");
+                }
+                Ok(())
             }
+            Err(e) => {
+                let why = format!(
+                    "cannot write the admin-down marks in {}: {}",
+                    dir.display(),
+                    crate::tools::errno_text(&e)
+                );
+                let delay = self
+                    .down_retry
+                    .as_ref()
+                    .map(|r| r.1.saturating_mul(2).min(crate::tools::RETRY_MAX))
+                    .unwrap_or(crate::tools::RETRY_FIRST);
+                log::error!("{why}; retrying in {}", crate::time::Human(delay));
+                self.down_retry = Some((now.plus(delay), delay, why.clone()));
+                Err(why)
+            }
+        }
+    }
+
+    /// Writes the admin-down marks again if their delay is over.
+    pub fn retry_down(&mut self, now: Mono) {
+        if self.down_retry.as_ref().is_some_and(|r| r.0 <= now) {
+            let _ = self.write_down(now);
         }
     }
 

@@ -50,7 +50,13 @@ impl Mono {
     }
 }
 
-/// Parses "250ms", "10s", "5m", "1h", "1h30m", "0s" (a bare "0" too).
+/// The longest duration supd accepts anywhere (config and protocol): 366 days. Every
+/// deadline is an instant plus a duration; a bound keeps that sum far from overflow, and
+/// nothing supd waits for is meant to take longer than a year.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 86_400);
+
+/// Parses "250ms", "10s", "5m", "1h", "1h30m", "0s" (a bare "0" too); refuses anything
+/// longer than [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if s == "0" {
@@ -68,9 +74,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         if digits == 0 {
             return Err(format!("'{s}' is not a duration: expected a number before the unit (\"250ms\", \"10s\", \"5m\", \"1h\")"));
         }
-        let n: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("'{s}' is not a duration: number too large"))?;
+        let too_long = || format!("'{s}' is too long: at most 366 days (\"8784h\")");
+        let n: u64 = rest[..digits].parse().map_err(|_| too_long())?;
         rest = &rest[digits..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit())
@@ -94,6 +99,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             }
         };
         total = total.saturating_add(part);
+        if total > MAX_DURATION {
+            return Err(too_long());
+        }
     }
     Ok(total)
 }
@@ -124,6 +132,40 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// The clocks a decision that must survive a restart reads. The wall clock is for
+/// display only: it may be stepped (a board without an RTC before NTP, an operator's
+/// `date -s`). Deadlines use `CLOCK_BOOTTIME`, which only ever moves forward within one
+/// boot (suspend included), with the boot id that says which boot it belongs to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Clocks {
+    /// Milliseconds since the Unix epoch (display only).
+    pub wall_ms: u64,
+    /// `/proc/sys/kernel/random/boot_id`; empty when unreadable (then nothing resumes).
+    pub boot_id: String,
+    /// `CLOCK_BOOTTIME` in milliseconds.
+    pub boot_ms: u64,
+}
+
+impl Clocks {
+    /// Reads the three.
+    pub fn now() -> Clocks {
+        let boot = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+            .map(|ts| ts.tv_sec() as u64 * 1000 + ts.tv_nsec() as u64 / 1_000_000)
+            .unwrap_or(0);
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        Clocks {
+            wall_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            boot_id,
+            boot_ms: boot,
+        }
+    }
 }
 
 /// Formats a duration the way the config writes it: "250ms", "10s", "5m", "1h30m".
@@ -176,6 +218,17 @@ mod tests {
         }
         for bad in ["", "10", "ms", "10x", "-1s", "1.5s"] {
             assert!(parse_duration(bad).is_err(), "{bad} should be refused");
+        }
+        // Bounded where it is read: no sum of a deadline can overflow.
+        assert_eq!(parse_duration("8784h"), Ok(MAX_DURATION));
+        for huge in [
+            "18446744073709551615s",
+            "99999999999999999999999s",
+            "8784h1ms",
+            "307445734561825860m",
+        ] {
+            let e = parse_duration(huge).expect_err(huge);
+            assert!(e.contains("at most 366 days"), "{huge}: {e}");
         }
     }
 

@@ -3,25 +3,36 @@
 //! switched to by itself, and installs and prunes done by helper processes so that a
 //! large copy or delete never blocks the loop.
 //!
-//! Order of every change: the decision (`upgrade`), the record written durably, the
-//! `current` link switched, the services restarted. A crash between any two leaves a
-//! record that `upgrade::reconcile` can put right at the next start.
+//! Every change of a tool is an [`upgrade::Change`] carried out by one executor,
+//! [`Supervisor::carry_out`], in the one order that is safe: the record written durably,
+//! then `current` switched, then the services restarted; it stops at the first failure.
+//! So `current` never names a version that the durable record does not explain, and a
+//! crash between two steps leaves a record that `upgrade::reconcile` puts right at the
+//! next start. An operator's change that cannot be written is refused ("nothing
+//! changed"); supd's own (a rollback, a commit, a self-switch, the fix at start) waits
+//! in a visible state and is retried with a growing delay, with nothing switched.
 
 use crate::failpoint;
 use crate::protocol::{Error, ErrorKind};
 use crate::supervisor::{unix_ms, Supervisor};
 use crate::sys::{self, SpawnSpec};
-use crate::time::Mono;
-use crate::upgrade::{self, Fix, Outcome, Phase, Record, Request, StartCheck};
+use crate::time::{Clocks, Human, Mono};
+use crate::upgrade::{self, Change, Fix, Outcome, Phase, Record, Request, StartCheck};
 use crate::versions;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The first wait before a change whose record could not be written is tried again;
+/// it doubles up to [`RETRY_MAX`].
+pub const RETRY_FIRST: Duration = Duration::from_millis(100);
+pub const RETRY_MAX: Duration = Duration::from_secs(10);
+
 /// What supd holds about one tool.
 #[derive(Clone, Debug, Default)]
 pub struct ToolState {
+    /// The record as it is on disk (held only once written).
     pub record: Record,
     /// The probation's deadline, while it has not come.
     pub deadline: Option<Mono>,
@@ -29,19 +40,124 @@ pub struct ToolState {
     pub overdue: bool,
     /// The record could not be read at start (it was set aside).
     pub record_error: Option<String>,
+    /// A change supd decided but could not write: nothing of it is done; retried.
+    pub pending: Option<Pending>,
+    /// Leftovers of interrupted installs and prunes were looked at.
+    pub swept: bool,
+}
+
+/// A change waiting for its record to be written.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    pub change: Change,
+    pub op: Op,
+    /// "cannot write record ...: ENOSPC (No space left on device)".
+    pub error: String,
+    pub retry_at: Mono,
+    pub delay: Duration,
+}
+
+/// Which change it is: for failpoints, logs and events once it is carried out.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Putting the record and the link right at start; resuming a probation.
+    Load,
+    Upgrade,
+    Commit,
+    /// A failed probation's end: roll back to `to` (or stay, `to` = None).
+    Rollback {
+        version: String,
+        to: Option<String>,
+        why: String,
+    },
+    OpRollback {
+        from: String,
+        to: String,
+    },
+    SelfUpgrade {
+        version: String,
+    },
+    SwitchBack {
+        version: String,
+        to: String,
+    },
+}
+
+impl Op {
+    /// The failpoint prefix.
+    fn name(&self) -> &'static str {
+        match self {
+            Op::Load => "load",
+            Op::Upgrade => "upgrade",
+            Op::Commit => "commit",
+            Op::Rollback { .. } => "rollback",
+            Op::OpRollback { .. } => "oprollback",
+            Op::SelfUpgrade { .. } => "selfupgrade",
+            Op::SwitchBack { .. } => "switchback",
+        }
+    }
+
+    /// What waits, for `versions` and the log.
+    pub fn describe(&self, r: &Record) -> String {
+        let p = r.proposed.as_deref().unwrap_or("?");
+        match self {
+            Op::Load => "putting the record right at start".into(),
+            Op::Upgrade => format!("the upgrade to {p}"),
+            Op::Commit => format!("the commit of {p}"),
+            Op::Rollback {
+                version,
+                to: Some(to),
+                ..
+            } => format!("the rollback from {version} to {to}"),
+            Op::Rollback { version, .. } => format!("the end of {version}'s probation"),
+            Op::OpRollback { from, to } => format!("the rollback from {from} to {to}"),
+            Op::SelfUpgrade { version } => format!("the probation of {version}"),
+            Op::SwitchBack { version, to } => {
+                format!("switching back from the bad version {version} to {to}")
+            }
+        }
+    }
+}
+
+/// Why a change stopped (everything before the failed step is done, nothing after).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The record could not be written: nothing was done.
+    Record(String),
+    /// The record is written, `current` could not be switched.
+    Switch(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Record(e) | Failure::Switch(e) => f.write_str(e),
+        }
+    }
+}
+
+/// "ENOSPC (No space left on device)" for an I/O error, its text otherwise.
+pub fn errno_text(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => {
+            let errno = nix::errno::Errno::from_raw(n);
+            format!("{errno:?} ({})", errno.desc())
+        }
+        None => e.to_string(),
+    }
 }
 
 /// A helper process supd waits for.
 #[derive(Clone, Debug)]
 pub enum Task {
-    /// Copying a version in; the client is answered when it ends.
+    /// Copying a version in; the client (if it is still there: not after a reexec) is
+    /// answered when it ends.
     Install {
         tool: String,
         version: String,
-        client: u64,
-        id: Value,
+        client: Option<(u64, Value)>,
     },
-    /// Deleting pruned versions.
+    /// Deleting pruned versions and leftovers.
     Prune { dirs: Vec<PathBuf> },
     /// `BINARY --check`, before re-executing into it.
     ReexecCheck {
@@ -59,11 +175,6 @@ fn bad_request(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::BadRequest, msg)
 }
 
-/// The monotonic instant of a wall-clock deadline (now, if it has passed).
-fn mono_at(deadline_ms: u64, now: Mono) -> Mono {
-    now.plus(Duration::from_millis(deadline_ms.saturating_sub(unix_ms())))
-}
-
 impl Supervisor {
     /// Loads and puts right the record of every tool a service names.
     pub fn load_tools(&mut self, now: Mono) {
@@ -77,27 +188,14 @@ impl Supervisor {
         }
     }
 
-    /// The tool's state, loaded on first use.
+    /// The tool's state, loaded on first use: the record as it is on disk is held, then
+    /// what `reconcile` and `resume` decide is carried out like any other change (the
+    /// record written before the link is touched).
     pub fn ensure_tool(&mut self, tool: &str, now: Mono) {
-        if !self.tools.contains_key(tool) {
-            let state = self.load_tool(tool, now);
-            self.tools.insert(tool.to_string(), state);
+        if self.tools.contains_key(tool) {
+            return;
         }
-    }
-
-    fn load_tool(&self, tool: &str, now: Mono) -> ToolState {
         let (tools_dir, state_dir) = (&self.cfg.supd.tools_dir, &self.cfg.supd.state_dir);
-        for p in versions::leftovers(tools_dir, tool) {
-            log::info!(
-                "{tool}: removing {} left by an interrupted operation",
-                p.display()
-            );
-            let _ = if p.is_dir() {
-                std::fs::remove_dir_all(&p)
-            } else {
-                std::fs::remove_file(&p)
-            };
-        }
         let (record, record_error) = match versions::load_record(state_dir, tool) {
             Ok(r) => (r.unwrap_or_default(), None),
             Err(e) => {
@@ -108,44 +206,191 @@ impl Supervisor {
                 (Record::default(), Some(e))
             }
         };
+        let clocks = Clocks::now();
         let link = versions::current(tools_dir, tool);
-        let (fixed, fix) = upgrade::reconcile(&record, link.as_deref(), unix_ms());
-        if let Fix::SwitchTo(v) = &fix {
-            log::warn!("{tool}: finishing an interrupted switch of current to {v}");
-            if let Err(e) = versions::switch(tools_dir, tool, v) {
-                log::error!("{tool}: cannot switch current to {v}: {e}");
+        let (fixed, fix) = upgrade::reconcile(&record, link.as_deref(), &clocks);
+        let fixed = upgrade::resume(&fixed, &clocks);
+        let switch = match fix {
+            Fix::SwitchTo(v) => {
+                log::warn!("{tool}: finishing an interrupted switch of current to {v}");
+                Some(v)
             }
-        }
-        if fixed != record {
-            if let Err(e) = versions::save_record(state_dir, tool, &fixed) {
-                log::error!("{tool}: cannot write its record: {e}");
-            }
-        }
-        let deadline =
-            (fixed.phase == Phase::Probation).then(|| mono_at(fixed.deadline_ms.unwrap_or(0), now));
-        if deadline.is_some() {
-            log::info!(
-                "{tool}: the probation of {} goes on",
-                fixed.proposed.as_deref().unwrap_or("?")
-            );
-        }
-        ToolState {
+            Fix::Nothing => None,
+        };
+        self.tools.insert(
+            tool.to_string(),
+            ToolState {
+                record,
+                record_error,
+                ..ToolState::default()
+            },
+        );
+        let change = Change {
             record: fixed,
-            deadline,
-            overdue: false,
-            record_error,
+            switch,
+            restart: false,
+            except: None,
+        };
+        self.change_or_retry(tool, change, Op::Load, now);
+    }
+
+    /// The executor: carries out `change` in order (record, link, restart), stopping at
+    /// the first failure. The record is held once it is durable; the probation's timer
+    /// follows the record.
+    fn carry_out(
+        &mut self,
+        tool: &str,
+        change: &Change,
+        op: &Op,
+        now: Mono,
+    ) -> Result<(), Failure> {
+        let name = op.name();
+        let held = self.tools.get(tool).map(|t| &t.record);
+        if held != Some(&change.record) {
+            failpoint::hit(&format!("{name}-before-record"));
+            let dir = &self.cfg.supd.state_dir;
+            versions::save_record(dir, tool, &change.record).map_err(|e| {
+                Failure::Record(format!(
+                    "cannot write record {}: {}",
+                    versions::record_path(dir, tool).display(),
+                    errno_text(&e)
+                ))
+            })?;
+            failpoint::hit(&format!("{name}-after-record"));
+        }
+        let t = self.tools.entry(tool.to_string()).or_default();
+        t.record = change.record.clone();
+        if let Some(v) = &change.switch {
+            versions::switch(&self.cfg.supd.tools_dir, tool, v).map_err(|e| {
+                Failure::Switch(format!(
+                    "cannot switch {tool}'s current to {v}: {}",
+                    errno_text(&e)
+                ))
+            })?;
+            failpoint::hit(&format!("{name}-after-switch"));
+        }
+        let t = self.tools.entry(tool.to_string()).or_default();
+        t.pending = None;
+        t.overdue = false;
+        t.deadline = (t.record.phase == Phase::Probation)
+            .then(|| now.plus(upgrade::probation_left(&t.record, &Clocks::now())));
+        // Told before its consequences: the restarts.
+        self.changed(tool, op);
+        if change.restart {
+            self.restart_tool(tool, change.except.as_deref(), now);
+            failpoint::hit(&format!("{name}-after-restart"));
+        }
+        Ok(())
+    }
+
+    /// supd's own change: carried out, or, when its record (or the switch) fails, held
+    /// pending with nothing more done and retried after a growing delay. Returns whether
+    /// it was carried out.
+    fn change_or_retry(&mut self, tool: &str, change: Change, op: Op, now: Mono) -> bool {
+        match self.carry_out(tool, &change, &op, now) {
+            Ok(()) => true,
+            Err(f) => {
+                let t = self.tools.entry(tool.to_string()).or_default();
+                let delay = t
+                    .pending
+                    .as_ref()
+                    .map(|p| p.delay.saturating_mul(2).min(RETRY_MAX))
+                    .unwrap_or(RETRY_FIRST);
+                let what = op.describe(&change.record);
+                log::error!(
+                    "{tool}: {what} waits: {f}; nothing switched; retrying in {}",
+                    Human(delay)
+                );
+                t.pending = Some(Pending {
+                    change,
+                    op,
+                    error: f.to_string(),
+                    retry_at: now.plus(delay),
+                    delay,
+                });
+                self.emit_upgrade(tool);
+                false
+            }
         }
     }
 
-    /// Writes a tool's new record durably, then holds it.
-    fn save_tool(&mut self, tool: &str, r: Record) -> std::io::Result<()> {
-        let result = versions::save_record(&self.cfg.supd.state_dir, tool, &r);
-        if result.is_ok() {
-            if let Some(t) = self.tools.get_mut(tool) {
-                t.record = r;
+    /// Logs and tells a change that was carried out.
+    fn changed(&mut self, tool: &str, op: &Op) {
+        let r = self
+            .tools
+            .get(tool)
+            .map(|t| t.record.clone())
+            .unwrap_or_default();
+        match op {
+            Op::Load => {
+                if r.phase == Phase::Probation {
+                    log::info!(
+                        "{tool}: the probation of {} goes on",
+                        r.proposed.as_deref().unwrap_or("?")
+                    );
+                }
+                return;
+            }
+            Op::Upgrade => {}
+            Op::Commit => log::info!("{tool}: {} committed", r.current.as_deref().unwrap_or("?")),
+            Op::Rollback {
+                version,
+                to: Some(to),
+                why,
+            } => {
+                log::warn!("{tool}: {version} failed its probation ({why}); rolled back to {to}, {version} marked bad");
+                self.emit_rollback(tool, version, to, why);
+            }
+            Op::Rollback {
+                version,
+                to: None,
+                why,
+            } => {
+                log::error!("{tool}: {version} failed its probation ({why}) and is not rolled back (irreversible, or nothing to go back to)");
+            }
+            Op::OpRollback { from, to } => {
+                log::warn!("{tool}: rolled back from {from} to {to} by an operator");
+                self.emit_rollback(tool, from, to, "an operator's rollback");
+            }
+            Op::SelfUpgrade { version } => {
+                log::warn!("{tool}: current was switched to {version} outside supd; an upgrade from {}, on probation", r.from.as_deref().unwrap_or("?"));
+            }
+            Op::SwitchBack { version, to } => {
+                log::warn!("{tool}: current was switched to {version}, which is marked bad; switched back to {to}");
+                return;
             }
         }
-        result
+        self.emit_upgrade(tool);
+    }
+
+    /// Retries the changes whose delay is over.
+    fn retry_pending(&mut self, now: Mono) {
+        let due: Vec<String> = self
+            .tools
+            .iter()
+            .filter(|(_, t)| t.pending.as_ref().is_some_and(|p| p.retry_at <= now))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for tool in due {
+            let Some(p) = self.tools.get(&tool).and_then(|t| t.pending.clone()) else {
+                continue;
+            };
+            if self.change_or_retry(&tool, p.change, p.op, now) {
+                log::info!("{tool}: its record is written; the change that waited is done");
+            }
+        }
+    }
+
+    /// Refuses an operator's change while one of supd's own waits for its record.
+    fn refuse_while_pending(&self, tool: &str) -> Result<(), Error> {
+        match self.tools.get(tool).and_then(|t| t.pending.as_ref()) {
+            Some(p) => Err(failed(format!(
+                "{tool}: {} waits for its record ({}); supd retries it; nothing changed",
+                p.op.describe(&p.change.record),
+                p.error
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The services that run `tool`.
@@ -245,6 +490,7 @@ impl Supervisor {
         self.known_tool(tool)?;
         versions::check_version(&req.version).map_err(bad_request)?;
         self.ensure_tool(tool, now);
+        self.refuse_while_pending(tool)?;
         let tools_dir = self.cfg.supd.tools_dir.clone();
         let installed = versions::is_installed(&tools_dir, tool, &req.version);
         let vdir = versions::tool_dir(&tools_dir, tool).join(&req.version);
@@ -262,41 +508,45 @@ impl Supervisor {
             },
             manifest_irreversible,
             probation: self.probation_of(tool),
-            now_ms: unix_ms(),
+            clocks: Clocks::now(),
         };
         let old = self.tools[tool].record.clone();
         let new = upgrade::begin_upgrade(tool, &old, &req, &facts).map_err(failed)?;
-        failpoint::hit("upgrade-before-intent");
-        self.save_tool(tool, new.clone())
-            .map_err(|e| failed(format!("cannot record the upgrade: {e}; nothing changed")))?;
-        failpoint::hit("upgrade-after-intent");
-        if let Err(e) = versions::switch(&tools_dir, tool, &req.version) {
-            let _ = self.save_tool(tool, old);
-            return Err(failed(format!(
-                "cannot switch {tool}'s current to {}: {e}; nothing changed",
-                req.version
-            )));
-        }
-        failpoint::hit("upgrade-after-switch");
-        if let Some(t) = self.tools.get_mut(tool) {
-            t.deadline = Some(mono_at(new.deadline_ms.unwrap_or(0), now));
-            t.overdue = false;
-        }
+        self.operator_change(tool, Change::switch(new, &req.version), Op::Upgrade, now)?;
         log::info!(
-            "{tool}: upgrading from {} to {} (probation {})",
+            "{tool}: upgraded from {} to {} (probation {})",
             old.current.as_deref().unwrap_or("nothing"),
             req.version,
-            crate::time::Human(facts.probation)
+            Human(facts.probation)
         );
-        self.emit_upgrade(tool);
-        self.restart_tool(tool, None, now);
-        failpoint::hit("upgrade-after-restart");
         Ok(self.versions_data(tool, now))
+    }
+
+    /// An operator's change: carried out, or refused with nothing changed. When the
+    /// record was written but `current` could not be switched, the old record is put
+    /// back (or, failing that, put back by supd's retries).
+    fn operator_change(
+        &mut self,
+        tool: &str,
+        change: Change,
+        op: Op,
+        now: Mono,
+    ) -> Result<(), Error> {
+        let old = self.tools[tool].record.clone();
+        match self.carry_out(tool, &change, &op, now) {
+            Ok(()) => Ok(()),
+            Err(Failure::Record(e)) => Err(failed(format!("{e}; nothing changed"))),
+            Err(Failure::Switch(e)) => {
+                self.change_or_retry(tool, Change::record(old), Op::Load, now);
+                Err(failed(format!("{e}; nothing changed")))
+            }
+        }
     }
 
     /// A service of a tool crash-looped or was not ready in time. In probation, that is
     /// the end of it: roll back, or stay when it may not be rolled back. Returns whether
-    /// it was a probation's end (the service's own crash-loop outcome is then moot).
+    /// it was a probation's end (the service's own crash-loop outcome is then moot). When
+    /// the record cannot be written, nothing is switched: the end waits, retried.
     pub fn probation_failed(&mut self, tool: &str, why: &str, now: Mono) -> bool {
         let Some(state) = self.tools.get(tool) else {
             return false;
@@ -305,43 +555,24 @@ impl Supervisor {
             return false;
         }
         let (new, outcome) = upgrade::probation_failed(&state.record, why, unix_ms());
-        failpoint::hit("rollback-before-record");
-        if let Err(e) = self.save_tool(tool, new.clone()) {
-            log::error!(
-                "{tool}: cannot record the end of its probation: {e}; going on all the same"
-            );
-            if let Some(t) = self.tools.get_mut(tool) {
-                t.record = new.clone();
-            }
-        }
-        failpoint::hit("rollback-after-record");
-        if let Some(t) = self.tools.get_mut(tool) {
-            t.deadline = None;
-            t.overdue = false;
-        }
         let version = new.proposed.clone().unwrap_or_default();
-        match outcome {
-            Outcome::RollBack(to) => {
-                log::warn!("{tool}: {version} failed its probation ({why}); rolling back to {to} and marking {version} bad");
-                if let Err(e) = versions::switch(&self.cfg.supd.tools_dir, tool, &to) {
-                    log::error!("{tool}: cannot switch current back to {to}: {e}");
-                }
-                failpoint::hit("rollback-after-switch");
-                self.emit_rollback(tool, &version, &to, why);
-                self.emit_upgrade(tool);
-                self.restart_tool(tool, None, now);
-                failpoint::hit("rollback-after-restart");
-            }
-            Outcome::Stay => {
-                log::error!("{tool}: {version} failed its probation ({why}) and is not rolled back (irreversible, or nothing to go back to)");
-                self.emit_upgrade(tool);
-            }
-        }
+        let (change, to) = match outcome {
+            Outcome::RollBack(to) => (Change::switch(new, &to), Some(to)),
+            Outcome::Stay => (Change::record(new), None),
+        };
+        let op = Op::Rollback {
+            version,
+            to,
+            why: why.to_string(),
+        };
+        self.change_or_retry(tool, change, op, now);
         true
     }
 
-    /// Commits the probations whose deadline came, once every service is ready.
+    /// Retries what waits for its record, then commits the probations whose deadline
+    /// came, once every service is ready.
     pub fn check_probations(&mut self, now: Mono) {
+        self.retry_pending(now);
         let due: Vec<String> = self
             .tools
             .iter_mut()
@@ -350,7 +581,7 @@ impl Supervisor {
                     t.deadline = None;
                     t.overdue = true;
                 }
-                t.overdue.then(|| n.clone())
+                (t.overdue && t.pending.is_none()).then(|| n.clone())
             })
             .collect();
         for tool in due {
@@ -362,26 +593,22 @@ impl Supervisor {
                 continue;
             }
             let new = upgrade::probation_passed(&self.tools[&tool].record);
-            failpoint::hit("commit-before-record");
-            if let Err(e) = self.save_tool(&tool, new) {
-                log::error!("{tool}: cannot record the commit: {e}; the probation goes on");
-                continue;
-            }
-            failpoint::hit("commit-after-record");
-            if let Some(t) = self.tools.get_mut(&tool) {
-                t.overdue = false;
-            }
-            log::info!(
-                "{tool}: {} committed",
-                self.tools[&tool].record.current.as_deref().unwrap_or("?")
-            );
-            self.emit_upgrade(&tool);
+            self.change_or_retry(&tool, Change::record(new), Op::Commit, now);
         }
     }
 
-    /// The earliest probation deadline.
+    /// The earliest probation deadline or retry of a change waiting for its record.
     pub fn next_probation_deadline(&self) -> Option<Mono> {
-        self.tools.values().filter_map(|t| t.deadline).min()
+        let retries = self
+            .tools
+            .values()
+            .filter_map(|t| t.pending.as_ref().map(|p| p.retry_at));
+        self.tools
+            .values()
+            .filter_map(|t| t.deadline)
+            .chain(retries)
+            .chain(self.down_retry.as_ref().map(|r| r.0))
+            .min()
     }
 
     /// A service of `tool` is about to start on `version`: a tool that switched its own
@@ -389,36 +616,45 @@ impl Supervisor {
     /// switched back. Returns whether the start may go on as planned.
     pub fn check_start(&mut self, tool: &str, name: &str, version: &str, now: Mono) -> bool {
         self.ensure_tool(tool, now);
-        let probation = self.probation_of(tool);
-        let (new, check) =
-            upgrade::on_start(&self.tools[tool].record, version, probation, unix_ms());
-        if new != self.tools[tool].record {
-            if let Err(e) = self.save_tool(tool, new.clone()) {
-                log::error!("{tool}: cannot write its record: {e}");
-                if let Some(t) = self.tools.get_mut(tool) {
-                    t.record = new.clone();
-                }
-            }
+        if self.tools[tool].pending.is_some() {
+            // supd's own change waits for its record: nothing new is decided meanwhile.
+            return true;
         }
+        let probation = self.probation_of(tool);
+        let held = self.tools[tool].record.clone();
+        let (new, check) = upgrade::on_start(&held, version, probation, &Clocks::now());
         match check {
-            StartCheck::Expected => true,
-            StartCheck::SelfUpgrade => {
-                log::warn!("{tool}: current was switched to {version} outside supd; an upgrade from {}, on probation", new.from.as_deref().unwrap_or("?"));
-                if let Some(t) = self.tools.get_mut(tool) {
-                    t.deadline = Some(mono_at(new.deadline_ms.unwrap_or(0), now));
-                    t.overdue = false;
+            StartCheck::Expected => {
+                if new != held {
+                    self.change_or_retry(tool, Change::record(new), Op::Load, now);
                 }
-                self.emit_upgrade(tool);
-                self.restart_tool(tool, Some(name), now);
+                true
+            }
+            StartCheck::SelfUpgrade => {
+                let change = Change {
+                    record: new,
+                    switch: None,
+                    restart: true,
+                    except: Some(name.to_string()),
+                };
+                let op = Op::SelfUpgrade {
+                    version: version.to_string(),
+                };
+                self.change_or_retry(tool, change, op, now);
                 true
             }
             StartCheck::SwitchBack(to) => {
-                log::warn!("{tool}: current was switched to {version}, which is marked bad; switching back to {to}");
-                if let Err(e) = versions::switch(&self.cfg.supd.tools_dir, tool, &to) {
-                    log::error!("{tool}: cannot switch current back to {to}: {e}");
-                    return true;
-                }
-                false
+                let change = Change {
+                    record: new,
+                    switch: Some(to.clone()),
+                    restart: false,
+                    except: None,
+                };
+                let op = Op::SwitchBack {
+                    version: version.to_string(),
+                    to,
+                };
+                !self.change_or_retry(tool, change, op, now)
             }
         }
     }
@@ -436,32 +672,18 @@ impl Supervisor {
             versions::check_version(t).map_err(bad_request)?;
         }
         self.ensure_tool(tool, now);
+        self.refuse_while_pending(tool)?;
         let tools_dir = self.cfg.supd.tools_dir.clone();
         let old = self.tools[tool].record.clone();
         let (new, to) = upgrade::begin_rollback(tool, &old, target, force, |v| {
             versions::is_installed(&tools_dir, tool, v)
         })
         .map_err(failed)?;
-        failpoint::hit("oprollback-before-record");
-        self.save_tool(tool, new)
-            .map_err(|e| failed(format!("cannot record the rollback: {e}; nothing changed")))?;
-        failpoint::hit("oprollback-after-record");
-        if let Err(e) = versions::switch(&tools_dir, tool, &to) {
-            let _ = self.save_tool(tool, old);
-            return Err(failed(format!(
-                "cannot switch {tool}'s current to {to}: {e}; nothing changed"
-            )));
-        }
-        failpoint::hit("oprollback-after-switch");
-        if let Some(t) = self.tools.get_mut(tool) {
-            t.deadline = None;
-            t.overdue = false;
-        }
-        let from = old.current.unwrap_or_default();
-        log::warn!("{tool}: rolled back from {from} to {to} by an operator");
-        self.emit_rollback(tool, &from, &to, "an operator's rollback");
-        self.emit_upgrade(tool);
-        self.restart_tool(tool, None, now);
+        let op = Op::OpRollback {
+            from: old.current.clone().unwrap_or_default(),
+            to: to.clone(),
+        };
+        self.operator_change(tool, Change::switch(new, &to), op, now)?;
         Ok(self.versions_data(tool, now))
     }
 
@@ -501,20 +723,14 @@ impl Supervisor {
         }
         let hidden = versions::hide_for_pruning(&tools_dir, tool, &candidates)
             .map_err(|e| failed(format!("cannot prune: {e}")))?;
-        let mut args = vec!["-rf".to_string(), "--".to_string()];
-        args.extend(hidden.iter().map(|p| p.to_string_lossy().into_owned()));
-        match self.spawn_helper("/bin/rm", args) {
-            Ok(pid) => {
-                self.tasks.insert(pid, Task::Prune { dirs: hidden });
-            }
-            Err(e) => log::warn!("{tool}: cannot start rm for the pruned versions: {e}; they stay hidden until the next start"),
-        }
+        self.delete_in_background(tool, hidden);
         log::info!("{tool}: pruned {}", candidates.join(", "));
         Ok(json!({"tool": tool, "pruned": candidates, "kept": kept}))
     }
 
-    /// `install TOOL VERSION DIR`: checks, then a helper copies; the client is answered
-    /// when it ends. Returns the helper's pid.
+    /// `install TOOL VERSION DIR`: checks, then a helper copies into a hidden staging
+    /// directory; the client is answered when it ends. Two installs of one version at
+    /// once are refused: the second would take the first one's staging directory.
     pub fn install(
         &mut self,
         tool: &str,
@@ -527,25 +743,115 @@ impl Supervisor {
         if !src.is_absolute() {
             return Err(bad_request(format!("'{dir}' is not an absolute path")));
         }
-        let tmp = versions::prepare_install(&self.cfg.supd.tools_dir, tool, version, &src)
-            .map_err(failed)?;
+        if self.installing(tool, version) {
+            return Err(failed(format!(
+                "an install of {tool} {version} is under way; wait for it to end"
+            )));
+        }
+        let (tmp, leftover) =
+            versions::prepare_install(&self.cfg.supd.tools_dir, tool, version, &src)
+                .map_err(failed)?;
+        if let Some(old) = leftover {
+            log::info!(
+                "{tool}: deleting {} left by an interrupted install",
+                old.display()
+            );
+            self.delete_in_background(tool, vec![old]);
+        }
         let argv = versions::install_command(&src, &tmp);
-        let pid = self
-            .spawn_helper(&argv[0], argv[1..].to_vec())
-            .map_err(|e| failed(format!("cannot start the copy: {e}")))?;
+        let pid = match self.spawn_helper(&argv[0], argv[1..].to_vec()) {
+            Ok(pid) => pid,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&tmp);
+                return Err(failed(format!("cannot start the copy: {e}")));
+            }
+        };
         self.tasks.insert(
             pid,
             Task::Install {
                 tool: tool.into(),
                 version: version.into(),
-                client,
-                id: id.clone(),
+                client: Some((client, id.clone())),
             },
         );
         if let Some(c) = self.server.clients.get_mut(&client) {
             c.parked = true;
         }
         Ok(())
+    }
+
+    /// Whether a helper of this supd is copying `version` in.
+    fn installing(&self, tool: &str, version: &str) -> bool {
+        self.tasks.values().any(
+            |t| matches!(t, Task::Install { tool: t, version: v, .. } if t == tool && v == version),
+        )
+    }
+
+    /// Deletes hidden directories by a helper (`rm -rf`), never in the loop.
+    fn delete_in_background(&mut self, tool: &str, dirs: Vec<PathBuf>) {
+        if dirs.is_empty() {
+            return;
+        }
+        let mut args = vec!["-rf".to_string(), "--".to_string()];
+        args.extend(dirs.iter().map(|p| p.to_string_lossy().into_owned()));
+        match self.spawn_helper("/bin/rm", args) {
+            Ok(pid) => {
+                self.tasks.insert(pid, Task::Prune { dirs });
+            }
+            Err(e) => log::warn!(
+                "{tool}: cannot start rm for {dirs:?}: {e}; they stay hidden until the next start"
+            ),
+        }
+    }
+
+    /// Deletes what interrupted installs, prunes and switches left in the directory of
+    /// each tool loaded since the last call, except what a helper of this supd (or of
+    /// the image it took over from) is still working on: a live install's staging
+    /// directory is never touched. Dead staging is renamed aside at once and deleted by
+    /// a helper.
+    pub fn sweep_tools(&mut self) {
+        let fresh: Vec<String> = self
+            .tools
+            .iter_mut()
+            .filter(|(_, t)| !t.swept)
+            .map(|(n, t)| {
+                t.swept = true;
+                n.clone()
+            })
+            .collect();
+        let tools_dir = self.cfg.supd.tools_dir.clone();
+        for tool in fresh {
+            let busy: BTreeSet<PathBuf> = self
+                .tasks
+                .values()
+                .flat_map(|t| match t {
+                    Task::Install {
+                        tool: t, version, ..
+                    } if *t == tool => {
+                        vec![versions::install_tmp(&tools_dir, t, version)]
+                    }
+                    Task::Prune { dirs } => dirs.clone(),
+                    Task::Install { .. } | Task::ReexecCheck { .. } => Vec::new(),
+                })
+                .collect();
+            let mut doomed = Vec::new();
+            for p in versions::leftovers(&tools_dir, &tool) {
+                if busy.contains(&p) {
+                    log::debug!("{tool}: {} is in use by a helper; kept", p.display());
+                    continue;
+                }
+                log::info!(
+                    "{tool}: deleting {} left by an interrupted operation",
+                    p.display()
+                );
+                match versions::hide_leftover(&p) {
+                    Ok(Some(hidden)) => doomed.push(hidden),
+                    Ok(None) => {}
+                    Err(e) => log::warn!("{tool}: cannot move {} aside: {e}", p.display()),
+                }
+            }
+            self.delete_in_background(&tool, doomed);
+        }
     }
 
     /// `reexec [--binary PATH]`: checks the new program on the current config first.
@@ -606,7 +912,6 @@ impl Supervisor {
                 tool,
                 version,
                 client,
-                id,
             } => {
                 let tools_dir = self.cfg.supd.tools_dir.clone();
                 let answer = if ok {
@@ -618,13 +923,26 @@ impl Supervisor {
                         "copying into {tool} {version} failed ({exit}); nothing was installed"
                     )))
                 };
-                if answer.is_err() {
-                    let _ =
-                        std::fs::remove_dir_all(versions::install_tmp(&tools_dir, &tool, &version));
-                } else {
-                    log::info!("{tool}: installed {version}");
+                match &answer {
+                    Ok(_) => log::info!("{tool}: installed {version}"),
+                    Err(e) => {
+                        log::warn!("{tool}: {}", e.message);
+                        let tmp = versions::install_tmp(&tools_dir, &tool, &version);
+                        match versions::hide_leftover(&tmp) {
+                            Ok(Some(hidden)) => self.delete_in_background(&tool, vec![hidden]),
+                            Ok(None) => {}
+                            Err(e) => {
+                                log::warn!("{tool}: cannot move {} aside: {e}", tmp.display())
+                            }
+                        }
+                    }
                 }
-                self.unpark(client, &id, answer, now);
+                let e = json!({"event": "install", "tool": tool, "version": version, "ok": answer.is_ok(),
+                               "error": answer.as_ref().err().map(|e| e.message.clone()), "time": unix_ms()});
+                self.server.broadcast(&crate::protocol::line(e));
+                if let Some((client, id)) = client {
+                    self.unpark(client, &id, answer, now);
+                }
             }
             Task::Prune { dirs } => {
                 if !ok {
@@ -713,6 +1031,9 @@ impl Supervisor {
             "attempts": r.attempts,
             "reason": r.reason,
             "record_error": state.record_error,
+            "pending": state.pending.as_ref().map(|p| p.op.describe(&p.change.record)),
+            "write_error": state.pending.as_ref().map(|p| p.error.clone()),
+            "retry_in_ms": state.pending.as_ref().map(|p| p.retry_at.since(now).as_millis() as u64),
             "versions": list,
         })
     }
@@ -723,7 +1044,9 @@ impl Supervisor {
         };
         let r = &t.record;
         let e = json!({"event": "upgrade", "tool": tool, "phase": r.phase.as_str(), "version": r.proposed, "current": r.current,
-                       "from": r.from, "reason": r.reason, "time": unix_ms()});
+                       "from": r.from, "reason": r.reason, "time": unix_ms(),
+                       "pending": t.pending.as_ref().map(|p| p.op.describe(&p.change.record)),
+                       "write_error": t.pending.as_ref().map(|p| p.error.clone())});
         self.server.broadcast(&crate::protocol::line(e));
     }
 

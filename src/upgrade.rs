@@ -3,9 +3,19 @@
 //! switched to by itself, and putting things right after a crash. Pure: a record and
 //! facts in, a new record (to be written durably *before* acting) and a decision out.
 //!
-//! Times are wall-clock milliseconds, because a probation deadline must survive a
-//! restart of supd (and of the machine).
+//! A probation must survive a restart of supd without depending on the wall clock,
+//! which may be stepped by a day either way (a board without an RTC before NTP). The
+//! record keeps the probation's length and its `CLOCK_BOOTTIME` deadline with the boot id
+//! ([`Clocks`]); the wall-clock times beside them are for people. In the same boot a
+//! probation resumes at its BOOTTIME deadline (never later than its length from now); in
+//! another boot everything restarted anyway, and a fresh full probation begins.
+//!
+//! Every decision that touches `current` comes as a [`Change`]: the record to write, then
+//! the version to switch to, then whether to restart. The shell carries it out in that
+//! order and stops at the first failure, so `current` never names a version the durable
+//! record does not explain.
 
+use crate::time::{Clocks, MAX_DURATION};
 use semver::Version;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,8 +67,15 @@ pub struct Record {
     pub proposed: Option<String>,
     /// The version in use before the probation: what a rollback returns to.
     pub from: Option<String>,
+    /// Wall-clock start and deadline of the probation, for display only.
     pub started_ms: Option<u64>,
     pub deadline_ms: Option<u64>,
+    /// The probation's length (absent in records of older supds).
+    pub probation_ms: Option<u64>,
+    /// The boot the BOOTTIME deadline belongs to.
+    pub boot_id: Option<String>,
+    /// The probation's deadline on `CLOCK_BOOTTIME`, in milliseconds.
+    pub boot_deadline_ms: Option<u64>,
     /// The probation may not be rolled back (`--irreversible` or the version's manifest).
     pub irreversible_upgrade: bool,
     /// Upgrades tried, per version.
@@ -87,7 +104,87 @@ pub struct Facts {
     /// `revertible = false` in its `sup-tool.toml`.
     pub manifest_irreversible: bool,
     pub probation: Duration,
-    pub now_ms: u64,
+    pub clocks: Clocks,
+}
+
+/// A change of a tool, carried out in this order, each step only once the one before
+/// it is done: the record written durably (when it differs from the one held), `current`
+/// switched, the tool's services restarted (all but `except`, which the caller starts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub record: Record,
+    pub switch: Option<String>,
+    pub restart: bool,
+    pub except: Option<String>,
+}
+
+impl Change {
+    /// Only a new record.
+    pub fn record(record: Record) -> Change {
+        Change {
+            record,
+            switch: None,
+            restart: false,
+            except: None,
+        }
+    }
+
+    /// A new record, then `current` switched to `to`, then every service restarted.
+    pub fn switch(record: Record, to: &str) -> Change {
+        Change {
+            record,
+            switch: Some(to.to_string()),
+            restart: true,
+            except: None,
+        }
+    }
+}
+
+/// Starts a probation of `length` now.
+fn start_probation(n: &mut Record, length: Duration, c: &Clocks) {
+    let ms = length.min(MAX_DURATION).as_millis() as u64;
+    n.started_ms = Some(c.wall_ms);
+    n.deadline_ms = Some(c.wall_ms.saturating_add(ms));
+    n.probation_ms = Some(ms);
+    n.boot_id = Some(c.boot_id.clone()).filter(|id| !id.is_empty());
+    n.boot_deadline_ms = Some(c.boot_ms.saturating_add(ms));
+}
+
+/// The probation's length: recorded, or (a record of an older supd) the difference of
+/// its two wall-clock times, written together. Never above [`MAX_DURATION`].
+pub fn probation_length(r: &Record) -> Duration {
+    let ms = r.probation_ms.unwrap_or_else(|| {
+        r.deadline_ms
+            .unwrap_or(0)
+            .saturating_sub(r.started_ms.unwrap_or(0))
+    });
+    Duration::from_millis(ms).min(MAX_DURATION)
+}
+
+/// How much of the record's probation is left: in the boot it was started in, up to its
+/// BOOTTIME deadline, never more than its length; otherwise its whole length.
+pub fn probation_left(r: &Record, c: &Clocks) -> Duration {
+    let length = probation_length(r);
+    match (&r.boot_id, r.boot_deadline_ms) {
+        (Some(id), Some(d)) if !c.boot_id.is_empty() && *id == c.boot_id => {
+            Duration::from_millis(d.saturating_sub(c.boot_ms)).min(length)
+        }
+        _ => length,
+    }
+}
+
+/// At start: a probation recorded in another boot (or by an older supd, without a BOOTTIME
+/// deadline) begins again, whole; one of this boot goes on unchanged.
+pub fn resume(r: &Record, c: &Clocks) -> Record {
+    let this_boot = !c.boot_id.is_empty()
+        && r.boot_id.as_deref() == Some(c.boot_id.as_str())
+        && r.boot_deadline_ms.is_some();
+    if r.phase != Phase::Probation || this_boot {
+        return r.clone();
+    }
+    let mut n = r.clone();
+    start_probation(&mut n, probation_length(r), c);
+    n
 }
 
 /// What a failed probation leads to.
@@ -150,8 +247,7 @@ pub fn begin_upgrade(tool: &str, r: &Record, req: &Request, f: &Facts) -> Result
     n.current = Some(v.clone());
     n.proposed = Some(v.clone());
     n.phase = Phase::Probation;
-    n.started_ms = Some(f.now_ms);
-    n.deadline_ms = Some(f.now_ms + f.probation.as_millis() as u64);
+    start_probation(&mut n, f.probation, &f.clocks);
     n.irreversible_upgrade = req.irreversible || f.manifest_irreversible;
     if n.irreversible_upgrade {
         n.irreversible.insert(v.clone());
@@ -168,9 +264,15 @@ pub fn probation_passed(r: &Record) -> Record {
         n.previous = r.from.clone();
     }
     n.from = None;
-    n.deadline_ms = None;
+    clear_probation(&mut n);
     n.reason = None;
     n
+}
+
+/// A probation is over: no deadline is left in the record.
+fn clear_probation(n: &mut Record) {
+    n.deadline_ms = None;
+    n.boot_deadline_ms = None;
 }
 
 /// The probation failed (a crash loop, a ready timeout): roll back or stay.
@@ -179,7 +281,7 @@ pub fn probation_failed(r: &Record, reason: &str, now_ms: u64) -> (Record, Outco
     let Some(v) = r.proposed.clone() else {
         return (n, Outcome::Stay);
     };
-    n.deadline_ms = None;
+    clear_probation(&mut n);
     n.reason = Some(reason.to_string());
     match (&r.from, r.irreversible_upgrade) {
         (Some(from), false) => {
@@ -263,7 +365,7 @@ pub fn begin_rollback(
     n.previous = Some(cur);
     n.current = Some(to.clone());
     n.from = None;
-    n.deadline_ms = None;
+    clear_probation(&mut n);
     Ok((n, to))
 }
 
@@ -288,7 +390,7 @@ pub fn on_start(
     r: &Record,
     version: &str,
     probation: Duration,
-    now_ms: u64,
+    c: &Clocks,
 ) -> (Record, StartCheck) {
     let expected = r.current.as_deref();
     if expected == Some(version)
@@ -312,8 +414,7 @@ pub fn on_start(
     n.current = Some(version.to_string());
     n.proposed = Some(version.to_string());
     n.phase = Phase::Probation;
-    n.started_ms = Some(now_ms);
-    n.deadline_ms = Some(now_ms + probation.as_millis() as u64);
+    start_probation(&mut n, probation, c);
     n.irreversible_upgrade = false;
     n.reason = Some(format!("the tool switched itself from {last} to {version}"));
     (n, StartCheck::SelfUpgrade)
@@ -321,7 +422,7 @@ pub fn on_start(
 
 /// After a crash: what `current` must be made to name so the record and the link agree.
 /// `link` is what `current` names now. Returns the (possibly updated) record.
-pub fn reconcile(r: &Record, link: Option<&str>, now_ms: u64) -> (Record, Fix) {
+pub fn reconcile(r: &Record, link: Option<&str>, c: &Clocks) -> (Record, Fix) {
     let want = r.current.as_deref();
     if link == want || want.is_none() {
         let mut n = r.clone();
@@ -338,12 +439,7 @@ pub fn reconcile(r: &Record, link: Option<&str>, now_ms: u64) -> (Record, Fix) {
             // The intent was written, the switch was not made: make it, with a fresh
             // probation (the new version has not run yet).
             let mut n = r.clone();
-            let length = r
-                .deadline_ms
-                .unwrap_or(now_ms)
-                .saturating_sub(r.started_ms.unwrap_or(now_ms));
-            n.started_ms = Some(now_ms);
-            n.deadline_ms = Some(now_ms + length);
+            start_probation(&mut n, probation_length(r), c);
             (n, Fix::SwitchTo(want.unwrap_or_default().to_string()))
         }
         // A rollback (automatic or not) was recorded but not carried out: carry it out.

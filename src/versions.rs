@@ -122,6 +122,11 @@ fn records_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("tools")
 }
 
+/// The file of a tool's record.
+pub fn record_path(state_dir: &Path, tool: &str) -> PathBuf {
+    records_dir(state_dir).join(format!("{tool}.json"))
+}
+
 /// Reads a tool's record: `Ok(None)` when there is none yet, `Err` when it is unreadable
 /// or corrupt (the caller reports it and goes on from the link).
 pub fn load_record(state_dir: &Path, tool: &str) -> Result<Option<Record>, String> {
@@ -154,13 +159,16 @@ pub fn install_tmp(tools_dir: &Path, tool: &str, version: &str) -> PathBuf {
     tool_dir(tools_dir, tool).join(format!(".install-{version}"))
 }
 
-/// Checks an install before any file is touched; returns the hidden target.
+/// Checks an install before any file is touched, then makes the hidden staging
+/// directory (so it exists, and is known to be this install's, for the whole copy).
+/// Returns it, and the staging a dead install left under that name, moved aside for
+/// deletion. The caller has made sure no live install uses that name.
 pub fn prepare_install(
     tools_dir: &Path,
     tool: &str,
     version: &str,
     src: &Path,
-) -> Result<PathBuf, String> {
+) -> Result<(PathBuf, Option<PathBuf>), String> {
     check_tool(tool)?;
     check_version(version)?;
     if !src.is_dir() {
@@ -173,10 +181,39 @@ pub fn prepare_install(
     let tmp = install_tmp(tools_dir, tool, version);
     fs::create_dir_all(tool_dir(tools_dir, tool))
         .map_err(|e| format!("{}: {e}", tools_dir.display()))?;
-    if tmp.exists() {
-        let _ = fs::remove_dir_all(&tmp);
+    let leftover =
+        hide_leftover(&tmp).map_err(|e| format!("cannot move {} aside: {e}", tmp.display()))?;
+    fs::create_dir(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    Ok((tmp, leftover))
+}
+
+/// Renames a leftover directory to a fresh `.prune-…` name, at once, so that its name is
+/// free and nothing mistakes it for live; returns the new name, for a helper to delete
+/// (`None` when there was nothing, or it was a mere file, removed).
+pub fn hide_leftover(p: &Path) -> io::Result<Option<PathBuf>> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let meta = match fs::symlink_metadata(p) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !meta.is_dir() {
+        fs::remove_file(p)?;
+        return Ok(None);
     }
-    Ok(tmp)
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("x");
+    if name.starts_with(".prune-") {
+        return Ok(Some(p.to_path_buf()));
+    }
+    let hidden = p.with_file_name(format!(
+        ".prune-{}-{}-{}",
+        name.trim_start_matches('.'),
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    fs::rename(p, &hidden)?;
+    Ok(Some(hidden))
 }
 
 /// The copy itself, run as a helper process so a large tree never blocks supd: copies
@@ -332,5 +369,25 @@ mod tests {
         assert!(prepare_install(&t, "agent", "1.0.0", &src)
             .expect_err("exists")
             .contains("already installed"));
+    }
+
+    #[test]
+    fn dead_staging_is_moved_aside_before_a_new_install() {
+        let t = scratch("staging");
+        let src = t.join("src");
+        fs::create_dir_all(&src).expect("mkdir");
+        let (tmp, old) = prepare_install(&t, "agent", "2.0.0", &src).expect("prepare");
+        assert!(
+            tmp.is_dir() && old.is_none(),
+            "the staging exists from the start"
+        );
+        fs::write(tmp.join("half"), "x").expect("write");
+        let (tmp2, old) = prepare_install(&t, "agent", "2.0.0", &src).expect("again");
+        let old = old.expect("the dead staging, moved aside");
+        assert_eq!(tmp2, tmp);
+        assert!(old.join("half").exists() && !tmp.join("half").exists());
+        assert!(leftovers(&t, "agent").contains(&old));
+        assert_eq!(hide_leftover(&old).expect("hidden"), Some(old.clone()));
+        assert_eq!(hide_leftover(&t.join("nothing")).expect("none"), None);
     }
 }

@@ -174,8 +174,8 @@ macro_rules! failpoints {
 }
 
 failpoints! {
-    upgrade_before_intent => "upgrade-before-intent",
-    upgrade_after_intent => "upgrade-after-intent",
+    upgrade_before_record => "upgrade-before-record",
+    upgrade_after_record => "upgrade-after-record",
     upgrade_after_switch => "upgrade-after-switch",
     upgrade_after_restart => "upgrade-after-restart",
     commit_before_record => "commit-before-record",

@@ -368,6 +368,18 @@ fn print_answer(cmd: &str, data: &Value, json: bool) {
                     eprintln!("  {}", e.as_str().unwrap_or(""));
                 }
             }
+            // What supd decided but could not write yet (nothing of it is done).
+            for (tool, t) in data["tools"].as_object().into_iter().flatten() {
+                if let Some(e) = t["write_error"].as_str() {
+                    eprintln!(
+                        "\n{tool}: {} waits: {e}; supd retries",
+                        t["pending"].as_str().unwrap_or("a change")
+                    );
+                }
+            }
+            if let Some(e) = data["down_error"].as_str() {
+                eprintln!("\nstop/start marks: {e}; supd retries");
+            }
         }
         "start" | "stop" | "restart" => {
             if let Ok(st) = serde_json::from_value::<ServiceStatus>(data.clone()) {
@@ -478,6 +490,16 @@ fn print_versions(d: &Value) {
     }
     if let Some(e) = d["record_error"].as_str() {
         println!("  record: {e}");
+    }
+    if let Some(e) = d["write_error"].as_str() {
+        let retry = d["retry_in_ms"]
+            .as_u64()
+            .map(|ms| Human(std::time::Duration::from_millis(ms)).to_string())
+            .unwrap_or_else(|| "?".into());
+        println!(
+            "  waiting: {}: {e}; nothing switched; retry in {retry}",
+            s("pending")
+        );
     }
     for v in d["versions"].as_array().into_iter().flatten() {
         let mut marks = Vec::new();

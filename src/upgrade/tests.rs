@@ -6,7 +6,16 @@ fn facts() -> Facts {
         not_executable: None,
         manifest_irreversible: false,
         probation: Duration::from_secs(2),
-        now_ms: 1000,
+        clocks: clocks(1000),
+    }
+}
+
+/// The clocks at wall-clock `ms`, in boot "b1" at BOOTTIME `ms` too.
+fn clocks(ms: u64) -> Clocks {
+    Clocks {
+        wall_ms: ms,
+        boot_id: "b1".into(),
+        boot_ms: ms,
     }
 }
 
@@ -244,9 +253,9 @@ fn operator_rollbacks() {
 #[test]
 fn a_tool_that_switches_itself_gets_probation() {
     let r = at("1.0.0");
-    let (n, c) = on_start(&r, "1.0.0", Duration::from_secs(2), 10);
+    let (n, c) = on_start(&r, "1.0.0", Duration::from_secs(2), &clocks(10));
     assert_eq!((c, n), (StartCheck::Expected, r.clone()));
-    let (n, c) = on_start(&r, "1.1.0", Duration::from_secs(2), 10);
+    let (n, c) = on_start(&r, "1.1.0", Duration::from_secs(2), &clocks(10));
     assert_eq!(c, StartCheck::SelfUpgrade);
     assert_eq!(
         (
@@ -266,10 +275,15 @@ fn a_tool_that_switches_itself_gets_probation() {
         },
     );
     assert_eq!(
-        on_start(&bad, "1.1.0", Duration::from_secs(2), 10).1,
+        on_start(&bad, "1.1.0", Duration::from_secs(2), &clocks(10)).1,
         StartCheck::SwitchBack("1.0.0".into())
     );
-    let (n, c) = on_start(&Record::default(), "0.9.0", Duration::from_secs(2), 10);
+    let (n, c) = on_start(
+        &Record::default(),
+        "0.9.0",
+        Duration::from_secs(2),
+        &clocks(10),
+    );
     assert_eq!(
         (c, n.phase, n.current.as_deref()),
         (StartCheck::Expected, Phase::Committed, Some("0.9.0"))
@@ -305,7 +319,7 @@ fn reconcile_after_a_crash() {
         ("rolled back", &rolled, Some("1.0.0"), Fix::Nothing),
     ];
     for (what, r, link, fix) in table {
-        let (n, got) = reconcile(r, link, 50_000);
+        let (n, got) = reconcile(r, link, &clocks(50_000));
         assert_eq!(got, fix, "{what}");
         let after = match &got {
             Fix::SwitchTo(v) => Some(v.as_str()),
@@ -320,17 +334,110 @@ fn reconcile_after_a_crash() {
     }
     // A probation that resumes keeps its deadline; one whose switch was redone restarts it.
     assert_eq!(
-        reconcile(&intent, Some("2.0.0"), 50_000).0.deadline_ms,
+        reconcile(&intent, Some("2.0.0"), &clocks(50_000))
+            .0
+            .deadline_ms,
         Some(3000)
     );
     assert_eq!(
-        reconcile(&intent, Some("1.0.0"), 50_000).0.deadline_ms,
+        reconcile(&intent, Some("1.0.0"), &clocks(50_000))
+            .0
+            .deadline_ms,
         Some(52_000)
     );
     // No record yet: the link is committed.
-    let (n, f) = reconcile(&Record::default(), Some("0.5.0"), 1);
+    let (n, f) = reconcile(&Record::default(), Some("0.5.0"), &clocks(1));
     assert_eq!(
         (n.phase, n.current.as_deref(), f),
         (Phase::Committed, Some("0.5.0"), Fix::Nothing)
+    );
+}
+
+/// A probation's deadline never depends on the wall clock: stepped a day back or ahead,
+/// what is left is the same (see: issue 9, item 7).
+#[test]
+fn a_wall_clock_step_neither_extends_nor_shortens_a_probation() {
+    let day = 86_400_000;
+    let r = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up");
+    assert_eq!(
+        (r.probation_ms, r.boot_id.as_deref(), r.boot_deadline_ms),
+        (Some(2000), Some("b1"), Some(3000))
+    );
+    // 500 ms later on BOOTTIME, whatever the wall clock says.
+    for wall in [1500, 0, 1500 + day] {
+        let c = Clocks {
+            wall_ms: wall,
+            boot_id: "b1".into(),
+            boot_ms: 1500,
+        };
+        assert_eq!(
+            probation_left(&r, &c),
+            Duration::from_millis(1500),
+            "{wall}"
+        );
+        assert_eq!(resume(&r, &c), r, "same boot: nothing to rewrite");
+    }
+    // Past the deadline: nothing left; a corrupt deadline is clamped to the length.
+    let late = Clocks {
+        boot_ms: 9000,
+        ..clocks(0)
+    };
+    assert_eq!(probation_left(&r, &late), Duration::ZERO);
+    let mut far = r.clone();
+    far.boot_deadline_ms = Some(u64::MAX);
+    assert_eq!(probation_left(&far, &clocks(1500)), Duration::from_secs(2));
+}
+
+#[test]
+fn another_boot_or_an_old_record_starts_a_fresh_probation() {
+    let r = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up");
+    let reboot = Clocks {
+        wall_ms: 7,
+        boot_id: "b2".into(),
+        boot_ms: 40,
+    };
+    assert_eq!(probation_left(&r, &reboot), Duration::from_secs(2));
+    let n = resume(&r, &reboot);
+    assert_eq!(
+        (n.boot_id.as_deref(), n.boot_deadline_ms, n.deadline_ms),
+        (Some("b2"), Some(2040), Some(2007))
+    );
+    assert_eq!(resume(&n, &reboot), n, "then it resumes in that boot");
+    // A record of an older supd: wall-clock times only. Its length is their difference.
+    let mut old = r.clone();
+    (old.probation_ms, old.boot_id, old.boot_deadline_ms) = (None, None, None);
+    assert_eq!(probation_length(&old), Duration::from_secs(2));
+    let n = resume(&old, &clocks(100));
+    assert_eq!(
+        (n.probation_ms, n.boot_deadline_ms),
+        (Some(2000), Some(2100))
+    );
+    let json = r#"{"current":"2.0.0","phase":"probation","proposed":"2.0.0","from":"1.0.0","started_ms":5,"deadline_ms":18446744073709551615}"#;
+    let old: Record = serde_json::from_str(json).expect("an old record loads");
+    assert_eq!(probation_length(&old), crate::time::MAX_DURATION, "clamped");
+    // An unreadable boot id resumes nothing.
+    let blind = Clocks {
+        boot_id: String::new(),
+        ..clocks(1500)
+    };
+    assert_eq!(probation_left(&r, &blind), Duration::from_secs(2));
+}
+
+#[test]
+fn huge_lengths_saturate() {
+    let f = Facts {
+        probation: Duration::from_secs(u64::MAX),
+        clocks: Clocks {
+            wall_ms: u64::MAX - 5,
+            boot_id: "b1".into(),
+            boot_ms: u64::MAX - 5,
+        },
+        ..facts()
+    };
+    let n = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &f).expect("up");
+    assert_eq!(n.deadline_ms, Some(u64::MAX));
+    assert_eq!(
+        n.probation_ms,
+        Some(crate::time::MAX_DURATION.as_millis() as u64)
     );
 }
