@@ -2,7 +2,7 @@
 //! earliest deadline as timeout. With nothing to do, supd sleeps in that `poll` and makes
 //! no other system call.
 
-use crate::supervisor::Supervisor;
+use crate::supervisor::{ServiceFd, Supervisor};
 use crate::time::Mono;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
@@ -12,10 +12,11 @@ use nix::sys::signal::Signal;
 enum Token {
     Signals,
     Listener,
-    Notify,
+    /// The one socket handed over by a supd from before per-service sockets.
+    LegacyNotify,
     Client(u64),
-    /// Index of the service in name order; `true` for its readiness pipe.
-    Service(usize, bool),
+    /// Index of the service in name order, and which of its fds.
+    Service(usize, ServiceFd),
 }
 
 /// Runs until the supervisor sets its exit status; returns it.
@@ -65,8 +66,8 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         PollFd::new(sup.signals.fd(), input),
         PollFd::new(sup.server.fd(), input),
     ];
-    if let Some(n) = sup.notify.as_ref() {
-        tokens.push(Token::Notify);
+    if let Some(n) = sup.legacy_notify.as_ref() {
+        tokens.push(Token::LegacyNotify);
         fds.push(PollFd::new(n.fd(), input));
     }
     for (id, fd, wants_out) in sup.server.client_fds() {
@@ -78,8 +79,8 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::Client(id));
         fds.push(PollFd::new(fd, flags));
     }
-    for (index, is_ready_pipe, fd) in sup.service_fds() {
-        tokens.push(Token::Service(index, is_ready_pipe));
+    for (index, kind, fd) in sup.service_fds() {
+        tokens.push(Token::Service(index, kind));
         fds.push(PollFd::new(fd, input));
     }
     match poll(&mut fds, timeout) {
@@ -102,7 +103,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
             }
         }
         Token::Listener => sup.server.accept(),
-        Token::Notify => sup.on_notify(now),
+        Token::LegacyNotify => sup.on_legacy_notify(now),
         Token::Client(id) => {
             if flags.contains(PollFlags::POLLOUT) {
                 sup.server.flush(id);
@@ -112,14 +113,14 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
                 sup.serve(id, now);
             }
         }
-        Token::Service(index, ready_pipe) => {
+        Token::Service(index, kind) => {
             let Some(name) = sup.slots.keys().nth(index).cloned() else {
                 return;
             };
-            if ready_pipe {
-                sup.on_ready_pipe(&name, now);
-            } else {
-                sup.on_output(&name);
+            match kind {
+                ServiceFd::Output => sup.on_output(&name),
+                ServiceFd::Ready => sup.on_ready_pipe(&name, now),
+                ServiceFd::Notify => sup.on_notify(&name, now),
             }
         }
     }

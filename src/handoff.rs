@@ -2,8 +2,8 @@
 //!
 //! The old image writes its whole state (every service's machine with its pid, restart
 //! history and deadlines, the grants, the kept output lines) to `state_dir/handoff.json`,
-//! keeps open across `exec` the fds the new image needs (the listening socket, the notify
-//! socket, every output and readiness pipe, the state lock), and execs the new program
+//! keeps open across `exec` the fds the new image needs (the listening socket, every
+//! output and readiness pipe and notify socket, the state lock), and execs the new program
 //! with `--handoff PATH`. Deadlines are `CLOCK_MONOTONIC` instants, the same clock in the
 //! new image, so timers resume at their original deadlines; the processes stay children
 //! of the same pid, so reaping goes on. The new program proved first (`--check
@@ -19,8 +19,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The format written by this supd; it reads every format up to it.
-pub const FORMAT: u32 = 1;
+/// The format written by this supd; it reads every format up to it. 2: a notify socket
+/// per service (`ServiceState::notify`); format 1 had the one `Handoff::notify`.
+pub const FORMAT: u32 = 2;
 
 /// Everything a new image needs.
 #[derive(Debug, Serialize, Deserialize)]
@@ -30,6 +31,9 @@ pub struct Handoff {
     pub from: String,
     pub config_path: PathBuf,
     pub listener_fd: RawFd,
+    /// The one notify socket of a supd from before per-service sockets (format 1), passed
+    /// on while services it started may still send there.
+    #[serde(default)]
     pub notify: Option<(RawFd, PathBuf)>,
     pub lock_fd: Option<RawFd>,
     pub started: Mono,
@@ -73,6 +77,9 @@ pub struct ServiceState {
     /// Its current (or finishing) run; handoffs of images before it carried only the pid.
     #[serde(default)]
     pub instance: Option<crate::instance::Instance>,
+    /// Its notify socket and the socket's path (format 2).
+    #[serde(default)]
+    pub notify: Option<(RawFd, PathBuf)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -108,7 +115,7 @@ impl Supervisor {
     /// The handoff of this supervisor, and every fd it names.
     pub fn handoff(&self) -> (Handoff, Vec<BorrowedFd<'_>>) {
         let mut fds = vec![self.server.fd()];
-        let notify = self.notify.as_ref().map(|n| {
+        let notify = self.legacy_notify.as_ref().map(|n| {
             fds.push(n.fd());
             (n.fd().as_raw_fd(), n.path.clone())
         });
@@ -128,6 +135,10 @@ impl Supervisor {
                 fds.push(p.as_fd());
                 p.as_raw_fd()
             });
+            let notify = slot.notify.as_ref().map(|n| {
+                fds.push(n.fd());
+                (n.fd().as_raw_fd(), n.path.clone())
+            });
             services.push(ServiceState {
                 name: name.clone(),
                 svc: slot.svc.clone(),
@@ -136,6 +147,7 @@ impl Supervisor {
                 output,
                 ready_fd,
                 instance: slot.instance.clone(),
+                notify,
             });
         }
         let grants = self
@@ -244,7 +256,17 @@ impl Supervisor {
         self.started = h.started;
         self.config_errors = h.config_errors;
         for s in h.services {
+            let notify = s
+                .notify
+                .and_then(|(fd, path)| match crate::sys::adopt_fd(fd) {
+                    Ok(fd) => Some(crate::notify::NotifySocket::adopt(fd, path)),
+                    Err(e) => {
+                        log::warn!("{}: its notify socket was not handed over ({e})", s.name);
+                        None
+                    }
+                });
             let Some(slot) = self.slots.get_mut(&s.name) else {
+                // Its socket, if any, is dropped here: closed and its file removed.
                 if let Some(pid) = s.svc.pid {
                     log::warn!(
                         "{}: not in the config any more; stopping its process group {pid}",
@@ -263,6 +285,7 @@ impl Supervisor {
                 }
             }
             slot.ready_pipe = s.ready_fd.and_then(|fd| crate::sys::adopt_fd(fd).ok());
+            slot.notify = notify;
             slot.version = s.version;
             slot.status_text = s.status_text;
             if let Some(pid) = s.svc.pid {
@@ -313,5 +336,30 @@ impl Supervisor {
             self.slots.len(),
             self.pids.len()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_format_1_handoff_with_the_one_notify_socket_still_reads() {
+        let svc = crate::service::Service::new(crate::service::Want::Up);
+        let v = json!({
+            "format": 1, "from": "0.1.0", "config_path": "/etc/sup/sup.toml",
+            "listener_fd": 3, "notify": [4, "/run/sup/sup.sock.notify"], "lock_fd": 5,
+            "started": 0, "config_errors": [], "grants": [],
+            "services": [{"name": "db", "svc": svc, "version": null, "status_text": null,
+                          "output": null, "ready_fd": null}],
+        });
+        let h: Handoff = serde_json::from_value(v).expect("format 1 reads");
+        assert_eq!(
+            h.notify,
+            Some((4, PathBuf::from("/run/sup/sup.sock.notify")))
+        );
+        assert_eq!(h.services[0].notify, None);
+        assert!(check_format(1).is_ok() && check_format(FORMAT).is_ok());
     }
 }

@@ -1,53 +1,97 @@
-//! The sd_notify socket: a datagram socket passed to `ready = "notify"` services as
-//! `NOTIFY_SOCKET`. Each datagram carries the sender's credentials (SO_PASSCRED), so a
-//! `READY=1` is accepted only from the service's own process group.
+//! sd_notify sockets: one datagram socket per `ready = "notify"` service, passed to it as
+//! `NOTIFY_SOCKET`, so the socket a datagram arrives on names the service (as nitro's
+//! per-service readiness pipe does) and no lookup of the sender is needed to find it.
+//!
+//! Who may send: the sockets live in `SOCKET.notify.d/` beside the control socket, a
+//! directory of supd's user with mode 0711 (others reach a socket whose name they know
+//! but cannot list them); each socket file is owned by the user the service runs as,
+//! mode 0600, so only that user and root can send at all. The sender's pid
+//! (SCM_CREDENTIALS) then only refuses a sender that is alive and provably outside the
+//! service: not its main process, not in its process group or session, not one of its
+//! descendants. A sender that has exited before supd reads its datagram
+//! (`systemd-notify --ready`, a `socat` one-liner) cannot be placed and is accepted: the
+//! socket's owner already limits it to the service's user.
+//!
+//! The sockets are kept across restarts of their service and across `reexec` (the
+//! handoff names their fds), and removed with the service.
 
+use crate::proc::Stat;
+use crate::service::Event;
+use crate::supervisor::Supervisor;
+use crate::time::Mono;
 use nix::sys::socket::{
     bind, recvmsg, setsockopt, socket, sockopt, AddressFamily, ControlMessageOwned, MsgFlags,
     SockFlag, SockType, UnixAddr,
 };
+use nix::sys::stat::Mode;
 use std::io::IoSliceMut;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+/// The longest path a socket address holds: `sun_path` is 108 bytes with its NUL, and
+/// sd_notify clients refuse a `NOTIFY_SOCKET` that fills it.
+pub const PATH_MAX: usize = 107;
 
 /// One datagram: who sent it and its `KEY=value` lines.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Message {
+    /// The sender's pid as the kernel saw it at send time (0 when it is in a pid
+    /// namespace supd cannot see).
     pub pid: i32,
     pub fields: Vec<(String, String)>,
 }
 
-/// The bound socket.
+/// A bound notify socket; its file is removed when it is dropped.
 pub struct NotifySocket {
     fd: OwnedFd,
     pub path: PathBuf,
 }
 
 impl NotifySocket {
-    /// Binds a fresh socket at `path` (a stale file there is replaced).
-    pub fn bind(path: &Path) -> nix::Result<NotifySocket> {
+    /// Binds a fresh socket at `path` (a stale file there is replaced). The file is
+    /// created with mode 0600 (set on the socket before `bind`, so it is never open to
+    /// others, whatever the umask) and given to `owner` when that is another user.
+    pub fn bind(path: &Path, owner: Option<u32>) -> Result<NotifySocket, String> {
+        let fail = |what: &str, e: nix::Error| format!("cannot {what} {}: {e}", path.display());
         let fd = socket(
             AddressFamily::Unix,
             SockType::Datagram,
             SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
             None,
-        )?;
+        )
+        .map_err(|e| fail("make a socket for", e))?;
+        setsockopt(&fd, sockopt::PassCred, &true).map_err(|e| fail("ask credentials on", e))?;
+        // Linux creates the file with the socket inode's mode (less the umask).
+        nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(0o600))
+            .map_err(|e| fail("set the mode of", e))?;
+        let addr = UnixAddr::new(path).map_err(|e| fail("address", e))?;
         let _ = std::fs::remove_file(path);
-        bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &UnixAddr::new(path)?)?;
-        setsockopt(&fd, sockopt::PassCred, &true)?;
-        Ok(NotifySocket {
+        bind(fd.as_raw_fd(), &addr).map_err(|e| fail("bind", e))?;
+        // From here on, dropping the socket removes the file.
+        let sock = NotifySocket {
             fd,
             path: path.to_path_buf(),
-        })
+        };
+        if let Some(uid) = owner.filter(|u| *u != nix::unistd::geteuid().as_raw()) {
+            nix::unistd::chown(path, Some(uid.into()), None)
+                .map_err(|e| format!("cannot give {} to uid {uid}: {e}", path.display()))?;
+        }
+        Ok(sock)
     }
 
-    /// The socket of a previous supd image.
+    /// A socket handed over by a previous supd image.
     pub fn adopt(fd: OwnedFd, path: PathBuf) -> NotifySocket {
         NotifySocket { fd, path }
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// Whether its file is still in place (a cleaner of /run may have removed it).
+    fn in_place(&self) -> bool {
+        std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.file_type().is_socket())
     }
 
     /// Every datagram waiting now (bounded to a few hundred per wake-up).
@@ -57,9 +101,12 @@ impl NotifySocket {
         for _ in 0..256 {
             let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
             let mut iov = [IoSliceMut::new(&mut buf)];
-            let fd = std::os::fd::AsRawFd::as_raw_fd(&self.fd);
-            let Ok(msg) = recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)
-            else {
+            let Ok(msg) = recvmsg::<()>(
+                self.fd.as_raw_fd(),
+                &mut iov,
+                Some(&mut cmsg),
+                MsgFlags::MSG_DONTWAIT,
+            ) else {
                 break;
             };
             let mut pid = 0;
@@ -95,6 +142,222 @@ pub fn parse(data: &[u8]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The directory of the services' sockets, beside the control socket.
+pub fn dir_for(control_socket: &Path) -> PathBuf {
+    let mut d = control_socket.as_os_str().to_owned();
+    d.push(".notify.d");
+    PathBuf::from(d)
+}
+
+/// The socket of service `name` in `dir`: `dir/NAME`, or `dir/+HASH` (16 hex digits of
+/// FNV-1a; `+` is never in a service name) when that would not fit in a socket address.
+pub fn socket_path(dir: &Path, name: &str) -> Result<PathBuf, String> {
+    let plain = dir.join(name);
+    if plain.as_os_str().len() <= PATH_MAX {
+        return Ok(plain);
+    }
+    let hashed = dir.join(format!("+{:016x}", fnv1a(name.as_bytes())));
+    if hashed.as_os_str().len() <= PATH_MAX {
+        return Ok(hashed);
+    }
+    Err(format!(
+        "its notify socket cannot be made: {} is too long for a socket address \
+         ({PATH_MAX} bytes with a 17-byte name); give supd a shorter socket path",
+        dir.display()
+    ))
+}
+
+/// FNV-1a, 64 bits: stable across versions of supd and Rust, unlike `DefaultHasher`.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Makes `dir` ready to hold the sockets: a directory of supd's user with mode 0711. What
+/// else is there under that name (a file, a symlink, a directory of someone else) is
+/// removed first, and with `clear` so is every socket a previous supd left in it.
+pub fn prepare_dir(dir: &Path, clear: bool) -> Result<(), String> {
+    let me = nix::unistd::geteuid().as_raw();
+    let fail = |what: &str, e: std::io::Error| format!("cannot {what} {}: {e}", dir.display());
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() && m.uid() == me && !clear => {}
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(dir).map_err(|e| fail("clear", e))?,
+        Ok(_) => std::fs::remove_file(dir).map_err(|e| fail("remove", e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail("look at", e)),
+    }
+    match std::fs::DirBuilder::new().mode(0o711).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(fail("create", e)),
+    }
+    // The umask may have taken bits away from 0711, or an older directory had others.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| fail("set the mode of", e))
+}
+
+/// Where the sender of a datagram stands relative to the service it was sent to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sender {
+    /// Alive and inside: the main process, its process group or session, or below it.
+    Inside,
+    /// Exited before supd looked (its pid names nobody now): it cannot be placed.
+    Gone,
+    /// Alive (or a pid supd cannot see) and not inside: refused.
+    Outside,
+}
+
+/// Places `pid` relative to the service whose main process `leader` leads its process
+/// group and session. `stat` looks a process up (in /proc); the ancestry walk is bounded.
+pub fn place(pid: i32, leader: i32, stat: impl Fn(i32) -> Option<Stat>) -> Sender {
+    if pid <= 0 {
+        return Sender::Outside;
+    }
+    let Some(first) = stat(pid) else {
+        return Sender::Gone;
+    };
+    let mut s = first;
+    for _ in 0..64 {
+        if s.pid == leader || s.pgrp == leader || s.session == leader {
+            return Sender::Inside;
+        }
+        match (s.ppid > 1).then(|| stat(s.ppid)).flatten() {
+            Some(parent) => s = parent,
+            None => break,
+        }
+    }
+    Sender::Outside
+}
+
+impl Supervisor {
+    /// The socket path a `ready = "notify"` service gets, `None` for other services.
+    pub fn notify_path(&self, name: &str) -> Result<Option<PathBuf>, String> {
+        match self.slots.get(name) {
+            Some(s) if s.cfg.ready == crate::config::Ready::Notify => {
+                socket_path(&dir_for(&self.cfg.supd.socket), name).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Before a start: a notify service has its socket, owned by `uid` (the user it runs
+    /// as; supd's when `None`) and empty of what was sent before this start; another
+    /// service has none.
+    pub fn ensure_notify(&mut self, name: &str, uid: Option<u32>) -> Result<(), String> {
+        let path = self.notify_path(name)?;
+        let dir = dir_for(&self.cfg.supd.socket);
+        let taken = path.as_ref().and_then(|p| {
+            self.slots
+                .iter()
+                .find(|(n, s)| *n != name && s.notify.as_ref().is_some_and(|x| &x.path == p))
+                .map(|(n, _)| n.clone())
+        });
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Ok(());
+        };
+        let Some(path) = path else {
+            slot.notify = None;
+            return Ok(());
+        };
+        if let Some(other) = taken {
+            return Err(format!(
+                "its notify socket {} is {other}'s (their names hash alike); rename one",
+                path.display()
+            ));
+        }
+        let owner = uid.unwrap_or_else(|| nix::unistd::geteuid().as_raw());
+        match slot
+            .notify
+            .as_ref()
+            .filter(|s| s.path == path && s.in_place())
+        {
+            Some(sock) => {
+                let stale = sock.drain().len();
+                if stale > 0 {
+                    log::debug!("{name}: {stale} notify messages from before this start dropped");
+                }
+                nix::unistd::chown(&path, Some(owner.into()), None)
+                    .map_err(|e| format!("cannot give {} to uid {owner}: {e}", path.display()))?;
+            }
+            None => {
+                slot.notify = None;
+                prepare_dir(&dir, false)?;
+                slot.notify = Some(NotifySocket::bind(&path, Some(owner))?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the datagrams of one service's socket.
+    pub fn on_notify(&mut self, name: &str, now: Mono) {
+        let Some(msgs) = self
+            .slots
+            .get(name)
+            .and_then(|s| s.notify.as_ref())
+            .map(NotifySocket::drain)
+        else {
+            return;
+        };
+        for msg in msgs {
+            let Some(leader) = self.slots.get(name).and_then(|s| s.svc.pid) else {
+                log::debug!(
+                    "{name}: notify message from pid {} while it has no process: ignored",
+                    msg.pid
+                );
+                continue;
+            };
+            match place(msg.pid, leader, crate::proc::stat) {
+                Sender::Inside | Sender::Gone => self.notified(name, msg.fields, now),
+                Sender::Outside => log::warn!(
+                    "{name}: notify message refused: its sender, pid {}, is not a process of \
+                     the service (main pid {leader}; not in its process group or session)",
+                    msg.pid
+                ),
+            }
+        }
+    }
+
+    /// Reads the single socket of a supd from before per-service sockets, handed over by
+    /// its `reexec`: the services it started still send there, matched by process group.
+    pub fn on_legacy_notify(&mut self, now: Mono) {
+        let Some(msgs) = self.legacy_notify.as_ref().map(NotifySocket::drain) else {
+            return;
+        };
+        for msg in msgs {
+            let name = self.pids.get(&msg.pid).cloned().or_else(|| {
+                let pgrp = crate::proc::stat(msg.pid)?.pgrp;
+                self.pids.get(&pgrp).cloned()
+            });
+            match name {
+                Some(name) => self.notified(&name, msg.fields, now),
+                None => log::debug!("notify message from pid {} of no service: ignored", msg.pid),
+            }
+        }
+    }
+
+    fn is_notify(&self, name: &str) -> bool {
+        self.slots
+            .get(name)
+            .is_some_and(|s| s.cfg.ready == crate::config::Ready::Notify)
+    }
+
+    /// Acts on the fields of an accepted datagram.
+    fn notified(&mut self, name: &str, fields: Vec<(String, String)>, now: Mono) {
+        for (k, v) in fields {
+            match k.as_str() {
+                "READY" if v == "1" && self.is_notify(name) => self.apply(name, Event::Ready, now),
+                "STATUS" => {
+                    if let Some(s) = self.slots.get_mut(name) {
+                        s.status_text = Some(v);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,9 +374,93 @@ mod tests {
     }
 
     #[test]
-    fn receives_with_the_sender_pid() {
-        let path = std::env::temp_dir().join(format!("sup-notify-{}.sock", std::process::id()));
-        let sock = NotifySocket::bind(&path).expect("bind");
+    fn sockets_are_named_after_their_service_beside_the_control_socket() {
+        let dir = dir_for(Path::new("/run/sup/sup.sock"));
+        assert_eq!(dir, Path::new("/run/sup/sup.sock.notify.d"));
+        assert_eq!(
+            socket_path(&dir, "web@0"),
+            Ok(PathBuf::from("/run/sup/sup.sock.notify.d/web@0"))
+        );
+    }
+
+    #[test]
+    fn a_name_too_long_for_sun_path_is_hashed_short_and_stable() {
+        // 80 bytes of directory: a 64-byte name does not fit, 17 bytes do.
+        let dir = PathBuf::from(format!("/{}", "d".repeat(79)));
+        let long = "n".repeat(64);
+        let p = socket_path(&dir, &long).expect("a hashed path");
+        assert_eq!(p, dir.join(format!("+{:016x}", fnv1a(long.as_bytes()))));
+        assert!(p.as_os_str().len() <= PATH_MAX);
+        assert_eq!(socket_path(&dir, &long), Ok(p.clone()), "stable");
+        let other = socket_path(&dir, &"m".repeat(64)).expect("hashed");
+        assert_ne!(p, other, "names hash apart");
+        // A name that fits stays plain, up to exactly PATH_MAX bytes.
+        let fits = "x".repeat(PATH_MAX - 81);
+        assert_eq!(socket_path(&dir, &fits), Ok(dir.join(&fits)));
+        assert_eq!(dir.join(&fits).as_os_str().len(), PATH_MAX);
+        // FNV-1a's published test vector: the hash is the algorithm, not a Rust detail.
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn a_directory_too_long_even_for_a_hash_is_an_error_that_says_what_to_do() {
+        let dir = PathBuf::from(format!("/{}", "d".repeat(95)));
+        let e = socket_path(&dir, &"n".repeat(40)).expect_err("too long");
+        assert!(e.contains("shorter socket path"), "{e}");
+    }
+
+    fn stat(pid: i32, ppid: i32, pgrp: i32, session: i32) -> Stat {
+        Stat {
+            pid,
+            state: 'S',
+            ppid,
+            pgrp,
+            session,
+            start_time: 1,
+        }
+    }
+
+    #[test]
+    fn senders_are_placed_by_group_session_and_ancestry() {
+        // 100 leads the service; 101 its child in the group; 102 a child that made a
+        // session of its own; 103 that one's child; 200 a process elsewhere.
+        let table = [
+            stat(100, 1, 100, 100),
+            stat(101, 100, 100, 100),
+            stat(102, 101, 102, 102),
+            stat(103, 102, 102, 102),
+            stat(104, 50, 104, 100),
+            stat(200, 1, 200, 200),
+            stat(201, 200, 200, 200),
+        ];
+        let look = |pid: i32| table.iter().find(|s| s.pid == pid).copied();
+        let at = |pid| place(pid, 100, look);
+        assert_eq!(at(100), Sender::Inside, "the main process");
+        assert_eq!(at(101), Sender::Inside, "its process group");
+        assert_eq!(
+            at(103),
+            Sender::Inside,
+            "a descendant in a session of its own"
+        );
+        assert_eq!(at(104), Sender::Inside, "its session, in another group");
+        assert_eq!(at(201), Sender::Outside, "another tree");
+        assert_eq!(at(999), Sender::Gone, "exited before supd looked");
+        assert_eq!(at(0), Sender::Outside, "a pid supd cannot see");
+    }
+
+    #[test]
+    fn receives_with_the_sender_pid_on_a_private_socket() {
+        let dir = std::env::temp_dir().join(format!("sup-notify-{}", std::process::id()));
+        prepare_dir(&dir, true).expect("dir");
+        let meta = std::fs::metadata(&dir).expect("dir");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o711);
+        let path = socket_path(&dir, "svc").expect("path");
+        let sock = NotifySocket::bind(&path, None).expect("bind");
+        let mode = std::fs::metadata(&path)
+            .expect("socket")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "only its owner may send");
         let tx = std::os::unix::net::UnixDatagram::unbound().expect("socket");
         tx.send_to(b"READY=1\n", &path).expect("send");
         let got = sock.drain();
@@ -125,5 +472,9 @@ mod tests {
             }]
         );
         assert!(sock.drain().is_empty());
+        drop(sock);
+        assert!(!path.exists(), "removed with its socket");
+        prepare_dir(&dir, true).expect("cleared");
+        let _ = std::fs::remove_dir(&dir);
     }
 }

@@ -11,6 +11,8 @@ pub struct Stat {
     pub state: char,
     pub ppid: i32,
     pub pgrp: i32,
+    /// The session: a service's processes keep its leader's unless they call `setsid`.
+    pub session: i32,
     /// Start time in clock ticks since boot: with the pid, it names one process.
     pub start_time: u64,
 }
@@ -21,12 +23,14 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     let pid = text.split_whitespace().next()?.parse().ok()?;
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state(3) ppid(4) pgrp(5) ... starttime(22): indices from 0 = field 3.
+    // After the name: state(3) ppid(4) pgrp(5) session(6) ... starttime(22): indices from
+    // 0 = field 3.
     Some(Stat {
         pid,
         state: f.first()?.chars().next()?,
         ppid: f.get(1)?.parse().ok()?,
         pgrp: f.get(2)?.parse().ok()?,
+        session: f.get(3)?.parse().ok()?,
         start_time: f.get(19)?.parse().ok()?,
     })
 }
@@ -56,8 +60,8 @@ mod tests {
         let text = "1234 (my (odd) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10 18446744073709551615";
         let s = parse_stat(text).expect("parse");
         assert_eq!(
-            (s.pid, s.state, s.ppid, s.pgrp, s.start_time),
-            (1234, 'S', 1, 1234, 98765)
+            (s.pid, s.state, s.ppid, s.pgrp, s.session, s.start_time),
+            (1234, 'S', 1, 1234, 1234, 98765)
         );
     }
 

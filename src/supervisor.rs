@@ -40,12 +40,25 @@ pub struct Slot {
     pub version: Option<String>,
     /// The last `STATUS=` of a notify service.
     pub status_text: Option<String>,
+    /// The `NOTIFY_SOCKET` of a notify service, made at its first start.
+    pub notify: Option<NotifySocket>,
     /// Where the current process is recorded, opened at the first start.
     pid_file: Option<PidFile>,
     /// The current (or finishing) run: from its spawn until its last process is gone.
     pub instance: Option<Instance>,
     /// Removed by a reload: dropped once it is down.
     pub removed: bool,
+}
+
+/// Which of a service's fds is ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceFd {
+    /// Its output pipe.
+    Output,
+    /// Its `fd:N` readiness pipe.
+    Ready,
+    /// Its notify socket.
+    Notify,
 }
 
 /// What a parked client waits for.
@@ -83,7 +96,9 @@ pub struct Supervisor {
     pub slots: BTreeMap<String, Slot>,
     pub(crate) pids: HashMap<i32, String>,
     pub server: Server,
-    pub notify: Option<NotifySocket>,
+    /// The one socket of a supd from before per-service sockets, handed over by its
+    /// `reexec` (the services it started still send there).
+    pub legacy_notify: Option<NotifySocket>,
     pub signals: Signals,
     shutdown: Option<Shutdown>,
     /// Set when the loop must end, with supd's exit status.
@@ -133,7 +148,7 @@ impl Supervisor {
         cfg: Config,
         config_path: PathBuf,
         server: Server,
-        notify: Option<NotifySocket>,
+        legacy_notify: Option<NotifySocket>,
         signals: Signals,
     ) -> Self {
         let down = records::read_down(&cfg.supd.state_dir);
@@ -144,7 +159,7 @@ impl Supervisor {
             slots: BTreeMap::new(),
             pids: HashMap::new(),
             server,
-            notify,
+            legacy_notify,
             signals,
             shutdown: None,
             exit: None,
@@ -189,6 +204,7 @@ impl Supervisor {
             ready_pipe: None,
             version: None,
             status_text: None,
+            notify: None,
             pid_file: None,
             instance: None,
             removed: false,
@@ -264,7 +280,10 @@ impl Supervisor {
 
     /// Starts a pending service now.
     fn spawn(&mut self, name: &str, now: Mono) {
-        let notify_path = self.notify.as_ref().map(|n| n.path.clone());
+        let notify_path = match self.notify_path(name) {
+            Ok(p) => p,
+            Err(why) => return self.apply(name, Event::SpawnFailed(why), now),
+        };
         let Some(slot) = self.slots.get(name) else {
             return;
         };
@@ -295,6 +314,9 @@ impl Supervisor {
             }
             Err(NotLaunched::Failed(why)) => return self.apply(name, Event::SpawnFailed(why), now),
         };
+        if let Err(why) = self.ensure_notify(name, plan.creds.as_ref().map(|c| c.uid)) {
+            return self.apply(name, Event::SpawnFailed(why), now);
+        }
         let mut plan = plan;
         if let Some(term) = self
             .slots
@@ -745,41 +767,6 @@ impl Supervisor {
         }
     }
 
-    /// Reads sd_notify datagrams.
-    pub fn on_notify(&mut self, now: Mono) {
-        let Some(sock) = self.notify.as_ref() else {
-            return;
-        };
-        for msg in sock.drain() {
-            let Some(name) = self.service_of(msg.pid) else {
-                log::debug!("notify message from pid {} of no service: ignored", msg.pid);
-                continue;
-            };
-            for (k, v) in msg.fields {
-                match k.as_str() {
-                    "READY" if v == "1" && self.slots[&name].cfg.ready == Ready::Notify => {
-                        self.apply(&name, Event::Ready, now)
-                    }
-                    "STATUS" => {
-                        if let Some(s) = self.slots.get_mut(&name) {
-                            s.status_text = Some(v);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-
-    /// The service whose process group `pid` belongs to.
-    fn service_of(&self, pid: i32) -> Option<String> {
-        if let Some(n) = self.pids.get(&pid) {
-            return Some(n.clone());
-        }
-        let pgrp = crate::proc::stat(pid)?.pgrp;
-        self.pids.get(&pgrp).cloned()
-    }
-
     /// A service's line of `status`.
     pub fn status_of(&self, slot: &Slot, now: Mono) -> ServiceStatus {
         let svc = &slot.svc;
@@ -865,13 +852,19 @@ impl Supervisor {
         }
     }
 
-    /// The fds of output pipes and readiness pipes, with the index of their service in
-    /// name order (`true` for a readiness pipe).
-    pub fn service_fds(&self) -> impl Iterator<Item = (usize, bool, std::os::fd::BorrowedFd<'_>)> {
+    /// The fds of output pipes, readiness pipes and notify sockets, with the index of
+    /// their service in name order.
+    pub fn service_fds(
+        &self,
+    ) -> impl Iterator<Item = (usize, ServiceFd, std::os::fd::BorrowedFd<'_>)> {
         self.slots.values().enumerate().flat_map(|(i, s)| {
-            let out = s.output.as_ref().map(|o| (i, false, o.fd()));
-            let ready = s.ready_pipe.as_ref().map(|r| (i, true, r.as_fd()));
-            out.into_iter().chain(ready)
+            let out = s.output.as_ref().map(|o| (i, ServiceFd::Output, o.fd()));
+            let ready = s
+                .ready_pipe
+                .as_ref()
+                .map(|r| (i, ServiceFd::Ready, r.as_fd()));
+            let notify = s.notify.as_ref().map(|n| (i, ServiceFd::Notify, n.fd()));
+            out.into_iter().chain(ready).chain(notify)
         })
     }
 }

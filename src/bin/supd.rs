@@ -270,18 +270,14 @@ fn fresh(cfg: &Config) -> Result<Edges, String> {
     sup::leftovers::end(&cfg.supd.state_dir, grace);
     let server = Server::bind(&cfg.supd.socket, cfg.supd.socket_group.as_deref())
         .map_err(|e| format!("cannot serve {}: {e}", cfg.supd.socket.display()))?;
-    let notify_path = PathBuf::from(format!("{}.notify", cfg.supd.socket.display()));
-    let notify = match NotifySocket::bind(&notify_path) {
-        Ok(n) => Some(n),
-        Err(e) => {
-            log::warn!(
-                "cannot bind {} ({e}): ready = \"notify\" services will time out",
-                notify_path.display()
-            );
-            None
-        }
-    };
-    Ok((server, notify, lock))
+    // The services' notify sockets: what a previous supd left goes (the single
+    // `SOCKET.notify` of older versions too); each is made at its service's first start.
+    let _ = std::fs::remove_file(format!("{}.notify", cfg.supd.socket.display()));
+    let notify_dir = sup::notify::dir_for(&cfg.supd.socket);
+    if let Err(e) = sup::notify::prepare_dir(&notify_dir, true) {
+        log::warn!("{e}: ready = \"notify\" services cannot start until it can be made");
+    }
+    Ok((server, None, lock))
 }
 
 /// After `reexec`: the sockets and the lock of the previous image, never closed.
