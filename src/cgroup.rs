@@ -32,7 +32,14 @@ impl Cgroups {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(format!("cannot create {}: {e}", root.display())),
         }
-        let text = format!("{}\n", root.display());
+        let c = Cgroups { root };
+        c.record(state_dir);
+        Ok(c)
+    }
+
+    /// Writes the root into `state_dir`, for a later supd's sweep.
+    pub fn record(&self, state_dir: &Path) {
+        let text = format!("{}\n", self.root.display());
         if let Err(e) =
             crate::records::atomic_write(&state_dir.join(RECORD), text.as_bytes(), false)
         {
@@ -41,7 +48,6 @@ impl Cgroups {
                 state_dir.display()
             );
         }
-        Ok(Cgroups { root })
     }
 
     /// The cgroup of `service`.

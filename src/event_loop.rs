@@ -14,6 +14,7 @@ enum Token {
     Listener,
     /// The one socket handed over by a supd from before per-service sockets.
     LegacyNotify,
+    StateDir,
     Client(u64),
     /// Index of the service in name order, and which of its fds.
     Service(usize, ServiceFd),
@@ -70,6 +71,10 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::LegacyNotify);
         fds.push(PollFd::new(n.fd(), input));
     }
+    if let Some(w) = sup.state_watch.as_ref() {
+        tokens.push(Token::StateDir);
+        fds.push(PollFd::new(w.fd(), input));
+    }
     for (id, fd, wants_out) in sup.server.client_fds() {
         let parked = sup.server.clients.get(&id).is_some_and(|c| c.parked);
         let mut flags = if parked { PollFlags::empty() } else { input };
@@ -104,6 +109,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
         }
         Token::Listener => sup.server.accept(),
         Token::LegacyNotify => sup.on_legacy_notify(now),
+        Token::StateDir => sup.on_state_dir(),
         Token::Client(id) => {
             if flags.contains(PollFlags::POLLOUT) {
                 sup.server.flush(id);

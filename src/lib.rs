@@ -23,6 +23,7 @@ pub mod records;
 pub mod restart;
 pub mod service;
 pub mod signals;
+pub mod statedir;
 pub mod supervisor;
 pub mod sys;
 pub mod time;

@@ -128,6 +128,10 @@ pub struct Supervisor {
     pub final_action: Option<crate::pid1::Final>,
     /// The services' cgroups, where the machine lets supd have them.
     pub cgroups: Option<Cgroups>,
+    /// Wakes the loop when the state directory changes under supd.
+    pub state_watch: Option<crate::statedir::StateWatch>,
+    /// The state directory's lock went with the directory and is not held again yet.
+    pub lock_lost: bool,
     /// Services whose leader was reaped while other processes of that run remain.
     pub draining: BTreeSet<String>,
     /// When to look at `draining` again, and the step after that (a safety net for
@@ -177,6 +181,8 @@ impl Supervisor {
             image_started: Mono::now(),
             final_action: None,
             cgroups: None,
+            state_watch: None,
+            lock_lost: false,
             draining: BTreeSet::new(),
             drain_retry: None,
         };
@@ -495,6 +501,26 @@ impl Supervisor {
             self.apply(&name, Event::Exited(exit), now);
         }
         self.check_draining(now);
+    }
+
+    /// Writes again the pid record of every run whose record file is gone or replaced.
+    pub(crate) fn rewrite_pid_records(&mut self) {
+        let state_dir = self.cfg.supd.state_dir.clone();
+        for slot in self.slots.values_mut() {
+            let Some((pid, start)) = slot.instance.as_ref().map(|i| (i.pid, i.start_time)) else {
+                continue;
+            };
+            if slot.pid_file.as_ref().is_some_and(PidFile::is_current) {
+                continue;
+            }
+            let name = slot.cfg.name.clone();
+            let written = pid_file_of(slot, &state_dir)
+                .and_then(|f| f.set(Some((pid, start))).map_err(|e| e.to_string()));
+            match written {
+                Ok(()) => log::info!("{name}: its pid record is written again"),
+                Err(e) => log::error!("{name}: cannot write its pid record again: {e}"),
+            }
+        }
     }
 
     /// Ends the runs whose last process is gone: their record is cleared, and their

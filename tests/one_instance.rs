@@ -280,6 +280,28 @@ fn a_removed_state_dir_is_noticed_and_records_written_anew() {
     sb.start();
     let first = pid_of(&sb.wait_state("one", "running"));
     fs::remove_dir_all(sb.path("state")).expect("remove state_dir");
+    // One round trip: supd reads its state dir's watch before it reads a new client.
+    sb.status("one");
+    let mut second = Command::new(SUPD)
+        .arg("-c")
+        .arg(sb.file(
+            "second.toml",
+            "[supd]\nsocket = \"second.sock\"\nstate_dir = \"state\"\nlog_dir = \"log\"\n",
+        ))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run a second supd");
+    if wait_exit(second.id() as i32, DEADLINE).is_none() {
+        let _ = second.kill();
+    }
+    let second = second.wait_with_output().expect("second supd");
+    assert_eq!(
+        second.status.code(),
+        Some(1),
+        "the lock was taken again: {}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(String::from_utf8_lossy(&second.stderr).contains("another supd is using"));
     let mut w = sb.watch();
     kill(Pid::from_raw(first), Signal::SIGKILL).expect("kill it");
     let second = pid_of(&w.state(&sb, "one", "running"));

@@ -162,6 +162,16 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     sup.config_errors = errors;
     sup.lock = lock;
     sup.cgroups = cgroups;
+    sup.state_watch = match sup::statedir::StateWatch::new(&sup.cfg.supd.state_dir) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            log::warn!(
+                "cannot watch {} ({e}): its removal is noticed only at the next start of a service",
+                sup.cfg.supd.state_dir.display()
+            );
+            None
+        }
+    };
     sup.system = args.system || sup.cfg.supd.mode == config::Mode::System;
     if sup.system {
         sup::pid1::setup();
@@ -260,7 +270,7 @@ fn fresh(cfg: &Config) -> Result<Edges, String> {
             log::warn!("cannot create {}: {e}", dir.display());
         }
     }
-    let lock = lock_state_dir(&cfg.supd.state_dir)?;
+    let lock = sup::statedir::lock(&cfg.supd.state_dir, std::time::Duration::from_secs(1))?;
     let grace = cfg
         .services
         .values()
@@ -333,59 +343,4 @@ fn tell_service_manager() {
     // Told once: a re-executed image must not tell a socket that may be gone (as
     // sd_notify's unset_environment). Single-threaded: nothing reads it meanwhile.
     std::env::remove_var("NOTIFY_SOCKET");
-}
-
-/// Takes the lock, waiting up to a second while it is held: a predecessor killed a moment
-/// ago may still have a child between fork and its first instruction holding it (the
-/// child closes it at once; see `sys::set_lock_fd`). A live supd holds it for good, and
-/// is refused after the second. Before the loop, so no service waits on this.
-fn lock_briefly(
-    mut file: std::fs::File,
-) -> Result<nix::fcntl::Flock<std::fs::File>, (std::fs::File, nix::errno::Errno)> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    loop {
-        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
-                file = f;
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            other => return other,
-        }
-    }
-}
-
-/// One supd per state directory.
-fn lock_state_dir(
-    dir: &std::path::Path,
-) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, String> {
-    let path = dir.join("supd.lock");
-    let file = match std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) => {
-            log::warn!(
-                "cannot open {} ({e}): running without the state lock",
-                path.display()
-            );
-            return Ok(None);
-        }
-    };
-    match lock_briefly(file) {
-        Ok(l) => Ok(Some(l)),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(format!(
-            "another supd is using {}; stop it first, or give this one another state_dir",
-            dir.display()
-        )),
-        Err((_, e)) => {
-            log::warn!(
-                "cannot lock {} ({e}): running without the state lock",
-                path.display()
-            );
-            Ok(None)
-        }
-    }
 }

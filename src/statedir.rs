@@ -1,0 +1,189 @@
+//! Noticing that the state directory was removed or replaced while supd runs: its pid
+//! records and its lock would otherwise live on in unlinked files, where no later supd
+//! looks (a crash then gives two instances, and the lock no longer keeps a second supd
+//! out). An inotify watch on the directory wakes the loop; the supervisor then makes the
+//! directory anew, takes its lock again and rewrites what it holds.
+
+use crate::records;
+use crate::supervisor::Supervisor;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use std::fs;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The name of the lock file in the state directory.
+pub const LOCK: &str = "supd.lock";
+
+/// A watch on the state directory.
+pub struct StateWatch {
+    inotify: Inotify,
+    dir: PathBuf,
+}
+
+/// The events that may mean the directory, or a file supd keeps open in it, is gone.
+fn flags() -> AddWatchFlags {
+    AddWatchFlags::IN_DELETE_SELF
+        | AddWatchFlags::IN_MOVE_SELF
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_MOVED_FROM
+        | AddWatchFlags::IN_ONLYDIR
+}
+
+impl StateWatch {
+    /// Watches `dir`.
+    pub fn new(dir: &Path) -> nix::Result<StateWatch> {
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        inotify.add_watch(dir, flags())?;
+        Ok(StateWatch {
+            inotify,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.inotify.as_fd()
+    }
+
+    /// Reads what is there (the events only wake the loop: what counts is checked on the
+    /// files themselves).
+    pub fn drain(&self) {
+        while matches!(self.inotify.read_events(), Ok(events) if !events.is_empty()) {}
+    }
+
+    /// Watches the directory again (after it was made anew: the old watch went with the
+    /// old directory). A watch already there is kept.
+    pub fn rewatch(&self) {
+        if let Err(e) = self.inotify.add_watch(&self.dir, flags()) {
+            log::warn!("cannot watch {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// Whether `file`, held open, is still the file at `path`.
+pub fn same_file(file: &fs::File, path: &Path) -> bool {
+    match (fs::metadata(path), file.metadata()) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Takes the lock, waiting up to `patience` while it is held: at start, a predecessor
+/// killed a moment ago may still have a child between fork and its first instruction
+/// holding it (the child closes it at once; see `sys::set_lock_fd`). A live supd holds it
+/// for good, and is refused after that. The loop passes no patience: nothing waits.
+fn lock_briefly(
+    mut file: std::fs::File,
+    patience: std::time::Duration,
+) -> Result<nix::fcntl::Flock<std::fs::File>, (std::fs::File, nix::errno::Errno)> {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One supd per state directory: its lock, waiting up to `patience` for it.
+pub fn lock(
+    dir: &std::path::Path,
+    patience: std::time::Duration,
+) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, String> {
+    let path = dir.join(LOCK);
+    let file = match std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            log::warn!(
+                "cannot open {} ({e}): running without the state lock",
+                path.display()
+            );
+            return Ok(None);
+        }
+    };
+    match lock_briefly(file, patience) {
+        Ok(l) => Ok(Some(l)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(format!(
+            "another supd is using {}; stop it first, or give this one another state_dir",
+            dir.display()
+        )),
+        Err((_, e)) => {
+            log::warn!(
+                "cannot lock {} ({e}): running without the state lock",
+                path.display()
+            );
+            Ok(None)
+        }
+    }
+}
+
+impl Supervisor {
+    /// The state directory changed under supd: if it was removed or replaced, it is made
+    /// anew, its lock taken again, and every record supd holds written into it; a pid
+    /// record removed alone is written again too.
+    pub fn on_state_dir(&mut self) {
+        if let Some(w) = &self.state_watch {
+            w.drain();
+        }
+        let dir = self.cfg.supd.state_dir.clone();
+        // A removal may still be under way: a lock lost once is taken again at every
+        // event until it holds.
+        let replaced = match &self.lock {
+            Some(l) => !same_file(l, &dir.join(LOCK)),
+            None => self.lock_lost,
+        };
+        if replaced {
+            log::warn!(
+                "{} was removed or replaced while supd ran; making it anew and taking its lock again",
+                dir.display()
+            );
+            if let Err(e) = fs::create_dir_all(&dir) {
+                log::error!("cannot create {}: {e}", dir.display());
+            }
+            self.lock = None;
+            crate::sys::set_lock_fd(-1);
+            self.lock_lost = true;
+            match lock(&dir, std::time::Duration::ZERO) {
+                Ok(Some(l)) if same_file(&l, &dir.join(LOCK)) => {
+                    crate::sys::set_lock_fd(std::os::fd::AsRawFd::as_raw_fd(&*l));
+                    self.lock = Some(l);
+                    self.lock_lost = false;
+                    log::info!("{}: locked again", dir.display());
+                }
+                // Gone again meanwhile, or not lockable: the next event tries again.
+                Ok(_) => {}
+                Err(e) => log::error!("{e}: it took {} while it was gone", dir.display()),
+            }
+            self.rewrite_held_records();
+        }
+        self.rewrite_pid_records();
+        if let Some(w) = &self.state_watch {
+            w.rewatch();
+        }
+    }
+
+    /// Writes again what supd holds besides pid records: down marks, tool records, the
+    /// cgroup root.
+    fn rewrite_held_records(&mut self) {
+        let dir = self.cfg.supd.state_dir.clone();
+        if let Err(e) = records::write_down(&dir, &self.down) {
+            log::error!("cannot write the down marks again: {e}");
+        }
+        for (tool, t) in &self.tools {
+            if let Err(e) = crate::versions::save_record(&dir, tool, &t.record) {
+                log::error!("{tool}: cannot write its record again: {e}");
+            }
+        }
+        if let Some(c) = &self.cgroups {
+            c.record(&dir);
+        }
+    }
+}
