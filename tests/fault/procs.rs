@@ -104,6 +104,22 @@ pub fn tagged(tag: u64) -> Vec<Tagged> {
     out
 }
 
+/// What /proc says of a pid, tagged or not: for a failure message.
+pub fn describe(pid: i32) -> String {
+    let Some(st) = sup::proc::stat(pid) else {
+        return format!("no process {pid}");
+    };
+    let env = fs::read(format!("/proc/{pid}/environ")).map(|e| e.len());
+    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    format!(
+        "/proc: {} state {} pgrp {} ppid {}, environ {env:?} bytes",
+        comm.trim(),
+        st.state,
+        st.pgrp,
+        st.ppid
+    )
+}
+
 /// SIGKILLs each of `pids` and waits (pidfds opened before the signal, so a reused pid is
 /// never waited for) until each has exited or `deadline` has passed; returns those that
 /// had not exited by then.
