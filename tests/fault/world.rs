@@ -135,8 +135,13 @@ impl World {
 
     /// Records a failure, printed at once with the seed.
     pub fn fail(&mut self, msg: String) {
+        self.fail_printed(msg, false);
+    }
+
+    /// A failure printed even past the first twenty (a rare kind: a failed start).
+    fn fail_printed(&mut self, msg: String, always: bool) {
         const PRINTED: usize = 20;
-        if self.failures.len() < PRINTED {
+        if self.failures.len() < PRINTED || always {
             eprintln!(
                 "fault {}: FAIL (seed {}, gen {}): {msg}",
                 self.name, self.seed, self.gen
@@ -213,12 +218,23 @@ impl World {
         self.ready = Some((sock, path));
     }
 
-    /// kill -9 of supd, and its exit collected.
+    /// kill -9 of supd, and its exit collected. A supd that had already exited by itself
+    /// (one started and not awaited) is a failed start, not a kill.
     pub fn kill9(&mut self) {
         let mut child = self.sb.supd.take().expect("supd running");
-        let _ = child.kill();
-        let _ = child.wait();
-        self.fig.kills += 1;
+        if let Ok(Some(status)) = child.try_wait() {
+            self.fig.failed_starts += 1;
+            let why = format!(
+                "supd gen {} exited by itself ({status}) before its kill; its last words:\n{}",
+                self.gen,
+                self.log_tail(4)
+            );
+            self.fail_printed(why, true);
+        } else {
+            let _ = child.kill();
+            let _ = child.wait();
+            self.fig.kills += 1;
+        }
         if let Some((_, path)) = self.ready.take() {
             let _ = fs::remove_file(path);
         }
@@ -320,7 +336,7 @@ impl World {
                     let _ = c.wait();
                 }
                 self.fig.failed_starts += 1;
-                self.fail(format!("start of supd gen {}: {why}", self.gen));
+                self.fail_printed(format!("start of supd gen {}: {why}", self.gen), true);
                 false
             }
         }
