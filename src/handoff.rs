@@ -265,17 +265,23 @@ impl Supervisor {
                         None
                     }
                 });
-            let Some(slot) = self.slots.get_mut(&s.name) else {
-                // Its socket, if any, is dropped here: closed and its file removed.
-                if let Some(pid) = s.svc.pid {
-                    log::warn!(
-                        "{}: not in the config any more; stopping its process group {pid}",
-                        s.name
-                    );
-                    crate::supervisor::signal_group(pid, nix::sys::signal::Signal::SIGTERM);
+            // A service the re-read config no longer has is kept, as a removed one,
+            // until it has stopped as any removed service does (stop_timeout, then
+            // KILL, its record and its remaining processes awaited).
+            let gone = !self.slots.contains_key(&s.name);
+            if gone {
+                if s.svc.pid.is_none() && s.instance.is_none() {
+                    continue; // its socket, if any, is dropped here: closed and removed
                 }
+                log::warn!("{}: not in the config any more; stopping it", s.name);
+                let mut cfg = crate::config::ServiceConfig::new(&s.name, Vec::new(), "/".into());
+                cfg.autostart = false;
+                self.add_slot(cfg);
+            }
+            let Some(slot) = self.slots.get_mut(&s.name) else {
                 continue;
             };
+            slot.removed = gone;
             if let Some((r, w, lines, dropped)) = s.output {
                 match (crate::sys::adopt_fd(r), crate::sys::adopt_fd(w)) {
                     (Ok(r), Ok(w)) => {
@@ -303,6 +309,9 @@ impl Supervisor {
                 self.draining.insert(s.name.clone());
             }
             slot.svc = s.svc;
+            if gone {
+                self.apply(&s.name, crate::service::Event::Stop, Mono::now());
+            }
         }
         for g in h.grants {
             self.grants.insert(

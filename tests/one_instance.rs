@@ -363,3 +363,39 @@ fn stop_answers_once_every_process_of_the_service_is_gone() {
     assert_eq!(answer["ok"], true, "{answer}");
     assert!(!alive(member), "the member was gone before the answer");
 }
+
+#[test]
+fn a_service_removed_across_reexec_is_stopped_not_forgotten() {
+    let mut sb = Sandbox::new();
+    let svc = locking_service(&sb, "trap '' TERM\necho >&3\nwhile :; do sleep 1; done");
+    let x =
+        format!("[service.x]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\nstop_timeout = \"300ms\"\n");
+    let keep = "[service.keep]\ncommand = [\"sleep\", \"3600\"]\n";
+    sb.config(&format!("{x}{keep}"));
+    sb.start();
+    let old = pid_of(&sb.wait_state("x", "running"));
+    sb.config(keep);
+    let out = sb.supctl(&["reexec"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The new image stops it as a removed service: TERM is ignored, KILL follows; once
+    // down, it is dropped.
+    let mut w = sb.watch();
+    if sb.request(serde_json::json!({"cmd": "status", "service": "x"}))["ok"] == true {
+        w.until(&sb, |e| e["service"] == "x" && e["to"] == "stopped");
+    }
+    assert!(!alive(old), "the removed service's process was ended");
+    sb.config(&format!("{x}{keep}"));
+    sb.ok(serde_json::json!({"cmd": "reload"}));
+    let new = pid_of(&sb.wait_state("x", "running"));
+    assert_ne!(new, old);
+    assert!(
+        lines(&sb, "dups").is_empty(),
+        "two instances: {:?}",
+        lines(&sb, "dups")
+    );
+}
