@@ -1,26 +1,36 @@
 //! Ending what a previous supd left running (it was killed, or crashed), before anything
-//! starts: no service ever runs twice.
+//! starts: no service ever runs twice, and nothing that was not a service's is touched.
 //!
-//! A pid record names a process group. Linux never reuses a pid while it is still in use
-//! as a process group id, so: if the recorded leader is alive with the recorded start
-//! time, or no process has that pid at all, every member of that group is a remnant of
-//! the service; if another process now has the pid, the old group is empty.
+//! What counts as left by a service:
+//! - everything in a cgroup the previous supd used for its services (exact);
+//! - the process group a pid record names, while the recorded leader is alive with the
+//!   recorded start time: Linux never reuses a pid that still names a process group, so
+//!   that group is the service's;
+//! - when the recorded leader is gone, the group's id may since have been taken by an
+//!   unrelated process that made a group of its own: then only the members whose
+//!   environment names the service (`SUP_SERVICE`, which supd gives every service).
+//!
+//! Signals go through pidfds, so a member that exits meanwhile, and whose pid is taken by
+//! another process, is never signalled by mistake.
 
 use crate::cgroup;
+use crate::proc::Stat;
 use crate::records::{self, PidRecord};
 use crate::time::Mono;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Stops the groups recorded in `state_dir`, and everything in the cgroups a previous
-/// supd of it used: TERM and CONT, up to `grace` for their members to exit, then KILL,
-/// and waits until they are gone. Returns the services that had something left.
+/// Stops what the records and cgroups of `state_dir` say a previous supd left: TERM and
+/// CONT, up to `grace` for it to exit, then KILL, and waits until it is gone. Returns the
+/// services that had something left.
 pub fn end(state_dir: &Path, grace: Duration) -> Vec<String> {
-    let recs = records::read_pids(state_dir);
-    let ours: Vec<&PidRecord> = recs.iter().filter(|r| r.pid > 1 && still_ours(r)).collect();
+    let recs: Vec<PidRecord> = records::read_pids(state_dir)
+        .into_iter()
+        .filter(|r| r.pid > 1)
+        .collect();
     let cgroups: Vec<PathBuf> = cgroup::left_by_previous(state_dir)
         .into_iter()
         .filter(|d| {
@@ -31,48 +41,35 @@ pub fn end(state_dir: &Path, grace: Duration) -> Vec<String> {
             busy
         })
         .collect();
-    if ours.is_empty() && cgroups.is_empty() {
-        if !recs.is_empty() {
-            records::clear_pids(state_dir);
-        }
+    let found = remnants(&recs, &cgroups);
+    if found.is_empty() {
+        records::clear_pids(state_dir);
         return Vec::new();
     }
-    let groups: Vec<i32> = ours.iter().map(|r| r.pid).collect();
-    let mut left: Vec<String> = Vec::new();
-    for r in &ours {
-        log::warn!(
-            "{}: process group {} was left by a previous supd; ending it",
-            r.service,
-            r.pid
-        );
-        left.push(r.service.clone());
-        let pg = Pid::from_raw(r.pid);
-        let _ = killpg(pg, Signal::SIGTERM);
-        let _ = killpg(pg, Signal::SIGCONT);
+    let mut left: Vec<String> = found.iter().map(|(_, s)| s.clone()).collect();
+    left.sort();
+    left.dedup();
+    for service in &left {
+        log::warn!("{service}: a run of it was left by a previous supd; ending it");
     }
-    for d in &cgroups {
-        log::warn!(
-            "{}: processes were left in it by a previous supd; ending them",
-            d.display()
-        );
-        let name = d.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        left.push(name.trim_end_matches(".service").to_string());
-        for pid in cgroup::members(d) {
-            let p = Pid::from_raw(pid);
-            let _ = nix::sys::signal::kill(p, Signal::SIGTERM);
-            let _ = nix::sys::signal::kill(p, Signal::SIGCONT);
+    let mut members = open(&found);
+    signal(&members, Signal::SIGTERM);
+    signal(&members, Signal::SIGCONT);
+    wait(&mut members, grace);
+    // KILL what is left; a member that forked meanwhile is found by the next look.
+    for _ in 0..3 {
+        for d in &cgroups {
+            cgroup::kill(d);
         }
+        let mut members = open(&remnants(&recs, &cgroups));
+        if members.is_empty() {
+            break;
+        }
+        signal(&members, Signal::SIGKILL);
+        // SIGKILL cannot be refused, but dying takes a moment: the new instances must
+        // never overlap the old ones.
+        wait(&mut members, Duration::from_secs(5));
     }
-    wait_members(&groups, &cgroups, grace);
-    for g in &groups {
-        let _ = killpg(Pid::from_raw(*g), Signal::SIGKILL);
-    }
-    for d in &cgroups {
-        cgroup::kill(d);
-    }
-    // SIGKILL cannot be refused, but dying takes a moment: wait until nothing of the old
-    // groups is left, so the new instances never overlap the old ones.
-    wait_members(&groups, &cgroups, Duration::from_secs(5));
     for d in &cgroups {
         if cgroup::populated(d) {
             log::error!("{}: processes are still in it after SIGKILL", d.display());
@@ -80,35 +77,96 @@ pub fn end(state_dir: &Path, grace: Duration) -> Vec<String> {
         cgroup::remove(d);
     }
     records::clear_pids(state_dir);
-    left.sort();
-    left.dedup();
     left
 }
 
-/// Waits, in poll on pidfds, until every live member of `groups` and of `cgroups` has
-/// exited, or `grace`.
-fn wait_members(groups: &[i32], cgroups: &[PathBuf], grace: Duration) {
-    let mut members: Vec<i32> = crate::proc::all()
-        .into_iter()
-        .filter(|s| groups.contains(&s.pgrp) && s.state != 'Z')
-        .map(|s| s.pid)
-        .collect();
-    members.extend(cgroups.iter().flat_map(|d| cgroup::members(d)));
-    let mut pidfds: Vec<_> = members
+/// The live processes left by services, with the service of each.
+fn remnants(recs: &[PidRecord], cgroups: &[PathBuf]) -> Vec<(i32, String)> {
+    // For each record: whether its group is surely the service's (the leader lives).
+    let groups: Vec<(&PidRecord, bool)> = recs
         .iter()
-        .filter_map(|p| crate::sys::pidfd_open(*p).ok())
+        .filter_map(|r| match crate::proc::stat(r.pid) {
+            Some(s) if s.start_time == r.start_time => Some((r, true)),
+            // Another process has the pid now: it cannot be the leader of the old
+            // group, and the old group, which would have kept the pid, is empty.
+            Some(_) => None,
+            None => Some((r, false)),
+        })
         .collect();
+    let mut out: Vec<(i32, String)> = Vec::new();
+    if !groups.is_empty() {
+        for s in crate::proc::all().iter().filter(|s| s.state != 'Z') {
+            if let Some((r, _)) = groups
+                .iter()
+                .find(|(r, owned)| r.pid == s.pgrp && (*owned || names_service(s, &r.service)))
+            {
+                out.push((s.pid, r.service.clone()));
+            }
+        }
+    }
+    for d in cgroups {
+        let name = d.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let service = name.trim_end_matches(".service").to_string();
+        out.extend(cgroup::members(d).into_iter().map(|p| (p, service.clone())));
+    }
+    out.sort();
+    out.dedup_by_key(|(p, _)| *p);
+    out
+}
+
+/// Whether the environment a process was started with names `service` as its own.
+fn names_service(s: &Stat, service: &str) -> bool {
+    let want = format!("SUP_SERVICE={service}");
+    std::fs::read(format!("/proc/{}/environ", s.pid))
+        .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
+}
+
+/// A process to end: its pid and, where the kernel has them, a pidfd.
+struct Member {
+    pid: i32,
+    fd: Option<OwnedFd>,
+}
+
+fn open(found: &[(i32, String)]) -> Vec<Member> {
+    found
+        .iter()
+        .map(|(pid, _)| Member {
+            pid: *pid,
+            fd: crate::sys::pidfd_open(*pid).ok(),
+        })
+        .collect()
+}
+
+/// Sends `sig` to each member: through its pidfd (exact), or by pid on kernels without
+/// pidfds.
+fn signal(members: &[Member], sig: Signal) {
+    for m in members {
+        match &m.fd {
+            Some(fd) => {
+                let _ = crate::sys::pidfd_send_signal(fd, sig as i32);
+            }
+            None => {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(m.pid), sig);
+            }
+        }
+    }
+}
+
+/// Waits, in poll on the pidfds, until every member has exited, or `grace`.
+fn wait(members: &mut Vec<Member>, grace: Duration) {
+    members.retain(|m| m.fd.is_some());
     let deadline = Mono::now().plus(grace);
-    while !pidfds.is_empty() {
+    while !members.is_empty() {
         let left = deadline.since(Mono::now());
         if left.is_zero() {
             break;
         }
         let ms = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
             .unwrap_or(PollTimeout::MAX);
-        let mut fds: Vec<PollFd> = pidfds
+        let mut fds: Vec<PollFd> = members
             .iter()
-            .map(|f| PollFd::new(std::os::fd::AsFd::as_fd(f), PollFlags::POLLIN))
+            .filter_map(|m| m.fd.as_ref())
+            .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN))
             .collect();
         if poll(&mut fds, ms).is_err() {
             break;
@@ -119,18 +177,10 @@ fn wait_members(groups: &[i32], cgroups: &[PathBuf], grace: Duration) {
             .collect();
         drop(fds);
         let mut i = 0;
-        pidfds.retain(|_| {
+        members.retain(|_| {
             let keep = !exited[i];
             i += 1;
             keep
         });
-    }
-}
-
-/// Whether the group of a record may still hold the service's processes.
-fn still_ours(r: &PidRecord) -> bool {
-    match crate::proc::stat(r.pid) {
-        Some(s) => s.start_time == r.start_time,
-        None => true,
     }
 }

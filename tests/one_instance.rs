@@ -399,3 +399,60 @@ fn a_service_removed_across_reexec_is_stopped_not_forgotten() {
         lines(&sb, "dups")
     );
 }
+
+/// In a PID namespace (so that the next pid can be chosen): a service's leader exits
+/// while supd is dead; an unrelated daemon takes its pid, makes its own group of it and
+/// leaves a child there. The new supd must not take that group for the service's.
+#[test]
+fn a_group_id_taken_by_an_outsider_is_left_alone() {
+    if !is_root() {
+        eprintln!("skipped: needs root for unshare --pid and ns_last_pid");
+        return;
+    }
+    for cgroups in ["auto", "off"] {
+        let sb = Sandbox::new();
+        sb.config_with(
+            &format!("cgroups = \"{cgroups}\""),
+            "[service.a]\ncommand = [\"/bin/sleep\", \"1000\"]\nstop_timeout = \"1s\"\n",
+        );
+        let script = sb.script(
+            "scenario.sh",
+            r#"set -u
+cd "$DIR"
+serve() { i=0; until "$SUPCTL" -s sup.sock status >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 400 ] && exit 3; sleep 0.05; done; }
+"$SUPD" -c sup.toml 2>>supd.stderr & S=$!
+serve
+N=$("$SUPCTL" -s sup.sock --json status a | python3 -c 'import json,sys; print(json.load(sys.stdin)["services"][0]["pid"])')
+kill -9 $S; wait $S
+kill -9 "$N"
+# bash, the namespace's init, reaps the orphan as it comes (its SIGCHLD handler).
+i=0; while [ -e /proc/$N ]; do i=$((i+1)); [ $i -gt 400 ] && exit 5; sleep 0.05; done
+# An outsider takes pid N, makes group N, and leaves a child in it.
+echo $((N-1)) > /proc/sys/kernel/ns_last_pid
+setsid sh -c 'sleep 1000 & echo $! > outsider; exit'
+O=$(cat outsider)
+[ "$(ps -o pgid= -p "$O" | tr -d ' ')" = "$N" ] || { echo "setup: outsider not in group $N"; exit 4; }
+[ -e /proc/$N ] && { echo "setup: pid $N exists"; exit 4; }
+"$SUPD" -c sup.toml 2>>supd.stderr & S=$!
+serve
+if [ -e /proc/$O ]; then echo HELD; else echo BROKEN; fi
+kill $S; wait $S
+"#,
+        );
+        let out = Command::new("unshare")
+            .args(["--pid", "--fork", "--mount-proc", "bash", &script])
+            .env("DIR", &sb.dir)
+            .env("SUPD", SUPD)
+            .env("SUPCTL", SUPCTL)
+            .output()
+            .expect("run the scenario");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            said.trim(),
+            "HELD",
+            "cgroups = {cgroups}: the outsider must be left alone; {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            sb.supd_log()
+        );
+    }
+}
