@@ -37,12 +37,26 @@ impl Instance {
         signal_group(self.pid, sig);
     }
 
-    /// SIGKILL to the cgroup and to the process group.
+    /// SIGKILL to the cgroup and to the process group; without a cgroup, also to what
+    /// left the group but not the session (the leader's `setsid` made its pid the
+    /// session's id, which stays taken while any process is in the session).
     pub fn kill_all(&self) {
         if let Some(dir) = &self.cgroup {
             cgroup::kill(dir);
         }
         signal_group(self.pid, Signal::SIGKILL);
+        if self.cgroup.is_none() {
+            for pid in session_members(self.pid) {
+                match crate::sys::pidfd_open(pid) {
+                    Ok(fd) => {
+                        let _ = crate::sys::pidfd_send_signal(&fd, Signal::SIGKILL as i32);
+                    }
+                    Err(_) => {
+                        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+                    }
+                }
+            }
+        }
     }
 
     /// Whether no process of this run is left. Only asked once the leader was reaped:
@@ -52,8 +66,21 @@ impl Instance {
             killpg(Pid::from_raw(self.pid), None),
             Err(nix::errno::Errno::ESRCH)
         );
-        group_gone && self.cgroup.as_deref().is_none_or(|d| !cgroup::populated(d))
+        group_gone
+            && match self.cgroup.as_deref() {
+                Some(d) => !cgroup::populated(d),
+                None => session_members(self.pid).is_empty(),
+            }
     }
+}
+
+/// The live processes of session `sid` (a scan of /proc: only without cgroups).
+fn session_members(sid: i32) -> Vec<i32> {
+    crate::proc::all()
+        .into_iter()
+        .filter(|s| s.session == sid && s.state != 'Z')
+        .map(|s| s.pid)
+        .collect()
 }
 
 /// Sends `sig` to the process group led by `pid`, then SIGCONT so a stopped group can

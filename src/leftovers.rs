@@ -3,9 +3,9 @@
 //!
 //! What counts as left by a service:
 //! - everything in a cgroup the previous supd used for its services (exact);
-//! - the process group a pid record names, while the recorded leader is alive with the
-//!   recorded start time: Linux never reuses a pid that still names a process group, so
-//!   that group is the service's;
+//! - the process group (and session) a pid record names, while the recorded leader is
+//!   alive with the recorded start time: Linux never reuses a pid that still names a
+//!   process group or session, so they are the service's;
 //! - when the recorded leader is gone, the group's id may since have been taken by an
 //!   unrelated process that made a group of its own: then only the members whose
 //!   environment names the service (`SUP_SERVICE`, which supd gives every service).
@@ -96,10 +96,9 @@ fn remnants(recs: &[PidRecord], cgroups: &[PathBuf]) -> Vec<(i32, String)> {
     let mut out: Vec<(i32, String)> = Vec::new();
     if !groups.is_empty() {
         for s in crate::proc::all().iter().filter(|s| s.state != 'Z') {
-            if let Some((r, _)) = groups
-                .iter()
-                .find(|(r, owned)| r.pid == s.pgrp && (*owned || names_service(s, &r.service)))
-            {
+            if let Some((r, _)) = groups.iter().find(|(r, owned)| {
+                (r.pid == s.pgrp || r.pid == s.session) && (*owned || names_service(s, &r.service))
+            }) {
                 out.push((s.pid, r.service.clone()));
             }
         }

@@ -456,3 +456,38 @@ kill $S; wait $S
         );
     }
 }
+
+#[test]
+fn without_cgroups_what_left_the_group_but_not_the_session_ends_with_the_service() {
+    let mut sb = Sandbox::new();
+    // The helper makes a process group of its own, in the service's session.
+    let helper = helper_then_ready(
+        &sb,
+        "member",
+        "python3 -c 'import os, sys; os.setpgid(0, 0); os.execvp(\"sh\", [\"sh\", \"-c\", sys.argv[1]])'",
+    );
+    let svc = sb.script("svc", &format!("{helper}\nexec sleep 3600"));
+    sb.config_with(
+        "cgroups = \"off\"",
+        &format!("[service.one]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\n"),
+    );
+    sb.start();
+    let leader = pid_of(&sb.wait_state("one", "running"));
+    let member = pid_in(&sb, "member");
+    let m = sup::proc::stat(member).expect("the member runs");
+    assert!(
+        m.pgrp != leader && m.session == leader,
+        "the member left the group, not the session: {m:?}"
+    );
+    sb.ok(serde_json::json!({"cmd": "stop", "service": "one"}));
+    assert!(!alive(member), "stop ends it");
+
+    let mut w = sb.watch();
+    sb.ok(serde_json::json!({"cmd": "start", "service": "one"}));
+    w.state(&sb, "one", "running");
+    let member = pid_in(&sb, "member");
+    sb.stop_supd(Signal::SIGKILL);
+    sb.start();
+    sb.wait_state("one", "running");
+    assert!(!alive(member), "a new supd ends what the killed one left");
+}
