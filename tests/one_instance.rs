@@ -491,3 +491,64 @@ fn without_cgroups_what_left_the_group_but_not_the_session_ends_with_the_service
     sb.wait_state("one", "running");
     assert!(!alive(member), "a new supd ends what the killed one left");
 }
+
+/// `chattr +i` on the state dir for the life of the guard.
+struct Immutable(std::path::PathBuf);
+
+impl Immutable {
+    fn set(dir: &std::path::Path) -> Option<Immutable> {
+        let ok = Command::new("chattr")
+            .arg("+i")
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Immutable(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn an_immutable_state_dir_refuses_the_start_instead_of_running_unrecorded() {
+    if !is_root() {
+        eprintln!("skipped: needs root for chattr");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let svc = locking_service(&sb, "echo >&3\nexec sleep 3600");
+    sb.config(&format!(
+        "[service.one]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\nautostart = false\n"
+    ));
+    sb.start();
+    let Some(frozen) = Immutable::set(&sb.path("state")) else {
+        eprintln!("skipped: chattr +i is not supported here");
+        return;
+    };
+    let answer = sb.request(serde_json::json!({"cmd": "start", "service": "one"}));
+    let mut w = sb.watch();
+    let status = sb.status("one");
+    let refused = if status["reason"]
+        .as_str()
+        .is_some_and(|r| r.contains("cannot"))
+    {
+        status
+    } else {
+        w.until(&sb, |e| {
+            e["service"] == "one" && e["reason"].as_str().is_some_and(|r| r.contains("cannot"))
+        })
+    };
+    assert!(
+        refused["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("pid record") && r.contains("not permitted")),
+        "says why: {refused} ({answer})"
+    );
+    assert!(lines(&sb, "starts").is_empty(), "its program never ran");
+    drop(frozen);
+    let running = w.state(&sb, "one", "running");
+    assert_eq!(lines(&sb, "starts"), vec![pid_of(&running).to_string()]);
+}
