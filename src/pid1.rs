@@ -49,9 +49,18 @@ pub fn setup() {
     }
 }
 
-/// TERM, grace, KILL to every remaining process; sync; `reboot(2)`. Never returns as
-/// PID 1 (if `reboot(2)` fails it reaps forever); otherwise it returns after the sync.
+/// As PID 1: TERM, grace, KILL to every remaining process; sync; `reboot(2)`; never
+/// returns (if `reboot(2)` fails it reaps forever). Elsewhere it returns at once.
 pub fn end(action: Final, signals: &mut Signals) {
+    // Only PID 1 signals processes it did not start: elsewhere the services are down,
+    // and that is all of supd's to end.
+    if std::process::id() != 1 {
+        log::warn!(
+            "{}: supd is not PID 1: its services are stopped; not signalling any other process, not calling reboot(2); exiting",
+            action.as_str()
+        );
+        return;
+    }
     log::warn!(
         "{}: sending TERM to every remaining process",
         action.as_str()
@@ -60,13 +69,6 @@ pub fn end(action: Final, signals: &mut Signals) {
     log::warn!("{}: sending KILL to what is left", action.as_str());
     kill_all(Signal::SIGKILL, Duration::from_secs(2), signals);
     nix::unistd::sync();
-    if std::process::id() != 1 {
-        log::warn!(
-            "{}: supd is not PID 1: not calling reboot(2); exiting",
-            action.as_str()
-        );
-        return;
-    }
     log::warn!("{}: synced; calling reboot(2)", action.as_str());
     let Err(e) = nix::sys::reboot::reboot(action.mode());
     log::error!("reboot(2) failed: {e}; reaping forever");

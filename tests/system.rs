@@ -78,3 +78,54 @@ fn poweroff_is_refused_outside_system_mode() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("system mode"));
     assert_eq!(sb.status("a")["state"], "running");
 }
+
+/// `--system` outside PID 1 (here: a PID namespace whose init is a shell) ends its own
+/// services and exits; a process it did not start is never signalled.
+#[test]
+fn system_mode_outside_pid_1_signals_nobody_else() {
+    if !is_root() {
+        eprintln!("skipped: needs root for unshare --pid");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.config("[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n");
+    let d = sb.dir.display().to_string();
+    let script = format!(
+        "/bin/sleep 3600 & b=$!\n\"$0\" \"$@\"\nif kill -0 $b 2>/dev/null; then echo alive; else echo killed; fi > {d}/bystander\nkill $b"
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "sh",
+        "-c",
+        &script,
+        SUPD,
+        "--system",
+    ]);
+    sb.start_with(cmd, &["-c"]);
+    sb.wait_state("a", "running");
+    let out = sb.supctl(&["poweroff"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        wait_exit(sb.supd_pid(), DEADLINE).is_some(),
+        "supd did not exit\n{}",
+        sb.supd_log()
+    );
+    let _ = sb.supd.take().expect("unshare").wait();
+    assert_eq!(
+        std::fs::read_to_string(sb.path("bystander"))
+            .expect("result")
+            .trim(),
+        "alive",
+        "a process supd did not start was signalled\n{}",
+        sb.supd_log()
+    );
+    assert!(sb.supd_log().contains("not PID 1"));
+}

@@ -77,9 +77,6 @@ fn main() -> ExitCode {
         }
         return check(&args.config);
     }
-    if args.system {
-        log::warn!("--system: system mode is not built yet; running in container mode");
-    }
     let signals = match signals {
         Ok(s) => s,
         Err(e) => {
