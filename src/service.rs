@@ -13,6 +13,9 @@ use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// The least wait before a start that failed at once is tried again.
+pub const SPAWN_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// What a service is now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -223,7 +226,17 @@ impl Service {
             (_, Event::SpawnFailed(why)) => {
                 self.pid = None;
                 self.started_at = Some(now);
-                self.settle(cfg, true, format!("cannot start: {why}"), now)
+                let actions = self.settle(cfg, true, format!("cannot start: {why}"), now);
+                // A start that failed at once is not retried at once, whatever
+                // `restart_delay` says: it would fail the same way, as fast as supd can fork.
+                if self.state == State::Stopped && self.want == Want::Up {
+                    self.enter(State::Backoff, Some(now.plus(SPAWN_RETRY_MIN)));
+                    self.reason = Some(format!(
+                        "cannot start: {why}; trying again in {}",
+                        Human(SPAWN_RETRY_MIN)
+                    ));
+                }
+                actions
             }
             (_, Event::Unavailable(why)) => {
                 self.pid = None;

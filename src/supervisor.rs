@@ -134,6 +134,8 @@ pub struct Supervisor {
     pub lock_lost: bool,
     /// Services whose leader was reaped while other processes of that run remain.
     pub draining: BTreeSet<String>,
+    /// The last pass left startable services for the next one, which must come at once.
+    more_to_start: bool,
     /// When to look at `draining` again, and the step after that (a safety net for
     /// members whose exit supd is not told of: SIGCHLD is the usual news).
     drain_retry: Option<(Mono, Duration)>,
@@ -185,6 +187,7 @@ impl Supervisor {
             lock_lost: false,
             draining: BTreeSet::new(),
             drain_retry: None,
+            more_to_start: false,
         };
         let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
         for def in defs {
@@ -605,7 +608,9 @@ impl Supervisor {
             .as_ref()
             .filter(|s| !s.killed)
             .map(|s| s.deadline);
+        let now_if_more = self.more_to_start.then_some(Mono(0));
         services
+            .chain(now_if_more)
             .chain(shutdown)
             .chain(self.drain_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
@@ -622,9 +627,7 @@ impl Supervisor {
         if self.shutdown.is_some() {
             self.shutdown_step(now);
         } else {
-            while let Some(name) = self.next_startable(now) {
-                self.spawn(&name, now);
-            }
+            self.start_some(now);
             self.note_waiting(now);
         }
         let state_dir = &self.cfg.supd.state_dir;
@@ -642,8 +645,32 @@ impl Supervisor {
         self.answer_waiters(now);
     }
 
-    /// A pending service whose `after` services are all ready.
-    fn next_startable(&self, now: Mono) -> Option<String> {
+    /// Starts what may start, each service at most once and at most `SPAWNS_PER_PASS`
+    /// in all: a start that fails at once, or a burst of thousands, never keeps the loop
+    /// from going round (signals, clients, exits); what is left starts on the next pass,
+    /// which then comes at once (`more_to_start`).
+    fn start_some(&mut self, now: Mono) {
+        let mut spawned: BTreeSet<String> = BTreeSet::new();
+        self.more_to_start = false;
+        // Rounds: a service started now may make others (`after` it) startable.
+        loop {
+            let batch: Vec<String> = self.startable(now, &spawned);
+            if batch.is_empty() {
+                return;
+            }
+            for name in batch {
+                if spawned.len() >= SPAWNS_PER_PASS {
+                    self.more_to_start = true;
+                    return;
+                }
+                self.spawn(&name, now);
+                spawned.insert(name);
+            }
+        }
+    }
+
+    /// The pending services whose `after` services are all ready, but for `except`.
+    fn startable(&self, now: Mono, except: &BTreeSet<String>) -> Vec<String> {
         let lease_held = |s: &Slot| {
             s.cfg
                 .leader_only
@@ -652,14 +679,16 @@ impl Supervisor {
         };
         self.slots
             .iter()
-            .find(|(_, s)| {
-                s.svc.pending()
+            .filter(|(n, s)| {
+                !except.contains(*n)
+                    && s.svc.pending()
                     && !s.removed
                     && s.instance.is_none()
                     && self.deps_ready(&s.cfg)
                     && lease_held(s)
             })
             .map(|(n, _)| n.clone())
+            .collect()
     }
 
     fn deps_ready(&self, cfg: &ServiceConfig) -> bool {
@@ -894,6 +923,9 @@ impl Supervisor {
         })
     }
 }
+
+/// How many services one pass of the loop starts at most.
+const SPAWNS_PER_PASS: usize = 64;
 
 /// How long the first look at a run's remaining processes waits; it doubles up to
 /// `DRAIN_MAX` while any is left.

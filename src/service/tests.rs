@@ -193,6 +193,16 @@ fn rows() -> Vec<Row> {
             deadline: Some(15),
         },
         Row {
+            what: "zero delay: a failed spawn still waits, not retried at once",
+            from: Stopped,
+            cfg: |c| c.policy.restart_delay = Duration::ZERO,
+            event: Event::SpawnFailed("ENOENT".into()),
+            now: 5,
+            to: Backoff,
+            actions: vec![],
+            deadline: Some(105),
+        },
+        Row {
             what: "backoff over: pending",
             from: Backoff,
             cfg: same,
