@@ -302,10 +302,10 @@ impl Supervisor {
                     pid,
                     start_time: crate::proc::stat(pid).map(|p| p.start_time).unwrap_or(0),
                     cgroup: None,
-                    leader_gone: false,
+                    exit: None,
                 })
             });
-            if slot.instance.as_ref().is_some_and(|i| i.leader_gone) {
+            if slot.instance.as_ref().is_some_and(|i| i.leader_gone()) {
                 self.draining.insert(s.name.clone());
             }
             slot.svc = s.svc;

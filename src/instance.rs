@@ -5,10 +5,12 @@
 //!   the supervisor's record is written and the child is in its cgroup);
 //! - when its leader exits, the whole group (and cgroup) is killed while the leader is
 //!   still an unreaped zombie, so the group's id cannot name anything else meanwhile;
-//! - it is over only when no process of it is left: until then the service is not
-//!   started again, `stop` does not answer and a lease is not released.
+//! - it is over only when no process of it is left: only then does its service learn
+//!   that it exited (a stopping service becomes `stopped`, a crashed one is restarted),
+//!   `stop` answers and a lease is released.
 
 use crate::cgroup;
+use crate::service::Exit;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
@@ -23,8 +25,10 @@ pub struct Instance {
     pub start_time: u64,
     /// Its cgroup, where supd has them.
     pub cgroup: Option<PathBuf>,
-    /// The leader was reaped: what is awaited is the rest of it.
-    pub leader_gone: bool,
+    /// How the leader ended, once it was reaped: the service learns it when the rest of
+    /// the run is gone too.
+    #[serde(default)]
+    pub exit: Option<Exit>,
 }
 
 impl Instance {
@@ -57,6 +61,11 @@ impl Instance {
                 }
             }
         }
+    }
+
+    /// Whether the leader was reaped (what is awaited is the rest of the run).
+    pub fn leader_gone(&self) -> bool {
+        self.exit.is_some()
     }
 
     /// Whether no process of this run is left. Only asked once the leader was reaped:

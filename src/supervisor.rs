@@ -237,7 +237,7 @@ impl Supervisor {
         for a in actions {
             match a {
                 Action::Signal(sig) => {
-                    if let Some(i) = instance.as_ref().filter(|i| !i.leader_gone) {
+                    if let Some(i) = instance.as_ref().filter(|i| !i.leader_gone()) {
                         i.signal(sig);
                     }
                 }
@@ -421,7 +421,7 @@ impl Supervisor {
                 pid,
                 start_time,
                 cgroup,
-                leader_gone: false,
+                exit: None,
             });
             Ok(())
         });
@@ -433,7 +433,7 @@ impl Supervisor {
                     pid,
                     start_time: 0,
                     cgroup: None,
-                    leader_gone: false,
+                    exit: None,
                 }));
                 self.pids.insert(pid, name.to_string());
                 self.apply(name, Event::Spawned(pid), now);
@@ -494,14 +494,24 @@ impl Supervisor {
                 log::debug!("reaped orphan {pid} ({exit})");
                 continue;
             };
-            if let Some(slot) = self.slots.get_mut(&name) {
-                slot.ready_pipe = None;
-                if let Some(i) = slot.instance.as_mut() {
-                    i.leader_gone = true;
+            match self.slots.get_mut(&name) {
+                Some(slot) => {
+                    slot.ready_pipe = None;
+                    match slot.instance.as_mut() {
+                        Some(i) => i.exit = Some(exit),
+                        None => {
+                            slot.instance = Some(Instance {
+                                pid,
+                                start_time: 0,
+                                cgroup: None,
+                                exit: Some(exit),
+                            })
+                        }
+                    }
+                    self.draining.insert(name.clone());
                 }
-                self.draining.insert(name.clone());
+                None => log::debug!("{name}: reaped {pid} ({exit}) of a service that is gone"),
             }
-            self.apply(&name, Event::Exited(exit), now);
         }
         self.check_draining(now);
     }
@@ -527,7 +537,7 @@ impl Supervisor {
     }
 
     /// Ends the runs whose last process is gone: their record is cleared, and their
-    /// service may start again.
+    /// service learns how its leader exited (and may start again).
     pub(crate) fn check_draining(&mut self, now: Mono) {
         let names: Vec<String> = self.draining.iter().cloned().collect();
         for name in names {
@@ -541,14 +551,18 @@ impl Supervisor {
             }
             self.draining.remove(&name);
             let state_dir = self.cfg.supd.state_dir.clone();
-            if let Some(slot) = self.slots.get_mut(&name) {
-                slot.instance = None;
-                if let Err(e) = pid_file_of(slot, &state_dir).and_then(|f| {
-                    f.set(None)
-                        .map_err(|e| format!("cannot clear its pid record: {e}"))
-                }) {
-                    log::warn!("{name}: {e}");
-                }
+            let Some(slot) = self.slots.get_mut(&name) else {
+                continue;
+            };
+            let exit = slot.instance.take().and_then(|i| i.exit);
+            if let Err(e) = pid_file_of(slot, &state_dir).and_then(|f| {
+                f.set(None)
+                    .map_err(|e| format!("cannot clear its pid record: {e}"))
+            }) {
+                log::warn!("{name}: {e}");
+            }
+            if let Some(exit) = exit {
+                self.apply(&name, Event::Exited(exit), now);
             }
         }
         self.drain_retry = match (self.draining.is_empty(), self.drain_retry) {
@@ -714,9 +728,6 @@ impl Supervisor {
                 if let Some(l) = s.cfg.leader_only.as_ref().filter(|l| !self.holds(l, now)) {
                     missing.push(format!("lease '{l}'"));
                 }
-                if s.instance.is_some() {
-                    missing.push("the last processes of its previous run to exit".into());
-                }
                 (n.clone(), format!("waiting for {}", missing.join(", ")))
             })
             .collect();
@@ -839,7 +850,12 @@ impl Supervisor {
                 Exit::Code(c) => LastExit::Code(c),
                 Exit::Signal(s) => LastExit::Signal(signal_label(s)),
             }),
-            reason: svc.reason.clone(),
+            reason: match slot.instance.as_ref().and_then(|i| i.exit) {
+                Some(exit) => Some(format!(
+                    "its main process {exit}; waiting for the rest of its run to exit"
+                )),
+                None => svc.reason.clone(),
+            },
             // What the operator wants: a leader-only service held down by its lease alone
             // is still wanted up.
             want: if svc.want == Want::Up

@@ -30,6 +30,22 @@ fn lines(sb: &Sandbox, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Asks `status` until `pred` holds (each ask a round trip, bounded by the deadline).
+fn status_until(
+    sb: &Sandbox,
+    service: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let end = std::time::Instant::now() + DEADLINE;
+    loop {
+        let s = sb.status(service);
+        if pred(&s) {
+            return s;
+        }
+        assert!(std::time::Instant::now() < end, "status never matched: {s}");
+    }
+}
+
 fn pid_of(v: &serde_json::Value) -> i32 {
     v["pid"].as_i64().expect("a pid") as i32
 }
@@ -127,19 +143,14 @@ fn a_new_run_starts_only_once_every_process_of_the_old_one_is_gone() {
     let mut w = sb.watch();
     kill(Pid::from_raw(first), Signal::SIGKILL).expect("kill the leader");
     // The leader is gone and its group was killed, but the frozen member cannot die yet:
-    // the service waits for it instead of starting beside it.
-    let waiting = w.until(&sb, |e| {
-        e["service"] == "one" && e["to"] == "stopped" && e["reason"].is_string()
-    });
-    let status = sb.status("one");
-    assert!(status["pid"].is_null(), "not started again: {status}");
-    assert!(alive(member), "the member is still there (frozen)");
-    assert!(
-        status["reason"]
+    // the run is not over, so the service is not started again beside it.
+    let status = status_until(&sb, "one", |s| {
+        s["reason"]
             .as_str()
-            .is_some_and(|r| r.contains("previous run")),
-        "says what it waits for: {status} {waiting}"
-    );
+            .is_some_and(|r| r.contains("waiting for the rest of its run"))
+    });
+    assert_eq!(pid_of(&status), first, "not started again: {status}");
+    assert!(alive(member), "the member is still there (frozen)");
     freezer.thaw();
     let second = pid_of(&w.state(&sb, "one", "running"));
     assert_ne!(second, first);
@@ -343,11 +354,18 @@ fn stop_answers_once_every_process_of_the_service_is_gone() {
     sb.wait_state("one", "running");
     let member = pid_in(&sb, "member");
     freezer.freeze(member);
-    let mut w = sb.watch();
     let mut c = sb.client();
     c.send_raw(b"{\"id\": 1, \"cmd\": \"stop\", \"service\": \"one\"}\n");
     // The leader exits on TERM; its member is killed but, frozen, cannot die yet.
-    w.state(&sb, "one", "stopped");
+    let status = status_until(&sb, "one", |s| {
+        s["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("waiting for the rest of its run"))
+    });
+    assert_eq!(
+        status["state"], "stopping",
+        "not stopped while its run goes on"
+    );
     c.writer
         .set_read_timeout(Some(Duration::from_millis(300)))
         .expect("timeout");
@@ -362,6 +380,7 @@ fn stop_answers_once_every_process_of_the_service_is_gone() {
     let answer = c.read().expect("stop answers once the member is gone");
     assert_eq!(answer["ok"], true, "{answer}");
     assert!(!alive(member), "the member was gone before the answer");
+    assert_eq!(sb.status("one")["state"], "stopped");
 }
 
 #[test]
