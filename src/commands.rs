@@ -94,6 +94,10 @@ impl Supervisor {
                         "write_error": t.pending.as_ref().map(|p| p.error.clone()),
                     }))).collect::<serde_json::Map<String, Value>>(),
                     "down_error": self.down_retry.as_ref().map(|r| r.2.clone()),
+                    "cleanup": self.cleanup.as_ref().map(|c| json!({
+                        "services": c.services,
+                        "processes": c.left(),
+                    })),
                     "supd": {"version": env!("CARGO_PKG_VERSION"), "pid": std::process::id(), "uptime_ms": now.since(self.started).as_millis() as u64},
                 })))
             }

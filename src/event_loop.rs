@@ -15,6 +15,7 @@ enum Token {
     /// The one socket handed over by a supd from before per-service sockets.
     LegacyNotify,
     StateDir,
+    Cleanup,
     Client(u64),
     /// Index of the service in name order, and which of its fds.
     Service(usize, ServiceFd),
@@ -75,6 +76,10 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::StateDir);
         fds.push(PollFd::new(w.fd(), input));
     }
+    for fd in sup.cleanup.iter().flat_map(|c| c.fds()) {
+        tokens.push(Token::Cleanup);
+        fds.push(PollFd::new(fd, input));
+    }
     for (id, fd, wants_out) in sup.server.client_fds() {
         let parked = sup.server.clients.get(&id).is_some_and(|c| c.parked);
         let mut flags = if parked { PollFlags::empty() } else { input };
@@ -110,6 +115,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
         Token::Listener => sup.server.accept(),
         Token::LegacyNotify => sup.on_legacy_notify(now),
         Token::StateDir => sup.on_state_dir(),
+        Token::Cleanup => sup.cleanup_step(now),
         Token::Client(id) => {
             if flags.contains(PollFlags::POLLOUT) {
                 sup.server.flush(id);

@@ -23,61 +23,129 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Stops what the records and cgroups of `state_dir` say a previous supd left: TERM and
-/// CONT, up to `grace` for it to exit, then KILL, and waits until it is gone. Returns the
-/// services that had something left.
-pub fn end(state_dir: &Path, grace: Duration) -> Vec<String> {
-    let recs: Vec<PidRecord> = records::read_pids(state_dir)
-        .into_iter()
-        .filter(|r| r.pid > 1)
-        .collect();
-    let cgroups: Vec<PathBuf> = cgroup::left_by_previous(state_dir)
-        .into_iter()
-        .filter(|d| {
-            let busy = cgroup::populated(d);
-            if !busy {
-                cgroup::remove(d);
-            }
-            busy
+/// Ending what a previous supd left, carried out by the loop: the socket answers
+/// meanwhile (and `status` says what is being ended), but no service starts until it is
+/// over. TERM and CONT first, up to `grace`; then KILL, looked for again until nothing
+/// is left (a member may have forked meanwhile).
+pub struct Cleanup {
+    state_dir: PathBuf,
+    recs: Vec<PidRecord>,
+    cgroups: Vec<PathBuf>,
+    /// The services that had something left, for people.
+    pub services: Vec<String>,
+    members: Vec<Member>,
+    /// When the current phase gives up waiting.
+    pub deadline: Mono,
+    /// KILL rounds so far (0: still in the TERM grace).
+    kills: u32,
+}
+
+/// How long each KILL round waits for its processes to die.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+/// KILL rounds before supd says what is still there and goes on.
+const KILL_ROUNDS: u32 = 3;
+
+impl Cleanup {
+    /// Looks for what a previous supd of `state_dir` left and sends it TERM; `None` when
+    /// nothing is left (the records are cleared).
+    pub fn begin(state_dir: &Path, grace: Duration, now: Mono) -> Option<Cleanup> {
+        let recs: Vec<PidRecord> = records::read_pids(state_dir)
+            .into_iter()
+            .filter(|r| r.pid > 1)
+            .collect();
+        let cgroups: Vec<PathBuf> = cgroup::left_by_previous(state_dir)
+            .into_iter()
+            .filter(|d| {
+                let busy = cgroup::populated(d);
+                if !busy {
+                    cgroup::remove(d);
+                }
+                busy
+            })
+            .collect();
+        let found = remnants(&recs, &cgroups);
+        if found.is_empty() {
+            records::clear_pids(state_dir);
+            return None;
+        }
+        let mut services: Vec<String> = found.iter().map(|(_, s)| s.clone()).collect();
+        services.sort();
+        services.dedup();
+        for service in &services {
+            log::warn!("{service}: a run of it was left by a previous supd; ending it");
+        }
+        let members = open(&found);
+        signal(&members, Signal::SIGTERM);
+        signal(&members, Signal::SIGCONT);
+        Some(Cleanup {
+            state_dir: state_dir.to_path_buf(),
+            recs,
+            cgroups,
+            services,
+            members,
+            deadline: now.plus(grace),
+            kills: 0,
         })
-        .collect();
-    let found = remnants(&recs, &cgroups);
-    if found.is_empty() {
-        records::clear_pids(state_dir);
-        return Vec::new();
     }
-    let mut left: Vec<String> = found.iter().map(|(_, s)| s.clone()).collect();
-    left.sort();
-    left.dedup();
-    for service in &left {
-        log::warn!("{service}: a run of it was left by a previous supd; ending it");
+
+    /// The pidfds to poll: each is readable once its process has exited.
+    pub fn fds(&self) -> impl Iterator<Item = std::os::fd::BorrowedFd<'_>> {
+        self.members
+            .iter()
+            .filter_map(|m| m.fd.as_ref().map(|f| f.as_fd()))
     }
-    let mut members = open(&found);
-    signal(&members, Signal::SIGTERM);
-    signal(&members, Signal::SIGCONT);
-    wait(&mut members, grace);
-    // KILL what is left; a member that forked meanwhile is found by the next look.
-    for _ in 0..3 {
-        for d in &cgroups {
+
+    /// How many processes are still awaited.
+    pub fn left(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Takes note of exits and of the deadline; returns true once it is over (the
+    /// records are then cleared and the old cgroups removed).
+    pub fn step(&mut self, now: Mono) -> bool {
+        self.members.retain(|m| match &m.fd {
+            Some(f) => !has_exited(f),
+            // No pidfds (Linux before 5.3): alive while /proc has it, not a zombie.
+            None => crate::proc::stat(m.pid).is_some_and(|s| s.state != 'Z'),
+        });
+        if !self.members.is_empty() && self.deadline > now {
+            return false;
+        }
+        // The TERM grace is over, or a KILL round is: KILL whatever is there now.
+        for d in &self.cgroups {
             cgroup::kill(d);
         }
-        let mut members = open(&remnants(&recs, &cgroups));
-        if members.is_empty() {
-            break;
+        let found = remnants(&self.recs, &self.cgroups);
+        if found.is_empty() || self.kills >= KILL_ROUNDS {
+            if !found.is_empty() {
+                log::error!(
+                    "{} processes left by a previous supd survive SIGKILL (uninterruptible sleep?); going on",
+                    found.len()
+                );
+            }
+            self.finish();
+            return true;
         }
-        signal(&members, Signal::SIGKILL);
-        // SIGKILL cannot be refused, but dying takes a moment: the new instances must
-        // never overlap the old ones.
-        wait(&mut members, Duration::from_secs(5));
+        self.members = open(&found);
+        signal(&self.members, Signal::SIGKILL);
+        self.kills += 1;
+        self.deadline = now.plus(KILL_WAIT);
+        false
     }
-    for d in &cgroups {
-        if cgroup::populated(d) {
-            log::error!("{}: processes are still in it after SIGKILL", d.display());
+
+    fn finish(&self) {
+        for d in &self.cgroups {
+            cgroup::remove(d);
         }
-        cgroup::remove(d);
+        records::clear_pids(&self.state_dir);
+        log::info!("what a previous supd left is gone");
     }
-    records::clear_pids(state_dir);
-    left
+}
+
+/// Whether the process of a pidfd has exited (its pidfd is readable).
+fn has_exited(fd: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
 /// The live processes left by services, with the service of each.
@@ -148,38 +216,5 @@ fn signal(members: &[Member], sig: Signal) {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(m.pid), sig);
             }
         }
-    }
-}
-
-/// Waits, in poll on the pidfds, until every member has exited, or `grace`.
-fn wait(members: &mut Vec<Member>, grace: Duration) {
-    members.retain(|m| m.fd.is_some());
-    let deadline = Mono::now().plus(grace);
-    while !members.is_empty() {
-        let left = deadline.since(Mono::now());
-        if left.is_zero() {
-            break;
-        }
-        let ms = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
-            .unwrap_or(PollTimeout::MAX);
-        let mut fds: Vec<PollFd> = members
-            .iter()
-            .filter_map(|m| m.fd.as_ref())
-            .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN))
-            .collect();
-        if poll(&mut fds, ms).is_err() {
-            break;
-        }
-        let exited: Vec<bool> = fds
-            .iter()
-            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
-            .collect();
-        drop(fds);
-        let mut i = 0;
-        members.retain(|_| {
-            let keep = !exited[i];
-            i += 1;
-            keep
-        });
     }
 }

@@ -134,6 +134,8 @@ pub struct Supervisor {
     pub lock_lost: bool,
     /// Services whose leader was reaped while other processes of that run remain.
     pub draining: BTreeSet<String>,
+    /// What a previous supd left, being ended: no service starts until it is over.
+    pub cleanup: Option<crate::leftovers::Cleanup>,
     /// The last pass left startable services for the next one, which must come at once.
     more_to_start: bool,
     /// When to look at `draining` again, and the step after that (a safety net for
@@ -188,6 +190,7 @@ impl Supervisor {
             draining: BTreeSet::new(),
             drain_retry: None,
             more_to_start: false,
+            cleanup: None,
         };
         let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
         for def in defs {
@@ -536,6 +539,13 @@ impl Supervisor {
         }
     }
 
+    /// What a previous supd left: an exit, or a deadline.
+    pub fn cleanup_step(&mut self, now: Mono) {
+        if self.cleanup.as_mut().is_some_and(|c| c.step(now)) {
+            self.cleanup = None;
+        }
+    }
+
     /// Ends the runs whose last process is gone: their record is cleared, and their
     /// service learns how its leader exited (and may start again).
     pub(crate) fn check_draining(&mut self, now: Mono) {
@@ -575,6 +585,9 @@ impl Supervisor {
     /// Fires every deadline that has come.
     pub fn fire_timers(&mut self, now: Mono) {
         self.expire_grants(now);
+        if self.cleanup.as_ref().is_some_and(|c| c.deadline <= now) {
+            self.cleanup_step(now);
+        }
         if let Some((at, step)) = self.drain_retry.filter(|(at, _)| *at <= now) {
             let _ = at;
             for i in self
@@ -627,6 +640,7 @@ impl Supervisor {
             .chain(now_if_more)
             .chain(shutdown)
             .chain(self.drain_retry.map(|(at, _)| at))
+            .chain(self.cleanup.as_ref().map(|c| c.deadline))
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())
             .min()
@@ -666,6 +680,9 @@ impl Supervisor {
     fn start_some(&mut self, now: Mono) {
         let mut spawned: BTreeSet<String> = BTreeSet::new();
         self.more_to_start = false;
+        if self.cleanup.is_some() {
+            return;
+        }
         // Rounds: a service started now may make others (`after` it) startable.
         loop {
             let batch: Vec<String> = self.startable(now, &spawned);
@@ -727,6 +744,9 @@ impl Supervisor {
                     .collect();
                 if let Some(l) = s.cfg.leader_only.as_ref().filter(|l| !self.holds(l, now)) {
                     missing.push(format!("lease '{l}'"));
+                }
+                if self.cleanup.is_some() {
+                    missing.push("what a previous supd left to end".into());
                 }
                 (n.clone(), format!("waiting for {}", missing.join(", ")))
             })

@@ -65,3 +65,46 @@ fn a_start_that_fails_at_once_with_zero_delay_does_not_spin() {
         "a failing start was retried {attempts} times in {window:?}"
     );
 }
+
+#[test]
+fn a_restarted_supd_serves_at_once_while_it_ends_what_its_predecessor_left() {
+    let mut sb = Sandbox::new();
+    // Its first run ignores TERM; later ones do not (so the test ends quickly).
+    let mark = sb.path("first-run-done");
+    let svc = sb.script(
+        "stubborn",
+        &format!(
+            "[ -e {m} ] || trap '' TERM\ntouch {m}\necho >&3\nwhile :; do sleep 1; done",
+            m = mark.display()
+        ),
+    );
+    sb.config(&format!(
+        "[service.stubborn]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\nstop_timeout = \"1h\"\n"
+    ));
+    sb.start();
+    let old = sb.wait_state("stubborn", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    sb.stop_supd(Signal::SIGKILL);
+    // It ignores TERM and may take an hour: the new supd answers meanwhile.
+    let begun = Instant::now();
+    sb.start();
+    let all = sb.ok(json!({"cmd": "status"}));
+    eprintln!("answered {:?} after start: {all}", begun.elapsed());
+    assert_eq!(all["cleanup"]["services"], json!(["stubborn"]), "{all}");
+    let s = sb.status("stubborn");
+    assert!(s["pid"].is_null(), "not started beside what is left: {s}");
+    assert!(
+        s["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("previous supd")),
+        "{s}"
+    );
+    let mut w = sb.watch();
+    kill(Pid::from_raw(old), Signal::SIGKILL).expect("end the leftover");
+    let new = w.state(&sb, "stubborn", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    assert_ne!(new, old);
+    assert!(sb.ok(json!({"cmd": "status"}))["cleanup"].is_null());
+}

@@ -1,4 +1,4 @@
-//! supd: args → logging → signals → config → leftovers → sockets → the loop.
+//! supd: args → logging → signals → config → lock → sockets → leftovers (ended by the loop) → the loop.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -142,6 +142,19 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
         Some(h) => take_over(h, &cfg)?,
         None => fresh(&cfg)?,
     };
+    // What a killed predecessor left is ended by the loop, which serves meanwhile; no
+    // service starts until it is gone. (A reexec hands over its own running services.)
+    let cleanup = if handoff.is_none() {
+        let grace = cfg
+            .services
+            .values()
+            .map(|s| s.stop_timeout)
+            .max()
+            .unwrap_or(std::time::Duration::from_secs(10));
+        sup::leftovers::Cleanup::begin(&cfg.supd.state_dir, grace, sup::time::Mono::now())
+    } else {
+        None
+    };
     let socket = cfg.supd.socket.clone();
     log::info!(
         "supd {} serving {} ({} services)",
@@ -159,6 +172,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     sup.config_errors = errors;
     sup.lock = lock;
     sup.cgroups = cgroups;
+    sup.cleanup = cleanup;
     sup.state_watch = match sup::statedir::StateWatch::new(&sup.cfg.supd.state_dir) {
         Ok(w) => Some(w),
         Err(e) => {
@@ -268,13 +282,6 @@ fn fresh(cfg: &Config) -> Result<Edges, String> {
         }
     }
     let lock = sup::statedir::lock(&cfg.supd.state_dir, std::time::Duration::from_secs(1))?;
-    let grace = cfg
-        .services
-        .values()
-        .map(|s| s.stop_timeout)
-        .max()
-        .unwrap_or(std::time::Duration::from_secs(10));
-    sup::leftovers::end(&cfg.supd.state_dir, grace);
     let server = Server::bind(&cfg.supd.socket, cfg.supd.socket_group.as_deref())
         .map_err(|e| format!("cannot serve {}: {e}", cfg.supd.socket.display()))?;
     // The services' notify sockets: what a previous supd left goes (the single

@@ -286,9 +286,9 @@ impl World {
         self.finish_with("three starts of supd in a row failed");
     }
 
-    /// Waits for the spawned supd's READY=1 (or its exit), then checks what older
-    /// generations left: supd says READY only after it ended them, before it starts
-    /// anything, so nothing of theirs may be alive now.
+    /// Waits for the spawned supd's READY=1 (or its exit) and for the end of what older
+    /// generations left (supd starts nothing before), then checks that nothing of
+    /// theirs is alive.
     pub fn await_ready(&mut self) -> bool {
         let (sock, path) = self.ready.take().expect("a spawned supd");
         let pid = self.sb.supd_pid();
@@ -327,6 +327,7 @@ impl World {
         let _ = fs::remove_file(path);
         match ready {
             Ok(()) => {
+                self.await_cleanup();
                 self.check_leftovers();
                 true
             }
@@ -340,6 +341,22 @@ impl World {
                 false
             }
         }
+    }
+
+    /// supd serves at once and ends what older generations left meanwhile (no service
+    /// starts until that is over): waits until `status` no longer shows a cleanup.
+    fn await_cleanup(&mut self) {
+        let end = Instant::now() + DEADLINE;
+        while Instant::now() < end {
+            let v = self.sb.request(serde_json::json!({"cmd": "status"}));
+            if v["ok"] != true || v["data"]["cleanup"].is_null() {
+                return;
+            }
+        }
+        self.fail(format!(
+            "supd gen {} did not end what older generations left within {DEADLINE:?}",
+            self.gen
+        ));
     }
 
     /// The last `n` lines of this generation's log.
