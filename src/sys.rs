@@ -370,10 +370,12 @@ fn child_main(
             }
             libc::_exit(127);
         }
-        // supd ignores SIGPIPE (a gone client is an error, not a death); its children
-        // get the default back. Every other disposition was reset once in supd itself
+        // supd ignores SIGPIPE (a gone client is an error, not a death), and as PID 1
+        // SIGTTIN and SIGTTOU; its children get the defaults back. Every other disposition was reset once in supd itself
         // (`reset_dispositions`), and the mask supd blocks for its signalfd is cleared.
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        for sig in [libc::SIGPIPE, libc::SIGTTIN, libc::SIGTTOU] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -481,6 +483,17 @@ fn dev_null_fd(write: bool) -> Option<OwnedFd> {
         .open("/dev/null")
         .ok()
         .map(OwnedFd::from)
+}
+
+/// As PID 1: ignores SIGTTIN and SIGTTOU, so that a write to (or read from) a terminal
+/// supd does not own never stops the init. Children get the defaults back.
+pub fn ignore_tty_stops() {
+    for sig in [libc::SIGTTIN, libc::SIGTTOU] {
+        // SAFETY: sets a disposition to SIG_IGN; no handler, no memory is involved.
+        unsafe {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
 }
 
 /// Resets every signal's disposition to the default, except SIGPIPE (ignored, so a write

@@ -53,6 +53,31 @@ fn as_pid_1_it_reaps_100_orphans_and_exits_0_on_sigterm() {
     if st["state"] != "running" {
         w.state(&sb, "spawner", "running");
     }
+    // As PID 1 it ignores SIGTTIN and SIGTTOU (a terminal never stops the init); its
+    // services do not.
+    const TTIN_TTOU: u64 = (1 << (21 - 1)) | (1 << (22 - 1));
+    let ignored = |pid: i32| {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let hex = text
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .expect("SigIgn");
+        u64::from_str_radix(hex.trim(), 16).expect("hex")
+    };
+    assert_eq!(ignored(init) & TTIN_TTOU, TTIN_TTOU, "supd as PID 1");
+    let spawner = sb.status("spawner")["pid"].as_i64().expect("pid");
+    let spawner_here = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+        .expect("children")
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/status")).is_ok_and(|t| {
+                t.lines()
+                    .any(|l| l.starts_with("NSpid:") && l.ends_with(&format!("\t{spawner}")))
+            })
+        })
+        .expect("the spawner, seen from outside the namespace");
+    assert_eq!(ignored(spawner_here) & TTIN_TTOU, 0, "a service");
     // The spawner touches its marker after starting all 100; wait for it through its own
     // exit-free run: the orphans are there once the marker is.
     let marker = sb.path("spawned");

@@ -61,6 +61,9 @@ fn main() -> ExitCode {
     // exists (catatonit's rule).
     sup::sys::cloexec_inherited();
     let signals = Signals::block();
+    if std::process::id() == 1 {
+        sup::sys::ignore_tty_stops();
+    }
     sup::sys::raise_nofile();
     let args = match parse_args() {
         Ok(a) => a,
