@@ -96,7 +96,8 @@ pub fn pin(store: Option<String>, ttl: &'static str) {
     let c = Cluster::new(&["0.6.2", "0.8.1", "0.8.1"], store, ttl);
     // n1 campaigns first and may lead alone for a moment; then the newest version leads.
     c.wait("the newest version leads", |c| {
-        c.running_engines().len() == 1 && c.running_engines()[0] != "n1"
+        let e = c.running_engines();
+        e.len() == 1 && e[0] != "n1"
     });
     let out = c.policy(&["pin", "0.6.2"]);
     assert_eq!(
@@ -128,7 +129,8 @@ pub fn killed_or_paused(store: Option<String>, ttl: &'static str) {
         .expect("holder");
     c.nodes[i].signal_lease(Signal::SIGKILL);
     c.wait("another leader after a kill -9", |c| {
-        c.running_engines().len() == 1 && c.running_engines()[0] != first
+        let e = c.running_engines();
+        e.len() == 1 && e[0] != first
     });
     let second = c.running_engines()[0].clone();
     assert_eq!(c.node(&first).sb.status("engine")["state"], "stopped");
@@ -139,7 +141,8 @@ pub fn killed_or_paused(store: Option<String>, ttl: &'static str) {
         .expect("holder");
     c.nodes[j].signal_lease(Signal::SIGSTOP);
     c.wait("another leader after a pause", |c| {
-        c.running_engines().len() == 1 && c.running_engines()[0] != second
+        let e = c.running_engines();
+        e.len() == 1 && e[0] != second
     });
     c.nodes[j].signal_lease(Signal::SIGCONT);
     ttls(&c, 2);
