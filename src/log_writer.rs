@@ -41,8 +41,8 @@ const QUEUE_MAX: usize = 256 * 1024;
 const PIPE_SIZE: i32 = 1 << 20;
 /// The largest frame a writer accepts; a longer length means a corrupt stream.
 const FRAME_MAX: usize = 64 << 20;
-/// A writer that could not start, or died within `STABLE` of its start, is started again
-/// only after a delay, doubling up to `RESTART_MAX`.
+/// A writer that could not start, or died again within `STABLE` of its start, is started
+/// again only after a delay, doubling up to `RESTART_MAX`.
 const RESTART_FIRST: Duration = Duration::from_millis(100);
 const RESTART_MAX: Duration = Duration::from_secs(30);
 const STABLE: Duration = Duration::from_secs(1);
@@ -334,12 +334,13 @@ impl LogWriter {
             }
             self.sent = 0;
         }
-        if now.since(link.started) < STABLE {
-            self.delay = (self.delay * 2).clamp(RESTART_FIRST, RESTART_MAX);
-            self.retry_at = Some(now.plus(self.delay));
-        } else {
+        // The first death is answered at once (at the next line); a writer that keeps
+        // dying young is started again less and less often.
+        if now.since(link.started) >= STABLE {
             self.delay = Duration::ZERO;
         }
+        self.retry_at = Some(now.plus(self.delay));
+        self.delay = (self.delay * 2).clamp(RESTART_FIRST, RESTART_MAX);
     }
 
     /// Starts a writer, unless the last start is too recent.
