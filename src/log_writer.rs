@@ -220,7 +220,6 @@ impl LogWriter {
 
     /// Hands `lines` of `service` to the writer, for `path`; false when they are dropped
     /// (the writer is behind, or cannot be started). Never waits.
-    #[allow(clippy::too_many_arguments)]
     pub fn send(
         &mut self,
         service: &str,
