@@ -382,10 +382,8 @@ impl Supervisor {
                 return Err(msgs);
             }
         };
+        // A new log_dir is made by the log writer (a hung one must not block supd).
         self.warn_fixed_settings(&new.supd);
-        if let Err(e) = std::fs::create_dir_all(&new.supd.log_dir) {
-            log::warn!("cannot create {}: {e}", new.supd.log_dir.display());
-        }
         let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
         let old: Vec<String> = self.slots.keys().cloned().collect();
         for name in &old {

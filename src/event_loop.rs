@@ -16,6 +16,9 @@ enum Token {
     LegacyNotify,
     StateDir,
     Cleanup,
+    /// The log writer's reports, and its pipe while lines wait for room in it.
+    LogReports,
+    LogPipe,
     Client(u64),
     /// Index of the service in name order, and which of its fds.
     Service(usize, ServiceFd),
@@ -80,6 +83,14 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::Cleanup);
         fds.push(PollFd::new(fd, input));
     }
+    if let Some((reports, pipe)) = sup.log_writer.poll_fds() {
+        tokens.push(Token::LogReports);
+        fds.push(PollFd::new(reports, input));
+        if let Some(pipe) = pipe {
+            tokens.push(Token::LogPipe);
+            fds.push(PollFd::new(pipe, PollFlags::POLLOUT));
+        }
+    }
     for (id, fd, wants_out) in sup.server.client_fds() {
         let parked = sup.server.clients.get(&id).is_some_and(|c| c.parked);
         let mut flags = if parked { PollFlags::empty() } else { input };
@@ -116,6 +127,8 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
         Token::LegacyNotify => sup.on_legacy_notify(now),
         Token::StateDir => sup.on_state_dir(),
         Token::Cleanup => sup.cleanup_step(now),
+        Token::LogReports => sup.on_log_reports(now),
+        Token::LogPipe => sup.log_writer.flush(now),
         Token::Client(id) => {
             if flags.contains(PollFlags::POLLOUT) {
                 sup.server.flush(id);

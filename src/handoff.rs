@@ -47,6 +47,9 @@ pub struct Handoff {
     /// image would take a live install's staging directory for a dead one.
     #[serde(default)]
     pub tasks: Vec<TaskState>,
+    /// The log writer: its pipes, pid and the lines queued for it.
+    #[serde(default)]
+    pub log_writer: Option<crate::log_writer::WriterState>,
 }
 
 /// A helper process carried across `exec` (it stays a child of the same pid).
@@ -178,6 +181,10 @@ impl Supervisor {
                 Task::ReexecCheck { .. } => None,
             })
             .collect();
+        let log_writer = self.log_writer.handoff().map(|(state, pipes)| {
+            fds.extend(pipes);
+            state
+        });
         let h = Handoff {
             format: FORMAT,
             from: env!("CARGO_PKG_VERSION").into(),
@@ -191,6 +198,7 @@ impl Supervisor {
             grants,
             system: self.system,
             tasks,
+            log_writer,
         };
         (h, fds)
     }
@@ -312,6 +320,9 @@ impl Supervisor {
             if gone {
                 self.apply(&s.name, crate::service::Event::Stop, Mono::now());
             }
+        }
+        if let Some(w) = h.log_writer {
+            self.log_writer.adopt(w);
         }
         for g in h.grants {
             self.grants.insert(

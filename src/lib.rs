@@ -13,6 +13,7 @@ pub mod launch;
 pub mod lease;
 pub mod leases;
 pub mod leftovers;
+pub mod log_writer;
 pub mod logging;
 pub mod logs;
 pub mod notify;

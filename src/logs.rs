@@ -1,7 +1,9 @@
 //! Captured output of services: a pipe per service that outlives its processes (so no
 //! output is lost across restarts), read without blocking and at most [`READ_MAX`]
-//! bytes per wake-up, kept in a small ring for `supctl log` and appended to a rotated
-//! file. A write error (a full disk) drops lines and counts them; it never blocks supd.
+//! bytes per wake-up, split into stamped lines and kept in a small ring for `supctl log`.
+//! supd never opens a log file: the lines go to the log writer (`log_writer.rs`), a
+//! process of its own that appends them to rotated files ([`LogFile`]), so a slow or hung
+//! log disk blocks only that process. Lines that cannot be written are counted.
 
 use crate::time;
 use std::collections::VecDeque;
@@ -28,8 +30,8 @@ pub struct Output {
     partial: Vec<u8>,
     ring: VecDeque<String>,
     ring_bytes: usize,
-    pub file: Option<LogFile>,
-    /// Lines lost to write errors since supd started.
+    /// Lines lost since supd started: not taken by a stalled log writer, or not written
+    /// by it (a full or failing disk).
     pub dropped: u64,
 }
 
@@ -40,7 +42,8 @@ pub struct LogFile {
     pub keep: u32,
     file: Option<File>,
     size: u64,
-    failing: bool,
+    /// The last append failed (said once, until one works again).
+    pub failing: bool,
 }
 
 impl LogFile {
@@ -55,13 +58,26 @@ impl LogFile {
         }
     }
 
+    /// Opens the file, making its directory first if it is missing (`log_dir` is made
+    /// here, by the writer, so that a hung one blocks nothing else).
     fn open(&mut self) -> io::Result<&mut File> {
         if self.file.is_none() {
-            let f = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o640)
-                .open(&self.path)?;
+            let open = || {
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .mode(0o640)
+                    .open(&self.path)
+            };
+            let f = match open() {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    if let Some(dir) = self.path.parent() {
+                        std::fs::create_dir_all(dir)?;
+                    }
+                    open()?
+                }
+                other => other?,
+            };
             self.size = f.metadata().map(|m| m.len()).unwrap_or(0);
             self.file = Some(f);
         }
@@ -70,8 +86,17 @@ impl LogFile {
             .ok_or_else(|| io::Error::other("log file not open"))
     }
 
-    /// Appends `bytes`, rotating first when they would pass `max_size`.
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+    /// Appends `bytes`, rotating first when they would pass `max_size`. On an error the
+    /// file is closed, so the next append tries a fresh open (the disk may be freed).
+    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let done = self.try_append(bytes);
+        if done.is_err() {
+            self.file = None;
+        }
+        done
+    }
+
+    fn try_append(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.open()?;
         if self.size > 0 && self.size + bytes.len() as u64 > self.max_size {
             self.rotate()?;
@@ -102,7 +127,7 @@ impl LogFile {
 
 impl Output {
     /// A new pipe; its read end is non-blocking.
-    pub fn new(file: Option<LogFile>) -> io::Result<Output> {
+    pub fn new() -> io::Result<Output> {
         let (read, write) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
         // The write end must block in the service (a service expects normal stdout).
@@ -116,7 +141,6 @@ impl Output {
             partial: Vec::new(),
             ring: VecDeque::new(),
             ring_bytes: 0,
-            file,
             dropped: 0,
         })
     }
@@ -136,7 +160,6 @@ impl Output {
             partial: Vec::new(),
             ring: lines.into(),
             ring_bytes,
-            file: None,
             dropped,
         }
     }
@@ -151,8 +174,9 @@ impl Output {
         self.write.try_clone()
     }
 
-    /// Reads what is there (bounded), stores the complete lines, and returns them with
-    /// their timestamps for followers. `service` names the service in error messages.
+    /// Reads what is there (bounded), keeps the complete lines, and returns them with
+    /// their timestamps (for followers and the log file). `service` names the service in
+    /// error messages.
     pub fn read_available(&mut self, service: &str, buf: &mut [u8]) -> Vec<String> {
         let limit = READ_MAX.min(buf.len());
         let n = match nix::unistd::read(&self.read, &mut buf[..limit]) {
@@ -164,7 +188,7 @@ impl Output {
             }
         };
         let lines = self.split(&buf[..n]);
-        self.store(service, &lines);
+        self.store(&lines);
         lines
     }
 
@@ -185,10 +209,7 @@ impl Output {
         lines
     }
 
-    fn store(&mut self, service: &str, lines: &[String]) {
-        if lines.is_empty() {
-            return;
-        }
+    fn store(&mut self, lines: &[String]) {
         for l in lines {
             self.ring_bytes += l.len();
             self.ring.push_back(l.clone());
@@ -197,35 +218,6 @@ impl Output {
             match self.ring.pop_front() {
                 Some(old) => self.ring_bytes -= old.len(),
                 None => break,
-            }
-        }
-        let Some(file) = self.file.as_mut() else {
-            return;
-        };
-        let mut bytes = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
-        for l in lines {
-            bytes.extend_from_slice(l.as_bytes());
-            bytes.push(b'\n');
-        }
-        match file.append(&bytes) {
-            Ok(()) => {
-                if file.failing {
-                    log::warn!(
-                        "{service}: writing {} works again; {} lines were lost",
-                        file.path.display(),
-                        self.dropped
-                    );
-                    file.failing = false;
-                }
-            }
-            Err(e) => {
-                self.dropped += lines.len() as u64;
-                // Close it, so the next batch tries a fresh open (the disk may be freed).
-                file.file = None;
-                if !file.failing {
-                    log::warn!("{service}: cannot write {}: {e}; dropping its output lines until this works", file.path.display());
-                    file.failing = true;
-                }
             }
         }
     }
@@ -249,9 +241,8 @@ mod tests {
     }
 
     #[test]
-    fn lines_are_split_kept_and_written() {
-        let dir = scratch("split");
-        let mut out = Output::new(Some(LogFile::new(dir.join("a.log"), 1 << 20, 2))).expect("pipe");
+    fn lines_are_split_and_kept() {
+        let mut out = Output::new().expect("pipe");
         nix::unistd::write(&out.write, b"one\ntw").expect("write");
         let mut buf = vec![0; READ_MAX];
         let got = out.read_available("a", &mut buf);
@@ -262,10 +253,17 @@ mod tests {
         assert!(got[0].ends_with(" two"), "{got:?}");
         assert_eq!(out.tail(5).len(), 2);
         assert_eq!(out.tail(1), got);
-        let text = std::fs::read_to_string(dir.join("a.log")).expect("log file");
-        assert_eq!(text.lines().count(), 2);
         // Nothing there: no lines, no blocking.
         assert!(out.read_available("a", &mut buf).is_empty());
+    }
+
+    #[test]
+    fn a_missing_log_dir_is_made() {
+        let dir = scratch("mkdir");
+        let mut f = LogFile::new(dir.join("new/a.log"), 1 << 20, 2);
+        f.append(b"one\n").expect("append");
+        let text = std::fs::read_to_string(dir.join("new/a.log")).expect("log file");
+        assert_eq!(text, "one\n");
     }
 
     #[test]
@@ -283,21 +281,19 @@ mod tests {
     }
 
     #[test]
-    fn a_write_error_drops_and_counts_lines() {
+    fn a_write_error_is_returned_and_the_file_opened_again() {
         // /dev/full fails every write with ENOSPC, like a full disk.
-        let mut out =
-            Output::new(Some(LogFile::new("/dev/full".into(), 1 << 20, 0))).expect("pipe");
-        nix::unistd::write(&out.write, b"a\nb\nc\n").expect("write");
-        let mut buf = vec![0; READ_MAX];
-        let got = out.read_available("full", &mut buf);
-        assert_eq!(got.len(), 3, "followers still get the lines");
-        assert_eq!(out.dropped, 3);
-        assert_eq!(out.tail(10).len(), 3);
+        let mut f = LogFile::new("/dev/full".into(), 1 << 20, 0);
+        assert!(f.append(b"a\n").is_err());
+        assert!(
+            f.file.is_none(),
+            "closed, so the next append opens it again"
+        );
     }
 
     #[test]
     fn long_lines_are_cut() {
-        let mut out = Output::new(None).expect("pipe");
+        let mut out = Output::new().expect("pipe");
         let lines = out.split(&vec![b'x'; LINE_MAX * 2 + 10]);
         assert_eq!(lines.len(), 2);
         assert_eq!(out.partial.len(), 10);

@@ -13,7 +13,8 @@ pub use crate::instance::signal_group;
 use crate::instance::Instance;
 use crate::launch::{self, NotLaunched};
 use crate::leases::Grant;
-use crate::logs::{LogFile, Output, READ_MAX};
+use crate::log_writer::LogWriter;
+use crate::logs::{Output, READ_MAX};
 use crate::notify::NotifySocket;
 use crate::protocol::{LastExit, ServiceStatus};
 use crate::records::{self, PidFile};
@@ -118,6 +119,8 @@ pub struct Supervisor {
     pub grants: BTreeMap<String, Grant>,
     /// The state directory's lock, held for the whole life of supd (and its re-executions).
     pub lock: Option<nix::fcntl::Flock<std::fs::File>>,
+    /// The process that writes the log files.
+    pub log_writer: LogWriter,
     /// The program to re-execute by default: what supd was started as.
     pub program: PathBuf,
     /// System mode (`--system`).
@@ -180,6 +183,9 @@ impl Supervisor {
             tasks: HashMap::new(),
             grants: BTreeMap::new(),
             lock: None,
+            log_writer: LogWriter::new(
+                std::env::current_exe().unwrap_or_else(|_| "/usr/sbin/supd".into()),
+            ),
             program: std::env::current_exe().unwrap_or_else(|_| "/usr/sbin/supd".into()),
             system: false,
             image_started: Mono::now(),
@@ -318,7 +324,6 @@ impl Supervisor {
     }
 
     fn spawn_planned(&mut self, name: &str, plan: Result<launch::Plan, NotLaunched>, now: Mono) {
-        let log_dir = self.cfg.supd.log_dir.clone();
         let plan = match plan {
             Ok(p) => p,
             Err(NotLaunched::NoVersion(why)) => {
@@ -341,7 +346,7 @@ impl Supervisor {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
-        let (stdout, stderr) = match streams(slot, &log_dir) {
+        let (stdout, stderr) = match streams(slot) {
             Ok(s) => s,
             Err(e) => {
                 return self.apply(
@@ -820,7 +825,9 @@ impl Supervisor {
         self.shutdown.is_some()
     }
 
-    /// Reads a service's output.
+    /// Reads a service's output: its lines go to followers and, for `log = "file"`, to
+    /// the log writer, as the config is now (a reload's `log_dir` or rotation settings
+    /// apply from the next line on). Lines the writer cannot take are counted.
     pub fn on_output(&mut self, name: &str) {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
@@ -829,8 +836,28 @@ impl Supervisor {
             return;
         };
         let lines = out.read_available(name, &mut self.buf);
-        if !lines.is_empty() {
-            self.server.broadcast_log(name, &lines);
+        if lines.is_empty() {
+            return;
+        }
+        if slot.cfg.log == LogMode::File {
+            let path = self.cfg.supd.log_dir.join(format!("{name}.log"));
+            let (max, keep) = (slot.cfg.log_max_size, slot.cfg.log_keep);
+            if !self
+                .log_writer
+                .send(name, &path, max, keep, &lines, Mono::now())
+            {
+                out.dropped += lines.len() as u64;
+            }
+        }
+        self.server.broadcast_log(name, &lines);
+    }
+
+    /// Reads the log writer's reports: lines it could not write count as dropped.
+    pub fn on_log_reports(&mut self, now: Mono) {
+        for (name, n) in self.log_writer.on_reports(now) {
+            if let Some(out) = self.slots.get_mut(&name).and_then(|s| s.output.as_mut()) {
+                out.dropped += n;
+            }
         }
     }
 
@@ -996,7 +1023,7 @@ fn pid_file_of<'a>(slot: &'a mut Slot, state_dir: &std::path::Path) -> Result<&'
 }
 
 /// stdout and stderr for a new process of `slot`, creating its output pipe if needed.
-fn streams(slot: &mut Slot, log_dir: &std::path::Path) -> std::io::Result<(Io, Io)> {
+fn streams(slot: &mut Slot) -> std::io::Result<(Io, Io)> {
     match slot.cfg.log {
         LogMode::Inherit => {
             slot.output = None;
@@ -1007,14 +1034,8 @@ fn streams(slot: &mut Slot, log_dir: &std::path::Path) -> std::io::Result<(Io, I
             Ok((Io::Null, Io::Null))
         }
         LogMode::File => {
-            let file = LogFile::new(
-                log_dir.join(format!("{}.log", slot.cfg.name)),
-                slot.cfg.log_max_size,
-                slot.cfg.log_keep,
-            );
-            match slot.output.as_mut() {
-                Some(out) => out.file = Some(file),
-                None => slot.output = Some(Output::new(Some(file))?),
+            if slot.output.is_none() {
+                slot.output = Some(Output::new()?);
             }
             let out = slot
                 .output

@@ -269,7 +269,8 @@ fn log_shows_and_follows_captured_output() {
         e["line"].as_str().unwrap_or("").ends_with(" after now"),
         "{e}"
     );
-    let file = std::fs::read_to_string(sb.path("log/talk.log")).expect("log file");
+    // The log writer writes the file in its own time: wait for the third line.
+    let file = common::files::wait_file(&sb.path("log/talk.log"), |t| t.lines().count() >= 3);
     assert_eq!(file.lines().count(), 3, "{file}");
     let out = sb.supctl(&["log", "talk", "-n", "1"]);
     assert!(String::from_utf8_lossy(&out.stdout)

@@ -57,6 +57,11 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
+    // The log writer is this program too (`log_writer.rs`).
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some(sup::log_writer::ARG) {
+        return ExitCode::from(sup::log_writer::serve(&args.next().unwrap_or_default()));
+    }
     // Nothing supd inherited may leak into a service; then signals, before any child
     // exists (catatonit's rule).
     sup::sys::cloexec_inherited();
@@ -279,10 +284,9 @@ type Edges = (
 
 /// A first start: the lock, the end of what a killed supd left, the sockets.
 fn fresh(cfg: &Config) -> Result<Edges, String> {
-    for dir in [&cfg.supd.state_dir, &cfg.supd.log_dir] {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            log::warn!("cannot create {}: {e}", dir.display());
-        }
+    // log_dir is made by the log writer (a hung one must not block supd).
+    if let Err(e) = std::fs::create_dir_all(&cfg.supd.state_dir) {
+        log::warn!("cannot create {}: {e}", cfg.supd.state_dir.display());
     }
     let lock = sup::statedir::lock(&cfg.supd.state_dir, std::time::Duration::from_secs(1))?;
     let server = Server::bind(&cfg.supd.socket, cfg.supd.socket_group.as_deref())

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod files;
 pub mod scenarios;
 
 /// A duration from the tests' TTL strings ("900ms", "1s").

@@ -1,0 +1,47 @@
+//! Waiting on files written by another process (supd's log writer), by inotify with a
+//! deadline: no sleeps, no polling loops.
+
+use super::DEADLINE;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::Instant;
+
+/// Waits until the text of `path` satisfies `pred` (the file may not exist yet); returns
+/// it. Panics with what it last read after [`DEADLINE`].
+pub fn wait_file(path: &Path, pred: impl Fn(&str) -> bool) -> String {
+    let dir = path.parent().expect("a file in a directory");
+    std::fs::create_dir_all(dir).expect("the file's directory");
+    let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).expect("inotify");
+    ino.add_watch(
+        dir,
+        AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_MODIFY
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_CLOSE_WRITE,
+    )
+    .expect("watch the directory");
+    let end = Instant::now() + DEADLINE;
+    loop {
+        // Read after the watch is set: nothing written in between is missed.
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if pred(&text) {
+            return text;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "{} did not come as expected within {DEADLINE:?}; it holds:\n{text}",
+            path.display()
+        );
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, PollTimeout::from(ms));
+        while let Ok(events) = ino.read_events() {
+            if events.is_empty() {
+                break;
+            }
+        }
+    }
+}
