@@ -1,10 +1,11 @@
 //! Preparing a service's process: which program (inside the tool's current version or
-//! not), its arguments, environment, directory and credentials. Lookups happen here, in
-//! the parent, at each start, so users and versions created after the config was read
-//! are found.
+//! not), its arguments, environment, directory and who it runs as. The version is
+//! looked up here at each start; the user and the directory are named here and looked
+//! up by the child itself, so that a user database or a file system that hangs holds
+//! back that one start, never supd.
 
 use crate::config::{Ready, ServiceConfig, SupdConfig};
-use crate::sys::Credentials;
+use crate::sys::Account;
 use std::path::{Path, PathBuf};
 
 /// The PATH a service gets unless its `env` sets one.
@@ -26,17 +27,12 @@ pub struct Plan {
     pub args: Vec<String>,
     pub cwd: PathBuf,
     pub env: Vec<(String, String)>,
-    pub creds: Option<Credentials>,
+    /// Who it runs as: names, looked up by the child itself (a user database that
+    /// hangs then holds back that start alone).
+    pub creds: Option<Account>,
     /// The tool's version this start runs, for versioned services.
     pub version: Option<String>,
 }
-
-impl PartialEq for Credentials {
-    fn eq(&self, o: &Self) -> bool {
-        (self.uid, self.gid, &self.groups) == (o.uid, o.gid, &o.groups)
-    }
-}
-impl Eq for Credentials {}
 
 /// Resolves a service's start.
 pub fn plan(
@@ -73,19 +69,12 @@ pub fn plan(
         .clone()
         .or(version_dir)
         .unwrap_or_else(|| supd.state_dir.clone());
-    if !cwd.is_dir() {
-        return Err(NotLaunched::Failed(format!(
-            "cwd {}: no such directory",
-            cwd.display()
-        )));
-    }
-    let creds = match &cfg.user {
-        Some(user) => Some(credentials(user, cfg.group.as_deref()).map_err(NotLaunched::Failed)?),
-        None => match &cfg.group {
-            Some(g) => Some(group_only(g).map_err(NotLaunched::Failed)?),
-            None => None,
-        },
-    };
+    // The directory is entered, and the user looked up, by the child: a file system or a
+    // user database that hangs stalls that start only, never supd.
+    let creds = (cfg.user.is_some() || cfg.group.is_some()).then(|| Account {
+        user: cfg.user.clone(),
+        group: cfg.group.clone(),
+    });
     let mut env = vec![
         ("PATH".to_string(), DEFAULT_PATH.to_string()),
         ("SUP_SERVICE".to_string(), cfg.name.clone()),
@@ -97,11 +86,9 @@ pub fn plan(
         env.push(("NOTIFY_SOCKET".into(), sock.to_string_lossy().into_owned()));
     }
     if let Some(user) = &cfg.user {
-        if let Ok(Some(u)) = nix::unistd::User::from_name(user) {
-            env.push(("USER".into(), u.name.clone()));
-            env.push(("LOGNAME".into(), u.name));
-            env.push(("HOME".into(), u.dir.to_string_lossy().into_owned()));
-        }
+        // HOME comes from the user database, in the child, unless `env` sets it.
+        env.push(("USER".into(), user.clone()));
+        env.push(("LOGNAME".into(), user.clone()));
     }
     for (k, v) in &cfg.env {
         env.retain(|(name, _)| name != k);
@@ -115,41 +102,6 @@ pub fn plan(
         creds,
         version,
     })
-}
-
-/// uid, gid and supplementary groups of `user` (the group overridden by `group`).
-fn credentials(user: &str, group: Option<&str>) -> Result<Credentials, String> {
-    let u = match nix::unistd::User::from_name(user) {
-        Ok(Some(u)) => u,
-        Ok(None) => return Err(format!("unknown user '{user}'")),
-        Err(e) => return Err(format!("cannot look up user '{user}': {e}")),
-    };
-    let gid = match group {
-        Some(g) => group_only(g)?.gid,
-        None => u.gid.as_raw(),
-    };
-    let name = crate::sys::cstring(user).map_err(|e| format!("user '{user}': {e}"))?;
-    let groups = nix::unistd::getgrouplist(&name, gid.into())
-        .map(|gs| gs.iter().map(|g| g.as_raw()).collect())
-        .unwrap_or_else(|_| vec![gid]);
-    Ok(Credentials {
-        uid: u.uid.as_raw(),
-        gid,
-        groups,
-    })
-}
-
-/// Credentials that change only the group (uid stays supd's).
-fn group_only(group: &str) -> Result<Credentials, String> {
-    match nix::unistd::Group::from_name(group) {
-        Ok(Some(g)) => Ok(Credentials {
-            uid: nix::unistd::getuid().as_raw(),
-            gid: g.gid.as_raw(),
-            groups: vec![g.gid.as_raw()],
-        }),
-        Ok(None) => Err(format!("unknown group '{group}'")),
-        Err(e) => Err(format!("cannot look up group '{group}': {e}")),
-    }
 }
 
 #[cfg(test)]
@@ -207,21 +159,19 @@ mod tests {
     fn refusals_say_why() {
         let dir = std::env::temp_dir();
         let mut c = ServiceConfig::new("a", vec!["/bin/true".into()], "/".into());
+        // Users and directories are the child's to look up (see sys::spawn_service):
+        // the plan only names them.
         c.user = Some("no-such-user-sup".into());
-        assert_eq!(
-            plan(&c, &supd(&dir), None),
-            Err(NotLaunched::Failed(
-                "unknown user 'no-such-user-sup'".into()
-            ))
-        );
-        c.user = None;
         c.cwd = Some("/nonexistent/dir".into());
+        let p = plan(&c, &supd(&dir), None).expect("planned");
         assert_eq!(
-            plan(&c, &supd(&dir), None),
-            Err(NotLaunched::Failed(
-                "cwd /nonexistent/dir: no such directory".into()
-            ))
+            p.creds,
+            Some(Account {
+                user: Some("no-such-user-sup".into()),
+                group: None
+            })
         );
+        assert_eq!(p.cwd, Path::new("/nonexistent/dir"));
         c.cwd = None;
         c.tool = Some("agent".into());
         let none = dir.join(format!("sup-launch-{}", std::process::id()));

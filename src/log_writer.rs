@@ -396,6 +396,7 @@ impl LogWriter {
             stdout: crate::sys::Io::Fd(report),
             stderr: crate::sys::Io::Inherit,
             creds: None,
+            give: None,
             ready_fd: Some((to_read.as_raw_fd(), 3)),
         })?;
         Ok(Link {

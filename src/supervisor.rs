@@ -47,6 +47,10 @@ pub struct Slot {
     pid_file: Option<PidFile>,
     /// The current (or finishing) run: from its spawn until its last process is gone.
     pub instance: Option<Instance>,
+    /// Its child between release and exec: the report says how the exec went.
+    pub exec: Option<sys::Exec>,
+    /// Why its last child could not run its program (given when that child is reaped).
+    pub exec_error: Option<String>,
     /// Removed by a reload: dropped once it is down.
     pub removed: bool,
 }
@@ -60,6 +64,8 @@ pub enum ServiceFd {
     Ready,
     /// Its notify socket.
     Notify,
+    /// The report of its child's exec.
+    Exec,
 }
 
 /// What a parked client waits for.
@@ -225,6 +231,8 @@ impl Supervisor {
             notify: None,
             pid_file: None,
             instance: None,
+            exec: None,
+            exec_error: None,
             removed: false,
         };
         self.slots.insert(slot.cfg.name.clone(), slot);
@@ -331,9 +339,20 @@ impl Supervisor {
             }
             Err(NotLaunched::Failed(why)) => return self.apply(name, Event::SpawnFailed(why), now),
         };
-        if let Err(why) = self.ensure_notify(name, plan.creds.as_ref().map(|c| c.uid)) {
+        // Made by supd; the child gives it to the service's user (it looks the user up).
+        if let Err(why) = self.ensure_notify(name, None) {
             return self.apply(name, Event::SpawnFailed(why), now);
         }
+        let give = plan
+            .creds
+            .as_ref()
+            .and_then(|c| c.user.as_ref())
+            .and_then(|_| {
+                self.slots
+                    .get(name)
+                    .and_then(|s| s.notify.as_ref())
+                    .map(|n| n.path.clone())
+            });
         let mut plan = plan;
         if let Some(term) = self
             .slots
@@ -399,11 +418,12 @@ impl Supervisor {
             stderr,
             creds: plan.creds,
             ready_fd: ready_write.as_ref().map(|(w, n)| (sys::raw(w), *n)),
+            give,
         };
         let mut instance = None;
         // The record is written, and the child put in its cgroup, before its program
         // runs: a supd killed at any moment leaves nothing a successor cannot find.
-        let result = sys::spawn_admitted(spec, |pid| {
+        let result = sys::spawn_service(spec, |pid| {
             crate::failpoint::hit("spawn-before-record");
             let start_time = crate::proc::stat(pid)
                 .map(|s| s.start_time)
@@ -435,8 +455,10 @@ impl Supervisor {
         });
         drop(ready_write); // the child has its copy; EOF on the pipe then means it closed it
         match result {
-            Ok(pid) => {
+            Ok((pid, exec)) => {
                 slot.version = plan.version;
+                slot.exec = Some(exec);
+                slot.exec_error = None;
                 slot.instance = Some(instance.unwrap_or(Instance {
                     pid,
                     start_time: 0,
@@ -505,6 +527,8 @@ impl Supervisor {
             match self.slots.get_mut(&name) {
                 Some(slot) => {
                     slot.ready_pipe = None;
+                    // The child is gone: what it reported is all there is to read.
+                    read_exec_report(slot);
                     match slot.instance.as_mut() {
                         Some(i) => i.exit = Some(exit),
                         None => {
@@ -576,8 +600,11 @@ impl Supervisor {
             }) {
                 log::warn!("{name}: {e}");
             }
-            if let Some(exit) = exit {
-                self.apply(&name, Event::Exited(exit), now);
+            let exec_error = slot.exec_error.take();
+            match (exec_error, exit) {
+                (Some(why), _) => self.apply(&name, Event::SpawnFailed(why), now),
+                (None, Some(exit)) => self.apply(&name, Event::Exited(exit), now),
+                (None, None) => {}
             }
         }
         self.drain_retry = match (self.draining.is_empty(), self.drain_retry) {
@@ -861,6 +888,13 @@ impl Supervisor {
         }
     }
 
+    /// Reads the report of a service's exec.
+    pub fn on_exec_report(&mut self, name: &str) {
+        if let Some(slot) = self.slots.get_mut(name) {
+            read_exec_report(slot);
+        }
+    }
+
     /// Reads a service's `fd:N` readiness pipe: a newline means ready.
     pub fn on_ready_pipe(&mut self, name: &str, now: Mono) {
         let Some(slot) = self.slots.get_mut(name) else {
@@ -982,8 +1016,28 @@ impl Supervisor {
                 .as_ref()
                 .map(|r| (i, ServiceFd::Ready, r.as_fd()));
             let notify = s.notify.as_ref().map(|n| (i, ServiceFd::Notify, n.fd()));
-            out.into_iter().chain(ready).chain(notify)
+            let exec = s
+                .exec
+                .as_ref()
+                .map(|e| (i, ServiceFd::Exec, e.report.as_fd()));
+            out.into_iter().chain(ready).chain(notify).chain(exec)
         })
+    }
+}
+
+/// Reads what a service's child reported of its exec, if it has: an error is kept for
+/// when the child is reaped (it exits with 127 after reporting).
+fn read_exec_report(slot: &mut Slot) {
+    let Some(exec) = slot.exec.as_mut() else {
+        return;
+    };
+    match exec.outcome() {
+        None => {}
+        Some(Ok(())) => slot.exec = None,
+        Some(Err(why)) => {
+            slot.exec = None;
+            slot.exec_error = Some(why);
+        }
     }
 }
 

@@ -8,13 +8,15 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-/// Who the child runs as, resolved in the parent (name lookups allocate and may read
-/// files, which a forked child must not do).
-#[derive(Clone, Debug)]
-pub struct Credentials {
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
+/// Who the child runs as: names, looked up by the child itself after the fork (supd is
+/// single-threaded, so its forked child may allocate and read the user database), so a
+/// database that hangs holds back that child alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Account {
+    /// The user (uid, group and supplementary groups, HOME).
+    pub user: Option<String>,
+    /// The group, instead of the user's (or of supd's, without a user).
+    pub group: Option<String>,
 }
 
 /// The open-files limit supd was started with, given back to every child.
@@ -69,9 +71,11 @@ pub struct SpawnSpec {
     pub cwd: std::path::PathBuf,
     pub stdout: Io,
     pub stderr: Io,
-    pub creds: Option<Credentials>,
+    pub creds: Option<Account>,
     /// The write end of the readiness pipe and the fd number it must have in the child.
     pub ready_fd: Option<(RawFd, i32)>,
+    /// A file the child gives to its user before it drops root (its notify socket).
+    pub give: Option<std::path::PathBuf>,
 }
 
 /// The fds that keep a second supd out (the state lock, the listening socket): a forked
@@ -89,23 +93,102 @@ pub fn set_listener_fd(fd: RawFd) {
     GUARDS[1].store(fd, Ordering::Relaxed);
 }
 
-/// Forks and execs `spec` with nothing to do in between (helpers: copies, deletes).
+/// Forks and execs `spec` with nothing to do in between, and waits for the exec
+/// (helpers: copies, deletes, checks; programs of supd's own on local disks).
 pub fn spawn(spec: SpawnSpec) -> Result<i32, String> {
-    spawn_admitted(spec, |_| Ok(()))
+    let (pid, mut exec) = spawn_service(spec, |_| Ok(()))?;
+    let _ = nix::fcntl::fcntl(
+        &exec.report,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    );
+    match exec.outcome() {
+        Some(Err(why)) => {
+            reap_now(pid);
+            Err(why)
+        }
+        _ => Ok(pid),
+    }
+}
+
+/// A child between its release and its exec: the report pipe tells how the exec went
+/// (end-of-file: it ran; a record: what failed), read by the loop when it is readable.
+pub struct Exec {
+    pub report: OwnedFd,
+    program: String,
+    cwd: String,
+    creds: Option<Account>,
+}
+
+impl Exec {
+    /// How the exec went: `None` while it is under way; `Some(Ok)` once the program
+    /// runs; `Some(Err(why))` when the child could not run it (it then exits with 127).
+    pub fn outcome(&mut self) -> Option<Result<(), String>> {
+        let mut report = [0u8; 8];
+        let mut got = 0;
+        while got < report.len() {
+            match nix::unistd::read(&self.report, &mut report[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::EAGAIN) if got == 0 => return None,
+                Err(nix::errno::Errno::EAGAIN) => continue,
+                Err(e) => {
+                    return Some(Err(format!(
+                        "{}: reading how its exec went: {e}",
+                        self.program
+                    )))
+                }
+            }
+        }
+        if got < report.len() {
+            return Some(Ok(()));
+        }
+        let stage = u32::from_ne_bytes([report[0], report[1], report[2], report[3]]);
+        let errno = i32::from_ne_bytes([report[4], report[5], report[6], report[7]]);
+        Some(Err(self.describe(stage, errno)))
+    }
+
+    fn describe(&self, stage: u32, errno: i32) -> String {
+        let err = io::Error::from_raw_os_error(errno);
+        let user = self
+            .creds
+            .as_ref()
+            .and_then(|c| c.user.as_deref())
+            .unwrap_or("");
+        let group = self
+            .creds
+            .as_ref()
+            .and_then(|c| c.group.as_deref())
+            .unwrap_or("");
+        match (stage, errno) {
+            (STAGE_CWD, _) => format!("cwd {}: {err}", self.cwd),
+            (STAGE_NO_USER, 0) => format!("unknown user '{user}'"),
+            (STAGE_NO_USER, _) => format!("cannot look up user '{user}': {err}"),
+            (STAGE_NO_GROUP, 0) => format!("unknown group '{group}'"),
+            (STAGE_NO_GROUP, _) => format!("cannot look up group '{group}': {err}"),
+            (STAGE_CREDS, _) => format!("cannot take its user and groups: {err}"),
+            (STAGE_FDS, _) => format!("cannot set up its fds: {err}"),
+            _ => format!("{}: {err}", self.program),
+        }
+    }
 }
 
 /// Forks `spec`; the child gets its own session and process group, then waits until
 /// `admit(pid)` has run in the parent (it writes the pid record and puts the child in
-/// its cgroup), and only then clears its signal mask, takes its fds, directory and
-/// credentials and execs. So a service's program never runs before it is recorded: if
-/// supd dies before `admit` is done, the child reads end-of-file instead of the go-ahead
-/// and exits without running anything. An `Err` from `admit` ends the child the same
-/// way. Returns the pid once the exec succeeded, or why the program could not be run.
-pub fn spawn_admitted(
+/// its cgroup), and only then clears its signal mask, takes its fds, looks up its user,
+/// enters its directory, drops root and execs. So a service's program never runs before
+/// it is recorded: if supd dies before `admit` is done, the child reads end-of-file
+/// instead of the go-ahead and exits without running anything. An `Err` from `admit`
+/// ends the child the same way. Returns at once after the go-ahead, with the pid and
+/// the `Exec` whose report says how the exec went: nothing the child does after its
+/// release (a user database or a file system that hangs) can stall supd.
+pub fn spawn_service(
     spec: SpawnSpec,
     admit: impl FnOnce(i32) -> Result<(), String>,
-) -> Result<i32, String> {
+) -> Result<(i32, Exec), String> {
     let program = spec.program.clone();
+    let cwd = spec.cwd.to_string_lossy().into_owned();
+    let creds = spec.creds.clone();
     let plan = ChildPlan::new(spec).map_err(|e| format!("{program}: {e}"))?;
     let (go_read, go_write) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
     let (report_read, report_write) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
@@ -145,37 +228,27 @@ pub fn spawn_admitted(
         return Err(format!("cannot release the child: {e}"));
     }
     drop(go_write);
-    // The report pipe closes at a successful exec (close-on-exec); before that, a failed
-    // step writes its stage and errno.
-    let mut report = [0u8; 8];
-    let mut got = 0;
-    while got < report.len() {
-        match nix::unistd::read(&report_read, &mut report[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => break,
-        }
-    }
-    if got < report.len() {
-        return Ok(pid);
-    }
-    reap_now(pid);
-    let stage = u32::from_ne_bytes([report[0], report[1], report[2], report[3]]);
-    let errno = i32::from_ne_bytes([report[4], report[5], report[6], report[7]]);
-    let err = io::Error::from_raw_os_error(errno);
-    Err(match stage {
-        STAGE_CWD => format!("cwd {}: {err}", plan.cwd.to_string_lossy()),
-        STAGE_CREDS => format!("cannot take its user and groups: {err}"),
-        STAGE_FDS => format!("cannot set up its fds: {err}"),
-        _ => format!("{program}: {err}"),
-    })
+    let _ = nix::fcntl::fcntl(
+        &report_read,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    );
+    Ok((
+        pid,
+        Exec {
+            report: report_read,
+            program,
+            cwd,
+            creds,
+        },
+    ))
 }
 
 const STAGE_EXEC: u32 = 0;
 const STAGE_CWD: u32 = 1;
 const STAGE_CREDS: u32 = 2;
 const STAGE_FDS: u32 = 3;
+const STAGE_NO_USER: u32 = 4;
+const STAGE_NO_GROUP: u32 = 5;
 
 /// Waits for a child that is about to exit (refused, or its exec failed), so that it
 /// leaves no zombie and the supervisor's reaping never sees a pid it did not record.
@@ -219,7 +292,12 @@ struct ChildPlan {
     stdio: [Option<OwnedFd>; 3],
     /// The readiness pipe's write end, moved above `floor`, and its number in the child.
     ready: Option<(OwnedFd, i32)>,
-    creds: Option<Credentials>,
+    user: Option<CString>,
+    group: Option<CString>,
+    /// A file to give to the user (before root is dropped).
+    give: Option<CString>,
+    /// `env` sets HOME already (else the user's home directory is added).
+    has_home: bool,
     nofile: Option<libc::rlimit>,
     /// Every fd the child uses as a source is at least this.
     floor: RawFd,
@@ -291,7 +369,19 @@ impl ChildPlan {
             cwd: cstring(&spec.cwd.to_string_lossy())?,
             stdio,
             ready,
-            creds: spec.creds,
+            user: match spec.creds.as_ref().and_then(|c| c.user.as_deref()) {
+                Some(u) => Some(cstring(u)?),
+                None => None,
+            },
+            group: match spec.creds.as_ref().and_then(|c| c.group.as_deref()) {
+                Some(g) => Some(cstring(g)?),
+                None => None,
+            },
+            give: match &spec.give {
+                Some(p) => Some(cstring(&p.to_string_lossy())?),
+                None => None,
+            },
+            has_home: spec.env.iter().any(|(k, _)| k == "HOME"),
             nofile: CHILD_NOFILE.get().copied(),
             floor,
         })
@@ -397,11 +487,30 @@ fn child_main(
         if libc::chdir(p.cwd.as_ptr()) < 0 {
             fail(report, STAGE_CWD);
         }
-        if let Some(c) = &p.creds {
-            if libc::setgroups(c.groups.len(), c.groups.as_ptr()) < 0
-                || libc::setgid(c.gid) < 0
-                || libc::setuid(c.uid) < 0
-            {
+        let ids = account(p, report);
+        let mut envp = p.envp_ptrs.as_ptr();
+        let with_home: Vec<*const libc::c_char>;
+        if let Some(home) = ids.home.as_ref().filter(|_| !p.has_home) {
+            // Allocating here is sound: supd has one thread, so no lock of the
+            // allocator can be held by another in this copy of it.
+            let n = p.envp_ptrs.len() - 1;
+            with_home = p.envp_ptrs[..n]
+                .iter()
+                .copied()
+                .chain([home.as_ptr(), std::ptr::null()])
+                .collect();
+            envp = with_home.as_ptr();
+        }
+        if let (Some(file), Some(uid)) = (&p.give, ids.uid) {
+            libc::chown(file.as_ptr(), uid, ids.gid.unwrap_or(u32::MAX));
+        }
+        if let Some(gid) = ids.gid {
+            if libc::setgroups(ids.groups.len(), ids.groups.as_ptr()) < 0 || libc::setgid(gid) < 0 {
+                fail(report, STAGE_CREDS);
+            }
+        }
+        if let Some(uid) = ids.uid {
+            if libc::setuid(uid) < 0 {
                 fail(report, STAGE_CREDS);
             }
         }
@@ -410,7 +519,7 @@ fn child_main(
         let mut denied = false;
         let mut errno = libc::ENOENT;
         for path in &p.candidates {
-            libc::execve(path.as_ptr(), p.argv_ptrs.as_ptr(), p.envp_ptrs.as_ptr());
+            libc::execve(path.as_ptr(), p.argv_ptrs.as_ptr(), envp);
             errno = errno_now();
             match errno {
                 libc::EACCES => denied = true,
@@ -423,6 +532,73 @@ fn child_main(
         }
         fail_with(report, STAGE_EXEC, errno)
     }
+}
+
+/// Who the child becomes, looked up in the child.
+struct Ids {
+    uid: Option<libc::uid_t>,
+    gid: Option<libc::gid_t>,
+    groups: Vec<libc::gid_t>,
+    /// `HOME=` and the user's home directory.
+    home: Option<CString>,
+}
+
+/// Looks up the child's user and group (in the forked child: reads the user database,
+/// allocates; sound because supd has one thread). Reports and exits when one is unknown.
+fn account(p: &ChildPlan, report: RawFd) -> Ids {
+    let mut ids = Ids {
+        uid: None,
+        gid: None,
+        groups: Vec::new(),
+        home: None,
+    };
+    // SAFETY: getpwnam and getgrnam take C strings prepared before the fork and return
+    // pointers into static storage, read at once; getgrouplist writes at most `n`
+    // entries into a buffer of that length.
+    unsafe {
+        if let Some(u) = &p.user {
+            *libc::__errno_location() = 0;
+            let pw = libc::getpwnam(u.as_ptr());
+            if pw.is_null() {
+                fail_with(report, STAGE_NO_USER, errno_now());
+            }
+            ids.uid = Some((*pw).pw_uid);
+            ids.gid = Some((*pw).pw_gid);
+            if !(*pw).pw_dir.is_null() {
+                let dir = std::ffi::CStr::from_ptr((*pw).pw_dir).to_bytes();
+                ids.home = CString::new([b"HOME=".as_slice(), dir].concat()).ok();
+            }
+        }
+        if let Some(g) = &p.group {
+            *libc::__errno_location() = 0;
+            let gr = libc::getgrnam(g.as_ptr());
+            if gr.is_null() {
+                fail_with(report, STAGE_NO_GROUP, errno_now());
+            }
+            ids.gid = Some((*gr).gr_gid);
+        }
+        if let (Some(u), Some(gid)) = (&p.user, ids.gid) {
+            let mut n: libc::c_int = 64;
+            loop {
+                ids.groups = vec![0; n as usize];
+                let before = n;
+                if libc::getgrouplist(u.as_ptr(), gid, ids.groups.as_mut_ptr(), &mut n) >= 0 {
+                    ids.groups.truncate(n as usize);
+                    break;
+                }
+                if n <= before {
+                    n = before * 2;
+                }
+                if n > 65536 {
+                    ids.groups = vec![gid];
+                    break;
+                }
+            }
+        } else if let Some(gid) = ids.gid {
+            ids.groups = vec![gid];
+        }
+    }
+    ids
 }
 
 /// Closes fds `low..=high`; on kernels before 5.9 (no close_range) nothing is done: the

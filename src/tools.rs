@@ -906,6 +906,7 @@ impl Supervisor {
             stdout: sys::Io::Null,
             stderr: sys::Io::Inherit,
             creds: None,
+            give: None,
             ready_fd: None,
         })
     }

@@ -108,3 +108,77 @@ fn a_restarted_supd_serves_at_once_while_it_ends_what_its_predecessor_left() {
     assert_ne!(new, old);
     assert!(sb.ok(json!({"cmd": "status"}))["cleanup"].is_null());
 }
+
+/// A user database that hangs (here /etc/passwd, in supd's own mount namespace, is a
+/// FIFO nobody writes) holds back the start of the service that needs it, and nothing
+/// else: status answers, and another service is restarted.
+#[test]
+fn a_user_database_that_hangs_holds_back_only_the_start_that_needs_it() {
+    if !is_root() {
+        eprintln!("skipped: needs root for a mount namespace");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let fifo = sb.path("passwd.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("fifo");
+    sb.config(
+        "[service.as_user]\ncommand = [\"/bin/sleep\", \"3600\"]\nuser = \"nobody\"\n\n\
+         [service.other]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\n",
+    );
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &format!(
+            "mount --bind {} /etc/passwd && exec \"$0\" \"$@\"",
+            fifo.display()
+        ),
+        SUPD,
+    ]);
+    sb.start_with(cmd, &["-c"]);
+    let first = sb.wait_state("other", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    let slowest = (0..20).map(|_| status_time(&sb)).max().unwrap_or_default();
+    let mut w = sb.watch();
+    kill(Pid::from_raw(first), Signal::SIGKILL).expect("kill other");
+    w.until(&sb, |e| {
+        e["service"] == "other" && e["to"] == "running" && e["pid"].as_i64() != Some(first as i64)
+    });
+    let stuck = sb.status("as_user");
+    eprintln!("slowest status {slowest:?} while the user database hung; {stuck}");
+    assert!(
+        slowest < Duration::from_millis(100),
+        "status took {slowest:?}"
+    );
+    assert_eq!(
+        stuck["state"], "running",
+        "forked, its lookup under way: {stuck}"
+    );
+    // Release the lookup: the files database is empty now, and the next source (or
+    // none) answers; the start goes on, or fails with the reason, at once.
+    drop(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&fifo)
+            .expect("open the fifo"),
+    );
+    let pid = stuck["pid"].as_i64().expect("pid") as i32;
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let s = sb.status("as_user");
+        let execd =
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep");
+        let refused = s["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("user 'nobody'"));
+        if execd || refused {
+            eprintln!("after the release: {s}");
+            break;
+        }
+        assert!(Instant::now() < end, "the start never went on: {s}");
+    }
+}
