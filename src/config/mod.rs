@@ -6,9 +6,11 @@
 //! config may name things that do not exist yet.
 
 mod load;
+mod read;
 mod walk;
 
 pub use load::{load, load_supd_only, ConfigError};
+pub use read::MAX_FILE_SIZE;
 
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
