@@ -15,6 +15,8 @@ enum Token {
     /// The one socket handed over by a supd from before per-service sockets.
     LegacyNotify,
     StateDir,
+    /// The helper reading the config for a reload.
+    Reload,
     Client(u64),
     /// Index of the service in name order, and which of its fds.
     Service(usize, ServiceFd),
@@ -75,6 +77,10 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::StateDir);
         fds.push(PollFd::new(w.fd(), input));
     }
+    if let Some(job) = sup.reload_job.as_ref() {
+        tokens.push(Token::Reload);
+        fds.push(PollFd::new(job.fd(), input));
+    }
     for (id, fd, wants_out) in sup.server.client_fds() {
         let parked = sup.server.clients.get(&id).is_some_and(|c| c.parked);
         let mut flags = if parked { PollFlags::empty() } else { input };
@@ -110,6 +116,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
         Token::Listener => sup.server.accept(),
         Token::LegacyNotify => sup.on_legacy_notify(now),
         Token::StateDir => sup.on_state_dir(),
+        Token::Reload => sup.on_reload_pipe(now),
         Token::Client(id) => {
             if flags.contains(PollFlags::POLLOUT) {
                 sup.server.flush(id);
@@ -144,9 +151,7 @@ fn on_signal(sup: &mut Supervisor, sig: Signal, now: Mono) {
             log::info!("{}: stopping", crate::config::signal_name(sig));
             sup.begin_shutdown(0, now);
         }
-        Signal::SIGHUP => {
-            let _ = sup.reload(now);
-        }
+        Signal::SIGHUP => sup.request_reload(None, now),
         other => log::info!("ignoring {}", crate::config::signal_name(other)),
     }
 }

@@ -137,6 +137,8 @@ pub struct Supervisor {
     /// When to look at `draining` again, and the step after that (a safety net for
     /// members whose exit supd is not told of: SIGCHLD is the usual news).
     drain_retry: Option<(Mono, Duration)>,
+    /// A reload's helper reading the config (`reload.rs`).
+    pub reload_job: Option<crate::reload::Job>,
 }
 
 impl Slot {
@@ -185,6 +187,7 @@ impl Supervisor {
             lock_lost: false,
             draining: BTreeSet::new(),
             drain_retry: None,
+            reload_job: None,
         };
         let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
         for def in defs {
