@@ -148,6 +148,26 @@ struct Seen {
     includes: Vec<(PathBuf, Place)>,
 }
 
+/// The config in `text`, as if read from `path`, without reading its includes: for the
+/// fuzz target (`fuzz/fuzz_targets/config.rs`) and tests.
+pub fn load_text(path: &Path, text: &str) -> Result<Config, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let mut cfg = Config {
+        supd: SupdConfig::default(),
+        services: BTreeMap::new(),
+        leases: BTreeMap::new(),
+        files: vec![path.to_path_buf()],
+    };
+    let mut seen = Seen::default();
+    read_text(path, text, true, &mut cfg, &mut seen, &mut errors);
+    check_whole(&cfg, &seen.services, &mut errors);
+    if errors.is_empty() {
+        Ok(cfg)
+    } else {
+        Err(errors)
+    }
+}
+
 /// Where a service was defined, for errors found after all files are read.
 #[derive(Clone)]
 struct Origin {
@@ -201,8 +221,20 @@ fn read_file(
             return;
         }
     };
-    let (doc, syntax) = DeTable::parse_recoverable(&text);
-    let mut ctx = FileCtx::new(path, &text, errors);
+    read_text(path, &text, main, cfg, seen, errors);
+}
+
+/// One file's text, read into `cfg`.
+fn read_text(
+    path: &Path,
+    text: &str,
+    main: bool,
+    cfg: &mut Config,
+    seen: &mut Seen,
+    errors: &mut Vec<ConfigError>,
+) {
+    let (doc, syntax) = DeTable::parse_recoverable(text);
+    let mut ctx = FileCtx::new(path, text, errors);
     for e in &syntax {
         let span = e.span().unwrap_or(0..0);
         ctx.err(span, "", format!("TOML syntax: {}", e.message()));

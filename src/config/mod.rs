@@ -9,7 +9,7 @@ mod load;
 mod read;
 mod walk;
 
-pub use load::{load, load_supd_only, ConfigError};
+pub use load::{load, load_supd_only, load_text, ConfigError};
 pub use read::MAX_FILE_SIZE;
 
 use nix::sys::signal::Signal;
