@@ -176,8 +176,16 @@ fn a_large_reload_does_not_stall_the_loop_and_a_reload_asked_meanwhile_reads_aga
     assert_eq!(second["ok"], true, "{second}");
     // The first read may have seen the edit or not; the second saw it, and added only
     // what the first did not.
-    let mut added = first["data"]["added"].as_array().cloned().unwrap_or_default();
-    added.extend(second["data"]["added"].as_array().cloned().unwrap_or_default());
+    let mut added = first["data"]["added"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    added.extend(
+        second["data"]["added"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default(),
+    );
     assert_eq!(added, [json!("late")], "{first}\n{second}");
     eprintln!("{answered} hellos answered during the reload, the longest in {longest:?}");
     // Read in the loop, the reload kept every hello waiting for about a second (a debug
