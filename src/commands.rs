@@ -182,9 +182,12 @@ impl Supervisor {
             }
             Command::Reload {} => {
                 self.refuse_during_shutdown()?;
-                self.reload(now)
-                    .map(Outcome::Answer)
-                    .map_err(|errs| Error::new(ErrorKind::InvalidConfig, errs.join("\n")))
+                // Answered when the config is read (`reload.rs`), outside the loop.
+                if let Some(c) = self.server.clients.get_mut(&client) {
+                    c.parked = true;
+                }
+                self.request_reload(Some((client, id.clone())), now);
+                Ok(Outcome::Parked)
             }
             Command::Shutdown {} => {
                 self.begin_shutdown(0, now);
@@ -366,94 +369,6 @@ impl Supervisor {
             WaitFor::LeaseDown(lease) => self
                 .leader_only_down(lease)
                 .then(|| Ok(json!({"lease": lease, "released": true}))),
-        }
-    }
-
-    /// Re-reads the config. On any error nothing changes and every error is returned;
-    /// otherwise added services start, removed ones stop, changed ones restart.
-    pub fn reload(&mut self, now: Mono) -> Result<Value, Vec<String>> {
-        let new = match config::load(&self.config_path) {
-            Ok(c) => c,
-            Err(errs) => {
-                let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
-                for m in &msgs {
-                    log::error!("reload refused: {m}");
-                }
-                return Err(msgs);
-            }
-        };
-        // A new log_dir is made by the log writer (a hung one must not block supd).
-        self.warn_fixed_settings(&new.supd);
-        let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
-        let old: Vec<String> = self.slots.keys().cloned().collect();
-        for name in &old {
-            if !new.services.contains_key(name) && !self.slots[name].removed {
-                if let Some(s) = self.slots.get_mut(name) {
-                    s.removed = true;
-                }
-                self.apply(name, Event::Stop, now);
-                removed.push(name.clone());
-            }
-        }
-        for (name, def) in &new.services {
-            match self.slots.get_mut(name) {
-                None => {
-                    self.add_slot(def.clone());
-                    added.push(name.clone());
-                }
-                Some(slot) if slot.removed || slot.cfg != *def => {
-                    let revived = slot.removed;
-                    slot.removed = false;
-                    let running = slot.svc.pid.is_some();
-                    // Stop with the old definition (its stop_signal); start with the new.
-                    if running {
-                        self.apply(name, Event::Restart, now);
-                    }
-                    if let Some(slot) = self.slots.get_mut(name) {
-                        slot.cfg = def.clone();
-                    }
-                    if revived && def.autostart && !self.down.contains(name) {
-                        self.apply(name, Event::Start, now);
-                    }
-                    changed.push(name.clone());
-                }
-                Some(_) => {}
-            }
-        }
-        let supd = new.supd.clone();
-        let (socket, state_dir) = (
-            self.cfg.supd.socket.clone(),
-            self.cfg.supd.state_dir.clone(),
-        );
-        self.cfg = config::Config {
-            supd: config::SupdConfig {
-                socket,
-                state_dir,
-                ..supd
-            },
-            ..new
-        };
-        self.config_errors.clear();
-        log::info!(
-            "reloaded {}: added {added:?}, removed {removed:?}, changed {changed:?}",
-            self.config_path.display()
-        );
-        Ok(json!({"added": added, "removed": removed, "changed": changed}))
-    }
-
-    fn warn_fixed_settings(&self, new: &config::SupdConfig) {
-        let old = &self.cfg.supd;
-        if new.socket != old.socket {
-            log::warn!(
-                "reload: the socket moves to {} only when supd restarts",
-                new.socket.display()
-            );
-        }
-        if new.state_dir != old.state_dir {
-            log::warn!(
-                "reload: state_dir {} takes effect when supd restarts",
-                new.state_dir.display()
-            );
         }
     }
 }

@@ -19,6 +19,8 @@ enum Token {
     /// The log writer's reports, and its pipe while lines wait for room in it.
     LogReports,
     LogPipe,
+    /// The helper reading the config for a reload.
+    Reload,
     Client(u64),
     /// Index of the service in name order, and which of its fds.
     Service(usize, ServiceFd),
@@ -91,6 +93,10 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
             fds.push(PollFd::new(pipe, PollFlags::POLLOUT));
         }
     }
+    if let Some(job) = sup.reload_job.as_ref() {
+        tokens.push(Token::Reload);
+        fds.push(PollFd::new(job.fd(), input));
+    }
     for (id, fd, wants_out) in sup.server.client_fds() {
         let parked = sup.server.clients.get(&id).is_some_and(|c| c.parked);
         let mut flags = if parked { PollFlags::empty() } else { input };
@@ -129,6 +135,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
         Token::Cleanup => sup.cleanup_step(now),
         Token::LogReports => sup.on_log_reports(now),
         Token::LogPipe => sup.log_writer.flush(now),
+        Token::Reload => sup.on_reload_pipe(now),
         Token::Client(id) => {
             if flags.contains(PollFlags::POLLOUT) {
                 sup.server.flush(id);
@@ -164,9 +171,7 @@ fn on_signal(sup: &mut Supervisor, sig: Signal, now: Mono) {
             log::info!("{}: stopping", crate::config::signal_name(sig));
             sup.begin_shutdown(0, now);
         }
-        Signal::SIGHUP => {
-            let _ = sup.reload(now);
-        }
+        Signal::SIGHUP => sup.request_reload(None, now),
         other => log::info!("ignoring {}", crate::config::signal_name(other)),
     }
 }

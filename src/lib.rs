@@ -21,6 +21,7 @@ pub mod pid1;
 pub mod proc;
 pub mod protocol;
 pub mod records;
+pub mod reload;
 pub mod restart;
 pub mod service;
 pub mod signals;

@@ -150,6 +150,8 @@ pub struct Supervisor {
     /// When to look at `draining` again, and the step after that (a safety net for
     /// members whose exit supd is not told of: SIGCHLD is the usual news).
     drain_retry: Option<(Mono, Duration)>,
+    /// A reload's helper reading the config (`reload.rs`).
+    pub reload_job: Option<crate::reload::Job>,
 }
 
 impl Slot {
@@ -203,6 +205,7 @@ impl Supervisor {
             drain_retry: None,
             more_to_start: false,
             cleanup: None,
+            reload_job: None,
         };
         let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
         for def in defs {

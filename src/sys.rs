@@ -848,3 +848,35 @@ pub fn fork_kill_all(sig: i32) -> io::Result<i32> {
         child => Ok(child),
     }
 }
+
+/// Runs `work` in a forked child, which keeps only the fds in `keep` and ends with
+/// `_exit` of what `work` returns (101 if it panics). Returns the child's pid (reap it).
+///
+/// For work that must not stall the loop (reading a large config): supd is
+/// single-threaded, so the child's copy of the heap is consistent and `work` may
+/// allocate; it never returns into the parent's code (no destructors, no atexit
+/// handlers, no flush of the parent's buffers).
+pub fn fork_worker(keep: RawFd, work: impl FnOnce() -> i32) -> io::Result<i32> {
+    // SAFETY: supd has one thread (no lock of another thread is copied held); the child
+    // runs `work` and then `_exit`s, below.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            // It dies with supd, and holds none of supd's sockets, pipes or locks.
+            let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+            // Below supd's priority: on a busy machine the loop keeps its CPU.
+            // SAFETY: setpriority takes integers and changes only this process.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+            if keep > 3 {
+                close_range(3, keep - 1);
+            }
+            close_range(keep + 1, RawFd::MAX);
+            let status =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or(101);
+            // SAFETY: ends the child without unwinding into or running the parent's code.
+            unsafe { libc::_exit(status) }
+        }
+        child => Ok(child),
+    }
+}

@@ -1,6 +1,7 @@
 //! Loading: the main file, its `include` globs, every table and key, then the checks
 //! that need the whole config (`after` names, cycles, leases).
 
+use super::read;
 use super::walk::{FileCtx, Value};
 use super::*;
 use std::fmt;
@@ -19,18 +20,33 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// One error, one line: whatever the file's name, a key or a quoted value holds (a
+/// newline in a quoted TOML key, a control character in a name) is shown escaped.
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let file = self.file.display();
+        let file = Escaped(&self.file.to_string_lossy());
+        let (key, message) = (Escaped(&self.key), Escaped(&self.message));
         match (self.line, self.key.is_empty()) {
-            (0, _) => write!(f, "{file}: {}", self.message),
-            (_, true) => write!(f, "{file}:{}:{}: {}", self.line, self.column, self.message),
-            (_, false) => write!(
-                f,
-                "{file}:{}:{}: {}: {}",
-                self.line, self.column, self.key, self.message
-            ),
+            (0, _) => write!(f, "{file}: {message}"),
+            (_, true) => write!(f, "{file}:{}:{}: {message}", self.line, self.column),
+            (_, false) => write!(f, "{file}:{}:{}: {key}: {message}", self.line, self.column),
         }
+    }
+}
+
+/// Text with its control characters written as Rust escapes (`\n`, `\u{1b}`).
+struct Escaped<'a>(&'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -83,19 +99,68 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
         leases: BTreeMap::new(),
         files: vec![path.clone()],
     };
-    // Services remember where they were defined, to report duplicates and bad `after`s.
-    let mut origin: BTreeMap<String, Origin> = BTreeMap::new();
-    read_file(&path, true, &mut cfg, &mut origin, &mut errors);
-    for pattern in cfg.supd.include.clone() {
+    // Services and leases remember where they were defined, to report duplicates and
+    // bad `after`s.
+    let mut seen = Seen::default();
+    let main_file = Place {
+        file: path.clone(),
+        line: 0,
+        column: 0,
+    };
+    read_file(&path, &main_file, &mut cfg, &mut seen, &mut errors);
+    for (pattern, at) in std::mem::take(&mut seen.includes) {
         for file in glob(&pattern) {
             cfg.files.push(file.clone());
-            read_file(&file, false, &mut cfg, &mut origin, &mut errors);
+            read_file(&file, &at, &mut cfg, &mut seen, &mut errors);
         }
     }
-    check_whole(&cfg, &origin, &mut errors);
+    check_whole(&cfg, &seen.services, &mut errors);
     // Tables iterate by key; people read a file from the top.
     let file_rank = |f: &PathBuf| cfg.files.iter().position(|g| g == f).unwrap_or(usize::MAX);
     errors.sort_by_key(|e| (file_rank(&e.file), e.line, e.column));
+    if errors.is_empty() {
+        Ok(cfg)
+    } else {
+        Err(errors)
+    }
+}
+
+/// A position in a file.
+#[derive(Clone)]
+struct Place {
+    file: PathBuf,
+    line: usize,
+    column: usize,
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.file.display(), self.line, self.column)
+    }
+}
+
+/// What the files read so far defined, and where.
+#[derive(Default)]
+struct Seen {
+    services: BTreeMap<String, Origin>,
+    leases: BTreeMap<String, Place>,
+    /// The main file's include patterns, each with its place in that file.
+    includes: Vec<(PathBuf, Place)>,
+}
+
+/// The config in `text`, as if read from `path`, without reading its includes: for the
+/// fuzz target (`fuzz/fuzz_targets/config.rs`) and tests.
+pub fn load_text(path: &Path, text: &str) -> Result<Config, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let mut cfg = Config {
+        supd: SupdConfig::default(),
+        services: BTreeMap::new(),
+        leases: BTreeMap::new(),
+        files: vec![path.to_path_buf()],
+    };
+    let mut seen = Seen::default();
+    read_text(path, text, true, &mut cfg, &mut seen, &mut errors);
+    check_whole(&cfg, &seen.services, &mut errors);
     if errors.is_empty() {
         Ok(cfg)
     } else {
@@ -123,32 +188,53 @@ fn absolute(path: &Path) -> PathBuf {
     }
 }
 
+/// Reads one file: the main one (`by.line == 0`) or one that `by`, an include pattern,
+/// matched. A file that cannot be read is an error at that pattern, naming the file.
 fn read_file(
     path: &Path,
-    main: bool,
+    by: &Place,
     cfg: &mut Config,
-    origin: &mut BTreeMap<String, Origin>,
+    seen: &mut Seen,
     errors: &mut Vec<ConfigError>,
 ) {
-    let text = match std::fs::read_to_string(path) {
+    let main = by.line == 0;
+    let text = match read::read_config_file(path) {
         Ok(t) => t,
-        Err(e) => {
-            errors.push(ConfigError {
-                file: path.to_path_buf(),
-                line: 0,
-                column: 0,
-                key: String::new(),
-                message: format!("cannot read: {e}"),
+        Err(why) => {
+            errors.push(if main {
+                ConfigError {
+                    file: path.to_path_buf(),
+                    line: 0,
+                    column: 0,
+                    key: String::new(),
+                    message: why,
+                }
+            } else {
+                ConfigError {
+                    file: by.file.clone(),
+                    line: by.line,
+                    column: by.column,
+                    key: "supd.include".into(),
+                    message: format!("{}: {why}", path.display()),
+                }
             });
             return;
         }
     };
-    let (doc, syntax) = DeTable::parse_recoverable(&text);
-    let mut ctx = FileCtx {
-        path,
-        text: &text,
-        errors,
-    };
+    read_text(path, &text, main, cfg, seen, errors);
+}
+
+/// One file's text, read into `cfg`.
+fn read_text(
+    path: &Path,
+    text: &str,
+    main: bool,
+    cfg: &mut Config,
+    seen: &mut Seen,
+    errors: &mut Vec<ConfigError>,
+) {
+    let (doc, syntax) = DeTable::parse_recoverable(text);
+    let mut ctx = FileCtx::new(path, text, errors);
     for e in &syntax {
         let span = e.span().unwrap_or(0..0);
         ctx.err(span, "", format!("TOML syntax: {}", e.message()));
@@ -158,13 +244,13 @@ fn read_file(
     }
     for (key, value) in doc.get_ref().iter() {
         match (key.get_ref().as_ref(), main) {
-            ("supd", true) => read_supd(&mut ctx, value, &mut cfg.supd),
+            ("supd", true) => read_supd(&mut ctx, value, &mut cfg.supd, &mut seen.includes),
             ("service", _) => {
                 let Some(table) = ctx.table(value, "service") else {
                     continue;
                 };
                 for (name, def) in table.iter() {
-                    read_service(&mut ctx, name, def, cfg, origin);
+                    read_service(&mut ctx, name, def, cfg, &mut seen.services);
                 }
             }
             ("lease", _) => {
@@ -172,7 +258,7 @@ fn read_file(
                     continue;
                 };
                 for (name, def) in table.iter() {
-                    read_lease(&mut ctx, name, def, cfg);
+                    read_lease(&mut ctx, name, def, cfg, &mut seen.leases);
                 }
             }
             ("supd", false) => ctx.err(
@@ -196,7 +282,12 @@ fn read_file(
     }
 }
 
-fn read_supd(ctx: &mut FileCtx, value: &Value, supd: &mut SupdConfig) {
+fn read_supd(
+    ctx: &mut FileCtx,
+    value: &Value,
+    supd: &mut SupdConfig,
+    includes: &mut Vec<(PathBuf, Place)>,
+) {
     let Some(table) = ctx.table(value, "supd") else {
         return;
     };
@@ -215,6 +306,13 @@ fn read_supd(ctx: &mut FileCtx, value: &Value, supd: &mut SupdConfig) {
             "include" => {
                 if let Some(list) = ctx.strings(v, full) {
                     supd.include = list.iter().map(|p| ctx.dir().join(p)).collect();
+                    let items = ctx.array(v, full).unwrap_or(&[]);
+                    includes.clear();
+                    for (pattern, item) in supd.include.iter().zip(items) {
+                        let (line, column) = ctx.pos(item.span().start);
+                        let file = ctx.path.to_path_buf();
+                        includes.push((pattern.clone(), Place { file, line, column }));
+                    }
                 }
             }
             "shutdown_timeout" => set(&mut supd.shutdown_timeout, ctx.duration(v, full)),
@@ -250,7 +348,7 @@ fn read_service(
 ) {
     let n = name.get_ref().to_string();
     let prefix = format!("service.{n}");
-    let (line, column) = super::walk::line_col(ctx.text, name.span().start);
+    let (line, column) = ctx.pos(name.span().start);
     if !valid_name(&n) {
         ctx.err(
             name.span(),
@@ -344,7 +442,7 @@ fn read_service(
                 if let Some(items) = ctx.array(v, f) {
                     for item in items {
                         if let Some(s) = ctx.string(item, f) {
-                            let (l, c) = super::walk::line_col(ctx.text, item.span().start);
+                            let (l, c) = ctx.pos(item.span().start);
                             org.after.push((s.clone(), l, c));
                             svc.after.push(s);
                         }
@@ -375,7 +473,7 @@ fn read_service(
             },
             "leader_only" => {
                 if let Some(s) = ctx.string(v, f) {
-                    let (l, c) = super::walk::line_col(ctx.text, v.span().start);
+                    let (l, c) = ctx.pos(v.span().start);
                     org.leader_only = Some((s.clone(), l, c));
                     svc.leader_only = Some(s);
                 }
@@ -506,6 +604,7 @@ fn read_lease(
     name: &Spanned<std::borrow::Cow<str>>,
     def: &Value,
     cfg: &mut Config,
+    seen: &mut BTreeMap<String, Place>,
 ) {
     let n = name.get_ref().to_string();
     let prefix = format!("lease.{n}");
@@ -517,6 +616,17 @@ fn read_lease(
         );
         return;
     }
+    let (line, column) = ctx.pos(name.span().start);
+    if let Some(first) = seen.get(&n) {
+        ctx.err(
+            name.span(),
+            &prefix,
+            format!("lease '{n}' is already defined at {first}"),
+        );
+        return;
+    }
+    let file = ctx.path.to_path_buf();
+    seen.insert(n.clone(), Place { file, line, column });
     let Some(table) = ctx.table(def, &prefix) else {
         return;
     };
@@ -668,15 +778,33 @@ fn glob(pattern: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Shell-style match of `*` and `?`.
+/// Shell-style match of `*` and `?`, in time proportional to the pattern's length times
+/// the name's (the last `*` is the only one ever backtracked to).
 fn wildcard(p: &[u8], s: &[u8]) -> bool {
-    match (p.first(), s.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => wildcard(&p[1..], s) || (!s.is_empty() && wildcard(p, &s[1..])),
-        (Some(b'?'), Some(_)) => wildcard(&p[1..], &s[1..]),
-        (Some(a), Some(b)) if a == b => wildcard(&p[1..], &s[1..]),
-        _ => false,
+    let (mut pi, mut si) = (0, 0);
+    // After a `*`: where in the pattern to resume, and the name position it then matches.
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        match p.get(pi) {
+            Some(b'*') => {
+                star = Some((pi + 1, si));
+                pi += 1;
+            }
+            Some(&c) if c == b'?' || c == s[si] => {
+                pi += 1;
+                si += 1;
+            }
+            _ => match star {
+                Some((sp, ss)) => {
+                    star = Some((sp, ss + 1));
+                    pi = sp;
+                    si = ss + 1;
+                }
+                None => return false,
+            },
+        }
     }
+    p[pi..].iter().all(|&c| c == b'*')
 }
 
 #[cfg(test)]
@@ -686,20 +814,16 @@ mod tests;
 /// where a supd whose config has errors elsewhere should listen.
 pub fn load_supd_only(path: &Path) -> Option<SupdConfig> {
     let path = absolute(path);
-    let text = std::fs::read_to_string(&path).ok()?;
+    let text = read::read_config_file(&path).ok()?;
     let (doc, syntax) = DeTable::parse_recoverable(&text);
     if !syntax.is_empty() {
         return None;
     }
     let mut errors = Vec::new();
-    let mut ctx = FileCtx {
-        path: &path,
-        text: &text,
-        errors: &mut errors,
-    };
+    let mut ctx = FileCtx::new(&path, &text, &mut errors);
     let mut supd = SupdConfig::default();
     if let Some((_, v)) = doc.get_ref().iter().find(|(k, _)| k.get_ref() == "supd") {
-        read_supd(&mut ctx, v, &mut supd);
+        read_supd(&mut ctx, v, &mut supd, &mut Vec::new());
     }
     errors.is_empty().then_some(supd)
 }

@@ -6,11 +6,14 @@
 //! config may name things that do not exist yet.
 
 mod load;
+mod read;
 mod walk;
 
-pub use load::{load, load_supd_only, ConfigError};
+pub use load::{load, load_supd_only, load_text, ConfigError};
+pub use read::MAX_FILE_SIZE;
 
 use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -35,7 +38,7 @@ pub struct Config {
 }
 
 /// Whether supd is a container's init or a whole system's (see supd(8)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Mode {
     /// SIGTERM/SIGINT stop services and exit.
     Container,
@@ -44,7 +47,7 @@ pub enum Mode {
 }
 
 /// The `[supd]` table.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SupdConfig {
     pub socket: PathBuf,
     /// Members of this group may use the read-only commands.
@@ -77,7 +80,7 @@ impl Default for SupdConfig {
 }
 
 /// When a service that exited is started again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RestartMode {
     Always,
     OnFailure,
@@ -85,7 +88,7 @@ pub enum RestartMode {
 }
 
 /// What a crash loop leads to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OnCrashLoop {
     /// Wait `cooldown`, then try again.
     Cooldown,
@@ -96,7 +99,7 @@ pub enum OnCrashLoop {
 }
 
 /// When a started service counts as ready.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Ready {
     /// At exec.
     Started,
@@ -109,7 +112,7 @@ pub enum Ready {
 }
 
 /// Where a service's output goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LogMode {
     File,
     Inherit,
@@ -117,14 +120,14 @@ pub enum LogMode {
 }
 
 /// `crash_loop = { restarts = N, window = "5m" }`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CrashLoop {
     pub restarts: u32,
     pub window: Duration,
 }
 
 /// The restart policy, the part of a service the pure restart rule needs.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Policy {
     pub restart: RestartMode,
     pub success_codes: Vec<i32>,
@@ -155,7 +158,7 @@ impl Default for Policy {
 }
 
 /// One `[service.NAME]` table.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServiceConfig {
     pub name: String,
     /// Versioned tool this service runs from.
@@ -171,6 +174,7 @@ pub struct ServiceConfig {
     pub probation: Duration,
     pub ready: Ready,
     pub ready_timeout: Duration,
+    #[serde(with = "signal_number")]
     pub stop_signal: Signal,
     pub stop_timeout: Duration,
     pub after: Vec<String>,
@@ -210,11 +214,26 @@ impl ServiceConfig {
 }
 
 /// One `[lease.NAME]` table: a lease this node is a candidate for.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LeaseConfig {
     pub name: String,
     /// The candidacy's version is this tool's version.
     pub tool: Option<String>,
+}
+
+/// A signal as its number, for the reload helper's answer (`reload.rs`).
+mod signal_number {
+    use nix::sys::signal::Signal;
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(sig: &Signal, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i32(*sig as i32)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Signal, D::Error> {
+        let n = i32::deserialize(d)?;
+        Signal::try_from(n).map_err(|_| D::Error::custom(format!("no signal {n}")))
+    }
 }
 
 /// Parses a signal by name ("TERM", "SIGTERM", "term") or number ("15").

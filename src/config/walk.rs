@@ -14,10 +14,24 @@ pub type Value<'i> = Spanned<DeValue<'i>>;
 pub struct FileCtx<'a> {
     pub path: &'a Path,
     pub text: &'a str,
+    pub lines: Lines,
     pub errors: &'a mut Vec<ConfigError>,
 }
 
-impl FileCtx<'_> {
+impl<'a> FileCtx<'a> {
+    pub fn new(path: &'a Path, text: &'a str, errors: &'a mut Vec<ConfigError>) -> Self {
+        FileCtx {
+            path,
+            text,
+            lines: Lines::new(text),
+            errors,
+        }
+    }
+
+    /// 1-based line and column of a byte offset of this file.
+    pub fn pos(&self, offset: usize) -> (usize, usize) {
+        self.lines.line_col(self.text, offset)
+    }
     /// The directory relative paths in this file start from.
     pub fn dir(&self) -> PathBuf {
         self.path
@@ -28,7 +42,7 @@ impl FileCtx<'_> {
 
     /// Records an error at `span` for `key`.
     pub fn err(&mut self, span: Range<usize>, key: &str, message: impl Into<String>) {
-        let (line, column) = line_col(self.text, span.start);
+        let (line, column) = self.pos(span.start);
         self.errors.push(ConfigError {
             file: self.path.to_path_buf(),
             line,
@@ -176,13 +190,33 @@ impl FileCtx<'_> {
     }
 }
 
-/// 1-based line and column (in characters) of a byte offset.
-pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(text.len());
-    let before = &text[..floor_char_boundary(text, offset)];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
-    (line, before[line_start..].chars().count() + 1)
+/// Where each line of a text starts, so that a position is found by binary search:
+/// reading a file with many errors or many services stays linear in its size.
+pub struct Lines {
+    /// Byte offsets of the first byte of each line; `starts[0] == 0`.
+    starts: Vec<usize>,
+}
+
+impl Lines {
+    pub fn new(text: &str) -> Lines {
+        let mut starts = vec![0];
+        starts.extend(
+            text.bytes()
+                .enumerate()
+                .filter(|(_, b)| *b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
+        Lines { starts }
+    }
+
+    /// 1-based line and column (in characters) of a byte offset of `text`.
+    pub fn line_col(&self, text: &str, offset: usize) -> (usize, usize) {
+        let offset = floor_char_boundary(text, offset.min(text.len()));
+        // The last line starting at or before `offset`.
+        let line = self.starts.partition_point(|&s| s <= offset);
+        let start = self.starts[line - 1];
+        (line, text[start..offset].chars().count() + 1)
+    }
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
@@ -199,9 +233,13 @@ mod tests {
     #[test]
     fn positions() {
         let text = "a = 1\nbé = 2\n";
-        assert_eq!(line_col(text, 0), (1, 1));
-        assert_eq!(line_col(text, 6), (2, 1));
-        assert_eq!(line_col(text, 10), (2, 4));
-        assert_eq!(line_col(text, 999), (3, 1));
+        let lines = Lines::new(text);
+        assert_eq!(lines.line_col(text, 0), (1, 1));
+        assert_eq!(lines.line_col(text, 5), (1, 6));
+        assert_eq!(lines.line_col(text, 6), (2, 1));
+        assert_eq!(lines.line_col(text, 8), (2, 2), "inside é: its start");
+        assert_eq!(lines.line_col(text, 10), (2, 4));
+        assert_eq!(lines.line_col(text, 999), (3, 1));
+        assert_eq!(Lines::new("").line_col("", 0), (1, 1));
     }
 }

@@ -246,3 +246,97 @@ fn wildcards() {
     assert!(!wildcard(b"*.toml", b"a.txt"));
     assert!(wildcard(b"*", b""));
 }
+
+#[test]
+fn a_lease_defined_twice_across_files_names_both_places() {
+    let dir = scratch();
+    std::fs::write(
+        dir.join("sup.toml"),
+        "[supd]\ninclude = [\"*.inc\"]\n\n[lease.engine]\ntool = \"a\"\n",
+    )
+    .expect("write");
+    std::fs::write(dir.join("b.inc"), "\n[lease.engine]\ntool = \"b\"\n").expect("write");
+    let errs = load(&dir.join("sup.toml")).expect_err("engine is declared twice");
+    let got: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [format!(
+            "{d}/b.inc:2:8: lease.engine: lease 'engine' is already defined at {d}/sup.toml:4:8",
+            d = dir.display()
+        )]
+    );
+}
+
+#[test]
+fn control_characters_in_quoted_names_stay_on_one_line() {
+    let got = errors_of(
+        "[service.\"a\\nb\"]\ncommand = [\"/a\"]\n[service.c]\ncommand = [\"/c\"]\nafter = [\"x\\ny\\u001b[31m\"]\n\"k\\r\\n\" = 1\n",
+    );
+    assert_eq!(got.len(), 3, "{got:#?}");
+    for line in &got {
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+    }
+    assert!(got[0].starts_with("sup.toml:1:10: service.a\\nb: a service name is"));
+    assert!(
+        got[1].contains("no service named 'x\\ny\\u{1b}[31m'"),
+        "{}",
+        got[1]
+    );
+    assert!(
+        got[2].contains("service.c.k\\r\\n: unknown key"),
+        "{}",
+        got[2]
+    );
+}
+
+#[test]
+fn an_include_that_is_not_a_regular_file_is_refused_at_its_pattern() {
+    let dir = scratch();
+    std::fs::write(
+        dir.join("sup.toml"),
+        "[supd]\ninclude = [\"a.toml\", \"/dev/zero\", \"sub\"]\n",
+    )
+    .expect("write");
+    std::fs::write(dir.join("a.toml"), "[service.a]\ncommand = [\"/a\"]\n").expect("write");
+    std::fs::create_dir(dir.join("sub")).expect("mkdir");
+    let errs = load(&dir.join("sup.toml")).expect_err("not regular files");
+    let got: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    let d = dir.display();
+    assert_eq!(
+        got,
+        [
+            format!("{d}/sup.toml:2:22: supd.include: /dev/zero: cannot read: a character device; only regular files are read as config"),
+            format!("{d}/sup.toml:2:35: supd.include: {d}/sub: cannot read: a directory; only regular files are read as config"),
+        ]
+    );
+}
+
+#[test]
+fn a_file_over_the_limit_is_refused_without_reading_it_all() {
+    let dir = scratch();
+    let big = dir.join("sup.toml");
+    let f = std::fs::File::create(&big).expect("create");
+    f.set_len(crate::config::MAX_FILE_SIZE + 1)
+        .expect("sparse file");
+    let errs = load(&big).expect_err("too large");
+    assert_eq!(
+        errs[0].to_string(),
+        format!(
+            "{}: cannot read: larger than 4 MiB, the most a config file may hold",
+            big.display()
+        )
+    );
+}
+
+#[test]
+fn wildcards_with_many_stars_are_linear() {
+    let name = [b'a'; 4000];
+    let mut pattern = b"*a".repeat(30);
+    pattern.push(b'b');
+    // Backtracking over every star would take 4000^30 steps.
+    assert!(!wildcard(&pattern, &name));
+    assert!(wildcard(b"*a*a*", &name));
+    assert!(wildcard(b"a*?", b"ab"));
+    assert!(!wildcard(b"a*?", b"a"));
+    assert!(wildcard(b"**", b""));
+}

@@ -1,0 +1,286 @@
+//! `reload`: the config read again, outside the loop.
+//!
+//! Reading and checking tens of thousands of services takes a tenth of a second or more,
+//! and the loop must not be deaf for that long (an exit to restart, a SIGTERM with a
+//! shutdown timeout). So a forked child reads the config, compares it with the services
+//! supd has (its copy of them, as they were at the fork), and writes back over a pipe
+//! only what differs: the errors, or the `[supd]` table, the leases, the files, the
+//! removed names and the definitions added or changed. The loop polls that pipe and
+//! applies the difference when it ends: an unchanged reload costs the loop nothing but
+//! the fork.
+//!
+//! One read at a time: a reload asked for while one runs waits for the next read (the
+//! running one may have read the files before the edit that prompted it). Only a reload
+//! changes a slot's definition, so the difference computed at the fork still holds when
+//! it is applied; each name is checked again against the slots all the same.
+//! When the fork fails, the config is read in the loop, as before.
+
+use crate::config::{self, Config, LeaseConfig, ServiceConfig, SupdConfig};
+use crate::protocol::{Error, ErrorKind};
+use crate::service::Event;
+use crate::supervisor::Supervisor;
+use crate::time::Mono;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+
+/// The most a helper may write back (the definitions of every service, when all change).
+const ANSWER_MAX: usize = 256 << 20;
+
+/// What a new config changes, relative to the slots at the fork.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Delta {
+    pub supd: SupdConfig,
+    pub leases: BTreeMap<String, LeaseConfig>,
+    pub files: Vec<PathBuf>,
+    /// Services that are new, changed, or defined again after a removal.
+    pub defs: BTreeMap<String, ServiceConfig>,
+    /// Services the config no longer has.
+    pub removed: Vec<String>,
+}
+
+/// A helper reading the config, and who waits for its answer.
+pub struct Job {
+    pid: i32,
+    pipe: File,
+    answer: Vec<u8>,
+    /// Clients (connection, request id) answered when this read ends.
+    waiting: Vec<(u64, Value)>,
+    /// Asked for after the fork: another read follows, for these clients.
+    again: Option<Vec<(u64, Value)>>,
+}
+
+impl Job {
+    /// The pipe the loop polls.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.pipe.as_fd()
+    }
+}
+
+impl Supervisor {
+    /// Asks for a reload, answered to `client` (if any: SIGHUP has none) when it is done.
+    pub fn request_reload(&mut self, client: Option<(u64, Value)>, now: Mono) {
+        if let Some(job) = self.reload_job.as_mut() {
+            job.again.get_or_insert_with(Vec::new).extend(client);
+            return;
+        }
+        self.start_reload(client.into_iter().collect(), now);
+    }
+
+    fn start_reload(&mut self, waiting: Vec<(u64, Value)>, now: Mono) {
+        match self.fork_reader() {
+            Ok((pid, pipe)) => {
+                log::debug!("reading {} in helper {pid}", self.config_path.display());
+                self.reload_job = Some(Job {
+                    pid,
+                    pipe,
+                    answer: Vec::new(),
+                    waiting,
+                    again: None,
+                });
+            }
+            Err(e) => {
+                log::warn!("cannot fork a reader of the config ({e}): reading it in the loop");
+                let result = match config::load(&self.config_path) {
+                    Ok(cfg) => Ok(self.delta(cfg)),
+                    Err(errs) => Err(errs.iter().map(ToString::to_string).collect()),
+                };
+                self.finish_reload(result, waiting, now);
+            }
+        }
+    }
+
+    fn fork_reader(&self) -> std::io::Result<(i32, File)> {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        nix::fcntl::fcntl(
+            &read,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )?;
+        let keep = write.as_raw_fd();
+        let pid = crate::sys::fork_worker(keep, || self.read_in_helper(write))?;
+        Ok((pid, File::from(read)))
+    }
+
+    /// In the helper: the config read, compared, and written to `out`; the exit status.
+    fn read_in_helper(&self, out: OwnedFd) -> i32 {
+        let result: Result<Delta, Vec<String>> = match config::load(&self.config_path) {
+            Ok(cfg) => Ok(self.delta(cfg)),
+            Err(errs) => Err(errs.iter().map(ToString::to_string).collect()),
+        };
+        let mut out = std::io::BufWriter::new(File::from(out));
+        match serde_json::to_writer(&mut out, &result).map(|()| out.flush()) {
+            Ok(Ok(())) => 0,
+            _ => 1,
+        }
+    }
+
+    /// What `cfg` changes, relative to the slots.
+    fn delta(&self, cfg: Config) -> Delta {
+        let removed = self
+            .slots
+            .iter()
+            .filter(|(name, slot)| !slot.removed && !cfg.services.contains_key(*name))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let defs = cfg
+            .services
+            .into_iter()
+            .filter(|(name, def)| {
+                self.slots
+                    .get(name)
+                    .is_none_or(|s| s.removed || s.cfg != *def)
+            })
+            .collect();
+        Delta {
+            supd: cfg.supd,
+            leases: cfg.leases,
+            files: cfg.files,
+            defs,
+            removed,
+        }
+    }
+
+    /// Reads what the helper wrote; once it is all there, applies it.
+    pub fn on_reload_pipe(&mut self, now: Mono) {
+        let Some(job) = self.reload_job.as_mut() else {
+            return;
+        };
+        let mut chunk = [0u8; 64 << 10];
+        let failed = loop {
+            match job.pipe.read(&mut chunk) {
+                Ok(0) => break None,
+                Ok(n) if job.answer.len() + n > ANSWER_MAX => {
+                    break Some("its answer is too large".to_string())
+                }
+                Ok(n) => job.answer.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Some(e.to_string()),
+            }
+        };
+        let Some(job) = self.reload_job.take() else {
+            return;
+        };
+        let result = match failed {
+            Some(why) => Err(why),
+            None => serde_json::from_slice::<Result<Delta, Vec<String>>>(&job.answer)
+                .map_err(|e| format!("its answer is not readable ({e})")),
+        };
+        let result = result.unwrap_or_else(|why| {
+            Err(vec![format!(
+                "{}: cannot reload: the helper reading it (pid {}) failed: {why}",
+                self.config_path.display(),
+                job.pid
+            )])
+        });
+        self.finish_reload(result, job.waiting, now);
+        if let Some(waiting) = job.again {
+            self.start_reload(waiting, now);
+        }
+    }
+
+    fn finish_reload(
+        &mut self,
+        result: Result<Delta, Vec<String>>,
+        waiting: Vec<(u64, Value)>,
+        now: Mono,
+    ) {
+        let answer = match result {
+            Ok(_) if self.shutting_down() => {
+                Err(Error::new(ErrorKind::Failed, "supd is shutting down"))
+            }
+            Ok(delta) => Ok(self.apply_reload(delta, now)),
+            Err(msgs) => {
+                for m in &msgs {
+                    log::error!("reload refused: {m}");
+                }
+                Err(Error::new(ErrorKind::InvalidConfig, msgs.join("\n")))
+            }
+        };
+        for (client, id) in waiting {
+            self.unpark(client, &id, answer.clone(), now);
+        }
+    }
+
+    /// Applies a valid config's difference: added services start, removed ones stop,
+    /// changed ones restart.
+    fn apply_reload(&mut self, delta: Delta, now: Mono) -> Value {
+        // A new log_dir is made by the log writer (a hung one must not block supd).
+        self.warn_fixed_settings(&delta.supd);
+        let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+        for name in &delta.removed {
+            if self.slots.get(name).is_some_and(|s| !s.removed) {
+                if let Some(s) = self.slots.get_mut(name) {
+                    s.removed = true;
+                }
+                self.apply(name, Event::Stop, now);
+                self.cfg.services.remove(name);
+                removed.push(name.clone());
+            }
+        }
+        for (name, def) in &delta.defs {
+            match self.slots.get_mut(name) {
+                None => {
+                    self.add_slot(def.clone());
+                    added.push(name.clone());
+                }
+                Some(slot) if slot.removed || slot.cfg != *def => {
+                    let revived = slot.removed;
+                    slot.removed = false;
+                    let running = slot.svc.pid.is_some();
+                    // Stop with the old definition (its stop_signal); start with the new.
+                    if running {
+                        self.apply(name, Event::Restart, now);
+                    }
+                    if let Some(slot) = self.slots.get_mut(name) {
+                        slot.cfg = def.clone();
+                    }
+                    if revived && def.autostart && !self.down.contains(name) {
+                        self.apply(name, Event::Start, now);
+                    }
+                    changed.push(name.clone());
+                }
+                Some(_) => {}
+            }
+            self.cfg.services.insert(name.clone(), def.clone());
+        }
+        let (socket, state_dir) = (
+            self.cfg.supd.socket.clone(),
+            self.cfg.supd.state_dir.clone(),
+        );
+        self.cfg.supd = SupdConfig {
+            socket,
+            state_dir,
+            ..delta.supd
+        };
+        self.cfg.leases = delta.leases;
+        self.cfg.files = delta.files;
+        self.config_errors.clear();
+        log::info!(
+            "reloaded {}: added {added:?}, removed {removed:?}, changed {changed:?}",
+            self.config_path.display()
+        );
+        json!({"added": added, "removed": removed, "changed": changed})
+    }
+
+    fn warn_fixed_settings(&self, new: &SupdConfig) {
+        let old = &self.cfg.supd;
+        if new.socket != old.socket {
+            log::warn!(
+                "reload: the socket moves to {} only when supd restarts",
+                new.socket.display()
+            );
+        }
+        if new.state_dir != old.state_dir {
+            log::warn!(
+                "reload: state_dir {} takes effect when supd restarts",
+                new.state_dir.display()
+            );
+        }
+    }
+}
