@@ -1,22 +1,48 @@
 //! The control socket: accepting clients, their credentials, and their buffers.
 //!
-//! Nothing a client does can block supd: sockets are non-blocking, a request line is at
-//! most 64 KiB, a client whose unread answers pass [`WRITE_MAX`] is dropped, and at most
-//! [`MAX_CLIENTS`] are connected. Which commands a client may use is decided once, at
-//! accept, from `SO_PEERCRED`.
+//! Nothing a client does can block supd or lock anyone out:
+//!
+//! - sockets are non-blocking, a request line is at most 64 KiB, and a client whose
+//!   unread answers pass [`WRITE_MAX`] is dropped;
+//! - at most [`MAX_CLIENTS`] are connected, the last [`RESERVED_SLOTS`] of them only
+//!   root or supd's own user; any other uid holds at most [`PER_UID`] connections,
+//!   `watch` and `log -f` streams included; more are answered with an error and closed;
+//! - a connection that is not a stream and is not waiting for an answer, and that moves
+//!   no byte either way for [`IDLE`], is closed: one of the loop's deadlines, there
+//!   only while such a connection exists;
+//! - at the open-files limit `accept` fails and the listener stays readable: supd takes
+//!   it out of the poll set and gives up a reserve of [`FD_RESERVE`] descriptors, so the
+//!   supervision of services has room; it accepts again once the reserve can be taken
+//!   back (a connection closed, or every [`ACCEPT_RETRY`] while it waits), and says so
+//!   once per episode. Meanwhile new clients wait in the listener's backlog.
+//!
+//! Which commands a client may use is decided once, at accept, from `SO_PEERCRED`.
 
 use crate::protocol::{self, Error, ErrorKind, Request, MAX_REQUEST};
+use crate::time::Mono;
 use nix::sys::socket::{getsockopt, sockopt};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Connected clients at most; more are answered with an error and closed.
 pub const MAX_CLIENTS: usize = 64;
+/// Of [`MAX_CLIENTS`], the slots only root and supd's own user may take.
+pub const RESERVED_SLOTS: usize = 8;
+/// Connections one uid other than root and supd's own may hold, streams included.
+pub const PER_UID: usize = 16;
+/// A connection that moves no byte for this long, and is neither a stream nor waiting
+/// for an answer, is closed.
+pub const IDLE: Duration = Duration::from_secs(10);
+/// Descriptors held back from clients, given up at the open-files limit.
+pub const FD_RESERVE: usize = 16;
+/// While accepting is paused at the limit, how often supd tries again.
+pub const ACCEPT_RETRY: Duration = Duration::from_secs(1);
 /// Unsent bytes a client may have pending before it is dropped.
 pub const WRITE_MAX: usize = 4 << 20;
 
@@ -46,7 +72,11 @@ pub struct Client {
     pub parked: bool,
     /// Close once the write buffer is flushed.
     closing: bool,
+    /// The client shut down its writing side: what it sent is all there is.
+    hung_up: bool,
     dead: bool,
+    /// The last byte read from or written to it (or an answer queued for it).
+    last_active: Mono,
 }
 
 /// The listening socket and its clients.
@@ -56,6 +86,12 @@ pub struct Server {
     pub clients: BTreeMap<u64, Client>,
     next_id: u64,
     group: Option<u32>,
+    /// Descriptors kept from clients (dups of the listener), given up at the limit.
+    reserve: Vec<OwnedFd>,
+    /// Accepting is paused at the open-files limit; try again at this instant.
+    paused: Option<Mono>,
+    /// An episode at the limit was logged; cleared when the backlog is drained again.
+    at_limit: bool,
 }
 
 /// Whether a supd already answers on `path`.
@@ -85,13 +121,7 @@ impl Server {
         listener.set_nonblocking(true)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
         let gid = group.and_then(|g| lookup_group(path, g));
-        Ok(Server {
-            listener,
-            path: path.to_path_buf(),
-            clients: BTreeMap::new(),
-            next_id: 1,
-            group: gid,
-        })
+        Ok(Server::new(listener, path, gid))
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
@@ -106,61 +136,185 @@ impl Server {
         let gid = group
             .and_then(|g| nix::unistd::Group::from_name(g).ok().flatten())
             .map(|g| g.gid.as_raw());
-        Ok(Server {
+        Ok(Server::new(listener, path, gid))
+    }
+
+    fn new(listener: UnixListener, path: &Path, group: Option<u32>) -> Server {
+        let mut server = Server {
             listener,
             path: path.to_path_buf(),
             clients: BTreeMap::new(),
             next_id: 1,
-            group: gid,
-        })
+            group,
+            reserve: Vec::new(),
+            paused: None,
+            at_limit: false,
+        };
+        if !server.fill_reserve() {
+            log::warn!(
+                "cannot hold {FD_RESERVE} descriptors in reserve for {}: the open-files limit is very low; at the limit, services may fail to start",
+                path.display()
+            );
+        }
+        server
     }
 
-    /// Accepts every waiting connection.
+    /// Takes the reserve back; false (and none held) when the descriptors are not free.
+    fn fill_reserve(&mut self) -> bool {
+        while self.reserve.len() < FD_RESERVE {
+            match self.listener.as_fd().try_clone_to_owned() {
+                Ok(fd) => self.reserve.push(fd),
+                Err(_) => {
+                    self.reserve.clear();
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether the listener belongs in the poll set.
+    pub fn accepting(&self) -> bool {
+        self.paused.is_none()
+    }
+
+    /// Accepts every waiting connection, unless paused at the open-files limit.
     pub fn accept(&mut self) {
-        loop {
+        while self.accepting() {
             let stream = match self.listener.accept() {
                 Ok((s, _)) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) => {
-                    log::warn!("accept on {}: {e}", self.path.display());
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.at_limit {
+                        self.at_limit = false;
+                        log::info!(
+                            "{}: below the open-files limit again; accepting connections",
+                            self.path.display()
+                        );
+                    }
                     return;
                 }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+                Err(e) => return self.pause(&e),
             };
-            if stream.set_nonblocking(true).is_err() {
-                continue;
-            }
-            let (uid, gid, pid) = match getsockopt(&stream, sockopt::PeerCredentials) {
-                Ok(c) => (c.uid(), c.gid(), c.pid()),
-                Err(_) => continue,
-            };
-            let access = self.access_for(uid, gid);
-            let mut client = Client {
-                stream,
-                rbuf: Vec::new(),
-                wbuf: Vec::new(),
-                access,
-                uid,
-                pid,
-                watching: false,
-                following: None,
-                parked: false,
-                closing: false,
-                dead: false,
-            };
-            if self.clients.len() >= MAX_CLIENTS {
-                let e = Error::new(
-                    ErrorKind::Failed,
-                    format!("too many connections (at most {MAX_CLIENTS})"),
-                );
-                client.send(&protocol::encode_err(&Value::Null, &e));
-                client.closing = true;
-                client.flush();
-                continue;
-            }
-            let id = self.next_id;
-            self.next_id += 1;
-            self.clients.insert(id, client);
+            self.admit(stream);
         }
+    }
+
+    /// Out of descriptors or memory: the connection stays in the backlog and the
+    /// listener readable, so stop polling it (a spin otherwise), and give the reserve
+    /// to the supervision of services.
+    fn pause(&mut self, e: &io::Error) {
+        self.reserve.clear();
+        self.paused = Some(Mono::now().plus(ACCEPT_RETRY));
+        if !self.at_limit {
+            self.at_limit = true;
+            log::warn!(
+                "accept on {}: {e}; not accepting connections until a descriptor is free (a connection closes, or in {}); services are supervised meanwhile. Raise the open-files limit (ulimit -n) if this lasts",
+                self.path.display(),
+                crate::time::Human(ACCEPT_RETRY)
+            );
+        }
+    }
+
+    /// Accepts again if the reserve can be taken back.
+    fn try_resume(&mut self) {
+        if self.paused.is_some() && self.fill_reserve() {
+            self.paused = None;
+        }
+    }
+
+    /// Closes the connections idle past [`IDLE`]; retries a paused accept when due.
+    pub fn tick(&mut self, now: Mono) {
+        for c in self.clients.values_mut() {
+            if c.idle_deadline().is_some_and(|d| d <= now) && !c.dead {
+                log::info!(
+                    "client pid {} uid {} sent nothing for {}; closing its connection",
+                    c.pid,
+                    c.uid,
+                    crate::time::Human(IDLE)
+                );
+                c.dead = true;
+            }
+        }
+        if self.paused.is_some_and(|at| at <= now) {
+            self.try_resume();
+            if self.paused.is_some() {
+                self.paused = Some(now.plus(ACCEPT_RETRY));
+            }
+        }
+    }
+
+    /// The control socket's next deadline: an idle connection's, or a paused accept's.
+    pub fn next_deadline(&self) -> Option<Mono> {
+        self.clients
+            .values()
+            .filter_map(Client::idle_deadline)
+            .chain(self.paused)
+            .min()
+    }
+
+    /// Takes a new connection in, or answers why not and closes it.
+    fn admit(&mut self, stream: UnixStream) {
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        let (uid, gid, pid) = match getsockopt(&stream, sockopt::PeerCredentials) {
+            Ok(c) => (c.uid(), c.gid(), c.pid()),
+            Err(_) => return,
+        };
+        let access = self.access_for(uid, gid);
+        let mut client = Client {
+            stream,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            access,
+            uid,
+            pid,
+            watching: false,
+            following: None,
+            parked: false,
+            closing: false,
+            hung_up: false,
+            dead: false,
+            last_active: Mono::now(),
+        };
+        if let Some(why) = self.refusal(access, uid) {
+            log::warn!("refused a connection from pid {pid} uid {uid}: {why}");
+            client.send(&protocol::encode_err(
+                &Value::Null,
+                &Error::new(ErrorKind::Failed, why),
+            ));
+            client.flush();
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.clients.insert(id, client);
+    }
+
+    /// Why a connection of `uid` is not taken in now, if it is not.
+    fn refusal(&self, access: Access, uid: u32) -> Option<String> {
+        if self.clients.len() >= MAX_CLIENTS {
+            return Some(format!(
+                "too many connections (at most {MAX_CLIENTS}); try again later"
+            ));
+        }
+        if access == Access::Full {
+            return None;
+        }
+        let others = self
+            .clients
+            .values()
+            .filter(|c| c.access != Access::Full)
+            .count();
+        if others >= MAX_CLIENTS - RESERVED_SLOTS {
+            return Some(format!("too many connections (the last {RESERVED_SLOTS} of {MAX_CLIENTS} are kept for root and supd's user); try again later"));
+        }
+        let mine = self.clients.values().filter(|c| c.uid == uid).count();
+        (mine >= PER_UID).then(|| {
+            format!("too many connections: uid {uid} holds {PER_UID}, the most one user may (watch and log -f streams included)")
+        })
     }
 
     fn access_for(&self, uid: u32, gid: u32) -> Access {
@@ -191,11 +345,17 @@ impl Server {
         let mut buf = [0u8; 16 * 1024];
         loop {
             match c.stream.read(&mut buf) {
+                // The first end of file is a shut-down writing side: the client still
+                // reads its answers. Woken again (a hangup), it is gone.
                 Ok(0) => {
-                    c.dead = true;
+                    if c.hung_up {
+                        c.dead = true;
+                    }
+                    c.hung_up = true;
                     break;
                 }
                 Ok(n) => {
+                    c.last_active = Mono::now();
                     c.rbuf.extend_from_slice(&buf[..n]);
                     if c.rbuf.len() > MAX_REQUEST * 2 {
                         break;
@@ -233,9 +393,21 @@ impl Server {
                     ),
                 )));
             }
-            let nl = nl?;
-            let line: Vec<u8> = c.rbuf.drain(..=nl).collect();
-            let trimmed = line[..nl].strip_suffix(b"\r").unwrap_or(&line[..nl]);
+            let line: Vec<u8> = match nl {
+                Some(nl) => c.rbuf.drain(..=nl).collect(),
+                // What a client sent before shutting down its writing side is its last
+                // request, newline or not; once all is answered, the connection closes
+                // (a stream goes on).
+                None if c.hung_up && !c.rbuf.is_empty() => std::mem::take(&mut c.rbuf),
+                None => {
+                    if c.hung_up && !c.watching && c.following.is_none() {
+                        c.closing = true;
+                    }
+                    return None;
+                }
+            };
+            let body = line.strip_suffix(b"\n").unwrap_or(&line);
+            let trimmed = body.strip_suffix(b"\r").unwrap_or(body);
             if !trimmed.iter().all(u8::is_ascii_whitespace) {
                 return Some(protocol::decode(trimmed));
             }
@@ -281,7 +453,8 @@ impl Server {
         }
     }
 
-    /// Removes clients that hung up, failed, or finished closing.
+    /// Removes clients that hung up, failed, or finished closing; a descriptor freed
+    /// may let a paused accept go on.
     pub fn reap(&mut self) -> Vec<u64> {
         let gone: Vec<u64> = self
             .clients
@@ -292,18 +465,30 @@ impl Server {
         for id in &gone {
             self.clients.remove(id);
         }
+        if !gone.is_empty() {
+            self.try_resume();
+        }
         gone
     }
 
-    /// The fds to poll and whether each needs POLLOUT.
-    pub fn client_fds(&self) -> impl Iterator<Item = (u64, BorrowedFd<'_>, bool)> {
-        self.clients
-            .iter()
-            .map(|(id, c)| (*id, c.stream.as_fd(), !c.wbuf.is_empty()))
+    /// The fds to poll, whether each wants POLLIN (not while an answer is owed, nor
+    /// after its end of file) and whether it wants POLLOUT.
+    pub fn client_fds(&self) -> impl Iterator<Item = (u64, BorrowedFd<'_>, bool, bool)> {
+        self.clients.iter().map(|(id, c)| {
+            let wants_in = !c.parked && !c.hung_up && !c.closing;
+            (*id, c.stream.as_fd(), wants_in, !c.wbuf.is_empty())
+        })
     }
 }
 
 impl Client {
+    /// When this connection is closed if nothing moves: only for one that is not a
+    /// stream and is not waiting for an answer.
+    fn idle_deadline(&self) -> Option<Mono> {
+        let stream = self.watching || self.following.is_some();
+        (!stream && !self.parked && !self.dead).then(|| self.last_active.plus(IDLE))
+    }
+
     fn send(&mut self, bytes: &[u8]) {
         if self.dead {
             return;
@@ -318,6 +503,7 @@ impl Client {
             return;
         }
         self.wbuf.extend_from_slice(bytes);
+        self.last_active = Mono::now();
     }
 
     fn flush(&mut self) {
@@ -326,6 +512,7 @@ impl Client {
                 Ok(0) => self.dead = true,
                 Ok(n) => {
                     self.wbuf.drain(..n);
+                    self.last_active = Mono::now();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

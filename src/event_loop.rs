@@ -32,13 +32,18 @@ pub fn run(sup: &mut Supervisor) -> i32 {
         let now = Mono::now();
         sup.fire_timers(now);
         sup.settle(now);
+        sup.server.tick(now);
         for id in sup.server.reap() {
             sup.waiters.retain(|w| w.client != id);
         }
         if let Some(code) = sup.exit {
             return code;
         }
-        let timeout = timeout_until(sup.next_deadline(), now);
+        let deadline = sup
+            .next_deadline()
+            .into_iter()
+            .chain(sup.server.next_deadline());
+        let timeout = timeout_until(deadline.min(), now);
         let ready = match wait(sup, timeout) {
             Ok(r) => r,
             Err(e) => {
@@ -68,11 +73,13 @@ fn timeout_until(deadline: Option<Mono>, now: Mono) -> PollTimeout {
 /// Polls every fd once; returns the ones with something to do.
 fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollFlags)>> {
     let input = PollFlags::POLLIN;
-    let mut tokens = vec![Token::Signals, Token::Listener];
-    let mut fds = vec![
-        PollFd::new(sup.signals.fd(), input),
-        PollFd::new(sup.server.fd(), input),
-    ];
+    let mut tokens = vec![Token::Signals];
+    let mut fds = vec![PollFd::new(sup.signals.fd(), input)];
+    // Out of the set while paused at the open-files limit (readable, it would spin).
+    if sup.server.accepting() {
+        tokens.push(Token::Listener);
+        fds.push(PollFd::new(sup.server.fd(), input));
+    }
     if let Some(n) = sup.legacy_notify.as_ref() {
         tokens.push(Token::LegacyNotify);
         fds.push(PollFd::new(n.fd(), input));
@@ -97,9 +104,8 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::Reload);
         fds.push(PollFd::new(job.fd(), input));
     }
-    for (id, fd, wants_out) in sup.server.client_fds() {
-        let parked = sup.server.clients.get(&id).is_some_and(|c| c.parked);
-        let mut flags = if parked { PollFlags::empty() } else { input };
+    for (id, fd, wants_in, wants_out) in sup.server.client_fds() {
+        let mut flags = if wants_in { input } else { PollFlags::empty() };
         if wants_out {
             flags |= PollFlags::POLLOUT;
         }

@@ -32,13 +32,17 @@ pub struct Instance {
 }
 
 impl Instance {
-    /// Sends `sig` to the process group, then SIGCONT so that a stopped group acts on
-    /// it; SIGKILL also goes to everything in the cgroup.
+    /// The stop path: sends `sig` to the process group, then SIGCONT so that a stopped
+    /// group acts on it (a stopped process would hold its stop signal until the SIGKILL);
+    /// SIGKILL also goes to everything in the cgroup.
     pub fn signal(&self, sig: Signal) {
         if sig == Signal::SIGKILL {
             return self.kill_all();
         }
         signal_group(self.pid, sig);
+        if sig != Signal::SIGCONT {
+            signal_group(self.pid, Signal::SIGCONT);
+        }
     }
 
     /// SIGKILL to the cgroup and to the process group; without a cgroup, also to what
@@ -92,18 +96,15 @@ fn session_members(sid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// Sends `sig` to the process group led by `pid`, then SIGCONT so a stopped group can
-/// act on it. A group that is gone already is not an error.
+/// Sends `sig`, and only `sig`, to the process group led by `pid` (`supctl signal SVC
+/// STOP` must leave it stopped; the stop path adds its SIGCONT itself). A group that is
+/// gone already is not an error.
 pub fn signal_group(pid: i32, sig: Signal) {
-    let pg = Pid::from_raw(pid);
-    match killpg(pg, sig) {
+    match killpg(Pid::from_raw(pid), sig) {
         Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
         Err(e) => log::warn!(
             "cannot send {} to process group {pid}: {e}",
             crate::config::signal_name(sig)
         ),
-    }
-    if sig != Signal::SIGKILL && sig != Signal::SIGCONT {
-        let _ = killpg(pg, Signal::SIGCONT);
     }
 }

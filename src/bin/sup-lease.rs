@@ -14,6 +14,22 @@ use sup::lease::record::Strategy;
 use sup::lease::store;
 use sup::time::Mono;
 
+/// `println!` into a `String`, written once by `emit`, which cannot panic.
+/// `eprintln!` that cannot panic (stderr on a full disk): there is no one left to tell.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+macro_rules! outln {
+    ($o:expr, $($arg:tt)*) => {{
+        $o.push_str(&format!($($arg)*));
+        $o.push('\n');
+    }};
+}
+
 const USAGE: &str = "usage: sup-lease --lease L --node NAME --store STORE [--socket S] [--ttl 10s]
        sup-lease --lease L --store STORE status
        sup-lease --lease L --store STORE policy show|pin VERSION|unpin|oldest|newest|floor VERSION
@@ -47,11 +63,11 @@ fn parse() -> Result<Args, String> {
             "--socket" | "-s" => a.socket = value("--socket")?,
             "--ttl" => a.ttl = sup::time::parse_duration(&value("--ttl")?)?,
             "-h" | "--help" => {
-                println!("{USAGE}");
+                let _ = emit(&format!("{USAGE}\n"));
                 std::process::exit(0);
             }
             "--version" => {
-                println!("sup-lease {}", env!("CARGO_PKG_VERSION"));
+                let _ = emit(&format!("sup-lease {}\n", env!("CARGO_PKG_VERSION")));
                 std::process::exit(0);
             }
             other if other.starts_with("--") => return Err(format!("unknown option '{other}'")),
@@ -69,19 +85,19 @@ fn main() -> ExitCode {
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("sup-lease: {e}\n{USAGE}");
+            errln!("sup-lease: {e}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
     let (Some(lease), Some(spec)) = (args.lease.clone(), args.store.clone()) else {
-        eprintln!("sup-lease: --lease and --store are needed\n{USAGE}");
+        errln!("sup-lease: --lease and --store are needed\n{USAGE}");
         return ExitCode::from(2);
     };
     // A call to the store must not hold a tick up for longer than a tick.
     let store = match store::open(&spec, (args.ttl / 3).min(Duration::from_secs(2))) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sup-lease: {e}");
+            errln!("sup-lease: {e}");
             return ExitCode::from(2);
         }
     };
@@ -91,7 +107,7 @@ fn main() -> ExitCode {
         ["status"] => status(store, &lease),
         ["policy", rest @ ..] => policy(store, &lease, rest),
         _ => {
-            eprintln!("sup-lease: unknown command {words:?}\n{USAGE}");
+            errln!("sup-lease: unknown command {words:?}\n{USAGE}");
             ExitCode::from(2)
         }
     }
@@ -100,7 +116,7 @@ fn main() -> ExitCode {
 /// The campaign: a tick every T/3 until SIGTERM or SIGINT.
 fn campaign(args: Args, lease: String, store: Box<dyn store::Store>) -> ExitCode {
     let Some(name) = args.node.clone() else {
-        eprintln!("sup-lease: --node is needed to campaign\n{USAGE}");
+        errln!("sup-lease: --node is needed to campaign\n{USAGE}");
         return ExitCode::from(2);
     };
     let mut set = SigSet::empty();
@@ -112,7 +128,7 @@ fn campaign(args: Args, lease: String, store: Box<dyn store::Store>) -> ExitCode
     let signals = match signals {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sup-lease: signals: {e}");
+            errln!("sup-lease: signals: {e}");
             return ExitCode::from(1);
         }
     };
@@ -152,19 +168,21 @@ fn status(mut store: Box<dyn store::Store>, lease: &str) -> ExitCode {
     let snap = match snapshot(store.as_mut(), lease) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sup-lease: {e}");
+            errln!("sup-lease: {e}");
             return ExitCode::from(1);
         }
     };
+    let mut o = String::new();
     match &snap.leader {
-        Some((l, term, _)) => println!(
+        Some((l, term, _)) => outln!(
+            o,
             "leader: {} ({}), term {term}",
             l.node,
             l.version.as_deref().unwrap_or("-")
         ),
-        None => println!("leader: none"),
+        None => outln!(o, "leader: none"),
     }
-    print_policy(&snap.policy);
+    o.push_str(&policy_line(&snap.policy));
     let eligible = |m| sup::lease::rule::eligible(m, &snap.policy);
     for m in &snap.members {
         let marks = [
@@ -174,27 +192,46 @@ fn status(mut store: Box<dyn store::Store>, lease: &str) -> ExitCode {
             (eligible(m), "eligible"),
         ];
         let marks: Vec<&str> = marks.iter().filter(|(b, _)| *b).map(|(_, s)| *s).collect();
-        println!(
+        outln!(
+            o,
             "member {}: {} ({})",
             m.node,
             m.version.as_deref().unwrap_or("-"),
             marks.join(", ")
         );
     }
-    ExitCode::SUCCESS
+    emit(&o)
 }
 
-fn print_policy(p: &sup::lease::record::Policy) {
+/// Writes to standard output: a closed reader (`sup-lease status | head -1`) ends it
+/// quietly, any other error (a full disk) is a failure.
+fn emit(text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "sup-lease: cannot write to standard output: {e}"
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn policy_line(p: &sup::lease::record::Policy) -> String {
     let strategy = match p.strategy {
         Strategy::Newest => "newest".to_string(),
         Strategy::Oldest => "oldest".to_string(),
         Strategy::Pinned => format!("pinned to {}", p.target.as_deref().unwrap_or("?")),
     };
-    println!(
-        "policy: {strategy}, floor {}, epoch {}",
+    format!(
+        "policy: {strategy}, floor {}, epoch {}\n",
         p.floor.as_deref().unwrap_or("none"),
         p.epoch
-    );
+    )
 }
 
 /// An operator's change of the policy.
@@ -236,28 +273,24 @@ fn policy(mut store: Box<dyn store::Store>, lease: &str, words: &[&str]) -> Exit
     let change = match Change::parse(words) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("sup-lease: {e}");
+            errln!("sup-lease: {e}");
             return ExitCode::from(2);
         }
     };
     let snap = match snapshot(store.as_mut(), lease) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sup-lease: {e}");
+            errln!("sup-lease: {e}");
             return ExitCode::from(1);
         }
     };
     let Some(change) = change else {
-        print_policy(&snap.policy);
-        return ExitCode::SUCCESS;
+        return emit(&policy_line(&snap.policy));
     };
     match write_policy(store.as_mut(), lease, &snap, |p| change.apply(p)) {
-        Ok(p) => {
-            print_policy(&p);
-            ExitCode::SUCCESS
-        }
+        Ok(p) => emit(&policy_line(&p)),
         Err(e) => {
-            eprintln!("sup-lease: {e}");
+            errln!("sup-lease: {e}");
             ExitCode::from(1)
         }
     }

@@ -5,10 +5,25 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 use sup::protocol::ServiceStatus;
 use sup::time::Human;
 
-const USAGE: &str = "usage: supctl [-s SOCKET] [--json] COMMAND [ARGS]
+/// How long supctl waits for supd by default (`--timeout`).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `println!` into a `String`: output is written once, by [`emit`], which cannot panic.
+macro_rules! outln {
+    ($o:expr) => {
+        $o.push('\n')
+    };
+    ($o:expr, $($arg:tt)*) => {{
+        $o.push_str(&format!($($arg)*));
+        $o.push('\n');
+    }};
+}
+
+const USAGE: &str = "usage: supctl [-s SOCKET] [--json] [--timeout DURATION] COMMAND [ARGS]
 
 commands:
   status [SERVICE...]         state of each service
@@ -37,29 +52,51 @@ enum Failure {
     Usage(String),
     Refused(String),
     Unreachable(String),
+    /// Whoever reads our output is gone (`supctl status | head -1`): nothing to say.
+    OutputClosed,
 }
 
 fn main() -> ExitCode {
     match run() {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) | Err(Failure::OutputClosed) => ExitCode::SUCCESS,
         Err(Failure::Usage(m)) => {
-            eprintln!("supctl: {m}\n{USAGE}");
+            note(&format!("supctl: {m}\n{USAGE}"));
             ExitCode::from(2)
         }
         Err(Failure::Refused(m)) => {
-            eprintln!("supctl: {m}");
+            note(&format!("supctl: {m}"));
             ExitCode::from(1)
         }
         Err(Failure::Unreachable(m)) => {
-            eprintln!("supctl: {m}");
+            note(&format!("supctl: {m}"));
             ExitCode::from(3)
         }
     }
 }
 
+/// Writes to standard output: a closed reader ends supctl quietly; any other error (a
+/// full disk) is a failure, said on stderr.
+fn emit(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::OutputClosed),
+        Err(e) => Err(Failure::Refused(format!(
+            "cannot write to standard output: {e}"
+        ))),
+    }
+}
+
+/// A line on stderr; if even that cannot be written, there is no one left to tell.
+fn note(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
 struct Opts {
     socket: String,
     json: bool,
+    /// `None`: wait for ever (`--timeout 0`).
+    timeout: Option<Duration>,
     words: Vec<String>,
 }
 
@@ -67,6 +104,7 @@ fn parse_args() -> Result<Opts, Failure> {
     let mut socket =
         std::env::var("SUP_SOCKET").unwrap_or_else(|_| sup::config::DEFAULT_SOCKET.into());
     let mut json = false;
+    let mut timeout = Some(DEFAULT_TIMEOUT);
     let mut words = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -77,12 +115,20 @@ fn parse_args() -> Result<Opts, Failure> {
                     .ok_or_else(|| Failure::Usage("-s needs a socket path".into()))?
             }
             "--json" if words.is_empty() => json = true,
+            "--timeout" => {
+                let t = it
+                    .next()
+                    .ok_or_else(|| Failure::Usage("--timeout needs a duration".into()))?;
+                let d = sup::time::parse_duration(&t)
+                    .map_err(|e| Failure::Usage(format!("--timeout {t}: {e}")))?;
+                timeout = (!d.is_zero()).then_some(d);
+            }
             "-h" | "--help" if words.is_empty() => {
-                println!("{USAGE}");
+                emit(&format!("{USAGE}\n"))?;
                 std::process::exit(0);
             }
             "--version" if words.is_empty() => {
-                println!("supctl {}", env!("CARGO_PKG_VERSION"));
+                emit(&format!("supctl {}\n", env!("CARGO_PKG_VERSION")))?;
                 std::process::exit(0);
             }
             _ => words.push(a),
@@ -91,6 +137,7 @@ fn parse_args() -> Result<Opts, Failure> {
     Ok(Opts {
         socket,
         json,
+        timeout,
         words,
     })
 }
@@ -101,22 +148,27 @@ fn run() -> Result<(), Failure> {
         return Err(Failure::Usage("a command is needed".into()));
     };
     let request = build(cmd, rest)?;
-    let mut conn = Conn::open(&opts.socket)?;
-    let asked = std::time::Instant::now();
+    // `upgrade --wait` waits for a probation to end, however long it is.
+    let timeout = opts.timeout.filter(|_| request["wait"] != true);
+    let mut conn = Conn::open(&opts.socket, timeout)?;
+    let asked = Instant::now();
     let data = conn.call(&request)?;
     match cmd.as_str() {
-        "watch" => return stream(&mut conn, opts.json, print_event),
+        "watch" => {
+            conn.wait_for_ever();
+            return stream(&mut conn, opts.json, print_event);
+        }
         "reexec" => return after_reexec(&opts.socket, asked, opts.json),
         "log" if request["follow"] == true => {
-            print_answer(cmd, &data, opts.json);
-            return stream(&mut conn, opts.json, |e| {
-                println!("{}", e["line"].as_str().unwrap_or(""))
+            print_answer(cmd, &data, opts.json)?;
+            conn.wait_for_ever();
+            return stream(&mut conn, opts.json, |o, e| {
+                outln!(o, "{}", e["line"].as_str().unwrap_or(""))
             });
         }
         _ => {}
     }
-    print_answer(cmd, &data, opts.json);
-    Ok(())
+    print_answer(cmd, &data, opts.json)
 }
 
 /// The request for a command line.
@@ -193,8 +245,7 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
 fn after_reexec(socket: &str, asked: std::time::Instant, json: bool) -> Result<(), Failure> {
     // The listening socket stays open across the exec: this connects at once, and the
     // request waits in its backlog until the new image serves it.
-    let mut c = Conn::open(socket)?;
-    c.timeout(std::time::Duration::from_secs(30))?;
+    let mut c = Conn::open(socket, Some(Duration::from_secs(30)))?;
     let hello = c.call(&json!({"cmd": "hello"}))?;
     let age =
         std::time::Duration::from_millis(hello["image_uptime_ms"].as_u64().unwrap_or(u64::MAX));
@@ -204,15 +255,14 @@ fn after_reexec(socket: &str, asked: std::time::Instant, json: bool) -> Result<(
         ));
     }
     if json {
-        println!("{hello}");
+        emit(&format!("{hello}\n"))
     } else {
-        println!(
-            "supd re-executed: version {}, pid {}",
+        emit(&format!(
+            "supd re-executed: version {}, pid {}\n",
             hello["version"].as_str().unwrap_or("?"),
             hello["pid"]
-        );
+        ))
     }
-    Ok(())
 }
 
 /// `upgrade`, `rollback` and `prune`: positional words and flags.
@@ -252,18 +302,46 @@ fn tool_command(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
     Ok(req)
 }
 
-/// A connection to supd.
+/// A connection to supd, with a deadline for each answer unless waiting for ever.
 struct Conn {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
     path: String,
+    timeout: Option<Duration>,
 }
 
 impl Conn {
-    fn open(path: &str) -> Result<Conn, Failure> {
-        let stream = UnixStream::connect(path).map_err(|e| {
+    /// Connects within `timeout` (a stuck supd's backlog may be full: the wait for a
+    /// place in it is bounded by the socket's send timeout).
+    fn open(path: &str, timeout: Option<Duration>) -> Result<Conn, Failure> {
+        use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, UnixAddr};
+        use std::os::fd::AsRawFd;
+        let unreachable = |e: &dyn std::fmt::Display| {
             Failure::Unreachable(format!("cannot reach supd at {path}: {e} (is supd running? -s or $SUP_SOCKET choose the socket)"))
-        })?;
+        };
+        let fd = socket::socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(|e| unreachable(&e))?;
+        if let Some(t) = timeout {
+            let tv = nix::sys::time::TimeVal::new(t.as_secs() as _, t.subsec_micros() as _);
+            socket::setsockopt(&fd, sockopt::SendTimeout, &tv).map_err(|e| unreachable(&e))?;
+        }
+        let addr = UnixAddr::new(path).map_err(|e| unreachable(&e))?;
+        match socket::connect(fd.as_raw_fd(), &addr) {
+            Ok(()) => {}
+            Err(nix::errno::Errno::EAGAIN) => {
+                return Err(Failure::Unreachable(format!(
+                    "supd at {path} did not take the connection within {} (it is stuck, or at its limit of connections or open files; --timeout sets the wait)",
+                    Human(timeout.unwrap_or_default())
+                )))
+            }
+            Err(e) => return Err(unreachable(&e)),
+        }
+        let stream = UnixStream::from(fd);
         let writer = stream
             .try_clone()
             .map_err(|e| Failure::Unreachable(format!("{path}: {e}")))?;
@@ -271,15 +349,14 @@ impl Conn {
             reader: BufReader::new(stream),
             writer,
             path: path.to_string(),
+            timeout,
         })
     }
 
-    /// Gives up on an answer after `d`.
-    fn timeout(&mut self, d: std::time::Duration) -> Result<(), Failure> {
-        self.reader
-            .get_ref()
-            .set_read_timeout(Some(d))
-            .map_err(|e| Failure::Unreachable(format!("{}: {e}", self.path)))
+    /// From now on, events may take as long as they take.
+    fn wait_for_ever(&mut self) {
+        self.timeout = None;
+        let _ = self.reader.get_ref().set_read_timeout(None);
     }
 
     fn call(&mut self, request: &Value) -> Result<Value, Failure> {
@@ -287,47 +364,84 @@ impl Conn {
         req["id"] = json!(1);
         let mut line = serde_json::to_vec(&req).map_err(|e| Failure::Refused(e.to_string()))?;
         line.push(b'\n');
-        self.writer
-            .write_all(&line)
-            .map_err(|e| Failure::Unreachable(format!("{}: {e}", self.path)))?;
-        let answer = self.next()?.ok_or_else(|| {
+        let deadline = self.timeout.map(|t| Instant::now() + t);
+        if let Err(e) = self.writer.write_all(&line) {
+            // supd may have answered and closed at once (too many connections): its
+            // reason is worth more than our broken pipe.
+            return match self.next(deadline) {
+                Ok(Some(answer)) if answer["ok"] == false => Err(refusal(&answer)),
+                _ => Err(Failure::Unreachable(format!(
+                    "cannot send the request to supd at {}: {e}",
+                    self.path
+                ))),
+            };
+        }
+        let answer = self.next(deadline)?.ok_or_else(|| {
             Failure::Unreachable(format!("supd at {} closed the connection", self.path))
         })?;
         if answer["ok"] == true {
             Ok(answer["data"].clone())
         } else {
-            let kind = answer["error"]["kind"].as_str().unwrap_or("error");
-            let msg = answer["error"]["message"].as_str().unwrap_or("no message");
-            Err(Failure::Refused(format!("{kind}: {msg}")))
+            Err(refusal(&answer))
         }
     }
 
-    fn next(&mut self) -> Result<Option<Value>, Failure> {
+    /// The next line, within `deadline` when there is one.
+    fn next(&mut self, deadline: Option<Instant>) -> Result<Option<Value>, Failure> {
         let mut line = String::new();
+        if let Some(d) = deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            // A zero timeout would mean none at all.
+            let left = left.max(Duration::from_millis(1));
+            self.reader
+                .get_ref()
+                .set_read_timeout(Some(left))
+                .map_err(|e| Failure::Unreachable(format!("{}: {e}", self.path)))?;
+        }
         match self.reader.read_line(&mut line) {
             Ok(0) => Ok(None),
             Ok(_) => serde_json::from_str(&line)
                 .map(Some)
                 .map_err(|e| Failure::Refused(format!("bad answer from supd: {e}"))),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(Failure::Unreachable(format!(
+                    "supd at {} did not answer within {} (it may be stuck or busy; the request may still be carried out; --timeout sets the wait, 0 waits for ever)",
+                    self.path,
+                    Human(self.timeout.unwrap_or_default())
+                )))
+            }
             Err(e) => Err(Failure::Unreachable(format!("{}: {e}", self.path))),
         }
     }
 }
 
+/// The error of an answer, as supctl says it.
+fn refusal(answer: &Value) -> Failure {
+    let kind = answer["error"]["kind"].as_str().unwrap_or("error");
+    let msg = answer["error"]["message"].as_str().unwrap_or("no message");
+    Failure::Refused(format!("{kind}: {msg}"))
+}
+
 /// Prints events until supd closes the connection.
-fn stream(conn: &mut Conn, json: bool, human: impl Fn(&Value)) -> Result<(), Failure> {
-    while let Some(event) = conn.next()? {
+fn stream(conn: &mut Conn, json: bool, human: impl Fn(&mut String, &Value)) -> Result<(), Failure> {
+    while let Some(event) = conn.next(None)? {
+        let mut o = String::new();
         if json {
-            println!("{event}");
+            outln!(o, "{event}");
         } else {
-            human(&event);
+            human(&mut o, &event);
         }
-        let _ = std::io::stdout().flush();
+        emit(&o)?;
     }
     Ok(())
 }
 
-fn print_event(e: &Value) {
+fn print_event(o: &mut String, e: &Value) {
     let s = |k: &str| {
         e[k].as_str()
             .map(str::to_string)
@@ -339,7 +453,8 @@ fn print_event(e: &Value) {
                 .as_str()
                 .map(|r| format!(" ({r})"))
                 .unwrap_or_default();
-            println!(
+            outln!(
+                o,
                 "{} {}: {} -> {} pid {}{reason}",
                 s("time"),
                 s("service"),
@@ -348,63 +463,76 @@ fn print_event(e: &Value) {
                 s("pid")
             );
         }
-        _ => println!("{e}"),
+        _ => outln!(o, "{e}"),
     }
 }
 
-fn print_answer(cmd: &str, data: &Value, json: bool) {
+fn print_answer(cmd: &str, data: &Value, json: bool) -> Result<(), Failure> {
+    let mut o = String::new();
     if json {
-        println!("{data}");
-        return;
+        outln!(o, "{data}");
+        return emit(&o);
     }
+    // Notes for stderr, after the output.
+    let mut err = String::new();
+    let o = &mut o;
     match cmd {
         "status" => {
             let list: Vec<ServiceStatus> =
                 serde_json::from_value(data["services"].clone()).unwrap_or_default();
-            print_status(&list);
+            print_status(o, &list);
             if let Some(errs) = data["config_errors"].as_array().filter(|e| !e.is_empty()) {
-                eprintln!("\nthe config has errors; supd runs without it until a reload succeeds:");
+                outln!(
+                    err,
+                    "\nthe config has errors; supd runs without it until a reload succeeds:"
+                );
                 for e in errs {
-                    eprintln!("  {}", e.as_str().unwrap_or(""));
+                    outln!(err, "  {}", e.as_str().unwrap_or(""));
                 }
             }
             // What supd decided but could not write yet (nothing of it is done).
             for (tool, t) in data["tools"].as_object().into_iter().flatten() {
                 if let Some(e) = t["write_error"].as_str() {
-                    eprintln!(
+                    outln!(
+                        err,
                         "\n{tool}: {} waits: {e}; supd retries",
                         t["pending"].as_str().unwrap_or("a change")
                     );
                 }
             }
             if let Some(e) = data["down_error"].as_str() {
-                eprintln!("\nstop/start marks: {e}; supd retries");
+                outln!(err, "\nstop/start marks: {e}; supd retries");
             }
         }
         "start" | "stop" | "restart" => {
             if let Ok(st) = serde_json::from_value::<ServiceStatus>(data.clone()) {
                 let pid = st.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
-                println!("{}: {}{pid}", st.name, st.state);
+                outln!(o, "{}: {}{pid}", st.name, st.state);
             }
         }
         "log" => {
             for l in data["lines"].as_array().into_iter().flatten() {
-                println!("{}", l.as_str().unwrap_or(""));
+                outln!(o, "{}", l.as_str().unwrap_or(""));
             }
         }
-        "reload" => println!(
+        "reload" => outln!(
+            o,
             "reloaded: added {}, removed {}, changed {}",
-            data["added"], data["removed"], data["changed"]
+            data["added"],
+            data["removed"],
+            data["changed"]
         ),
-        "hello" => println!(
+        "hello" => outln!(
+            o,
             "supd {} (protocol {}), pid {}",
             data["version"].as_str().unwrap_or("?"),
             data["protocol"],
             data["pid"]
         ),
-        "versions" => print_versions(data),
+        "versions" => print_versions(o, data),
         "upgrade" if data["phase"] == "committed" => {
-            println!(
+            outln!(
+                o,
                 "{}: {} committed",
                 data["tool"].as_str().unwrap_or("?"),
                 data["current"].as_str().unwrap_or("?")
@@ -420,14 +548,16 @@ fn print_answer(cmd: &str, data: &Value, json: bool) {
                     )
                 })
                 .unwrap_or_default();
-            println!(
+            outln!(
+                o,
                 "{}: now at {} ({}{deadline})",
                 data["tool"].as_str().unwrap_or("?"),
                 data["current"].as_str().unwrap_or("?"),
                 data["phase"].as_str().unwrap_or("?")
             );
         }
-        "install" => println!(
+        "install" => outln!(
+            o,
             "installed {} {} in {}",
             data["tool"].as_str().unwrap_or("?"),
             data["version"].as_str().unwrap_or("?"),
@@ -445,7 +575,8 @@ fn print_answer(cmd: &str, data: &Value, json: bool) {
                     })
                     .unwrap_or_default()
             };
-            println!(
+            outln!(
+                o,
                 "pruned: {}",
                 if list("pruned").is_empty() {
                     "nothing".into()
@@ -454,7 +585,8 @@ fn print_answer(cmd: &str, data: &Value, json: bool) {
                 }
             );
         }
-        "signal" => println!(
+        "signal" => outln!(
+            o,
             "sent {} to {} (pid {})",
             data["signal"].as_str().unwrap_or("?"),
             data["service"].as_str().unwrap_or("?"),
@@ -462,12 +594,18 @@ fn print_answer(cmd: &str, data: &Value, json: bool) {
         ),
         _ => {}
     }
+    let shown = emit(o);
+    if !err.is_empty() {
+        note(err.trim_end());
+    }
+    shown
 }
 
 /// `versions`: a summary line, then one line per installed version with its marks.
-fn print_versions(d: &Value) {
+fn print_versions(o: &mut String, d: &Value) {
     let s = |k: &str| d[k].as_str().unwrap_or("-").to_string();
-    println!(
+    outln!(
+        o,
         "{}: current {}, previous {}, phase {}",
         s("tool"),
         s("current"),
@@ -479,24 +617,26 @@ fn print_versions(d: &Value) {
             .as_u64()
             .map(|ms| Human(std::time::Duration::from_millis(ms)).to_string())
             .unwrap_or_else(|| "?".into());
-        println!(
+        outln!(
+            o,
             "  probation of {} from {}: {left} left",
             s("proposed"),
             s("from")
         );
     }
     if let Some(r) = d["reason"].as_str() {
-        println!("  last: {r}");
+        outln!(o, "  last: {r}");
     }
     if let Some(e) = d["record_error"].as_str() {
-        println!("  record: {e}");
+        outln!(o, "  record: {e}");
     }
     if let Some(e) = d["write_error"].as_str() {
         let retry = d["retry_in_ms"]
             .as_u64()
             .map(|ms| Human(std::time::Duration::from_millis(ms)).to_string())
             .unwrap_or_else(|| "?".into());
-        println!(
+        outln!(
+            o,
             "  waiting: {}: {e}; nothing switched; retry in {retry}",
             s("pending")
         );
@@ -528,7 +668,8 @@ fn print_versions(d: &Value) {
         if let Some(n) = v["attempts"].as_u64().filter(|n| *n > 0) {
             marks.push(format!("{n} attempt{}", if n == 1 { "" } else { "s" }));
         }
-        println!(
+        outln!(
+            o,
             "  {:<16} {}",
             v["version"].as_str().unwrap_or("?"),
             marks.join(", ")
@@ -537,7 +678,7 @@ fn print_versions(d: &Value) {
 }
 
 /// The aligned table of `status`.
-fn print_status(list: &[ServiceStatus]) {
+fn print_status(o: &mut String, list: &[ServiceStatus]) {
     let mut rows = vec![[
         "NAME",
         "STATE",
@@ -599,6 +740,6 @@ fn print_status(list: &[ServiceStatus]) {
                 line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
             }
         }
-        println!("{}", line.trim_end());
+        outln!(o, "{}", line.trim_end());
     }
 }

@@ -96,8 +96,16 @@ impl Supd {
         Supd { path, conn: None }
     }
 
-    /// One request; the answer's data, or why not.
+    /// One request; the answer's data, or why not. A kept connection that supd closed
+    /// meanwhile (it closes connections idle for 10s), before it read the request, is
+    /// opened again once.
     pub fn call(&mut self, req: Value, timeout: Duration) -> Result<Value, String> {
+        if self.conn.is_some() {
+            match self.exchange(req.clone(), timeout) {
+                Err(e) if e.starts_with("gone:") => self.conn = None,
+                done => return done.map_err(|e| self.failed(e)),
+            }
+        }
         if self.conn.is_none() {
             let s = UnixStream::connect(&self.path)
                 .map_err(|e| format!("cannot reach supd at {}: {e}", self.path.display()))?;
@@ -105,10 +113,18 @@ impl Supd {
             self.conn = Some((BufReader::new(s), w));
         }
         let result = self.exchange(req, timeout);
-        if result.as_ref().is_err_and(|e| e.starts_with("io:")) {
-            self.conn = None;
+        result.map_err(|e| self.failed(e))
+    }
+
+    /// The message of a failed exchange; a broken connection is dropped.
+    fn failed(&mut self, e: String) -> String {
+        match e.split_once(": ") {
+            Some(("io" | "gone", rest)) => {
+                self.conn = None;
+                rest.to_string()
+            }
+            _ => e,
         }
-        result.map_err(|e| e.trim_start_matches("io: ").to_string())
     }
 
     fn exchange(&mut self, req: Value, timeout: Duration) -> Result<Value, String> {
@@ -118,11 +134,15 @@ impl Supd {
             .map_err(|e| format!("io: {e}"))?;
         let mut line = req.to_string();
         line.push('\n');
-        w.write_all(line.as_bytes())
-            .map_err(|e| format!("io: {e}"))?;
+        w.write_all(line.as_bytes()).map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                format!("gone: {e}")
+            }
+            _ => format!("io: {e}"),
+        })?;
         let mut answer = String::new();
         match r.read_line(&mut answer) {
-            Ok(0) => return Err("io: supd closed the connection".into()),
+            Ok(0) => return Err("gone: supd closed the connection".into()),
             Ok(_) => {}
             Err(e) => return Err(format!("io: {e}")),
         }
