@@ -82,6 +82,8 @@ pub struct Client {
 /// The listening socket and its clients.
 pub struct Server {
     listener: UnixListener,
+    /// A stand-in for a socket that could not be bound yet.
+    stand_in: bool,
     pub path: PathBuf,
     pub clients: BTreeMap<u64, Client>,
     next_id: u64,
@@ -95,6 +97,20 @@ pub struct Server {
 }
 
 /// Whether a supd already answers on `path`.
+/// The supplementary groups of a process, from `/proc/PID/status` (none if it is gone).
+fn peer_groups(pid: i32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| {
+                g.split_whitespace()
+                    .filter_map(|n| n.parse().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
 pub fn in_use(path: &Path) -> bool {
     UnixStream::connect(path).is_ok()
 }
@@ -109,17 +125,29 @@ impl Server {
                 format!("another supd is already serving {}; stop it first, or give this one another socket", path.display()),
             ));
         }
+        // Each step says what failed: a bare "File exists" helps nobody.
+        let step =
+            |what: String| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).map_err(step(format!(
+                "cannot create its directory {}",
+                dir.display()
+            )))?;
         }
         match std::fs::remove_file(path) {
             Ok(()) => log::info!("replaced the stale socket {}", path.display()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+            Err(e) => {
+                return Err(step(format!("cannot remove the stale {}", path.display()))(
+                    e,
+                ))
+            }
         }
-        let listener = UnixListener::bind(path)?;
+        let listener =
+            UnixListener::bind(path).map_err(step(format!("cannot bind {}", path.display())))?;
         listener.set_nonblocking(true)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+            .map_err(step(format!("cannot set the mode of {}", path.display())))?;
         let gid = group.and_then(|g| lookup_group(path, g));
         Ok(Server::new(listener, path, gid))
     }
@@ -149,6 +177,7 @@ impl Server {
             reserve: Vec::new(),
             paused: None,
             at_limit: false,
+            stand_in: false,
         };
         if !server.fill_reserve() {
             log::warn!(
@@ -157,6 +186,31 @@ impl Server {
             );
         }
         server
+    }
+
+    /// A stand-in while `path` cannot be bound: a listener on an abstract address nobody
+    /// knows, so supd goes on supervising (as PID 1 it must not exit) and binds `path`
+    /// again later (`Supervisor::retry_socket`).
+    pub fn stand_in(path: &Path, group: Option<&str>) -> io::Result<Server> {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("sup-unbound-{}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        let listener = UnixListener::bind_addr(&addr)?;
+        listener.set_nonblocking(true)?;
+        let gid = group.and_then(|g| lookup_group(path, g));
+        let mut server = Server::new(listener, path, gid);
+        server.stand_in = true;
+        Ok(server)
+    }
+
+    /// Whether this is a stand-in (`stand_in`): `path` is still to be bound.
+    pub fn is_stand_in(&self) -> bool {
+        self.stand_in
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Takes the reserve back; false (and none held) when the descriptors are not free.
@@ -263,7 +317,7 @@ impl Server {
             Ok(c) => (c.uid(), c.gid(), c.pid()),
             Err(_) => return,
         };
-        let access = self.access_for(uid, gid);
+        let access = self.access_for(uid, gid, pid);
         let mut client = Client {
             stream,
             rbuf: Vec::new(),
@@ -317,23 +371,20 @@ impl Server {
         })
     }
 
-    fn access_for(&self, uid: u32, gid: u32) -> Access {
+    /// What a peer may do. Membership of `socket_group` is read from the peer's own
+    /// supplementary groups (`/proc/PID/status`), never from the user database: a lookup
+    /// that hangs (a network directory) must not stall supd.
+    fn access_for(&self, uid: u32, gid: u32, pid: i32) -> Access {
         if uid == 0 || uid == nix::unistd::geteuid().as_raw() {
             return Access::Full;
         }
         let Some(g) = self.group else {
             return Access::None;
         };
-        if gid == g {
-            return Access::ReadOnly;
-        }
-        let user = nix::unistd::User::from_uid(uid.into()).ok().flatten();
-        let group = nix::unistd::Group::from_gid(g.into()).ok().flatten();
-        match (user, group) {
-            (Some(u), Some(gr)) if gr.mem.contains(&u.name) || u.gid.as_raw() == g => {
-                Access::ReadOnly
-            }
-            _ => Access::None,
+        if gid == g || peer_groups(pid).contains(&g) {
+            Access::ReadOnly
+        } else {
+            Access::None
         }
     }
 

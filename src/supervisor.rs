@@ -143,6 +143,8 @@ pub struct Supervisor {
     pub lock_lost: bool,
     /// Services whose leader was reaped while other processes of that run remain.
     pub draining: BTreeSet<String>,
+    /// The control socket could not be bound: when to try again, and the step after.
+    pub socket_retry: Option<(Mono, Duration)>,
     /// What a previous supd left, being ended: no service starts until it is over.
     pub cleanup: Option<crate::leftovers::Cleanup>,
     /// The last pass left startable services for the next one, which must come at once.
@@ -204,6 +206,7 @@ impl Supervisor {
             draining: BTreeSet::new(),
             drain_retry: None,
             more_to_start: false,
+            socket_retry: None,
             cleanup: None,
             reload_job: None,
         };
@@ -571,6 +574,32 @@ impl Supervisor {
         }
     }
 
+    /// Binds the control socket that could not be bound before (supd stands in with an
+    /// unnamed one meanwhile, and supervises).
+    fn retry_socket(&mut self, now: Mono) {
+        let Some((_, step)) = self.socket_retry else {
+            return;
+        };
+        let path = self.server.path().to_path_buf();
+        match Server::bind(&path, self.cfg.supd.socket_group.as_deref()) {
+            Ok(server) => {
+                log::info!("serving {} at last", path.display());
+                crate::sys::set_listener_fd(std::os::fd::AsRawFd::as_raw_fd(&server.fd()));
+                self.server = server;
+                self.socket_retry = None;
+            }
+            Err(e) => {
+                let next = (step * 2).min(Duration::from_secs(60));
+                log::warn!(
+                    "cannot serve {} yet: {e}; trying again in {}",
+                    path.display(),
+                    crate::time::Human(next)
+                );
+                self.socket_retry = Some((now.plus(next), next));
+            }
+        }
+    }
+
     /// What a previous supd left: an exit, or a deadline.
     pub fn cleanup_step(&mut self, now: Mono) {
         if self.cleanup.as_mut().is_some_and(|c| c.step(now)) {
@@ -620,6 +649,9 @@ impl Supervisor {
     /// Fires every deadline that has come.
     pub fn fire_timers(&mut self, now: Mono) {
         self.expire_grants(now);
+        if self.socket_retry.is_some_and(|(at, _)| at <= now) {
+            self.retry_socket(now);
+        }
         if self.cleanup.as_ref().is_some_and(|c| c.deadline <= now) {
             self.cleanup_step(now);
         }
@@ -676,6 +708,7 @@ impl Supervisor {
             .chain(shutdown)
             .chain(self.drain_retry.map(|(at, _)| at))
             .chain(self.cleanup.as_ref().map(|c| c.deadline))
+            .chain(self.socket_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())
             .min()

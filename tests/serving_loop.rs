@@ -121,7 +121,10 @@ fn a_user_database_that_hangs_holds_back_only_the_start_that_needs_it() {
     let mut sb = Sandbox::new();
     let fifo = sb.path("passwd.fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("fifo");
-    sb.config(
+    // Members of `daemon` (gid 1) may read: the client below is one by its
+    // supplementary groups only.
+    sb.config_with(
+        "socket_group = \"daemon\"",
         "[service.as_user]\ncommand = [\"/bin/sleep\", \"3600\"]\nuser = \"nobody\"\n\n\
          [service.other]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\n",
     );
@@ -158,6 +161,34 @@ fn a_user_database_that_hangs_holds_back_only_the_start_that_needs_it() {
         stuck["state"], "running",
         "forked, its lookup under way: {stuck}"
     );
+    // A client of another uid is judged without the user database: answered at once.
+    let t = Instant::now();
+    let other = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--groups=1",
+            SUPCTL,
+            "--timeout",
+            "5s",
+            "-s",
+        ])
+        .arg(&sb.socket)
+        .arg("status")
+        .output()
+        .expect("setpriv supctl");
+    eprintln!(
+        "another uid's client: {:?} in {:?}",
+        other.status.code(),
+        t.elapsed()
+    );
+    assert_eq!(
+        other.status.code(),
+        Some(0),
+        "supd did not answer another uid's client: {}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+    assert!(t.elapsed() < Duration::from_secs(2));
     // Release the lookup: the files database is empty now, and the next source (or
     // none) answers; the start goes on, or fails with the reason, at once.
     drop(
@@ -181,4 +212,40 @@ fn a_user_database_that_hangs_holds_back_only_the_start_that_needs_it() {
         }
         assert!(Instant::now() < end, "the start never went on: {s}");
     }
+}
+
+/// A control socket that cannot be bound (its directory is a file) does not end supd
+/// (as PID 1 that would end the machine): it supervises, says why, and binds the socket
+/// once it can.
+#[test]
+fn a_socket_that_cannot_be_bound_is_retried_while_services_run() {
+    let mut sb = Sandbox::new();
+    let blocked = sb.path("run");
+    std::fs::write(&blocked, "not a directory").expect("block the socket's directory");
+    let marker = sb.path("started");
+    let svc = sb.script(
+        "svc",
+        &format!("touch {}\nexec sleep 3600", marker.display()),
+    );
+    sb.config_with("", &format!("[service.a]\ncommand = [\"{svc}\"]\n"));
+    // The socket inside the blocked directory.
+    let text = std::fs::read_to_string(sb.path("sup.toml")).expect("config");
+    std::fs::write(
+        sb.path("sup.toml"),
+        text.replace("socket = \"sup.sock\"", "socket = \"run/sup.sock\""),
+    )
+    .expect("config");
+    sb.socket = sb.path("run/sup.sock");
+    sb.start();
+    common::files::wait_file(&marker, |_| marker.exists());
+    let log = sb.supd_log();
+    assert!(
+        log.contains("cannot create its directory") && log.contains("trying again"),
+        "says why:\n{log}"
+    );
+    std::fs::remove_file(&blocked).expect("unblock");
+    std::fs::create_dir(&blocked).expect("the directory");
+    let sock = sb.socket.clone();
+    common::files::wait_file(&sock, |_| sock.exists());
+    assert_eq!(sb.status("a")["state"], "running");
 }

@@ -8,6 +8,10 @@ use sup::notify::NotifySocket;
 use sup::signals::Signals;
 use sup::supervisor::Supervisor;
 
+/// The first wait before a socket that could not be bound is tried again; it doubles
+/// up to a minute.
+const SOCKET_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+
 const USAGE: &str = "usage: supd [-c FILE] [--check] [--system] [--version]";
 
 struct Args {
@@ -180,6 +184,12 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     sup.config_errors = errors;
     sup.lock = lock;
     sup.cgroups = cgroups;
+    if sup.server.is_stand_in() {
+        sup.socket_retry = Some((
+            sup::time::Mono::now().plus(SOCKET_RETRY_FIRST),
+            SOCKET_RETRY_FIRST,
+        ));
+    }
     sup.cleanup = cleanup;
     sup.state_watch = match sup::statedir::StateWatch::new(&sup.cfg.supd.state_dir) {
         Ok(w) => Some(w),
@@ -289,8 +299,26 @@ fn fresh(cfg: &Config) -> Result<Edges, String> {
         log::warn!("cannot create {}: {e}", cfg.supd.state_dir.display());
     }
     let lock = sup::statedir::lock(&cfg.supd.state_dir, std::time::Duration::from_secs(1))?;
-    let server = Server::bind(&cfg.supd.socket, cfg.supd.socket_group.as_deref())
-        .map_err(|e| format!("cannot serve {}: {e}", cfg.supd.socket.display()))?;
+    let group = cfg.supd.socket_group.as_deref();
+    let server = match Server::bind(&cfg.supd.socket, group) {
+        Ok(s) => s,
+        // Another supd serving there is a reason to leave, except for an init.
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && std::process::id() != 1 => {
+            return Err(format!("cannot serve {}: {e}", cfg.supd.socket.display()))
+        }
+        Err(e) => {
+            log::error!(
+                "cannot serve {}: {e}; supervising without a control socket, and trying again",
+                cfg.supd.socket.display()
+            );
+            Server::stand_in(&cfg.supd.socket, group).map_err(|e2| {
+                format!(
+                    "cannot serve {}: {e}; nor stand in for it: {e2}",
+                    cfg.supd.socket.display()
+                )
+            })?
+        }
+    };
     // The services' notify sockets: what a previous supd left goes (the single
     // `SOCKET.notify` of older versions too); each is made at its service's first start.
     let _ = std::fs::remove_file(format!("{}.notify", cfg.supd.socket.display()));
