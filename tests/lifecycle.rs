@@ -231,6 +231,14 @@ fn reload_with_errors_changes_nothing_and_a_good_one_restarts_only_what_changed(
     );
     w.state(&sb, "edit", "running");
     sb.wait_state("new", "running");
+    // A removed service goes once its run is over (in the pass that says it stopped).
+    if !w
+        .seen
+        .iter()
+        .any(|e| e["service"] == "gone" && e["to"] == "stopped")
+    {
+        w.until(&sb, |e| e["service"] == "gone" && e["to"] == "stopped");
+    }
     assert_eq!(
         sb.status("same")["pid"],
         same,
