@@ -111,8 +111,23 @@ fn peer_groups(pid: i32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// Whether a live supd serves `path`: it answers a `hello` within a second. A socket
+/// that accepts but never answers is not one: a child of a killed supd, forked and not
+/// yet run, still holds the listener for a moment (it closes it first thing).
 pub fn in_use(path: &Path) -> bool {
-    UnixStream::connect(path).is_ok()
+    use std::io::{BufRead, Write};
+    let Ok(mut stream) = UnixStream::connect(path) else {
+        return false;
+    };
+    let wait = Some(std::time::Duration::from_secs(1));
+    if stream.set_read_timeout(wait).is_err() || stream.set_write_timeout(wait).is_err() {
+        return true;
+    }
+    if stream.write_all(b"{\"cmd\": \"hello\"}\n").is_err() {
+        return false;
+    }
+    let mut line = String::new();
+    matches!(std::io::BufReader::new(stream).read_line(&mut line), Ok(n) if n > 0)
 }
 
 impl Server {

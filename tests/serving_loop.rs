@@ -249,3 +249,16 @@ fn a_socket_that_cannot_be_bound_is_retried_while_services_run() {
     common::files::wait_file(&sock, |_| sock.exists());
     assert_eq!(sb.status("a")["state"], "running");
 }
+
+/// A socket that accepts but never answers (what a killed supd's child holds for a
+/// moment, between its fork and its first instruction) is not a live supd: a new supd
+/// replaces it instead of refusing to start.
+#[test]
+fn a_socket_held_by_something_that_never_answers_is_replaced() {
+    let mut sb = Sandbox::new();
+    sb.config("[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n");
+    let mute = std::os::unix::net::UnixListener::bind(&sb.socket).expect("a mute listener");
+    sb.start();
+    sb.wait_state("a", "running");
+    drop(mute);
+}
