@@ -857,14 +857,28 @@ pub fn fork_kill_all(sig: i32) -> io::Result<i32> {
 /// allocate; it never returns into the parent's code (no destructors, no atexit
 /// handlers, no flush of the parent's buffers).
 pub fn fork_worker(keep: RawFd, work: impl FnOnce() -> i32) -> io::Result<i32> {
+    let parent = std::process::id() as i32;
     // SAFETY: supd has one thread (no lock of another thread is copied held); the child
     // runs `work` and then `_exit`s, below.
     let pid = unsafe { libc::fork() };
     match pid {
         -1 => Err(io::Error::last_os_error()),
         0 => {
-            // It dies with supd, and holds none of supd's sockets, pipes or locks.
+            // It dies with supd, and holds none of supd's sockets, pipes or locks (the
+            // guards first: a new supd must never find them held).
+            for g in &GUARDS {
+                let fd = g.load(Ordering::Relaxed);
+                if fd >= 0 && fd != keep {
+                    // SAFETY: closes an fd number of this (child) process.
+                    unsafe { libc::close(fd) };
+                }
+            }
             let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+            if nix::unistd::getppid().as_raw() != parent {
+                // supd died before the death signal was set.
+                // SAFETY: ends the child at once.
+                unsafe { libc::_exit(1) }
+            }
             // Below supd's priority: on a busy machine the loop keeps its CPU.
             // SAFETY: setpriority takes integers and changes only this process.
             unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
