@@ -159,7 +159,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
                 ServiceFd::Output => sup.on_output(&name),
                 ServiceFd::Ready => sup.on_ready_pipe(&name, now),
                 ServiceFd::Notify => sup.on_notify(&name, now),
-                ServiceFd::Exec => sup.on_exec_report(&name),
+                ServiceFd::Exec => sup.on_exec_report(&name, now),
             }
         }
     }

@@ -94,6 +94,8 @@ pub enum Event {
     Stop,
     Restart,
     Spawned(i32),
+    /// The spawned process runs its program (its exec succeeded).
+    Execd,
     SpawnFailed(String),
     /// It cannot be started until something outside changes (a tool with no current
     /// version): `failed` with the reason, no restart, still wanted up.
@@ -215,12 +217,19 @@ impl Service {
                 self.started_at = Some(now);
                 self.killed = false;
                 self.reason = None;
-                match cfg.ready {
-                    Ready::Started => self.enter(Running, None),
-                    Ready::Notify | Ready::Fd(_) | Ready::Exited => {
-                        self.enter(Starting, Some(now.plus(cfg.ready_timeout)))
-                    }
-                }
+                // Ready at exec (`started`) or later: starting until then, a program that
+                // never gets to run (a hung file system) times out like an unready one.
+                self.enter(Starting, Some(now.plus(cfg.ready_timeout)));
+                vec![]
+            }
+            (Starting, Event::Execd) if cfg.ready == Ready::Started => {
+                self.enter(Running, None);
+                vec![]
+            }
+            (
+                Starting | Stopped | Running | Stopping | Backoff | Cooldown | Failed | Exited,
+                Event::Execd,
+            ) => {
                 vec![]
             }
             (_, Event::SpawnFailed(why)) => {

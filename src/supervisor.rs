@@ -534,7 +534,7 @@ impl Supervisor {
                 Some(slot) => {
                     slot.ready_pipe = None;
                     // The child is gone: what it reported is all there is to read.
-                    read_exec_report(slot);
+                    let _ = read_exec_report(slot);
                     match slot.instance.as_mut() {
                         Some(i) => i.exit = Some(exit),
                         None => {
@@ -925,9 +925,9 @@ impl Supervisor {
     }
 
     /// Reads the report of a service's exec.
-    pub fn on_exec_report(&mut self, name: &str) {
-        if let Some(slot) = self.slots.get_mut(name) {
-            read_exec_report(slot);
+    pub fn on_exec_report(&mut self, name: &str, now: Mono) {
+        if self.slots.get_mut(name).is_some_and(read_exec_report) {
+            self.apply(name, Event::Execd, now);
         }
     }
 
@@ -1061,18 +1061,23 @@ impl Supervisor {
     }
 }
 
-/// Reads what a service's child reported of its exec, if it has: an error is kept for
-/// when the child is reaped (it exits with 127 after reporting).
-fn read_exec_report(slot: &mut Slot) {
+/// Reads what a service's child reported of its exec, if it has: true once its program
+/// runs; an error is kept for when the child is reaped (it exits with 127 after
+/// reporting).
+fn read_exec_report(slot: &mut Slot) -> bool {
     let Some(exec) = slot.exec.as_mut() else {
-        return;
+        return false;
     };
     match exec.outcome() {
-        None => {}
-        Some(Ok(())) => slot.exec = None,
+        None => false,
+        Some(Ok(())) => {
+            slot.exec = None;
+            true
+        }
         Some(Err(why)) => {
             slot.exec = None;
             slot.exec_error = Some(why);
+            false
         }
     }
 }

@@ -67,12 +67,32 @@ fn rows() -> Vec<Row> {
             deadline: None,
         },
         Row {
-            what: "spawned, ready at exec",
+            what: "spawned: starting until its exec, within ready_timeout",
             from: Stopped,
             cfg: same,
             event: Event::Spawned(7),
             now: 5,
+            to: Starting,
+            actions: vec![],
+            deadline: Some(2005),
+        },
+        Row {
+            what: "its program runs: ready at exec",
+            from: Starting,
+            cfg: same,
+            event: Event::Execd,
+            now: 6,
             to: Running,
+            actions: vec![],
+            deadline: None,
+        },
+        Row {
+            what: "its program runs, notify: still waiting for READY=1",
+            from: Starting,
+            cfg: |c| c.ready = Ready::Notify,
+            event: Event::Execd,
+            now: 6,
+            to: Starting,
             actions: vec![],
             deadline: None,
         },
@@ -364,6 +384,7 @@ fn crash_until_settled(c: &ServiceConfig) -> (Service, Vec<Action>, u32) {
     let mut now = 0;
     for starts in 1..100 {
         s.step(c, Event::Spawned(100 + starts), at(now));
+        s.step(c, Event::Execd, at(now));
         now += 1;
         let actions = s.step(c, Event::Exited(Exit::Code(2)), at(now));
         if s.state != State::Backoff {
@@ -425,6 +446,7 @@ fn after_cooldown_the_history_is_fresh() {
     assert!(s.pending());
     assert_eq!(s.history.streak, 0);
     s.step(&c, Event::Spawned(9), until);
+    s.step(&c, Event::Execd, until);
     s.step(&c, Event::Exited(Exit::Code(1)), until.plus(ms(1)));
     assert_eq!(s.state, State::Backoff);
     assert_eq!(s.deadline, Some(until.plus(ms(11))), "first delay again");
