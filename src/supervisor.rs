@@ -530,11 +530,13 @@ impl Supervisor {
                 log::debug!("reaped orphan {pid} ({exit})");
                 continue;
             };
+            let mut execd = false;
             match self.slots.get_mut(&name) {
                 Some(slot) => {
                     slot.ready_pipe = None;
-                    // The child is gone: what it reported is all there is to read.
-                    let _ = read_exec_report(slot);
+                    // The child is gone: what it reported is all there is to read. A
+                    // program that ran, however briefly, was running.
+                    execd = read_exec_report(slot);
                     match slot.instance.as_mut() {
                         Some(i) => i.exit = Some(exit),
                         None => {
@@ -549,6 +551,9 @@ impl Supervisor {
                     self.draining.insert(name.clone());
                 }
                 None => log::debug!("{name}: reaped {pid} ({exit}) of a service that is gone"),
+            }
+            if execd {
+                self.apply(&name, Event::Execd, now);
             }
         }
         self.check_draining(now);
