@@ -29,6 +29,10 @@ pub struct Instance {
     /// the run is gone too.
     #[serde(default)]
     pub exit: Option<Exit>,
+    /// The dead-man guard of a leader-only service's run (`deadman.rs`): supd's own
+    /// child, killed when the run is over.
+    #[serde(default)]
+    pub guard: Option<i32>,
 }
 
 impl Instance {
@@ -64,6 +68,13 @@ impl Instance {
                     }
                 }
             }
+        }
+    }
+
+    /// The run is over: its dead-man guard, if any, is ended.
+    pub fn disarm(&mut self) {
+        if let Some(g) = self.guard.take() {
+            crate::deadman::disarm(g);
         }
     }
 
