@@ -78,6 +78,17 @@ impl Instance {
         }
     }
 
+    /// The processes of this run that are still there: the leader until it is reaped,
+    /// and the members of its cgroup (or, without one, of its session).
+    pub fn pids(&self) -> Vec<i32> {
+        let leader = (!self.leader_gone()).then_some(self.pid);
+        let rest = match self.cgroup.as_deref() {
+            Some(d) => cgroup::members(d),
+            None => session_members(self.pid),
+        };
+        leader.into_iter().chain(rest).collect()
+    }
+
     /// Whether the leader was reaped (what is awaited is the rest of the run).
     pub fn leader_gone(&self) -> bool {
         self.exit.is_some()

@@ -77,8 +77,9 @@ pub enum WaitFor {
     Started(String),
     /// The tool's upgrade committed, rolled back or failed (`upgrade --wait`).
     Upgrade(String),
-    /// Every leader-only service of the lease has exited (`lease-release`).
-    LeaseDown(String),
+    /// Every leader-only service of the lease has exited (`lease-release`), or `by` has
+    /// come: SIGKILL was sent a while ago and what is left of them is wedged.
+    LeaseDown { lease: String, by: Mono },
 }
 
 /// An answer owed to a parked client.
@@ -749,6 +750,10 @@ impl Supervisor {
             .chain(self.socket_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())
+            .chain(self.waiters.iter().filter_map(|w| match w.what {
+                WaitFor::LeaseDown { by, .. } => Some(by),
+                _ => None,
+            }))
             .min()
     }
 

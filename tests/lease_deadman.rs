@@ -94,3 +94,66 @@ fn a_reexec_keeps_the_engine_and_the_switch() {
     assert!(gone_by(engine, end), "the switch was lost across reexec");
     assert!(gone_by(child, end), "the engine's child is left");
 }
+
+/// A cgroup v1 freezer: a SIGKILLed frozen process stays (in D state) until thawed.
+struct Freezer(std::path::PathBuf);
+
+impl Freezer {
+    fn new(tag: u64) -> Option<Freezer> {
+        let dir = std::path::PathBuf::from(format!("/sys/fs/cgroup/freezer/sup-deadman-{tag}"));
+        std::fs::create_dir_all(&dir).ok()?;
+        Some(Freezer(dir))
+    }
+    fn freeze(&self, pid: i32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).expect("join freezer");
+        std::fs::write(self.0.join("freezer.state"), "FROZEN").expect("freeze");
+    }
+    fn thaw(&self) {
+        std::fs::write(self.0.join("freezer.state"), "THAWED").expect("thaw");
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_wedged_engine_does_not_hold_the_release_forever() {
+    let mut sb = Sandbox::new();
+    let Some(freezer) = is_root().then(|| Freezer::new(sb.tag)).flatten() else {
+        eprintln!("skipped: needs root and a cgroup v1 freezer");
+        return;
+    };
+    config(&sb, "300ms");
+    sb.start();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    freezer.freeze(engine);
+    let asked = Instant::now();
+    let r = sb.ok(json!({"cmd": "lease-release", "lease": "engine"}));
+    let took = asked.elapsed();
+    // SIGKILL after stop_timeout (300ms), then one second of grace, then the answer.
+    assert!(
+        took < Duration::from_secs(5),
+        "release answered after {took:?}"
+    );
+    assert_eq!(r["released"], true, "{r}");
+    let wedged: Vec<i64> = r["wedged"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p.as_i64()).collect())
+        .unwrap_or_default();
+    assert!(wedged.contains(&(engine as i64)), "{r}");
+    assert!(
+        alive(engine),
+        "the engine is still there, SIGKILLed in D state"
+    );
+    // The run is not over: the service does not count as stopped, nor start again.
+    assert_eq!(sb.status("engine")["state"], "stopping");
+    let mut w = sb.watch();
+    freezer.thaw();
+    assert!(gone_by(engine, Instant::now() + DEADLINE));
+    w.state(&sb, "engine", "stopped");
+}
