@@ -116,4 +116,49 @@ impl crate::supervisor::Supervisor {
         }
         true
     }
+
+    /// Arms a guard for every leader-only run that has none (taken over from a supd
+    /// without dead-man switches): its leader is still this process's child.
+    pub(crate) fn arm_unguarded(&mut self) {
+        let unguarded: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.cfg.leader_only.is_some())
+            .filter(|(_, s)| {
+                s.instance
+                    .as_ref()
+                    .is_some_and(|i| i.guard.is_none() && !i.leader_gone())
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        if unguarded.is_empty() {
+            return;
+        }
+        if self.deadman.is_none() {
+            match Deadman::new() {
+                Ok(d) => self.deadman = Some(d),
+                Err(e) => {
+                    log::error!(
+                        "cannot make the dead-man pipe: {e}; leader-only runs are unguarded"
+                    );
+                    return;
+                }
+            }
+        }
+        for name in unguarded {
+            let (Some(d), Some(run)) = (
+                self.deadman.as_ref(),
+                self.slots.get_mut(&name).and_then(|s| s.instance.as_mut()),
+            ) else {
+                continue;
+            };
+            match d.arm(run.pid, run.cgroup.as_deref()) {
+                Ok(g) => run.guard = Some(g),
+                Err(e) => {
+                    log::error!("{name}: {e}; killing the run, which may not go unguarded");
+                    run.kill_all();
+                }
+            }
+        }
+    }
 }

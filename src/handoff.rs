@@ -366,6 +366,7 @@ impl Supervisor {
             };
             self.tasks.insert(pid, task);
         }
+        self.arm_unguarded();
         self.check_draining(Mono::now());
         log::info!(
             "took over from supd {}: {} services, {} running",
