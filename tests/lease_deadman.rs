@@ -95,6 +95,52 @@ fn a_reexec_keeps_the_engine_and_the_switch() {
     assert!(gone_by(child, end), "the engine's child is left");
 }
 
+/// supd's forked guards: processes with supd's command line, other than supd.
+fn guards(sb: &Sandbox) -> Vec<i32> {
+    let config = sb.path("sup.toml");
+    let argv = [SUPD, "-c", config.to_str().expect("utf-8 path")];
+    let supd = sb.supd_pid();
+    processes_with_cmdline(&argv)
+        .into_iter()
+        .filter(|p| *p != supd)
+        .collect()
+}
+
+#[test]
+fn a_killed_guard_is_replaced() {
+    let mut sb = Sandbox::new();
+    config(&sb, "10s");
+    sb.start();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let first = guards(&sb);
+    assert_eq!(first.len(), 1, "one guard for the one run: {first:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first[0]), Signal::SIGKILL)
+        .expect("kill the guard");
+    let end = Instant::now() + DEADLINE;
+    let second = loop {
+        let now = guards(&sb);
+        if now.len() == 1 && now != first {
+            break now[0];
+        }
+        assert!(
+            Instant::now() < end,
+            "no new guard: {now:?}\n{}",
+            sb.supd_log()
+        );
+        sb.status("engine"); // a round trip: supd has had its turn
+    };
+    assert!(
+        alive(second) && alive(engine),
+        "the run goes on, guarded again"
+    );
+    sb.stop_supd(Signal::SIGKILL);
+    assert!(
+        gone_by(engine, Instant::now() + Duration::from_secs(2)),
+        "the new guard did not end the run"
+    );
+}
+
 /// A cgroup v1 freezer: a SIGKILLed frozen process stays (in D state) until thawed.
 struct Freezer(std::path::PathBuf);
 
