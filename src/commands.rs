@@ -255,8 +255,8 @@ impl Supervisor {
                 Ok(Outcome::Parked)
             }
             Command::LeaseRelease { lease } => {
-                self.release(&lease, now)?;
-                self.park(client, id, WaitFor::LeaseDown(lease))
+                let by = self.release(&lease, now)?;
+                self.park(client, id, WaitFor::LeaseDown { lease, by })
             }
         }
     }
@@ -366,9 +366,7 @@ impl Supervisor {
                 done.then(|| Ok(self.one_status(name, now)))
             }
             WaitFor::Upgrade(tool) => self.upgrade_settled(tool),
-            WaitFor::LeaseDown(lease) => self
-                .leader_only_down(lease)
-                .then(|| Ok(json!({"lease": lease, "released": true}))),
+            WaitFor::LeaseDown { lease, by } => self.release_settled(lease, *by, now),
         }
     }
 }

@@ -50,6 +50,10 @@ pub struct Handoff {
     /// The log writer: its pipes, pid and the lines queued for it.
     #[serde(default)]
     pub log_writer: Option<crate::log_writer::WriterState>,
+    /// The dead-man pipe of leader-only services (read end, write end): kept open, so
+    /// that their guards do not fire across the exec.
+    #[serde(default)]
+    pub deadman: Option<(RawFd, RawFd)>,
 }
 
 /// A helper process carried across `exec` (it stays a child of the same pid).
@@ -185,6 +189,11 @@ impl Supervisor {
             fds.extend(pipes);
             state
         });
+        let deadman = self.deadman.as_ref().map(|d| {
+            let [r, w] = d.fds();
+            fds.extend([r, w]);
+            (r.as_raw_fd(), w.as_raw_fd())
+        });
         let h = Handoff {
             format: FORMAT,
             from: env!("CARGO_PKG_VERSION").into(),
@@ -199,6 +208,7 @@ impl Supervisor {
             system: self.system,
             tasks,
             log_writer,
+            deadman,
         };
         (h, fds)
     }
@@ -311,6 +321,7 @@ impl Supervisor {
                     start_time: crate::proc::stat(pid).map(|p| p.start_time).unwrap_or(0),
                     cgroup: None,
                     exit: None,
+                    guard: None,
                 })
             });
             if slot.instance.as_ref().is_some_and(|i| i.leader_gone()) {
@@ -319,6 +330,12 @@ impl Supervisor {
             slot.svc = s.svc;
             if gone {
                 self.apply(&s.name, crate::service::Event::Stop, Mono::now());
+            }
+        }
+        if let Some(fds) = h.deadman {
+            match crate::deadman::Deadman::adopt(fds) {
+                Ok(d) => self.deadman = Some(d),
+                Err(e) => log::warn!("the dead-man pipe was not handed over ({e})"),
             }
         }
         if let Some(w) = h.log_writer {
@@ -349,6 +366,7 @@ impl Supervisor {
             };
             self.tasks.insert(pid, task);
         }
+        self.arm_unguarded();
         self.check_draining(Mono::now());
         log::info!(
             "took over from supd {}: {} services, {} running",

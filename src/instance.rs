@@ -29,6 +29,10 @@ pub struct Instance {
     /// the run is gone too.
     #[serde(default)]
     pub exit: Option<Exit>,
+    /// The dead-man guard of a leader-only service's run (`deadman.rs`): supd's own
+    /// child, killed when the run is over.
+    #[serde(default)]
+    pub guard: Option<i32>,
 }
 
 impl Instance {
@@ -65,6 +69,24 @@ impl Instance {
                 }
             }
         }
+    }
+
+    /// The run is over: its dead-man guard, if any, is ended.
+    pub fn disarm(&mut self) {
+        if let Some(g) = self.guard.take() {
+            crate::deadman::disarm(g);
+        }
+    }
+
+    /// The processes of this run that are still there: the leader until it is reaped,
+    /// and the members of its cgroup (or, without one, of its session).
+    pub fn pids(&self) -> Vec<i32> {
+        let leader = (!self.leader_gone()).then_some(self.pid);
+        let rest = match self.cgroup.as_deref() {
+            Some(d) => cgroup::members(d),
+            None => session_members(self.pid),
+        };
+        leader.into_iter().chain(rest).collect()
     }
 
     /// Whether the leader was reaped (what is awaited is the rest of the run).

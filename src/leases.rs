@@ -11,6 +11,11 @@ use crate::upgrade::Phase;
 use serde_json::{json, Value};
 use std::time::Duration;
 
+/// How long a `lease-release` waits, after the SIGKILL of its services, for processes
+/// that do not die (uninterruptible sleep) before it answers anyway. A killed process
+/// normally exits within milliseconds; tearing down a very large one takes longer.
+pub const RELEASE_GRACE: Duration = Duration::from_secs(1);
+
 /// Leadership granted by sup-lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
@@ -142,8 +147,9 @@ impl Supervisor {
         Ok(json!({"lease": lease, "term": term, "valid_for_ms": d.as_millis() as u64}))
     }
 
-    /// `lease-release`: stop the leader-only services now; the caller waits for them.
-    pub fn release(&mut self, lease: &str, now: Mono) -> Result<(), Error> {
+    /// `lease-release`: stop the leader-only services now; the caller waits for them, until
+    /// the time returned at the most: `RELEASE_GRACE` after the last SIGKILL is due.
+    pub fn release(&mut self, lease: &str, now: Mono) -> Result<Mono, Error> {
         self.known_lease(lease)?;
         if let Some(g) = self.grants.remove(lease) {
             log::info!("lease {lease}: released (term {})", g.term);
@@ -151,7 +157,43 @@ impl Supervisor {
         }
         // A release keeps the key until the services exited: they may stop gracefully.
         self.stop_leader_only(lease, "lease released", None, now);
-        Ok(())
+        let kill_at = self
+            .leader_only(lease)
+            .iter()
+            .filter(|n| self.slots[*n].svc.state == State::Stopping)
+            .filter_map(|n| self.slots[n].svc.deadline)
+            .fold(now, Mono::max);
+        Ok(kill_at.plus(RELEASE_GRACE))
+    }
+
+    /// The answer to a `lease-release` once the leader-only services have exited, or at
+    /// `by` with the pids of what is left: a process SIGKILLed in uninterruptible sleep
+    /// (a hung disk, a frozen cgroup) dies when it wakes, and runs no code of its own
+    /// before; waiting for it would hold the lease on this node forever.
+    pub(crate) fn release_settled(
+        &self,
+        lease: &str,
+        by: Mono,
+        now: Mono,
+    ) -> Option<Result<Value, Error>> {
+        if self.leader_only_down(lease) {
+            return Some(Ok(json!({"lease": lease, "released": true})));
+        }
+        if now < by {
+            return None;
+        }
+        let mut wedged: Vec<i32> = self
+            .leader_only(lease)
+            .iter()
+            .filter_map(|n| self.slots[n].instance.as_ref())
+            .flat_map(|i| i.pids())
+            .collect();
+        wedged.sort_unstable();
+        wedged.dedup();
+        log::warn!("lease {lease}: released with processes killed but not yet gone (uninterruptible sleep): {wedged:?}");
+        Some(Ok(
+            json!({"lease": lease, "released": true, "wedged": wedged}),
+        ))
     }
 
     /// Whether every leader-only service of `lease` has exited.

@@ -5,6 +5,7 @@ pub mod cgroup;
 pub mod commands;
 pub mod config;
 pub mod control;
+pub mod deadman;
 pub mod event_loop;
 pub mod failpoint;
 pub mod handoff;

@@ -77,8 +77,9 @@ pub enum WaitFor {
     Started(String),
     /// The tool's upgrade committed, rolled back or failed (`upgrade --wait`).
     Upgrade(String),
-    /// Every leader-only service of the lease has exited (`lease-release`).
-    LeaseDown(String),
+    /// Every leader-only service of the lease has exited (`lease-release`), or `by` has
+    /// come: SIGKILL was sent a while ago and what is left of them is wedged.
+    LeaseDown { lease: String, by: Mono },
 }
 
 /// An answer owed to a parked client.
@@ -123,6 +124,8 @@ pub struct Supervisor {
     pub tasks: HashMap<i32, Task>,
     /// Leadership granted by sup-lease, by lease.
     pub grants: BTreeMap<String, Grant>,
+    /// The dead-man pipe of leader-only services, made at the first such start.
+    pub deadman: Option<crate::deadman::Deadman>,
     /// The state directory's lock, held for the whole life of supd (and its re-executions).
     pub lock: Option<nix::fcntl::Flock<std::fs::File>>,
     /// The process that writes the log files.
@@ -192,6 +195,7 @@ impl Supervisor {
             tools: BTreeMap::new(),
             tasks: HashMap::new(),
             grants: BTreeMap::new(),
+            deadman: None,
             lock: None,
             log_writer: LogWriter::new(
                 std::env::current_exe().unwrap_or_else(|_| "/usr/sbin/supd".into()),
@@ -368,6 +372,24 @@ impl Supervisor {
         {
             plan.env.push(("SUP_LEASE_TERM".into(), term.to_string()));
         }
+        // A leader-only run gets its dead-man guard before its program may start.
+        let leader_only = self
+            .slots
+            .get(name)
+            .is_some_and(|s| s.cfg.leader_only.is_some());
+        if leader_only && self.deadman.is_none() {
+            match crate::deadman::Deadman::new() {
+                Ok(d) => self.deadman = Some(d),
+                Err(e) => {
+                    return self.apply(
+                        name,
+                        Event::SpawnFailed(format!("cannot make the dead-man pipe: {e}")),
+                        now,
+                    )
+                }
+            }
+        }
+        let deadman = self.deadman.as_ref().filter(|_| leader_only);
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
@@ -451,11 +473,18 @@ impl Supervisor {
                     false
                 }
             });
+            let guard = match deadman {
+                Some(d) => Some(d.arm(pid, cgroup.as_deref()).map_err(|e| {
+                    format!("{e}; not started (a leader-only service never runs without it)")
+                })?),
+                None => None,
+            };
             instance = Some(Instance {
                 pid,
                 start_time,
                 cgroup,
                 exit: None,
+                guard,
             });
             Ok(())
         });
@@ -470,12 +499,16 @@ impl Supervisor {
                     start_time: 0,
                     cgroup: None,
                     exit: None,
+                    guard: None,
                 }));
                 self.pids.insert(pid, name.to_string());
                 self.apply(name, Event::Spawned(pid), now);
             }
             Err(why) => {
                 // Nothing runs: the child exited before its program could.
+                if let Some(mut i) = instance {
+                    i.disarm();
+                }
                 if let Err(e) = pid_file.set(None) {
                     log::warn!("{name}: cannot clear its pid record: {e}");
                 }
@@ -527,7 +560,9 @@ impl Supervisor {
                 continue;
             }
             let Some(name) = self.pids.remove(&pid) else {
-                log::debug!("reaped orphan {pid} ({exit})");
+                if !self.guard_died(pid) {
+                    log::debug!("reaped orphan {pid} ({exit})");
+                }
                 continue;
             };
             let mut execd = false;
@@ -545,6 +580,7 @@ impl Supervisor {
                                 start_time: 0,
                                 cgroup: None,
                                 exit: Some(exit),
+                                guard: None,
                             })
                         }
                     }
@@ -630,7 +666,10 @@ impl Supervisor {
             let Some(slot) = self.slots.get_mut(&name) else {
                 continue;
             };
-            let exit = slot.instance.take().and_then(|i| i.exit);
+            let exit = slot.instance.take().and_then(|mut i| {
+                i.disarm();
+                i.exit
+            });
             if let Err(e) = pid_file_of(slot, &state_dir).and_then(|f| {
                 f.set(None)
                     .map_err(|e| format!("cannot clear its pid record: {e}"))
@@ -716,6 +755,10 @@ impl Supervisor {
             .chain(self.socket_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())
+            .chain(self.waiters.iter().filter_map(|w| match w.what {
+                WaitFor::LeaseDown { by, .. } => Some(by),
+                _ => None,
+            }))
             .min()
     }
 

@@ -601,6 +601,104 @@ fn account(p: &ChildPlan, report: RawFd) -> Ids {
     ids
 }
 
+/// What a dead-man guard ends (`deadman.rs`): one run of a leader-only service, once no
+/// supd image holds the write end of the dead-man pipe any more.
+pub struct GuardTarget<'a> {
+    /// The dead-man pipe's read end: end-of-file once supd is gone.
+    pub deadman: RawFd,
+    /// The dead-man pipe's write end, which the guard must not keep.
+    pub deadman_write: RawFd,
+    /// A pidfd of the run's leader, taken while it is supd's unreaped child.
+    pub leader: &'a OwnedFd,
+    /// The run's `cgroup.kill`, opened for writing, where it has one.
+    pub cgroup_kill: Option<&'a OwnedFd>,
+    /// The run's process group (the leader's pid).
+    pub pgid: i32,
+}
+
+/// Forks a guard for `t`: a process of its own session that holds nothing but the fds of
+/// `t`, blocks in `read` on the dead-man pipe, and at its end-of-file (every supd image
+/// holding the write end is gone: killed, crashed, exited) SIGKILLs the run: its leader
+/// through the pidfd, its cgroup, and its process group while the leader is still there
+/// (alive or an unreaped zombie, so the group's id cannot name another group). supd kills
+/// the guard (its own child) when the run is over. Returns the guard's pid.
+pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
+    let mut keep = [
+        t.deadman,
+        t.leader.as_raw_fd(),
+        t.cgroup_kill.map_or(-1, |f| f.as_raw_fd()),
+    ];
+    keep.sort_unstable();
+    let guards = GUARDS.each_ref().map(|g| g.load(Ordering::Relaxed));
+    let close_first = [t.deadman_write, guards[0], guards[1]];
+    let kill_fd = t.cgroup_kill.map_or(-1, |f| f.as_raw_fd());
+    let leader = t.leader.as_raw_fd();
+    // SAFETY: supd is single-threaded, so the child holds no lock another thread could
+    // own; it runs `guard_main` only: raw system calls on integers and a static byte,
+    // then `_exit`.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => guard_main(&close_first, &keep, t.deadman, leader, kill_fd, t.pgid),
+        child => Ok(child),
+    }
+}
+
+/// The guard's life (in the forked child): drop every other fd (the write end and the
+/// guards first, by number, in case `close_range` is missing), leave supd's session,
+/// wait for end-of-file, kill, exit.
+fn guard_main(
+    close_first: &[RawFd; 3],
+    keep: &[RawFd; 3],
+    deadman: RawFd,
+    leader: RawFd,
+    kill_fd: RawFd,
+    pgid: i32,
+) -> ! {
+    // SAFETY (whole function): plain system calls on integers and on a byte on the
+    // stack; the child ends in `_exit` and never returns into the parent's code.
+    unsafe {
+        for &fd in close_first {
+            if fd >= 0 {
+                libc::close(fd);
+            }
+        }
+        let mut low = 0;
+        for &k in keep.iter().filter(|k| **k >= 0) {
+            if k > low {
+                close_range(low, k - 1);
+            }
+            low = low.max(k + 1);
+        }
+        close_range(low, RawFd::MAX);
+        // Not in supd's process group: a signal to that group (a terminal's ^C) is not
+        // for it. supd's blocked signals stay blocked; only SIGKILL ends it.
+        libc::setsid();
+        let mut byte = 0u8;
+        loop {
+            let n = libc::read(deadman, (&mut byte as *mut u8).cast(), 1);
+            if n > 0 || (n < 0 && errno_now() == libc::EINTR) {
+                continue;
+            }
+            break; // end-of-file, or an error: either way nobody is left to stop the run
+        }
+        let leader_there = libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            leader,
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        ) == 0;
+        if leader_there && pgid > 1 {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+        if kill_fd >= 0 {
+            libc::write(kill_fd, b"1".as_ptr().cast(), 1);
+        }
+        libc::_exit(0)
+    }
+}
+
 /// Closes fds `low..=high`; on kernels before 5.9 (no close_range) nothing is done: the
 /// guards and the pipe ends were closed one by one already, and exec closes the rest.
 fn close_range(low: RawFd, high: RawFd) {

@@ -1,0 +1,205 @@
+//! The dead-man switch of leader-only services, and the bound on `lease-release`
+//! (issue 11, items 4 and 6). A leader-only service must not outlive its grant even
+//! when supd and sup-lease are dead; a `reexec` neither fires nor disarms the switch;
+//! a process that cannot die does not hold a release, and so the lease, forever.
+
+mod common;
+use common::*;
+use nix::sys::signal::Signal;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// A leader-only engine that starts a child of its own (its pid in `child`), says it is
+/// ready, and waits; `stop_timeout` as given.
+fn config(sb: &Sandbox, stop_timeout: &str) {
+    let child = sb.path("child");
+    let engine = sb.script(
+        "engine.sh",
+        &format!(
+            "sleep 3600 &\necho $! > {c}.tmp; mv {c}.tmp {c}\necho >&3\nexec sleep 3600",
+            c = child.display()
+        ),
+    );
+    sb.config(&format!(
+        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nready = \"fd:3\"\n\
+         leader_only = \"engine\"\nstop_timeout = \"{stop_timeout}\"\n"
+    ));
+}
+
+fn pid_of(status: &serde_json::Value) -> i32 {
+    status["pid"].as_i64().expect("pid") as i32
+}
+
+fn child_pid(sb: &Sandbox) -> i32 {
+    std::fs::read_to_string(sb.path("child"))
+        .expect("the engine wrote its child's pid")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+/// Waits until `pid` has exited, at `end` at the latest.
+fn gone_by(pid: i32, end: Instant) -> bool {
+    wait_exit(pid, end.saturating_duration_since(Instant::now())).is_some()
+}
+
+#[test]
+fn a_killed_supd_does_not_leave_its_engine_running_past_the_grant() {
+    let mut sb = Sandbox::new();
+    config(&sb, "10s");
+    sb.start();
+    let valid_for = Duration::from_secs(3);
+    let granted = Instant::now();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "3s"}));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let child = child_pid(&sb);
+    assert!(alive(engine) && alive(child));
+    // No sup-lease here; supd is killed: nobody is left to stop the engine.
+    sb.stop_supd(Signal::SIGKILL);
+    let end = granted + valid_for + Duration::from_millis(500);
+    assert!(
+        gone_by(engine, end),
+        "the engine outlived its grant\n{}",
+        sb.supd_log()
+    );
+    assert!(gone_by(child, end), "the engine's child outlived its grant");
+}
+
+#[test]
+fn a_reexec_keeps_the_engine_and_the_switch() {
+    let mut sb = Sandbox::new();
+    config(&sb, "10s");
+    sb.start();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let child = child_pid(&sb);
+    for i in 0..3 {
+        let out = sb.supctl(&["reexec"]);
+        assert!(
+            out.status.success(),
+            "reexec {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let st = sb.status("engine");
+        assert_eq!(
+            (st["state"].clone(), pid_of(&st)),
+            (json!("running"), engine),
+            "reexec {i}"
+        );
+        assert!(alive(engine) && alive(child), "reexec {i} fired the switch");
+    }
+    // The new image holds the switch: killing it ends the engine.
+    sb.stop_supd(Signal::SIGKILL);
+    let end = Instant::now() + Duration::from_secs(2);
+    assert!(gone_by(engine, end), "the switch was lost across reexec");
+    assert!(gone_by(child, end), "the engine's child is left");
+}
+
+/// supd's forked guards: processes with supd's command line, other than supd.
+fn guards(sb: &Sandbox) -> Vec<i32> {
+    let config = sb.path("sup.toml");
+    let argv = [SUPD, "-c", config.to_str().expect("utf-8 path")];
+    let supd = sb.supd_pid();
+    processes_with_cmdline(&argv)
+        .into_iter()
+        .filter(|p| *p != supd)
+        .collect()
+}
+
+#[test]
+fn a_killed_guard_is_replaced() {
+    let mut sb = Sandbox::new();
+    config(&sb, "10s");
+    sb.start();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let first = guards(&sb);
+    assert_eq!(first.len(), 1, "one guard for the one run: {first:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first[0]), Signal::SIGKILL)
+        .expect("kill the guard");
+    let end = Instant::now() + DEADLINE;
+    let second = loop {
+        let now = guards(&sb);
+        if now.len() == 1 && now != first {
+            break now[0];
+        }
+        assert!(
+            Instant::now() < end,
+            "no new guard: {now:?}\n{}",
+            sb.supd_log()
+        );
+        sb.status("engine"); // a round trip: supd has had its turn
+    };
+    assert!(
+        alive(second) && alive(engine),
+        "the run goes on, guarded again"
+    );
+    sb.stop_supd(Signal::SIGKILL);
+    assert!(
+        gone_by(engine, Instant::now() + Duration::from_secs(2)),
+        "the new guard did not end the run"
+    );
+}
+
+/// A cgroup v1 freezer: a SIGKILLed frozen process stays (in D state) until thawed.
+struct Freezer(std::path::PathBuf);
+
+impl Freezer {
+    fn new(tag: u64) -> Option<Freezer> {
+        let dir = std::path::PathBuf::from(format!("/sys/fs/cgroup/freezer/sup-deadman-{tag}"));
+        std::fs::create_dir_all(&dir).ok()?;
+        Some(Freezer(dir))
+    }
+    fn freeze(&self, pid: i32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).expect("join freezer");
+        std::fs::write(self.0.join("freezer.state"), "FROZEN").expect("freeze");
+    }
+    fn thaw(&self) {
+        std::fs::write(self.0.join("freezer.state"), "THAWED").expect("thaw");
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_wedged_engine_does_not_hold_the_release_forever() {
+    let mut sb = Sandbox::new();
+    let Some(freezer) = is_root().then(|| Freezer::new(sb.tag)).flatten() else {
+        eprintln!("skipped: needs root and a cgroup v1 freezer");
+        return;
+    };
+    config(&sb, "300ms");
+    sb.start();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    freezer.freeze(engine);
+    let asked = Instant::now();
+    let r = sb.ok(json!({"cmd": "lease-release", "lease": "engine"}));
+    let took = asked.elapsed();
+    // SIGKILL after stop_timeout (300ms), then one second of grace, then the answer.
+    assert!(
+        took < Duration::from_secs(5),
+        "release answered after {took:?}"
+    );
+    assert_eq!(r["released"], true, "{r}");
+    let wedged: Vec<i64> = r["wedged"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p.as_i64()).collect())
+        .unwrap_or_default();
+    assert!(wedged.contains(&(engine as i64)), "{r}");
+    assert!(
+        alive(engine),
+        "the engine is still there, SIGKILLed in D state"
+    );
+    // The run is not over: the service does not count as stopped, nor start again.
+    assert_eq!(sb.status("engine")["state"], "stopping");
+    let mut w = sb.watch();
+    freezer.thaw();
+    assert!(gone_by(engine, Instant::now() + DEADLINE));
+    w.state(&sb, "engine", "stopped");
+}
