@@ -243,8 +243,18 @@ impl Supervisor {
                 holder,
                 term,
                 valid_for,
+                until_boot_ms,
+                kill_grace,
             } => self
-                .grant(&lease, &holder, term, &valid_for, now)
+                .grant(
+                    &lease,
+                    &holder,
+                    term,
+                    &valid_for,
+                    until_boot_ms,
+                    kill_grace.as_deref(),
+                    now,
+                )
                 .map(Outcome::Answer),
             Command::Poweroff {} => self.end_system(crate::pid1::Final::Poweroff, now),
             Command::Reboot {} => self.end_system(crate::pid1::Final::Reboot, now),

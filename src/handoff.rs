@@ -94,8 +94,13 @@ pub struct GrantState {
     pub lease: String,
     pub term: u64,
     pub holder: String,
-    pub until: Mono,
+    /// CLOCK_BOOTTIME (a handoff of an older supd had CLOCK_MONOTONIC here, which is
+    /// never later: its grants end early, never late).
+    pub until: crate::time::Boot,
+    /// Twice the kill grace: an older supd reads half of it as the grace.
     pub valid_for_ms: u64,
+    #[serde(default)]
+    pub kill_grace_ms: Option<u64>,
 }
 
 /// Reads a handoff (and deletes the file: it is used once).
@@ -165,7 +170,8 @@ impl Supervisor {
                 term: g.term,
                 holder: g.holder.clone(),
                 until: g.until,
-                valid_for_ms: g.valid_for.as_millis() as u64,
+                valid_for_ms: g.kill_grace.as_millis() as u64 * 2,
+                kill_grace_ms: Some(g.kill_grace.as_millis() as u64),
             })
             .collect();
         let tasks = self
@@ -348,7 +354,9 @@ impl Supervisor {
                     term: g.term,
                     holder: g.holder,
                     until: g.until,
-                    valid_for: Duration::from_millis(g.valid_for_ms),
+                    kill_grace: Duration::from_millis(
+                        g.kill_grace_ms.unwrap_or(g.valid_for_ms / 2),
+                    ),
                 },
             );
         }

@@ -2,11 +2,17 @@
 //! supd when this node leads. A grant is valid for a while; `leader_only` services run
 //! only while their lease's grant is valid, and are stopped when it runs out without
 //! renewal, even if sup-lease hung or died.
+//!
+//! A grant's end is an absolute instant on `CLOCK_BOOTTIME` (`until_boot_ms`), computed
+//! by sup-lease on this host from when its keepalive was sent; supd enforces it as given,
+//! however late the grant arrives, and reads that clock itself (its other timers are on
+//! `CLOCK_MONOTONIC`, which stops during suspend: a grant must not outlive a suspend).
+//! An older sup-lease sends only `valid_for`, counted from receipt.
 
 use crate::protocol::{Error, ErrorKind};
 use crate::service::{Event, State, Want};
 use crate::supervisor::{unix_ms, Supervisor};
-use crate::time::Mono;
+use crate::time::{Boot, Mono};
 use crate::upgrade::Phase;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -22,10 +28,26 @@ pub struct Grant {
     /// The fencing token: the store revision that made this node leader.
     pub term: u64,
     pub holder: String,
-    pub until: Mono,
-    /// The validity it was granted with: half of it is the most a stop may take when it
-    /// runs out (a new leader may start T/3 after, and the validity is 2T/3).
-    pub valid_for: Duration,
+    /// The end, on `CLOCK_BOOTTIME`.
+    pub until: Boot,
+    /// The most a stop may take once it ran out (then SIGKILL): given by sup-lease
+    /// (T/4), or half the validity for an older one.
+    pub kill_grace: Duration,
+}
+
+/// What supd does with a `lease-grant`: when it ends and how fast its services must go.
+/// `until_boot_ms` wins when given; `valid_for` (from receipt) is for older sup-leases.
+pub fn grant_deadline(
+    valid_for: Duration,
+    until_boot_ms: Option<u64>,
+    kill_grace: Option<Duration>,
+    now: Boot,
+) -> (Boot, Duration) {
+    let until = match until_boot_ms {
+        Some(ms) => Boot::from_ms(ms).min(now.plus(valid_for)),
+        None => now.plus(valid_for),
+    };
+    (until, kill_grace.unwrap_or(valid_for / 2))
 }
 
 impl Supervisor {
@@ -49,8 +71,10 @@ impl Supervisor {
             .collect()
     }
 
-    /// Whether this node holds a valid grant for `lease` now.
-    pub fn holds(&self, lease: &str, now: Mono) -> bool {
+    /// Whether this node holds a valid grant for `lease` now (the grant's own clock is
+    /// read: `now` is on CLOCK_MONOTONIC).
+    pub fn holds(&self, lease: &str, _now: Mono) -> bool {
+        let now = Boot::now();
         self.grants.get(lease).is_some_and(|g| g.until > now)
     }
 
@@ -91,13 +115,17 @@ impl Supervisor {
         }))
     }
 
-    /// `lease-grant`: this node leads until the validity ends, unless granted again.
+    /// `lease-grant`: this node leads until the grant's end, unless granted again. A
+    /// grant that is already over when it arrives is answered and changes nothing.
+    #[allow(clippy::too_many_arguments)]
     pub fn grant(
         &mut self,
         lease: &str,
         holder: &str,
         term: u64,
         valid_for: &str,
+        until_boot_ms: Option<u64>,
+        kill_grace: Option<&str>,
         now: Mono,
     ) -> Result<Value, Error> {
         self.known_lease(lease)?;
@@ -109,18 +137,29 @@ impl Supervisor {
                 "valid_for: from 1ms to 1h",
             ));
         }
+        let grace = kill_grace
+            .map(crate::time::parse_duration)
+            .transpose()
+            .map_err(|e| Error::new(ErrorKind::BadRequest, format!("kill_grace: {e}")))?;
+        let boot = Boot::now();
+        let (until, grace) = grant_deadline(d, until_boot_ms, grace, boot);
+        if until <= boot {
+            log::warn!("lease {lease}: a grant of term {term} arrived after its end; ignored");
+            return Ok(json!({"lease": lease, "term": term, "valid_for_ms": 0}));
+        }
+        let d = until.since(boot);
         let old = self
             .grants
             .get(lease)
-            .filter(|g| g.until > now)
+            .filter(|g| g.until > boot)
             .map(|g| g.term);
         self.grants.insert(
             lease.to_string(),
             Grant {
                 term,
                 holder: holder.to_string(),
-                until: now.plus(d),
-                valid_for: d,
+                until,
+                kill_grace: grace,
             },
         );
         let what = if old == Some(term) {
@@ -219,31 +258,35 @@ impl Supervisor {
 
     /// Ends the grants whose validity ran out: their services stop.
     pub fn expire_grants(&mut self, now: Mono) {
+        let boot = Boot::now();
         let ended: Vec<(String, u64, Duration)> = self
             .grants
             .iter()
-            .filter(|(_, g)| g.until <= now)
-            .map(|(l, g)| (l.clone(), g.term, g.valid_for))
+            .filter(|(_, g)| g.until <= boot)
+            .map(|(l, g)| (l.clone(), g.term, g.kill_grace))
             .collect();
-        for (lease, term, valid_for) in ended {
+        for (lease, term, grace) in ended {
             self.grants.remove(&lease);
             log::warn!("lease {lease}: the grant of term {term} ran out without renewal; stopping its leader-only services");
             self.emit_lease(&lease, "expired", Some(term), None);
-            // Another node may lead soon: no graceful stop past half the validity.
-            self.stop_leader_only(&lease, "lease expired", Some(valid_for / 2), now);
+            // Another node may lead soon: no graceful stop past the kill grace.
+            self.stop_leader_only(&lease, "lease expired", Some(grace), now);
         }
     }
 
-    /// The earliest end of a grant.
+    /// The earliest end of a grant, as a CLOCK_MONOTONIC deadline for the poll.
     pub fn next_grant_deadline(&self) -> Option<Mono> {
-        self.grants.values().map(|g| g.until).min()
+        let boot = Boot::now();
+        let end = self.grants.values().map(|g| g.until).min()?;
+        Some(Mono::now().plus(end.since(boot)))
     }
 
     /// The term a leader-only service starts with, if its lease is held.
-    pub fn lease_term(&self, lease: &str, now: Mono) -> Option<u64> {
+    pub fn lease_term(&self, lease: &str, _now: Mono) -> Option<u64> {
+        let boot = Boot::now();
         self.grants
             .get(lease)
-            .filter(|g| g.until > now)
+            .filter(|g| g.until > boot)
             .map(|g| g.term)
     }
 

@@ -145,8 +145,15 @@ pub enum Command {
         lease: String,
         holder: String,
         term: u64,
-        /// A duration: "10s", "6667ms".
+        /// A duration: "10s", "6667ms"; counted from receipt when `until_boot_ms` is
+        /// absent (an older sup-lease).
         valid_for: String,
+        /// The grant's end: milliseconds of CLOCK_BOOTTIME (sup-lease runs on this host).
+        #[serde(default)]
+        until_boot_ms: Option<u64>,
+        /// How long a stop may take once the grant ran out (then SIGKILL).
+        #[serde(default)]
+        kill_grace: Option<String>,
     },
     LeaseRelease {
         lease: String,

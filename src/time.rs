@@ -50,6 +50,63 @@ impl Mono {
     }
 }
 
+/// A point on `CLOCK_BOOTTIME`, as nanoseconds since boot: [`Mono`]'s twin that also
+/// counts the time the host spent suspended.
+///
+/// Leases use it, and only leases: sup-lease, supd and the file store run on one host
+/// and must agree on one clock that never steps (not the wall clock: `date -s` or NTP
+/// would shorten or lengthen a store lease) and that counts suspend (a host resumed
+/// after an hour must find its grant and its store lease an hour older, as the rest of
+/// the cluster does). supd's own timers (backoff, stop escalation, probation) stay on
+/// `Mono`: they are about this host alone, where a suspended hour is no hour of uptime.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct Boot(pub u64);
+
+impl Boot {
+    /// Reads `CLOCK_BOOTTIME`.
+    pub fn now() -> Boot {
+        // As for Mono: cannot fail on Linux; zero is an early but usable value.
+        let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+            .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
+        Boot(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+    }
+
+    /// The instant `ms` milliseconds after boot.
+    pub fn from_ms(ms: u64) -> Boot {
+        Boot(ms.saturating_mul(1_000_000))
+    }
+
+    /// Milliseconds since boot, rounded down.
+    pub fn as_ms(self) -> u64 {
+        self.0 / 1_000_000
+    }
+
+    /// The instant `d` after this one.
+    pub fn plus(self, d: Duration) -> Boot {
+        Boot(
+            self.0
+                .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64),
+        )
+    }
+
+    /// How long after `earlier` this instant is (zero if it is before).
+    pub fn since(self, earlier: Boot) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
 /// The longest duration supd accepts anywhere (config and protocol): 366 days. Every
 /// deadline is an instant plus a duration; a bound keeps that sum far from overflow, and
 /// nothing supd waits for is meant to take longer than a year.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use sup::lease::node::{snapshot, write_policy, Node};
 use sup::lease::record::Strategy;
 use sup::lease::store;
-use sup::time::Mono;
+use sup::time::Boot;
 
 /// `println!` into a `String`, written once by `emit`, which cannot panic.
 /// `eprintln!` that cannot panic (stderr on a full disk): there is no one left to tell.
@@ -139,14 +139,15 @@ fn campaign(args: Args, lease: String, store: Box<dyn store::Store>) -> ExitCode
     );
     let mut node = Node::new(lease, name, args.ttl, store, args.socket.into());
     let period = args.ttl / 3;
-    let mut next = Mono::now();
+    // Ticks on CLOCK_BOOTTIME, the clock of the grants: after a suspend, at once.
+    let mut next = Boot::now();
     loop {
-        let now = Mono::now();
+        let now = Boot::now();
         if now >= next {
-            node.tick(now);
+            node.tick();
             next = next.plus(period).max(now);
         }
-        let left = next.since(Mono::now());
+        let left = next.since(Boot::now());
         let timeout =
             PollTimeout::try_from(left.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::MAX);
         let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];

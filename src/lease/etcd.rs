@@ -93,6 +93,12 @@ impl EtcdStore {
     }
 }
 
+/// etcd's TTLs are whole seconds: rounded up, so that the store lease is never shorter
+/// than the T the node counts with ("2500ms" is 3 s, not 2 s).
+pub fn whole_seconds(ttl: Duration) -> u64 {
+    (ttl.as_nanos().div_ceil(1_000_000_000) as u64).max(1)
+}
+
 /// A 64-bit number the gateway sent as a string (or a number); absent is zero.
 fn num(v: &Value) -> u64 {
     match v {
@@ -104,7 +110,7 @@ fn num(v: &Value) -> u64 {
 
 impl Store for EtcdStore {
     fn grant(&mut self, ttl: Duration) -> Result<LeaseId, StoreError> {
-        let v = self.call("lease/grant", json!({"TTL": ttl.as_secs().max(1)}))?;
+        let v = self.call("lease/grant", json!({"TTL": whole_seconds(ttl)}))?;
         match num(&v["ID"]) as LeaseId {
             0 => Err(err(format!("lease grant without an ID: {v}"))),
             id => Ok(id),
@@ -240,6 +246,13 @@ mod tests {
             );
         }
         assert_eq!(unb64("a!b"), None);
+    }
+
+    #[test]
+    fn ttls_round_up_to_whole_seconds() {
+        for (ms, secs) in [(300, 1), (1000, 1), (1001, 2), (2500, 3), (10_000, 10)] {
+            assert_eq!(whole_seconds(Duration::from_millis(ms)), secs, "{ms}ms");
+        }
     }
 
     #[test]

@@ -1,6 +1,13 @@
 //! The file store: one JSON file, read and rewritten under an exclusive lock for every
-//! operation, with lease TTLs kept by the wall clock. For one host and for trying sup-lease
-//! out; it has etcd's revisions, leases and conditional writes.
+//! operation. For one host and for trying sup-lease out; it has etcd's revisions, leases
+//! and conditional writes.
+//!
+//! Lease expiries are kept on `CLOCK_BOOTTIME`, the clock sup-lease dates its renewals
+//! and supd its grants by: the wall clock would let a `date -s` or an NTP step end a
+//! store lease early (two leaders) or late, and `CLOCK_MONOTONIC` stops during suspend.
+//! `CLOCK_BOOTTIME` starts again at every boot, so the file says which boot its
+//! expiries belong to; a file of another boot (or an older file, on the wall clock)
+//! has every lease ended at once.
 
 use super::store::{Cond, Kv, LeaseId, Store, StoreError};
 use serde::{Deserialize, Serialize};
@@ -13,7 +20,9 @@ use std::time::Duration;
 struct Data {
     revision: u64,
     next_lease: LeaseId,
-    /// Lease id → (TTL in ms, wall-clock expiry in ms).
+    /// The boot whose `CLOCK_BOOTTIME` the expiries are on (absent in older files).
+    boot_id: String,
+    /// Lease id → (TTL in ms, expiry in ms of `CLOCK_BOOTTIME`).
     leases: BTreeMap<LeaseId, (u64, u64)>,
     kvs: BTreeMap<String, Entry>,
 }
@@ -32,7 +41,14 @@ pub struct FileStore {
 }
 
 fn now_ms() -> u64 {
-    crate::supervisor::unix_ms()
+    crate::time::Boot::now().as_ms()
+}
+
+/// This boot's id; empty when unreadable (then no file's leases are trusted across it).
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -64,10 +80,13 @@ impl FileStore {
             Err(e) => return Err(err(format!("{}: {e}", self.path.display()))),
         };
         let now = now_ms();
+        let boot = boot_id();
+        let other_boot = data.boot_id != boot;
+        data.boot_id = boot;
         let expired: Vec<LeaseId> = data
             .leases
             .iter()
-            .filter(|(_, (_, until))| *until <= now)
+            .filter(|(_, (_, until))| other_boot || *until <= now)
             .map(|(id, _)| *id)
             .collect();
         for id in &expired {

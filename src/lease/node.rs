@@ -3,9 +3,9 @@
 //! and carry out its decision (in the store, then in supd).
 
 use super::record::{prefix, Leader, Member, Policy};
-use super::rule::{decide, Decision, Memory, View};
+use super::rule::{decide, kill_grace, Decision, Memory, View};
 use super::store::{Cond, Kv, LeaseId, Store, StoreError};
-use crate::time::{Human, Mono};
+use crate::time::{Boot, Human};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -83,6 +83,30 @@ pub fn write_policy(
         Ok(None) => Err(format!("the policy of {lease} was changed by another writer since epoch {}; read it again and retry", snap.policy.epoch)),
         Err(e) => Err(format!("cannot write the policy: {e}")),
     }
+}
+
+/// The `lease-grant` request for a grant that ends at `until`, or `None` when it is
+/// already over at `now`. supd enforces `until_boot_ms` (CLOCK_BOOTTIME, rounded down)
+/// as given, and kills what is left `kill_grace` after it; an older supd reads only
+/// `valid_for`, counted from when it receives it, so it is what is left at `now`.
+pub fn grant_request(
+    lease: &str,
+    holder: &str,
+    term: u64,
+    until: Boot,
+    ttl: Duration,
+    now: Boot,
+) -> Option<Value> {
+    let left = until.since(now);
+    if left < Duration::from_millis(1) {
+        return None;
+    }
+    Some(json!({
+        "cmd": "lease-grant", "lease": lease, "holder": holder, "term": term,
+        "valid_for": format!("{}ms", left.as_millis()),
+        "until_boot_ms": until.as_ms(),
+        "kill_grace": format!("{}ms", kill_grace(ttl).as_millis()),
+    }))
 }
 
 /// A connection to supd, opened again when it breaks.
@@ -212,7 +236,8 @@ pub struct Node {
     pub supd: Supd,
     socket: PathBuf,
     my_lease: Option<LeaseId>,
-    last_renewal: Option<Mono>,
+    /// When the last acknowledged keepalive (or grant) of `my_lease` was sent.
+    last_renewal: Option<Boot>,
     memory: Memory,
     /// The term of the leadership supd was last granted, to tell a change.
     leading: Option<u64>,
@@ -256,6 +281,8 @@ impl Node {
             Ok(c) => Member {
                 node: self.name.clone(),
                 version: c["version"].as_str().map(str::to_string),
+                // supd answers `"tool": null` for a lease without a tool.
+                versioned: !c["tool"].is_null(),
                 committed: c["committed"] == true,
                 irreversible: c["irreversible"] == true,
             },
@@ -264,6 +291,7 @@ impl Node {
                 Member {
                     node: self.name.clone(),
                     version: None,
+                    versioned: true,
                     committed: false,
                     irreversible: false,
                 }
@@ -271,11 +299,14 @@ impl Node {
         }
     }
 
-    /// Renews (or gets) this node's store lease and writes its member key.
-    fn renew(&mut self, me: &Member, now: Mono) -> Result<(), StoreError> {
+    /// Renews (or gets) this node's store lease and writes its member key. The renewal
+    /// is dated from when the keepalive was sent: the store counts T from its arrival,
+    /// later, however slow the store or the network.
+    fn renew(&mut self, me: &Member) -> Result<(), StoreError> {
         if let Some(id) = self.my_lease {
+            let sent = Boot::now();
             if self.store.keepalive(id)? {
-                self.last_renewal = Some(now);
+                self.last_renewal = Some(sent);
             } else {
                 log::warn!(
                     "{}: store lease {id} is gone; getting a new one",
@@ -286,8 +317,9 @@ impl Node {
             }
         }
         if self.my_lease.is_none() {
+            let sent = Boot::now();
             self.my_lease = Some(self.store.grant(self.ttl)?);
-            self.last_renewal = Some(now);
+            self.last_renewal = Some(sent);
         }
         let id = self.my_lease.unwrap_or(0);
         let value = serde_json::to_string(me).map_err(|e| StoreError(e.to_string()))?;
@@ -300,10 +332,11 @@ impl Node {
         Ok(())
     }
 
-    /// One tick.
-    pub fn tick(&mut self, now: Mono) {
+    /// One tick. The clock is read where it matters: before a keepalive is sent, and
+    /// after the last store call that a decision rests on.
+    pub fn tick(&mut self) {
         let me = self.candidacy();
-        if let Err(e) = self.renew(&me, now) {
+        if let Err(e) = self.renew(&me) {
             // Unreachable store: nothing is renewed, the grant runs out by itself; the
             // next tick tries again.
             self.note(format!("store: {e}"));
@@ -324,11 +357,11 @@ impl Node {
                 return;
             }
         };
-        let decision = self.decide_on(&snap, now);
-        self.act(decision, &snap, &me, now);
+        let decision = self.decide_on(&snap);
+        self.act(decision, &snap, &me);
     }
 
-    fn act(&mut self, d: Decision, snap: &Snapshot, me: &Member, now: Mono) {
+    fn act(&mut self, d: Decision, snap: &Snapshot, me: &Member) {
         let mine = self.my_lease.unwrap_or(0);
         let record = Leader {
             node: self.name.clone(),
@@ -348,7 +381,7 @@ impl Node {
                             self.lease,
                             self.name
                         );
-                        self.tick_again(now, me);
+                        self.tick_again(me);
                     }
                     Ok(None) => self.note("another node took the leader key first".into()),
                     Err(e) => self.note(format!("store: {e}")),
@@ -372,24 +405,30 @@ impl Node {
                                 );
                             }
                         }
-                        self.memory.lead_from = Some(now.plus(self.ttl));
+                        // T from now, after the put and the revoke: the old holder's
+                        // last grant rests on a keepalive sent before them, and ends
+                        // with its kill grace before that keepalive's send plus T.
+                        self.memory.lead_from = Some(Boot::now().plus(self.ttl));
                     }
                     Ok(None) => self.note("the leader key changed meanwhile".into()),
                     Err(e) => self.note(format!("store: {e}")),
                 }
             }
-            Decision::Lead {
-                valid_for,
-                raise_floor,
-            } => {
+            Decision::Lead { until, raise_floor } => {
                 // A step-down that is no longer called for is dropped (supd forgets a
                 // waiter whose client is gone); the grant starts the services again.
                 if self.releasing.take().is_some() {
                     self.mark_releasing(false);
                 }
                 let term = snap.leader.as_ref().map(|(_, r, _)| *r).unwrap_or(0);
-                let req = json!({"cmd": "lease-grant", "lease": self.lease, "holder": self.name, "term": term,
-                                 "valid_for": format!("{}ms", valid_for.as_millis())});
+                let req =
+                    grant_request(&self.lease, &self.name, term, until, self.ttl, Boot::now());
+                let Some(req) = req else {
+                    // Already over (a pause between the decision and here): nothing
+                    // to grant; the next tick renews.
+                    self.note("the grant ran out before it could be sent".into());
+                    return;
+                };
                 match self.supd.call(req, self.ttl / 3) {
                     Ok(_) => {
                         if self.leading != Some(term) {
@@ -495,17 +534,18 @@ impl Node {
     }
 
     /// After taking an empty key, lead in the same tick (its owner is proven next tick).
-    fn tick_again(&mut self, now: Mono, me: &Member) {
+    fn tick_again(&mut self, me: &Member) {
         if let Ok(snap) = snapshot(self.store.as_mut(), &self.lease) {
-            let d = self.decide_on(&snap, now);
+            let d = self.decide_on(&snap);
             if matches!(d, Decision::Lead { .. }) {
-                self.act(d, &snap, me, now);
+                self.act(d, &snap, me);
             }
         }
     }
 
-    /// Proves ownership of the leader key (a transaction) and applies the rule.
-    fn decide_on(&mut self, snap: &Snapshot, now: Mono) -> Decision {
+    /// Proves ownership of the leader key (a transaction) and applies the rule, with
+    /// `now` read after that transaction.
+    fn decide_on(&mut self, snap: &Snapshot) -> Decision {
         let owns = match (&snap.leader, self.my_lease) {
             (Some((l, _, id)), Some(mine)) if l.node == self.name && *id == mine => self
                 .store
@@ -514,6 +554,7 @@ impl Node {
             _ => false,
         };
         let leader = snap.leader.as_ref().map(|(l, r, _)| (l, *r));
+        let now = Boot::now();
         let holder_releasing = snap
             .leader
             .as_ref()
@@ -553,11 +594,11 @@ impl Node {
                 self.mark_releasing(true);
                 self.releasing = Release::start(&self.socket, &self.lease).ok();
             }
-            let end = Mono::now().plus(self.ttl * 10);
+            let end = Boot::now().plus(self.ttl * 10);
             while let Some(r) = self.releasing.as_mut() {
                 match r.poll() {
                     Some(_) => break,
-                    None if Mono::now() >= end => break,
+                    None if Boot::now() >= end => break,
                     None => {
                         let mut fds = [nix::poll::PollFd::new(
                             std::os::fd::AsFd::as_fd(&r.conn),

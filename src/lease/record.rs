@@ -14,9 +14,18 @@ pub struct Member {
     pub node: String,
     /// The version of the lease's tool on that node (absent: none).
     pub version: Option<String>,
+    /// The lease has a tool on that node. Without one (plain leader election) there is
+    /// no version, and every live member may lead. Absent in records of older
+    /// sup-leases, which always had a version to offer: true.
+    #[serde(default = "yes")]
+    pub versioned: bool,
     /// Past probation.
     pub committed: bool,
     pub irreversible: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Member {

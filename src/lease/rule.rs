@@ -5,31 +5,58 @@
 //! - eligible: committed, not below the floor, and the target when pinned;
 //! - preferred: the highest eligible version (`newest`), the lowest (`oldest`), or the
 //!   target (`pinned`);
-//! - a holder leads while its last renewal is younger than 2T/3, it proved this tick that
-//!   it owns `leader`, and it is eligible; it steps down when not preferred and a
+//! - a holder leads while the keepalive of its last renewal was *sent* less than
+//!   [`validity`] (T/2) ago, it proved this tick that it owns `leader`, and it is
+//!   eligible; its grant is an absolute deadline, that send plus T/2, and supd kills what
+//!   is left [`kill_grace`] (T/4) after it: T/2 + T/4 + a margin of T/4 = T, so the
+//!   services are gone before the store lease, which counts T from the keepalive's
+//!   arrival (later than its send), can end; it steps down when not preferred and a
 //!   preferred member has been live for T;
 //! - an eligible candidate takes an empty `leader`; one that is not preferred waits T;
 //! - a preferred candidate takes over a holder that for 2T was not a live member, not
 //!   eligible, or not preferred and did not step down; it waits T before it leads;
-//! - an irreversible version that leads raises the floor to itself.
+//! - an irreversible version that leads raises the floor to itself;
+//! - a lease without a tool (members without a version) is plain leader election: every
+//!   live member is eligible and preferred, and compare-and-create picks one.
+//!
+//! Every instant is on `CLOCK_BOOTTIME` ([`Boot`]), which the file store, sup-lease and
+//! supd share on one host: it never steps and it counts suspend.
 
 use super::record::{Leader, Member, Policy, Strategy};
-use crate::time::Mono;
+use crate::time::Boot;
 use semver::Version;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// How long a grant lasts after the keepalive it rests on was sent: T/2.
+pub fn validity(ttl: Duration) -> Duration {
+    ttl / 2
+}
+
+/// How long supd may take, at the most, to end the leader-only services once a grant
+/// ran out (then SIGKILL): T/4.
+pub fn kill_grace(ttl: Duration) -> Duration {
+    ttl / 4
+}
+
+/// What is left of T once a grant and its kill grace are over: T/4, for supd's timer
+/// to fire late, the kill to land, and the clocks of this host and the store's to run at
+/// slightly different rates. [`validity`] + [`kill_grace`] + [`margin`] <= T.
+pub fn margin(ttl: Duration) -> Duration {
+    ttl.saturating_sub(validity(ttl) + kill_grace(ttl))
+}
 
 /// What a node remembers between ticks, in its own clock.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Memory {
     /// Since when each member has been seen without a break.
-    pub first_seen: BTreeMap<String, Mono>,
+    pub first_seen: BTreeMap<String, Boot>,
     /// Since when `leader` has been seen empty.
-    pub empty_since: Option<Mono>,
+    pub empty_since: Option<Boot>,
     /// A holder that should not hold: (node, leader revision, since).
-    pub bad_holder: Option<(String, u64, Mono)>,
+    pub bad_holder: Option<(String, u64, Boot)>,
     /// After a takeover, this node leads only from then on.
-    pub lead_from: Option<Mono>,
+    pub lead_from: Option<Boot>,
 }
 
 /// What the node sees this tick.
@@ -41,9 +68,10 @@ pub struct View<'a> {
     pub leader: Option<(&'a Leader, u64)>,
     pub policy: &'a Policy,
     pub ttl: Duration,
-    pub now: Mono,
-    /// When this node's store lease was last renewed (keepalive acknowledged).
-    pub last_renewal: Option<Mono>,
+    pub now: Boot,
+    /// When the keepalive (or grant) of this node's store lease that the store last
+    /// acknowledged was *sent*: the store counts T from a later instant.
+    pub last_renewal: Option<Boot>,
     /// This tick's transaction proved that `leader` is bound to this node's store lease.
     pub owns_leader: bool,
     /// The holder has said it is stepping down (its services are stopping): it is not
@@ -62,9 +90,9 @@ pub enum Decision {
     /// Replace `leader` written at this revision, revoke the old holder's store lease,
     /// and lead only after T.
     TakeOver { revision: u64 },
-    /// Lead: grant supd leadership for this long.
+    /// Lead: grant supd leadership until this instant (absolute, on `CLOCK_BOOTTIME`).
     Lead {
-        valid_for: Duration,
+        until: Boot,
         raise_floor: Option<String>,
     },
     /// Holder after a takeover, waiting out the old holder's grant.
@@ -75,8 +103,13 @@ pub enum Decision {
     Fence(String),
 }
 
-/// Whether `m` may lead under `p`.
+/// Whether `m` may lead under `p`. A member of a lease without a tool has no version:
+/// it is eligible while live, unless the policy speaks of versions (a floor or a pin),
+/// which it cannot meet.
 pub fn eligible(m: &Member, p: &Policy) -> bool {
+    if !m.versioned {
+        return m.committed && p.floor().is_none() && p.strategy != Strategy::Pinned;
+    }
     let Some(v) = m.semver() else { return false };
     m.committed
         && p.floor().is_none_or(|f| v >= f)
@@ -96,7 +129,12 @@ pub fn preferred(members: &[Member], p: &Policy) -> Option<Version> {
     }
 }
 
+/// A versioned member is preferred when its version is the preferred one; one without a
+/// tool when no versioned member is eligible (then all of them are, alike).
 fn is_preferred(m: &Member, p: &Policy, pref: &Option<Version>) -> bool {
+    if !m.versioned {
+        return eligible(m, p) && pref.is_none();
+    }
     eligible(m, p) && m.semver().is_some() && &m.semver() == pref
 }
 
@@ -121,11 +159,12 @@ pub fn decide(v: &View, mem: &Memory) -> (Decision, Memory) {
         Some((l, _)) if l.node == v.me => {
             mem.empty_since = None;
             mem.bad_holder = None;
-            let fresh = v.last_renewal.is_some_and(|r| v.now.since(r) < t * 2 / 3);
+            let until = v.last_renewal.map(|r| r.plus(validity(t)));
+            let fresh = until.is_some_and(|u| v.now < u);
             if !v.owns_leader || !fresh {
                 mem.lead_from = None;
                 let why = if v.owns_leader {
-                    "its store lease was not renewed for 2T/3"
+                    "its store lease was not renewed for T/2"
                 } else {
                     "it could not prove it owns the leader key"
                 };
@@ -147,19 +186,12 @@ pub fn decide(v: &View, mem: &Memory) -> (Decision, Memory) {
                 return (Decision::Wait(from.since(v.now)), mem);
             }
             mem.lead_from = None;
-            let valid_for =
-                (t * 2 / 3).saturating_sub(v.now.since(v.last_renewal.unwrap_or(v.now)));
+            let until = until.unwrap_or(v.now);
             let raise_floor = match (me.irreversible, me.semver()) {
                 (true, Some(mv)) if p.floor().is_none_or(|f| mv > f) => me.version.clone(),
                 _ => None,
             };
-            (
-                Decision::Lead {
-                    valid_for,
-                    raise_floor,
-                },
-                mem,
-            )
+            (Decision::Lead { until, raise_floor }, mem)
         }
         Some((l, revision)) => {
             mem.empty_since = None;

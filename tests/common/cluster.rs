@@ -15,6 +15,17 @@ pub struct Node {
     pub lease: Option<Child>,
 }
 
+/// How a cluster is built, beyond its versions, store and TTL.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Engines take this long to stop after SIGTERM.
+    pub stop_secs: f32,
+    /// `[lease.engine]` without a tool (plain leader election): no agent is installed.
+    pub no_tool: bool,
+    /// The sup-leases are started by the test (`start_lease_with`), not at once.
+    pub hold_leases: bool,
+}
+
 pub struct Cluster {
     pub nodes: Vec<Node>,
     pub store: String,
@@ -36,7 +47,17 @@ impl Cluster {
     /// `versions[i]` is node i's committed version of the agent; `store` None: a file
     /// store in the shared directory.
     pub fn new(versions: &[&str], store: Option<String>, ttl: &'static str) -> Cluster {
-        Cluster::build(versions, store, ttl, 0.0)
+        Cluster::build(versions, store, ttl, Options::default())
+    }
+
+    /// A cluster built with `opts`.
+    pub fn with(
+        versions: &[&str],
+        store: Option<String>,
+        ttl: &'static str,
+        opts: Options,
+    ) -> Cluster {
+        Cluster::build(versions, store, ttl, opts)
     }
 
     /// Engines that take `stop_secs` to stop after SIGTERM (longer than a TTL).
@@ -46,15 +67,20 @@ impl Cluster {
         ttl: &'static str,
         stop_secs: f32,
     ) -> Cluster {
-        Cluster::build(versions, store, ttl, stop_secs)
+        let opts = Options {
+            stop_secs,
+            ..Options::default()
+        };
+        Cluster::build(versions, store, ttl, opts)
     }
 
     fn build(
         versions: &[&str],
         store: Option<String>,
         ttl: &'static str,
-        stop_secs: f32,
+        opts: Options,
     ) -> Cluster {
+        let stop_secs = opts.stop_secs;
         let dir = Sandbox::new();
         let shared = dir.dir.clone();
         let store =
@@ -73,8 +99,13 @@ impl Cluster {
         for (i, v) in versions.iter().enumerate() {
             let name = format!("n{}", i + 1);
             let sb = Sandbox::new();
+            let tool = if opts.no_tool {
+                ""
+            } else {
+                "tool = \"agent\"\n"
+            };
             sb.config(&format!(
-                "[lease.engine]\ntool = \"agent\"\n\n\
+                "[lease.engine]\n{tool}\n\
                  [service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nrestart_delay = \"10ms\"\n\
                  crash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\nprobation = \"1s\"\n\n\
                  [service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nenv = {{ NODE = \"{name}\" }}\nstop_timeout = \"{stop}s\"\n",
@@ -87,8 +118,10 @@ impl Cluster {
             });
             let n = nodes.last_mut().expect("node");
             n.sb.start();
-            n.install(v, false);
-            n.upgrade(v, true);
+            if !opts.no_tool {
+                n.install(v, false);
+                n.upgrade(v, true);
+            }
         }
         let mut c = Cluster {
             nodes,
@@ -97,14 +130,21 @@ impl Cluster {
             ttl,
             _dir: dir,
         };
-        for i in 0..c.nodes.len() {
-            c.start_lease(i);
+        if !opts.hold_leases {
+            for i in 0..c.nodes.len() {
+                c.start_lease(i);
+            }
         }
         c
     }
 
     /// Starts node i's sup-lease.
     pub fn start_lease(&mut self, i: usize) {
+        self.start_lease_with(i, &[]);
+    }
+
+    /// Starts node i's sup-lease with more environment (an LD_PRELOAD shim).
+    pub fn start_lease_with(&mut self, i: usize, env: &[(&str, &std::ffi::OsStr)]) {
         let n = &mut self.nodes[i];
         let log =
             std::fs::File::create(n.sb.path(&format!("lease-{}.log", unix_now()))).expect("log");
@@ -122,6 +162,7 @@ impl Cluster {
             ])
             .arg(&n.sb.socket)
             .env("SUP_LOG", "debug")
+            .envs(env.iter().copied())
             .stdout(log.try_clone().expect("dup"))
             .stderr(log)
             .spawn()

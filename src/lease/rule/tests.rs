@@ -6,6 +6,7 @@ fn m(node: &str, version: &str, committed: bool) -> Member {
     Member {
         node: node.into(),
         version: Some(version.into()),
+        versioned: true,
         committed,
         irreversible: false,
     }
@@ -78,6 +79,7 @@ fn eligibility_and_preference() {
         &Member {
             node: "x".into(),
             version: None,
+            versioned: true,
             committed: true,
             irreversible: false
         },
@@ -90,7 +92,7 @@ fn view<'a>(
     members: &'a [Member],
     leader: Option<(&'a Leader, u64)>,
     policy: &'a Policy,
-    now: Mono,
+    now: Boot,
     owns: bool,
 ) -> View<'a> {
     View {
@@ -110,7 +112,7 @@ fn view<'a>(
 fn single_node_decisions() {
     let p = pol(Strategy::Newest, None, None);
     let members = [m("a", "0.6.2", true), m("b", "0.8.1", true)];
-    let at = |ms: u64| Mono(ms * 1_000_000);
+    let at = |ms: u64| Boot(ms * 1_000_000);
     let la = Leader {
         node: "a".into(),
         version: Some("0.6.2".into()),
@@ -141,7 +143,7 @@ fn single_node_decisions() {
         Decision::Acquire
     );
 
-    // A holder leads with a grant shorter than 2T/3 of its renewal.
+    // A holder leads until T/2 after its keepalive was sent.
     let (d, _) = decide(
         &view("b", &members, Some((&lb, 5)), &p, at(0), true),
         &Memory::default(),
@@ -149,11 +151,11 @@ fn single_node_decisions() {
     assert_eq!(
         d,
         Decision::Lead {
-            valid_for: T * 2 / 3,
+            until: at(450),
             raise_floor: None
         }
     );
-    let mut stale = view("b", &members, Some((&lb, 5)), &p, at(700), true);
+    let mut stale = view("b", &members, Some((&lb, 5)), &p, at(450), true);
     stale.last_renewal = Some(at(0));
     assert!(matches!(
         decide(&stale, &Memory::default()).0,
@@ -248,7 +250,7 @@ fn single_node_decisions() {
     assert_eq!(
         d,
         Decision::Lead {
-            valid_for: T * 2 / 3,
+            until: at(450),
             raise_floor: Some("0.8.1".into())
         }
     );
@@ -260,7 +262,7 @@ fn single_node_decisions() {
     assert_eq!(
         d,
         Decision::Lead {
-            valid_for: T * 2 / 3,
+            until: at(450),
             raise_floor: None
         }
     );
@@ -312,6 +314,7 @@ impl Sim {
             n.1 = Member {
                 node: node.into(),
                 version: Some(version.into()),
+                versioned: true,
                 committed,
                 irreversible,
             };
@@ -336,7 +339,7 @@ impl Sim {
     fn tick(&mut self) {
         let step = T.as_millis() as u64 / 3;
         self.now += step;
-        let now = Mono(self.now * 1_000_000);
+        let now = Boot(self.now * 1_000_000);
         self.grants.retain(|_, until| *until > self.now);
         let wedged_holder = self
             .leader
@@ -392,10 +395,7 @@ impl Sim {
                     ));
                     mem.lead_from = Some(now.plus(T));
                 }
-                Decision::Lead {
-                    valid_for,
-                    raise_floor,
-                } => {
+                Decision::Lead { until, raise_floor } => {
                     for (other, until) in &self.grants {
                         assert!(
                             other == &name || *until <= self.now,
@@ -403,8 +403,7 @@ impl Sim {
                             self.now
                         );
                     }
-                    self.grants
-                        .insert(name.clone(), self.now + valid_for.as_millis() as u64);
+                    self.grants.insert(name.clone(), until.as_ms());
                     if self.leads.last() != Some(&name) {
                         self.leads.push(name.clone());
                     }
@@ -521,3 +520,146 @@ fn a_wedged_holder_is_replaced_without_overlap() {
     let second = s.holder().expect("the other one leads");
     assert_ne!(second, first);
 }
+
+#[test]
+fn the_grant_and_its_kill_grace_end_before_the_store_lease_by_a_margin() {
+    for ms in [300, 900, 1000, 2500, 3000, 10_000, 60_000] {
+        let t = Duration::from_millis(ms);
+        assert!(
+            validity(t) + kill_grace(t) + margin(t) <= t,
+            "{ms}ms: T/2 + T/4 + T/4 <= T"
+        );
+        assert!(margin(t) >= t / 4 - Duration::from_nanos(2), "{ms}ms");
+        // A tick every T/3 renews before the grant of the last one ran out.
+        assert!(t / 3 < validity(t), "{ms}ms");
+    }
+}
+
+#[test]
+fn a_grant_counts_from_the_keepalive_not_from_the_decision() {
+    let p = Policy::default();
+    let members = [m("b", "0.8.1", true)];
+    let lb = Leader {
+        node: "b".into(),
+        version: Some("0.8.1".into()),
+        epoch: 1,
+    };
+    let at = |ms: u64| Boot(ms * 1_000_000);
+    // (keepalive sent, decided) -> the grant's end, or fenced. T = 900ms.
+    let table: [(u64, u64, Option<u64>); 5] = [
+        (0, 0, Some(450)),
+        (0, 300, Some(450)), // a slow store: the grant is shorter, not later
+        (1000, 1449, Some(1450)),
+        (1000, 1450, None), // the keepalive is T/2 old: no grant at all
+        (0, 5800, None),
+    ];
+    for (sent, now, want) in table {
+        let mut v = view("b", &members, Some((&lb, 5)), &p, at(now), true);
+        v.last_renewal = Some(at(sent));
+        let (d, _) = decide(&v, &Memory::default());
+        match want {
+            Some(end) => assert_eq!(
+                d,
+                Decision::Lead {
+                    until: at(end),
+                    raise_floor: None
+                },
+                "sent {sent}, decided {now}"
+            ),
+            None => assert!(
+                matches!(d, Decision::Fence(_)),
+                "sent {sent}, decided {now}: {d:?}"
+            ),
+        }
+    }
+}
+
+fn plain(node: &str) -> Member {
+    Member {
+        node: node.into(),
+        version: None,
+        versioned: false,
+        committed: true,
+        irreversible: false,
+    }
+}
+
+#[test]
+fn a_lease_without_a_tool_elects_one_live_member() {
+    let members = [plain("a"), plain("b"), plain("c")];
+    // (policy, eligible): versions rules speak of versions, which such members lack.
+    let table = [
+        (Policy::default(), true),
+        (pol(Strategy::Oldest, None, None), true),
+        (pol(Strategy::Newest, None, Some("1.0.0")), false),
+        (pol(Strategy::Pinned, Some("1.0.0"), None), false),
+    ];
+    for (p, want) in &table {
+        for x in &members {
+            assert_eq!(eligible(x, p), *want, "{p:?}");
+        }
+        assert_eq!(preferred(&members, p), None);
+    }
+    // No tool, but supd could not be asked: not a candidacy.
+    let unknown = Member {
+        committed: false,
+        ..plain("d")
+    };
+    assert!(!eligible(&unknown, &Policy::default()));
+    // Every one of them tries the empty key at once; the store's compare-and-create
+    // picks one, and the others follow it without taking over.
+    let p = Policy::default();
+    for me in ["a", "b", "c"] {
+        let (d, _) = decide(
+            &view(me, &members, None, &p, Boot(0), false),
+            &Memory::default(),
+        );
+        assert_eq!(d, Decision::Acquire, "{me}");
+    }
+    let la = Leader {
+        node: "a".into(),
+        version: None,
+        epoch: 0,
+    };
+    let at = |ms: u64| Boot(ms * 1_000_000);
+    let (_, mut mem) = decide(
+        &view("b", &members, Some((&la, 3)), &p, at(0), false),
+        &Memory::default(),
+    );
+    for t in [300, 900, 1800, 5000] {
+        let (d, m2) = decide(&view("b", &members, Some((&la, 3)), &p, at(t), false), &mem);
+        assert!(matches!(d, Decision::Follow(_)), "at {t}: {d:?}");
+        mem = m2;
+    }
+    let (d, _) = decide(
+        &view("a", &members, Some((&la, 3)), &p, at(0), true),
+        &Memory::default(),
+    );
+    assert!(matches!(d, Decision::Lead { .. }), "{d:?}");
+    // A holder without a tool that is no longer a member is taken over after 2T.
+    let bc = [plain("b"), plain("c")];
+    let (_, mem) = decide(
+        &view("b", &bc, Some((&la, 3)), &p, at(0), false),
+        &Memory::default(),
+    );
+    assert_eq!(
+        decide(&view("b", &bc, Some((&la, 3)), &p, at(1800), false), &mem).0,
+        Decision::TakeOver { revision: 3 }
+    );
+}
+
+#[test]
+fn nodes_without_a_tool_elect_exactly_one_in_the_simulation() {
+    let mut s = Sim::new(&[("n1", "0.0.0"), ("n2", "0.0.0"), ("n3", "0.0.0")]);
+    for n in &mut s.nodes {
+        n.1 = plain(&n.0);
+    }
+    s.run(10);
+    let first = s.holder().expect("someone leads");
+    assert_eq!(s.leads, vec![first.clone()]);
+    s.wedge(&first);
+    s.run(15);
+    assert!(s.holder().is_some_and(|h| h != first), "{:?}", s.leads);
+}
+
+mod faults;
