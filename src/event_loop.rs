@@ -16,6 +16,7 @@ enum Token {
     LegacyNotify,
     StateDir,
     Cleanup,
+    GrantTimer,
     /// The log writer's reports, and its pipe while lines wait for room in it.
     LogReports,
     LogPipe,
@@ -43,6 +44,7 @@ pub fn run(sup: &mut Supervisor) -> i32 {
             .next_deadline()
             .into_iter()
             .chain(sup.server.next_deadline());
+        sup.arm_grant_timer();
         let timeout = timeout_until(deadline.min(), now);
         let ready = match wait(sup, timeout) {
             Ok(r) => r,
@@ -87,6 +89,10 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
     if let Some(w) = sup.state_watch.as_ref() {
         tokens.push(Token::StateDir);
         fds.push(PollFd::new(w.fd(), input));
+    }
+    if let Some(t) = sup.grant_timer_fd() {
+        tokens.push(Token::GrantTimer);
+        fds.push(PollFd::new(t, input));
     }
     for fd in sup.cleanup.iter().flat_map(|c| c.fds()) {
         tokens.push(Token::Cleanup);
@@ -139,6 +145,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
         Token::LegacyNotify => sup.on_legacy_notify(now),
         Token::StateDir => sup.on_state_dir(),
         Token::Cleanup => sup.cleanup_step(now),
+        Token::GrantTimer => sup.on_grant_timer(),
         Token::LogReports => sup.on_log_reports(now),
         Token::LogPipe => sup.log_writer.flush(now),
         Token::Reload => sup.on_reload_pipe(now),

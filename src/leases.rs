@@ -275,6 +275,57 @@ impl Supervisor {
     }
 
     /// The earliest end of a grant, as a CLOCK_MONOTONIC deadline for the poll.
+    /// Arms the grant timer (CLOCK_BOOTTIME, absolute) at the earliest grant's end, or
+    /// disarms it: a machine that resumes from suspend past a grant's end wakes supd at
+    /// once, where the poll timeout (CLOCK_MONOTONIC, which stops while suspended) would
+    /// not. Returns the fd to poll while a grant is held.
+    pub fn arm_grant_timer(&mut self) {
+        let end = self.grants.values().map(|g| g.until).min();
+        let Some(end) = end else {
+            if let Some(t) = &self.grant_timer {
+                let _ = t.unset();
+            }
+            return;
+        };
+        if self.grant_timer.is_none() {
+            use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
+            match TimerFd::new(
+                ClockId::CLOCK_BOOTTIME,
+                TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+            ) {
+                Ok(t) => self.grant_timer = Some(t),
+                Err(e) => return log::warn!(
+                    "cannot make a CLOCK_BOOTTIME timer: {e}; grants end on the poll timeout only"
+                ),
+            }
+        }
+        if let Some(t) = &self.grant_timer {
+            // A zero expiration disarms: the earliest instant is one nanosecond.
+            let at = nix::sys::time::TimeSpec::from_duration(Duration::from_nanos(end.0.max(1)));
+            let _ = t.set(
+                nix::sys::timerfd::Expiration::OneShot(at),
+                nix::sys::timerfd::TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+            );
+        }
+    }
+
+    /// The grant timer's fd, while a grant is held.
+    pub fn grant_timer_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.grant_timer
+            .as_ref()
+            .filter(|_| !self.grants.is_empty())
+            .map(|t| t.as_fd())
+    }
+
+    /// The grant timer fired: clear it (the loop then expires what has ended).
+    pub fn on_grant_timer(&mut self) {
+        if let Some(t) = &self.grant_timer {
+            let mut buf = [0u8; 8];
+            let _ = nix::unistd::read(t, &mut buf);
+        }
+    }
+
     pub fn next_grant_deadline(&self) -> Option<Mono> {
         let boot = Boot::now();
         let end = self.grants.values().map(|g| g.until).min()?;

@@ -146,6 +146,8 @@ pub struct Supervisor {
     pub lock_lost: bool,
     /// Services whose leader was reaped while other processes of that run remain.
     pub draining: BTreeSet<String>,
+    /// Fires at the earliest grant's end on CLOCK_BOOTTIME (a resume from suspend too).
+    pub grant_timer: Option<nix::sys::timerfd::TimerFd>,
     /// The control socket could not be bound: when to try again, and the step after.
     pub socket_retry: Option<(Mono, Duration)>,
     /// What a previous supd left, being ended: no service starts until it is over.
@@ -211,6 +213,7 @@ impl Supervisor {
             drain_retry: None,
             more_to_start: false,
             socket_retry: None,
+            grant_timer: None,
             cleanup: None,
             reload_job: None,
         };
