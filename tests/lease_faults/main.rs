@@ -11,7 +11,8 @@
 //! talks to its own etcd member (`node.rs`), T = 1 s. Then a seeded schedule of faults,
 //! one a round, each followed by a quiet while of 0.3–2 T:
 //! - SIGSTOP, then SIGCONT 0.3–3 T later, of a node's sup-lease, its supd, or its engine;
-//! - kill -9 of a node's supd and sup-lease together, both started again 0–2 T later;
+//! - kill -9 of a node's supd and sup-lease together, both started again 0–5 T later
+//!   (another node may lead 3 T after, so an engine that outlives its supd is seen);
 //! - kill -9 of the etcd raft leader, started again on its data 0–2 T later;
 //! - a slow store: SIGSTOP of etcd members (the one a node talks to, the raft leader, or
 //!   all three) for 0.3–3 T;
@@ -182,7 +183,9 @@ fn leader_only_services_never_run_twice() {
                 }
             }
         } else if pick < 54 {
-            let down = rng.range(0, 2000) as f64 / 1000.0 * T;
+            // Down up to 5 T: longer than the 3 T after which another node may lead, so
+            // an engine that outlives its supd is seen.
+            let down = rng.range(0, 5000) as f64 / 1000.0 * T;
             nodes[i].kill9();
             sleep(ms(down));
             nodes[i].restart();
