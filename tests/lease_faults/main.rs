@@ -1,0 +1,450 @@
+//! Lease safety under faults (issue 11): leader-only services never run twice, whatever
+//! happens to the nodes, their clocks and the store, in the spirit of Jepsen's etcd
+//! analysis. Run it with
+//!
+//! ```sh
+//! cargo test --release --test lease_faults -- --ignored --nocapture --test-threads=1
+//! ```
+//!
+//! (`.ci/run` runs exactly this; a few minutes). A three-member etcd cluster on loopback
+//! (`etcd3.rs`), three nodes, each a supd with a leader-only engine and a sup-lease that
+//! talks to its own etcd member (`node.rs`), T = 1 s. Then a seeded schedule of faults,
+//! one a round, each followed by a quiet while of 0.3–2 T:
+//! - SIGSTOP, then SIGCONT 0.3–3 T later, of a node's sup-lease, its supd, or its engine;
+//! - kill -9 of a node's supd and sup-lease together, both started again 0–5 T later
+//!   (another node may lead 3 T after, so an engine that outlives its supd is seen);
+//! - kill -9 of the etcd raft leader, started again on its data 0–2 T later;
+//! - a slow store: SIGSTOP of etcd members (the one a node talks to, the raft leader, or
+//!   all three) for 0.3–3 T;
+//! - a wall-clock step of up to a day either way for a node's supd and sup-lease (an
+//!   LD_PRELOAD shim over CLOCK_REALTIME, gettimeofday and time; `native.rs`).
+//!
+//! The fault mostly hits the node whose engine runs. `SUP_FAULT_SEED` replays a run's
+//! choices (the test prints its seed), `SUP_LEASE_ROUNDS` sets the rounds (50).
+//!
+//! The checkers (`witness.rs`): every engine notes CLOCK_BOOTTIME as its first act and
+//! tells the witness, and its end is its own `stop` or the moment its connection closed
+//! as it died, so each run is an interval of one clock on one host covering all the
+//! time it could act. No two intervals may intersect, and every engine takes an
+//! exclusive `flock` on a shared file: one that cannot is an overlap too. Availability
+//! is reported (the share of the time some engine ran, the longest gap) so that safety
+//! is not bought by never leading, and after the last fault an engine must run again.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod etcd3;
+mod native;
+mod node;
+#[path = "../fault/rng.rs"]
+#[allow(dead_code)]
+mod rng;
+mod witness;
+
+use common::*;
+use etcd3::Etcd3;
+use native::boot;
+use nix::sys::signal::Signal;
+use node::{signal, Node};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::thread::sleep;
+use std::time::Duration;
+use witness::{Run, Witness};
+
+/// T: etcd counts whole seconds, and 1 s lets 50 rounds fit in a few minutes.
+const TTL: &str = "1s";
+const T: f64 = 1.0;
+
+/// One fault as it was applied: what, and when on CLOCK_BOOTTIME.
+struct Fault {
+    round: usize,
+    kind: &'static str,
+    what: String,
+    begin: f64,
+    end: f64,
+}
+
+struct Overlap {
+    a: Run,
+    b: Run,
+    from: f64,
+    to: f64,
+}
+
+fn ms(d: f64) -> Duration {
+    Duration::from_secs_f64(d.max(0.0))
+}
+
+#[test]
+#[ignore = "lease faults: cargo test --release --test lease_faults -- --ignored --nocapture --test-threads=1"]
+fn leader_only_services_never_run_twice() {
+    let seed = rng::seed();
+    let mut rng = rng::Rng::for_scenario(seed, "lease_faults");
+    let rounds: usize = std::env::var("SUP_LEASE_ROUNDS")
+        .map(|s| s.trim().parse().expect("SUP_LEASE_ROUNDS: a number"))
+        .unwrap_or(50);
+    eprintln!(
+        "lease_faults: seed {seed:#x} (SUP_FAULT_SEED={seed:#x} replays it), {rounds} rounds, T = {TTL}"
+    );
+    let base = boot();
+    let Some(mut etcd) = Etcd3::start() else {
+        return;
+    };
+    let shared = Sandbox::new();
+    let engine = native::engine(&shared.dir);
+    let shim = native::shim(&shared.dir);
+    let witness = Witness::listen(&shared.path("witness.sock"));
+    let lock = shared.path("engine.lock");
+    let mut nodes: Vec<Node> = Vec::new();
+    for i in 0..3 {
+        let store = format!("etcd:{}", etcd.members[i].client);
+        nodes.push(Node::new(
+            &format!("n{}", i + 1),
+            store,
+            TTL,
+            &engine,
+            &witness.path,
+            &lock,
+            &shim,
+        ));
+    }
+    eprintln!(
+        "lease_faults: etcd in {}, nodes in {}",
+        etcd.dir.dir.display(),
+        nodes
+            .iter()
+            .map(|n| n.sb.dir.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    assert!(
+        await_engine(&witness, "the first leader"),
+        "no engine ran within {DEADLINE:?} of the start (seed {seed:#x})"
+    );
+    let t0 = boot();
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let mut faults: Vec<Fault> = Vec::new();
+    for round in 1..=rounds {
+        // The node that leads now, mostly; any node otherwise.
+        let alive = witness.alive();
+        let i = match alive.first() {
+            Some(n) if rng.chance(75) => names.iter().position(|m| m == n).unwrap_or(0),
+            _ => rng.range(0, 3) as usize,
+        };
+        let d = rng.range(300, 3000) as f64 / 1000.0 * T;
+        let begin = boot();
+        let pick = rng.range(0, 100);
+        let (kind, what): (&'static str, String) = if pick < 14 {
+            let pid = nodes[i].lease_pid().unwrap_or(0);
+            signal(pid, Signal::SIGSTOP);
+            sleep(ms(d));
+            signal(pid, Signal::SIGCONT);
+            (
+                "pause sup-lease",
+                format!("SIGSTOP of {}'s sup-lease for {d:.2} s", names[i]),
+            )
+        } else if pick < 28 {
+            let pid = nodes[i].supd_pid().unwrap_or(0);
+            signal(pid, Signal::SIGSTOP);
+            sleep(ms(d));
+            signal(pid, Signal::SIGCONT);
+            (
+                "pause supd",
+                format!("SIGSTOP of {}'s supd for {d:.2} s", names[i]),
+            )
+        } else if pick < 38 {
+            let node = witness
+                .engine_pid(&names[i])
+                .map(|p| (names[i].clone(), p))
+                .or_else(|| {
+                    let n = alive.first()?.clone();
+                    witness.engine_pid(&n).map(|p| (n, p))
+                });
+            match node {
+                Some((n, pid)) => {
+                    signal(pid, Signal::SIGSTOP);
+                    sleep(ms(d));
+                    // Continued only while that very engine is alive (its pid is its own).
+                    if witness
+                        .runs()
+                        .iter()
+                        .any(|r| r.pid == pid && r.end.is_none())
+                    {
+                        signal(pid, Signal::SIGCONT);
+                    }
+                    (
+                        "pause engine",
+                        format!("SIGSTOP of {n}'s engine (pid {pid}) for {d:.2} s"),
+                    )
+                }
+                None => {
+                    sleep(ms(d));
+                    ("pause engine", format!("no engine to pause; {d:.2} s idle"))
+                }
+            }
+        } else if pick < 54 {
+            // Down up to 5 T: longer than the 3 T after which another node may lead, so
+            // an engine that outlives its supd is seen.
+            let down = rng.range(0, 5000) as f64 / 1000.0 * T;
+            nodes[i].kill9();
+            sleep(ms(down));
+            nodes[i].restart();
+            (
+                "kill -9 supd+sup-lease",
+                format!(
+                    "kill -9 of {}'s supd and sup-lease, started again {down:.2} s later",
+                    names[i]
+                ),
+            )
+        } else if pick < 68 {
+            let down = rng.range(0, 2000) as f64 / 1000.0 * T;
+            match etcd.leader() {
+                Some(m) => {
+                    etcd.kill(m);
+                    sleep(ms(down));
+                    etcd.restart(m);
+                    (
+                        "kill -9 etcd leader",
+                        format!(
+                            "kill -9 of the etcd leader {}, started again {down:.2} s later",
+                            etcd.members[m].name
+                        ),
+                    )
+                }
+                None => {
+                    sleep(ms(down));
+                    (
+                        "kill -9 etcd leader",
+                        format!("no etcd leader found; {down:.2} s idle"),
+                    )
+                }
+            }
+        } else if pick < 86 {
+            let which: Vec<usize> = match rng.range(0, 3) {
+                0 => vec![i],
+                1 => etcd.leader().into_iter().collect(),
+                _ => vec![0, 1, 2],
+            };
+            for &m in &which {
+                etcd.pause(m, false);
+            }
+            sleep(ms(d));
+            for &m in &which {
+                etcd.pause(m, true);
+            }
+            let list: Vec<&str> = which
+                .iter()
+                .map(|&m| etcd.members[m].name.as_str())
+                .collect();
+            (
+                "slow store",
+                format!("SIGSTOP of etcd {} for {d:.2} s", list.join("+")),
+            )
+        } else {
+            let secs = match rng.range(0, 4) {
+                0 => 0,
+                1 => rng.range(1, 86_400) as i64,
+                2 => -(rng.range(1, 86_400) as i64),
+                _ => rng.range(0, 21) as i64 - 10,
+            };
+            native::set_clock(&nodes[i].clock, secs);
+            sleep(ms(d));
+            (
+                "wall-clock step",
+                format!(
+                    "{}'s wall clock set {secs:+} s from the real one, then {d:.2} s",
+                    names[i]
+                ),
+            )
+        };
+        let end = boot();
+        eprintln!(
+            "round {round:2} at {:7.2} s: {what}; engines now on {:?}",
+            begin - base,
+            witness.alive()
+        );
+        faults.push(Fault {
+            round,
+            kind,
+            what,
+            begin,
+            end,
+        });
+        sleep(ms(rng.range(300, 2000) as f64 / 1000.0 * T));
+    }
+    let resumed = await_engine(&witness, "an engine again after the last fault");
+    let t_end = boot();
+    let runs: Vec<Run> = witness
+        .runs()
+        .into_iter()
+        .map(|mut r| {
+            r.end.get_or_insert(t_end);
+            r
+        })
+        .collect();
+
+    // Overlaps: every pair of intervals that intersect, and every failed lock.
+    let mut overlaps = Vec::new();
+    for (x, a) in runs.iter().enumerate() {
+        for b in &runs[x + 1..] {
+            let from = a.start.max(b.start);
+            let to = a.end.unwrap_or(t_end).min(b.end.unwrap_or(t_end));
+            if from < to {
+                overlaps.push(Overlap {
+                    a: a.clone(),
+                    b: b.clone(),
+                    from,
+                    to,
+                });
+            }
+        }
+    }
+    let lock_failures: Vec<&Run> = runs.iter().filter(|r| !r.locked).collect();
+
+    // Availability over [t0, t_end]: the union of the runs, and the longest gap.
+    let mut iv: Vec<(f64, f64)> = runs
+        .iter()
+        .map(|r| (r.start.max(t0), r.end.unwrap_or(t_end).min(t_end)))
+        .filter(|(a, b)| a < b)
+        .collect();
+    iv.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let (mut covered, mut longest_gap, mut cursor) = (0.0, 0.0f64, t0);
+    let mut gap_at = t0;
+    for (a, b) in iv {
+        if a > cursor {
+            if a - cursor > longest_gap {
+                longest_gap = a - cursor;
+                gap_at = cursor;
+            }
+            cursor = a;
+        }
+        if b > cursor {
+            covered += b - cursor;
+            cursor = b;
+        }
+    }
+    if t_end - cursor > longest_gap {
+        longest_gap = t_end - cursor;
+        gap_at = cursor;
+    }
+    let span = t_end - t0;
+
+    // Figures.
+    let mut kinds: BTreeMap<&str, (usize, usize, f64)> = BTreeMap::new();
+    for f in &faults {
+        kinds.entry(f.kind).or_default().0 += 1;
+    }
+    let near = |from: f64, to: f64| -> Vec<&Fault> {
+        faults
+            .iter()
+            .filter(|f| f.begin <= to && f.end + 3.0 * T >= from)
+            .collect()
+    };
+    for o in &overlaps {
+        if let Some(f) = near(o.from, o.to).last() {
+            let k = kinds.entry(f.kind).or_default();
+            k.1 += 1;
+            k.2 = k.2.max(o.to - o.from);
+        }
+    }
+    let killed = runs.iter().filter(|r| !r.graceful).count();
+    let mut terms: Vec<&str> = runs.iter().map(|r| r.term.as_str()).collect();
+    terms.dedup();
+    let total_overlap = overlaps
+        .iter()
+        .map(|o| o.to - o.from)
+        .fold(0.0, |s, d| s + d);
+    let max_overlap = overlaps.iter().map(|o| o.to - o.from).fold(0.0, f64::max);
+    let mut fig = String::new();
+    let _ = writeln!(
+        fig,
+        "lease_faults figures (seed {seed:#x}): {} rounds in {span:.1} s; {} engine runs \
+         ({killed} ended killed or still running), {} terms; etcd members started {} times",
+        faults.len(),
+        runs.len(),
+        terms.len(),
+        etcd.starts
+    );
+    let _ = writeln!(
+        fig,
+        "  availability: some engine ran {:.1}% of the time; longest gap {longest_gap:.2} s \
+         (from {:.2} s); leadership resumed after the last fault: {resumed}",
+        100.0 * covered / span.max(1e-9),
+        gap_at - base
+    );
+    let _ = writeln!(
+        fig,
+        "  overlaps: {} pairs of engines alive at once (total {total_overlap:.2} s, longest \
+         {max_overlap:.2} s); {} engines could not take the lock",
+        overlaps.len(),
+        lock_failures.len()
+    );
+    for (k, (n, o, longest)) in &kinds {
+        let _ = writeln!(
+            fig,
+            "  {k:24} {n:3} rounds, {o:3} overlaps after it (longest {longest:.2} s)"
+        );
+    }
+    eprint!("{fig}");
+
+    let mut msg = String::new();
+    for o in &overlaps {
+        let _ = writeln!(
+            msg,
+            "OVERLAP {:.3} s, from {:.3} to {:.3} s: {} and {}",
+            o.to - o.from,
+            o.from - base,
+            o.to - base,
+            show(&o.a, base),
+            show(&o.b, base)
+        );
+        for f in near(o.from, o.to) {
+            let _ = writeln!(
+                msg,
+                "    after round {} [{:.2}, {:.2}] s: {}",
+                f.round,
+                f.begin - base,
+                f.end - base,
+                f.what
+            );
+        }
+    }
+    for r in &lock_failures {
+        let _ = writeln!(msg, "LOCK TAKEN: {}", show(r, base));
+    }
+    assert!(
+        overlaps.is_empty() && lock_failures.is_empty(),
+        "two engines ran at once (seed {seed:#x}; SUP_FAULT_SEED={seed:#x} replays; times \
+         on CLOCK_BOOTTIME from the test's start; logs kept in the nodes' directories \
+         above):\n{msg}{fig}"
+    );
+    assert!(
+        resumed,
+        "no engine ran again within {DEADLINE:?} of the last fault (seed {seed:#x})\n{fig}"
+    );
+}
+
+fn show(r: &Run, base: f64) -> String {
+    format!(
+        "{}'s engine pid {} term {} [{:.3}, {:.3}] s ({})",
+        r.node,
+        r.pid,
+        r.term,
+        r.start - base,
+        r.end.unwrap_or(f64::NAN) - base,
+        if r.graceful { "stopped" } else { "killed" }
+    )
+}
+
+/// Waits (up to DEADLINE) until some engine runs; whether one did.
+fn await_engine(w: &Witness, what: &str) -> bool {
+    let end = std::time::Instant::now() + DEADLINE;
+    while std::time::Instant::now() < end {
+        if !w.alive().is_empty() {
+            return true;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    eprintln!("lease_faults: {what}: none within {DEADLINE:?}");
+    false
+}
