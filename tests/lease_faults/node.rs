@@ -35,7 +35,8 @@ impl Node {
     ) -> Node {
         let sb = Sandbox::new();
         sb.config(&format!(
-            "[lease.engine]\ntool = \"agent\"\n\n\
+            // No tool: plain leader election, every live node eligible.
+            "[lease.engine]\n\n\
              [service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nrestart_delay = \"10ms\"\n\
              probation = \"1s\"\n\n\
              [service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nrestart_delay = \"10ms\"\n\
