@@ -456,9 +456,10 @@ impl Supervisor {
         // runs: a supd killed at any moment leaves nothing a successor cannot find.
         let result = sys::spawn_service(spec, |pid| {
             crate::failpoint::hit("spawn-before-record");
-            let start_time = crate::proc::stat(pid)
-                .map(|s| s.start_time)
-                .ok_or_else(|| format!("cannot read /proc/{pid}/stat of its new process"))?;
+            // Before /proc is mounted (an init's first one-shot mounts it) the start time
+            // is unknown: 0 records the pid alone, which a later supd never takes for a
+            // process with a start time (it then leaves that pid alone).
+            let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
             pid_file.set(Some((pid, start_time))).map_err(|e| {
                 format!(
                     "cannot record its pid in {}: {e}; not started (a service never runs unrecorded)",
