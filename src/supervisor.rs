@@ -202,7 +202,16 @@ impl Supervisor {
             log_writer: LogWriter::new(
                 std::env::current_exe().unwrap_or_else(|_| "/usr/sbin/supd".into()),
             ),
-            program: std::env::current_exe().unwrap_or_else(|_| "/usr/sbin/supd".into()),
+            // Before /proc is mounted (as an init), the path supd was started by.
+            program: std::env::current_exe()
+                .ok()
+                .or_else(|| {
+                    std::env::args_os()
+                        .next()
+                        .map(PathBuf::from)
+                        .filter(|p| p.is_absolute())
+                })
+                .unwrap_or_else(|| "/usr/sbin/supd".into()),
             system: false,
             image_started: Mono::now(),
             final_action: None,
