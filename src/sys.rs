@@ -656,8 +656,10 @@ fn guard_main(
     pgid: i32,
 ) -> ! {
     // SAFETY (whole function): plain system calls on integers and on a byte on the
-    // stack; the child ends in `_exit` and never returns into the parent's code.
+    // stack (and a static name); the child ends in `_exit` and never returns into the
+    // parent's code.
     unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"supd-guard".as_ptr());
         for &fd in close_first {
             if fd >= 0 {
                 libc::close(fd);
@@ -972,6 +974,10 @@ pub fn fork_worker(keep: RawFd, work: impl FnOnce() -> i32) -> io::Result<i32> {
                 }
             }
             let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+            // Named apart from supd in `ps` (and for tests that tell helpers from
+            // services' children not yet exec'd).
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string from a static.
+            unsafe { libc::prctl(libc::PR_SET_NAME, c"supd-worker".as_ptr()) };
             if nix::unistd::getppid().as_raw() != parent {
                 // supd died before the death signal was set.
                 // SAFETY: ends the child at once.

@@ -528,9 +528,11 @@ impl World {
     fn instances(&mut self, version: Option<&str>) -> (Vec<String>, Vec<Tagged>) {
         let states = self.states();
         let supd = self.sb.supd_pid();
+        // supd's own helpers (a reload's reader, a lease's guard) carry its environment
+        // and name themselves apart.
         let all: Vec<Tagged> = procs::tagged(self.sb.tag)
             .into_iter()
-            .filter(|p| p.pid != supd)
+            .filter(|p| p.pid != supd && !p.comm.starts_with("supd-"))
             .collect();
         let mut bad: Vec<String> = Vec::new();
         let mut strays: Vec<Tagged> = Vec::new();
