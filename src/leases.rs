@@ -294,9 +294,11 @@ impl Supervisor {
                 TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
             ) {
                 Ok(t) => self.grant_timer = Some(t),
-                Err(e) => return log::warn!(
+                Err(e) => {
+                    return log::warn!(
                     "cannot make a CLOCK_BOOTTIME timer: {e}; grants end on the poll timeout only"
-                ),
+                )
+                }
             }
         }
         if let Some(t) = &self.grant_timer {
