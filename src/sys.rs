@@ -439,14 +439,7 @@ fn child_main(
                 libc::close(fd);
             }
         }
-        let mut low = 3;
-        for &k in keep {
-            if k > low {
-                close_range(low, k - 1);
-            }
-            low = low.max(k + 1);
-        }
-        close_range(low, RawFd::MAX);
+        close_all_but(3, keep);
         libc::setsid();
         // Wait for the parent's go-ahead: end-of-file means supd died or refused.
         let mut byte = 0u8;
@@ -665,14 +658,7 @@ fn guard_main(
                 libc::close(fd);
             }
         }
-        let mut low = 0;
-        for &k in keep.iter().filter(|k| **k >= 0) {
-            if k > low {
-                close_range(low, k - 1);
-            }
-            low = low.max(k + 1);
-        }
-        close_range(low, RawFd::MAX);
+        close_all_but(0, keep);
         // Not in supd's process group: a signal to that group (a terminal's ^C) is not
         // for it. supd's blocked signals stay blocked; only SIGKILL ends it.
         libc::setsid();
@@ -699,6 +685,18 @@ fn guard_main(
         }
         libc::_exit(0)
     }
+}
+
+/// Closes every fd from `from` up but those of `keep` (sorted; negative ones ignored).
+fn close_all_but(from: RawFd, keep: &[RawFd]) {
+    let mut low = from;
+    for &k in keep.iter().filter(|k| **k >= from) {
+        if k > low {
+            close_range(low, k - 1);
+        }
+        low = low.max(k + 1);
+    }
+    close_range(low, RawFd::MAX);
 }
 
 /// Closes fds `low..=high`; on kernels before 5.9 (no close_range) nothing is done: the
