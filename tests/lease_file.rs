@@ -44,9 +44,7 @@ fn a_holder_stepping_down_slower_than_2t_is_not_taken_over() {
 // Issue 11 -------------------------------------------------------------------------
 
 use common::cluster::{Cluster, Options};
-use common::{parse_ttl, Sandbox};
-use std::path::PathBuf;
-use std::process::Command;
+use common::parse_ttl;
 use std::time::Instant;
 
 /// Waits `n` TTLs, checking for overlaps all along.
@@ -86,64 +84,6 @@ fn i11_a_lease_without_a_tool_elects_exactly_one_of_three_nodes() {
     ttls(&c, 2);
 }
 
-/// An LD_PRELOAD library that shifts CLOCK_REALTIME (and gettimeofday, time) by
-/// `SUP_TEST_CLOCK_OFFSET_MS` milliseconds; built with `cc` into the sandbox.
-fn clock_shim(sb: &Sandbox) -> PathBuf {
-    let src = sb.path("shift.c");
-    std::fs::write(
-        &src,
-        r#"#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stdlib.h>
-#include <sys/time.h>
-#include <time.h>
-static long long offset_ms(void) {
-    const char *s = getenv("SUP_TEST_CLOCK_OFFSET_MS");
-    return s ? atoll(s) : 0;
-}
-static void shift(struct timespec *ts) {
-    long long ns = ts->tv_nsec + (offset_ms() % 1000) * 1000000LL;
-    ts->tv_sec += offset_ms() / 1000 + ns / 1000000000LL;
-    ts->tv_nsec = ns % 1000000000LL;
-}
-int clock_gettime(clockid_t id, struct timespec *ts) {
-    static int (*real)(clockid_t, struct timespec *);
-    if (!real) real = dlsym(RTLD_NEXT, "clock_gettime");
-    int r = real(id, ts);
-    if (r == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) shift(ts);
-    return r;
-}
-int gettimeofday(struct timeval *tv, void *tz) {
-    struct timespec ts;
-    int r = clock_gettime(CLOCK_REALTIME, &ts);
-    if (r == 0 && tv) { tv->tv_sec = ts.tv_sec; tv->tv_usec = ts.tv_nsec / 1000; }
-    return r;
-}
-time_t time(time_t *t) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (t) *t = ts.tv_sec;
-    return ts.tv_sec;
-}
-"#,
-    )
-    .expect("write shim");
-    let so = sb.path("shift.so");
-    let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&src)
-        .arg("-ldl")
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    so
-}
-
 /// Issue 11, item 2: the file store kept expiries on the wall clock. A node whose wall
 /// clock is 1.5 s ahead (T = 1 s: a step larger than T) saw the holder's store lease as
 /// expired, dropped it and took the key while the holder's engine ran. Now every lease
@@ -157,7 +97,7 @@ fn i11_a_wall_clock_step_ends_no_store_lease() {
     let mut c = Cluster::with(&["0.6.2", "0.6.2"], None, "1s", opts);
     c.start_lease(0);
     c.wait_leader("n1");
-    let shim = clock_shim(&c.nodes[1].sb);
+    let shim = common::clock::clock_shim(&c.nodes[1].sb);
     c.start_lease_with(
         1,
         &[

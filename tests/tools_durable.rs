@@ -247,60 +247,6 @@ fn r9_6_stop_says_when_its_down_mark_cannot_be_written() {
     assert_eq!(sb.status("web")["state"], "stopped", "the mark was written");
 }
 
-/// An LD_PRELOAD library that shifts CLOCK_REALTIME (and gettimeofday, time) by
-/// `SUP_TEST_CLOCK_OFFSET` seconds; built with `cc` into the sandbox.
-fn clock_shim(sb: &Sandbox) -> PathBuf {
-    let src = sb.path("shift.c");
-    fs::write(
-        &src,
-        r#"#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stdlib.h>
-#include <sys/time.h>
-#include <time.h>
-static long long offset(void) {
-    const char *s = getenv("SUP_TEST_CLOCK_OFFSET");
-    return s ? atoll(s) : 0;
-}
-int clock_gettime(clockid_t id, struct timespec *ts) {
-    static int (*real)(clockid_t, struct timespec *);
-    if (!real) real = dlsym(RTLD_NEXT, "clock_gettime");
-    int r = real(id, ts);
-    if (r == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) ts->tv_sec += offset();
-    return r;
-}
-int gettimeofday(struct timeval *tv, void *tz) {
-    static int (*real)(struct timeval *, void *);
-    if (!real) real = dlsym(RTLD_NEXT, "gettimeofday");
-    int r = real(tv, tz);
-    if (r == 0 && tv) tv->tv_sec += offset();
-    return r;
-}
-time_t time(time_t *t) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (t) *t = ts.tv_sec;
-    return ts.tv_sec;
-}
-"#,
-    )
-    .expect("write shim");
-    let so = sb.path("shift.so");
-    let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&src)
-        .arg("-ldl")
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    so
-}
-
 /// A probation of 4 s; supd killed and started again with the wall clock `offset`
 /// seconds away: the probation ends 4 s after the upgrade, neither later nor earlier.
 fn probation_across_a_clock_step(offset: i64) {
@@ -310,7 +256,7 @@ fn probation_across_a_clock_step(offset: i64) {
     place(&sb, "1.0.0", GOOD);
     place(&sb, "1.1.0", GOOD);
     place_current(&sb, "1.0.0");
-    let shim = clock_shim(&sb);
+    let shim = common::clock::clock_shim(&sb);
     sb.start();
     sb.wait_state("agent", "running");
     let t0 = Instant::now();
@@ -320,7 +266,7 @@ fn probation_across_a_clock_step(offset: i64) {
     sb.stop_supd(nix::sys::signal::Signal::SIGKILL);
     let mut cmd = Command::new(SUPD);
     cmd.env("LD_PRELOAD", &shim)
-        .env("SUP_TEST_CLOCK_OFFSET", offset.to_string());
+        .env("SUP_TEST_CLOCK_OFFSET_MS", (offset * 1000).to_string());
     sb.start_with(cmd, &["-c"]);
     let mut w = sb.watch();
     let v = versions(&sb, "agent");
