@@ -29,7 +29,8 @@ fn as_pid_1_it_reaps_100_orphans_and_exits_0_on_sigterm() {
     let mut sb = Sandbox::new();
     let orphan = format!("orphan-{}", sb.tag);
     // Each orphan outlives the subshell that started it, so it is reparented to PID 1.
-    sb.script(&orphan, "/bin/sleep 0.5");
+    // Long enough to be all alive when counted, however busy the machine.
+    sb.script(&orphan, "/bin/sleep 4");
     let spawner = sb.script(
         "spawner.sh",
         &format!("i=0\nwhile [ $i -lt 100 ]; do ( {}/{orphan} & ); i=$((i+1)); done\ntouch {}/spawned\nexec /bin/sleep 3600", sb.dir.display(), sb.dir.display()),
