@@ -272,8 +272,10 @@ impl Supervisor {
         let t = self.tools.entry(tool.to_string()).or_default();
         t.pending = None;
         t.overdue = false;
+        // Counted from the clocks read now, together: the record's writes took time
+        // since the loop's `now`, and a probation never ends before its length.
         t.deadline = (t.record.phase == Phase::Probation)
-            .then(|| now.plus(upgrade::probation_left(&t.record, &Clocks::now())));
+            .then(|| Mono::now().plus(upgrade::probation_left(&t.record, &Clocks::now())));
         // Told before its consequences: the restarts.
         self.changed(tool, op);
         if change.restart {

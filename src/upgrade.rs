@@ -147,7 +147,9 @@ fn start_probation(n: &mut Record, length: Duration, c: &Clocks) {
     n.deadline_ms = Some(c.wall_ms.saturating_add(ms));
     n.probation_ms = Some(ms);
     n.boot_id = Some(c.boot_id.clone()).filter(|id| !id.is_empty());
-    n.boot_deadline_ms = Some(c.boot_ms.saturating_add(ms));
+    // `boot_ms` is rounded down: one more millisecond keeps the deadline from coming
+    // before the probation's length has passed.
+    n.boot_deadline_ms = Some(c.boot_ms.saturating_add(ms).saturating_add(1));
 }
 
 /// The probation's length: recorded, or (a record of an older supd) the difference of

@@ -325,7 +325,7 @@ fn outside_pid_1_orphans_of_services_are_adopted_and_reaped() {
     let start = std::time::Instant::now();
     while !orphan_pid.exists() {
         assert!(start.elapsed() < DEADLINE, "the orphan never wrote its pid");
-        assert_eq!(sb.status("o")["state"], "running");
+        sb.wait_state("o", "running");
     }
     let pid: i32 = std::fs::read_to_string(&orphan_pid)
         .expect("pid")

@@ -80,7 +80,7 @@ fn an_include_that_is_a_fifo_is_refused_at_once_by_check_and_by_reload() {
     assert_eq!(a["ok"], false, "{a}");
     assert_eq!(a["error"]["kind"], "invalid-config", "{a}");
     assert_eq!(a["error"]["message"], json!(expected));
-    assert_eq!(sb.status("a")["state"], "running");
+    sb.wait_state("a", "running");
 }
 
 // see: issue 10, item 9 (a newline in a name broke --check's one line per error; a lease

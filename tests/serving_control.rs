@@ -128,7 +128,7 @@ fn at_the_open_files_limit_supd_stops_accepting_and_goes_on_supervising() {
     // Connections closed: supd takes its reserve back and answers again.
     drop(crowd);
     let t = Instant::now();
-    assert_eq!(sb.status("a")["state"], "running");
+    sb.wait_state("a", "running");
     eprintln!("status answered {:?} after the crowd left", t.elapsed());
     wait_log(&sb, "below the open-files limit again");
 }
@@ -360,7 +360,7 @@ fn stalled_and_greedy_clients_lock_nobody_out_and_idle_ones_are_dropped() {
     // Watch streams are not idle connections: after all that, all 16 are still there.
     watcher.go();
     assert_eq!(watcher.next(), "alive 16");
-    assert_eq!(sb.status("a")["state"], "running");
+    sb.wait_state("a", "running");
 }
 
 // see: issue 10 item 9 — `supctl signal SVC STOP` was followed by a SIGCONT.
@@ -394,7 +394,7 @@ fn signal_stop_leaves_the_service_stopped() {
     );
     let out = sb.supctl(&["signal", "a", "CONT"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(sb.status("a")["state"], "running");
+    sb.wait_state("a", "running");
 }
 
 // see: issue 10 item 9 — a last request without a newline was dropped silently.

@@ -242,7 +242,7 @@ fn a_socket_that_cannot_be_bound_is_retried_while_services_run() {
     std::fs::create_dir(&blocked).expect("the directory");
     let sock = sb.socket.clone();
     common::files::wait_file(&sock, |_| sock.exists());
-    assert_eq!(sb.status("a")["state"], "running");
+    sb.wait_state("a", "running");
 }
 
 /// A socket that accepts but never answers (what a killed supd's child holds for a

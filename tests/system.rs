@@ -76,7 +76,7 @@ fn poweroff_is_refused_outside_system_mode() {
     let out = sb.supctl(&["poweroff"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("system mode"));
-    assert_eq!(sb.status("a")["state"], "running");
+    sb.wait_state("a", "running");
 }
 
 /// `--system` outside PID 1 (here: a PID namespace whose init is a shell) ends its own

@@ -361,7 +361,8 @@ fn a_wall_clock_step_neither_extends_nor_shortens_a_probation() {
     let r = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up");
     assert_eq!(
         (r.probation_ms, r.boot_id.as_deref(), r.boot_deadline_ms),
-        (Some(2000), Some("b1"), Some(3000))
+        (Some(2000), Some("b1"), Some(3001)),
+        "a millisecond more: boot_ms is rounded down"
     );
     // 500 ms later on BOOTTIME, whatever the wall clock says.
     for wall in [1500, 0, 1500 + day] {
@@ -372,7 +373,7 @@ fn a_wall_clock_step_neither_extends_nor_shortens_a_probation() {
         };
         assert_eq!(
             probation_left(&r, &c),
-            Duration::from_millis(1500),
+            Duration::from_millis(1501),
             "{wall}"
         );
         assert_eq!(resume(&r, &c), r, "same boot: nothing to rewrite");
@@ -400,7 +401,7 @@ fn another_boot_or_an_old_record_starts_a_fresh_probation() {
     let n = resume(&r, &reboot);
     assert_eq!(
         (n.boot_id.as_deref(), n.boot_deadline_ms, n.deadline_ms),
-        (Some("b2"), Some(2040), Some(2007))
+        (Some("b2"), Some(2041), Some(2007))
     );
     assert_eq!(resume(&n, &reboot), n, "then it resumes in that boot");
     // A record of an older supd: wall-clock times only. Its length is their difference.
@@ -410,7 +411,7 @@ fn another_boot_or_an_old_record_starts_a_fresh_probation() {
     let n = resume(&old, &clocks(100));
     assert_eq!(
         (n.probation_ms, n.boot_deadline_ms),
-        (Some(2000), Some(2100))
+        (Some(2000), Some(2101))
     );
     let json = r#"{"current":"2.0.0","phase":"probation","proposed":"2.0.0","from":"1.0.0","started_ms":5,"deadline_ms":18446744073709551615}"#;
     let old: Record = serde_json::from_str(json).expect("an old record loads");
