@@ -5,7 +5,7 @@
 //! back that one start, never supd.
 
 use crate::config::{Ready, ServiceConfig, SupdConfig};
-use crate::sys::Account;
+use crate::sys::{Account, Tuning};
 use std::path::{Path, PathBuf};
 
 /// The PATH a service gets unless its `env` sets one.
@@ -32,6 +32,8 @@ pub struct Plan {
     pub creds: Option<Account>,
     /// The tool's version this start runs, for versioned services.
     pub version: Option<String>,
+    /// umask, nice and resource limits, set by the child.
+    pub tuning: Tuning,
 }
 
 /// Resolves a service's start.
@@ -101,6 +103,11 @@ pub fn plan(
         env,
         creds,
         version,
+        tuning: Tuning {
+            umask: cfg.umask,
+            nice: cfg.nice,
+            limits: cfg.limits.clone(),
+        },
     })
 }
 

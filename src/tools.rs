@@ -908,6 +908,7 @@ impl Supervisor {
             creds: None,
             give: None,
             ready_fd: None,
+            tuning: Default::default(),
         })
     }
 

@@ -87,6 +87,9 @@ const SERVICE_KEYS: &[&str] = &[
     "log_max_size",
     "log_keep",
     "leader_only",
+    "umask",
+    "nice",
+    "limits",
 ];
 
 /// Reads `path` and every file it includes. Returns the config, or every error found.
@@ -478,6 +481,13 @@ fn read_service(
                     svc.leader_only = Some(s);
                 }
             }
+            "umask" => svc.umask = ctx.parsed(v, f, parse_umask),
+            "nice" => match ctx.integer(v, f) {
+                Some(n) if (-20..=19).contains(&n) => svc.nice = Some(n as i32),
+                Some(_) => ctx.err(v.span(), f, "expected a nice value from -20 to 19"),
+                None => {}
+            },
+            "limits" => svc.limits = read_limits(ctx, v, f),
             _ => ctx.unknown(key.span(), f, SERVICE_KEYS),
         }
     }
@@ -574,6 +584,78 @@ fn read_crash_loop(ctx: &mut FileCtx, v: &Value, key: &str) -> Option<CrashLoop>
         }
     }
     Some(cl)
+}
+
+/// `umask = "027"`: an octal string of at most four digits, up to 0777.
+fn parse_umask(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s, 8) {
+        Ok(n) if n <= 0o777 && !s.is_empty() && s.len() <= 4 && !s.starts_with('+') => Ok(n),
+        _ => Err(format!(
+            "'{s}' is not a umask: expected an octal string such as \"027\" (0 to 0777)"
+        )),
+    }
+}
+
+/// `limits = { nofile = 65536, core = "0:unlimited" }`.
+fn read_limits(ctx: &mut FileCtx, v: &Value, key: &str) -> Vec<Rlimit> {
+    let mut out = Vec::new();
+    let Some(table) = ctx.table(v, key) else {
+        return out;
+    };
+    for (k, item) in table.iter() {
+        let name = k.get_ref().to_string();
+        let full = format!("{key}.{name}");
+        if !LIMIT_NAMES.contains(&name.as_str()) {
+            ctx.unknown(k.span(), &full, LIMIT_NAMES);
+            continue;
+        }
+        let value = match item.get_ref() {
+            toml::de::DeValue::Integer(_) => match ctx.integer(item, &full) {
+                Some(n) if n >= 0 => Ok((Some(n as u64), Some(n as u64))),
+                Some(_) => Err("a limit is not negative".to_string()),
+                None => continue,
+            },
+            _ => match ctx.string(item, &full) {
+                Some(s) => parse_limit(&s),
+                None => continue,
+            },
+        };
+        match value {
+            Ok((soft, hard)) => out.push(Rlimit { name, soft, hard }),
+            Err(why) => ctx.err(item.span(), &full, why),
+        }
+    }
+    out
+}
+
+/// "unlimited", "N", or "SOFT:HARD" with each a number or "unlimited"; soft <= hard.
+fn parse_limit(s: &str) -> Result<(Option<u64>, Option<u64>), String> {
+    let one = |t: &str| -> Result<Option<u64>, ()> {
+        match t.trim() {
+            "unlimited" | "infinity" => Ok(None),
+            n => n.parse::<u64>().map(Some).map_err(|_| ()),
+        }
+    };
+    let expected = || {
+        format!(
+            "'{s}': expected a number, \"unlimited\", or \"SOFT:HARD\" (such as \"1024:65536\")"
+        )
+    };
+    let (soft, hard) = match s.split_once(':') {
+        Some((a, b)) => (
+            one(a).map_err(|_| expected())?,
+            one(b).map_err(|_| expected())?,
+        ),
+        None => {
+            let v = one(s).map_err(|_| expected())?;
+            (v, v)
+        }
+    };
+    match (soft, hard) {
+        (None, Some(_)) => Err(format!("'{s}': the soft limit is above the hard one")),
+        (Some(a), Some(b)) if a > b => Err(format!("'{s}': the soft limit is above the hard one")),
+        _ => Ok((soft, hard)),
+    }
 }
 
 fn parse_ready(s: &str) -> Result<Ready, String> {

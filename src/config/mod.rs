@@ -183,7 +183,28 @@ pub struct ServiceConfig {
     pub log_max_size: u64,
     pub log_keep: u32,
     pub leader_only: Option<String>,
+    /// The file mode creation mask (`umask = "027"`); supd's own when absent.
+    pub umask: Option<u32>,
+    /// The scheduling priority, -20 to 19; supd's own when absent.
+    pub nice: Option<i32>,
+    /// Resource limits set in the child, in the order written.
+    pub limits: Vec<Rlimit>,
 }
+
+/// One entry of `limits = { nofile = 65536 }`: soft and hard values, `None` for
+/// "unlimited".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rlimit {
+    /// One of [`LIMIT_NAMES`].
+    pub name: String,
+    pub soft: Option<u64>,
+    pub hard: Option<u64>,
+}
+
+/// The resources `limits` may name.
+pub const LIMIT_NAMES: &[&str] = &[
+    "nofile", "nproc", "core", "memlock", "as", "fsize", "stack", "cpu",
+];
 
 impl ServiceConfig {
     /// A service with every default, for `name` running `command`.
@@ -209,6 +230,9 @@ impl ServiceConfig {
             log_max_size: 10 << 20,
             log_keep: 5,
             leader_only: None,
+            umask: None,
+            nice: None,
+            limits: Vec::new(),
         }
     }
 }

@@ -340,3 +340,81 @@ fn wildcards_with_many_stars_are_linear() {
     assert!(!wildcard(b"a*?", b"a"));
     assert!(wildcard(b"**", b""));
 }
+
+#[test]
+fn umask_nice_and_limits_parse() {
+    let (_dir, r) = load_text(
+        r#"
+[service.a]
+command = ["/bin/true"]
+umask = "027"
+nice = -5
+limits = { nofile = 65536, core = "0:unlimited", cpu = "unlimited" }
+"#,
+    );
+    let cfg = r.expect("valid");
+    let a = &cfg.services["a"];
+    assert_eq!(a.umask, Some(0o027));
+    assert_eq!(a.nice, Some(-5));
+    let lim = |name: &str, soft, hard| Rlimit {
+        name: name.into(),
+        soft,
+        hard,
+    };
+    assert_eq!(
+        a.limits,
+        [
+            lim("core", Some(0), None),
+            lim("cpu", None, None),
+            lim("nofile", Some(65536), Some(65536)),
+        ]
+    );
+    let b = ServiceConfig::new("b", vec![], "/".into());
+    assert_eq!((b.umask, b.nice, b.limits.len()), (None, None, 0));
+}
+
+#[test]
+fn bad_umask_nice_and_limits_say_where_and_what_was_expected() {
+    let got = errors_of(
+        "[service.a]\ncommand = [\"/bin/true\"]\numask = \"0988\"\nnice = 20\nlimits = { nofile = -1, rss = 5, core = \"10:5\", stack = \"lots\" }\n",
+    );
+    assert_eq!(got.len(), 6, "{got:#?}");
+    assert!(
+        got[0].starts_with(
+            "sup.toml:3:9: service.a.umask: '0988' is not a umask: expected an octal string"
+        ),
+        "{}",
+        got[0]
+    );
+    assert!(
+        got[1].starts_with("sup.toml:4:8: service.a.nice: expected a nice value from -20 to 19"),
+        "{}",
+        got[1]
+    );
+    assert!(
+        got[2].starts_with("sup.toml:5:21: service.a.limits.nofile: a limit is not negative"),
+        "{}",
+        got[2]
+    );
+    assert!(
+        got[3].starts_with("sup.toml:5:25: service.a.limits.rss:"),
+        "{}",
+        got[3]
+    );
+    assert!(got[3].contains("nofile, nproc, core"), "{}", got[3]);
+    assert!(
+        got[4].contains("service.a.limits.core: '10:5': the soft limit is above the hard one"),
+        "{}",
+        got[4]
+    );
+    assert!(
+        got[5].contains("service.a.limits.stack: 'lots': expected a number, \"unlimited\""),
+        "{}",
+        got[5]
+    );
+    let int = errors_of("[service.a]\ncommand = [\"/bin/true\"]\numask = 27\n");
+    assert!(
+        int[0].contains("service.a.umask: expected a string"),
+        "{int:?}"
+    );
+}
