@@ -125,3 +125,68 @@ fn a_limit_that_cannot_be_set_is_a_failed_start_with_the_reason() {
         "{st}"
     );
 }
+
+/// The service's environment, as its process sees it.
+fn environ(pid: i32) -> Vec<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("environ");
+    let mut env: Vec<String> = environ
+        .split(|b| *b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect();
+    env.sort();
+    env
+}
+
+#[test]
+fn env_files_are_read_at_each_start_and_env_wins() {
+    let mut sb = Sandbox::new();
+    sb.file(
+        "agent.env",
+        "# defaults\n\nMODE=file\nGREETING=\"hello there\"\nQUOTED='single'\n",
+    );
+    sb.config(
+        "[service.probe]\ncommand = [\"/bin/sleep\", \"3600\"]\n\
+         env_file = [\"agent.env\", \"-absent.env\"]\nenv = { MODE = \"env\" }\n",
+    );
+    sb.start();
+    let env = environ(pid_of(&sb, "probe"));
+    for want in ["GREETING=hello there", "QUOTED=single", "MODE=env"] {
+        assert!(env.iter().any(|e| e == want), "{want} in {env:?}");
+    }
+    assert!(!env.iter().any(|e| e == "MODE=file"), "env wins: {env:?}");
+    // Edited: the next start reads it anew.
+    sb.file("agent.env", "GREETING=again\n");
+    sb.ok(serde_json::json!({"cmd": "restart", "service": "probe"}));
+    let env = environ(pid_of(&sb, "probe"));
+    assert!(env.iter().any(|e| e == "GREETING=again"), "{env:?}");
+    assert!(!env.iter().any(|e| e.starts_with("QUOTED=")), "{env:?}");
+}
+
+#[test]
+fn a_required_env_file_that_cannot_be_read_is_a_failed_start_with_the_reason() {
+    let mut sb = Sandbox::new();
+    let fifo = sb.path("fifo.env");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    sb.config(
+        "[service.missing]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart = \"never\"\n\
+         env_file = [\"no-such.env\"]\n\
+         [service.fifo]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart = \"never\"\n\
+         env_file = [\"fifo.env\"]\n\
+         [service.fine]\ncommand = [\"/bin/sleep\", \"3600\"]\n",
+    );
+    sb.start();
+    let st = sb.wait_state("missing", "failed");
+    let reason = st["reason"].as_str().unwrap_or("").to_string();
+    assert!(
+        reason.contains("env_file") && reason.contains("no-such.env: cannot read: No such file"),
+        "{st}"
+    );
+    // A FIFO nobody writes to is refused at once, not waited on.
+    let st = sb.wait_state("fifo", "failed");
+    assert!(
+        st["reason"].as_str().unwrap_or("").contains("a FIFO"),
+        "{st}"
+    );
+    pid_of(&sb, "fine");
+}

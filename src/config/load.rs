@@ -90,6 +90,7 @@ const SERVICE_KEYS: &[&str] = &[
     "umask",
     "nice",
     "limits",
+    "env_file",
 ];
 
 /// Reads `path` and every file it includes. Returns the config, or every error found.
@@ -488,6 +489,27 @@ fn read_service(
                 None => {}
             },
             "limits" => svc.limits = read_limits(ctx, v, f),
+            "env_file" => {
+                for item in ctx.array(v, f).unwrap_or(&[]) {
+                    let Some(s) = ctx.string(item, f) else {
+                        continue;
+                    };
+                    let (optional, path) = match s.strip_prefix('-') {
+                        Some(rest) => (true, rest),
+                        None => (false, s.as_str()),
+                    };
+                    if path.is_empty() || path.contains('\0') {
+                        ctx.err(
+                            item.span(),
+                            f,
+                            "expected a file name, such as \"/etc/default/agent\" (a leading '-' makes it optional)",
+                        );
+                        continue;
+                    }
+                    let path = ctx.dir().join(path);
+                    svc.env_file.push(EnvFile { path, optional });
+                }
+            }
             _ => ctx.unknown(key.span(), f, SERVICE_KEYS),
         }
     }

@@ -10,7 +10,7 @@ mod read;
 mod walk;
 
 pub use load::{load, load_supd_only, load_text, ConfigError};
-pub use read::MAX_FILE_SIZE;
+pub use read::{read_env_file, MAX_ENV_FILE_SIZE, MAX_FILE_SIZE};
 
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
@@ -189,6 +189,16 @@ pub struct ServiceConfig {
     pub nice: Option<i32>,
     /// Resource limits set in the child, in the order written.
     pub limits: Vec<Rlimit>,
+    /// Files of KEY=VALUE lines read at each start, in order; `env` wins over them.
+    pub env_file: Vec<EnvFile>,
+}
+
+/// One entry of `env_file`: `"-/etc/x"` is optional (missing or unreadable: skipped).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvFile {
+    /// Absolute: a relative one is joined to the directory of the file that named it.
+    pub path: PathBuf,
+    pub optional: bool,
 }
 
 /// One entry of `limits = { nofile = 65536 }`: soft and hard values, `None` for
@@ -233,6 +243,7 @@ impl ServiceConfig {
             umask: None,
             nice: None,
             limits: Vec::new(),
+            env_file: Vec::new(),
         }
     }
 }

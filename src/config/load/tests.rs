@@ -418,3 +418,36 @@ fn bad_umask_nice_and_limits_say_where_and_what_was_expected() {
         "{int:?}"
     );
 }
+
+#[test]
+fn env_files_resolve_relative_to_their_config_and_may_be_optional() {
+    let (dir, r) = load_text(
+        "[service.a]\ncommand = [\"/bin/true\"]\nenv_file = [\"/etc/default/a\", \"-local.env\"]\n",
+    );
+    let a = &r.expect("valid").services["a"];
+    assert_eq!(
+        a.env_file,
+        [
+            EnvFile {
+                path: "/etc/default/a".into(),
+                optional: false
+            },
+            EnvFile {
+                path: dir.join("local.env"),
+                optional: true
+            }
+        ]
+    );
+    let got = errors_of("[service.a]\ncommand = [\"/bin/true\"]\nenv_file = [\"-\", 3]\n");
+    assert_eq!(got.len(), 2, "{got:#?}");
+    assert!(
+        got[0].starts_with("sup.toml:3:13: service.a.env_file: expected a file name"),
+        "{}",
+        got[0]
+    );
+    assert!(
+        got[1].starts_with("sup.toml:3:18: service.a.env_file: expected a string"),
+        "{}",
+        got[1]
+    );
+}
