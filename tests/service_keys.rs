@@ -190,3 +190,43 @@ fn a_required_env_file_that_cannot_be_read_is_a_failed_start_with_the_reason() {
     );
     pid_of(&sb, "fine");
 }
+
+#[test]
+fn reload_with_a_service_sends_its_reload_signal_to_its_group() {
+    let mut sb = Sandbox::new();
+    // Each service says, through a FIFO of its own, that its traps are set, then which
+    // signal it got: the test's blocking reads wait for it, without polling.
+    let script = |name: &str| {
+        let fifo = sb.path(&format!("{name}.fifo"));
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .expect("mkfifo");
+        let path = sb.script(
+            name,
+            &format!(
+                "trap 'echo HUP > {f}' HUP\ntrap 'echo USR2 > {f}' USR2\n\
+                 echo up > {f}\nwhile :; do sleep 3600 & wait $!; done\n",
+                f = fifo.display()
+            ),
+        );
+        (path, fifo)
+    };
+    let ((usr2, usr2_fifo), (default, default_fifo)) = (script("usr2"), script("default"));
+    sb.config(&format!(
+        "[service.usr2]\ncommand = [\"/bin/sh\", \"{usr2}\"]\nreload_signal = \"USR2\"\n\
+         [service.default]\ncommand = [\"/bin/sh\", \"{default}\"]\n"
+    ));
+    sb.start();
+    let said = |fifo: &std::path::Path| std::fs::read_to_string(fifo).expect("read fifo");
+    assert_eq!(said(&usr2_fifo), "up\n");
+    assert_eq!(said(&default_fifo), "up\n");
+    let r = sb.ok(serde_json::json!({"cmd": "reload", "service": "usr2"}));
+    assert_eq!(r["signal"], "USR2", "{r}");
+    assert_eq!(said(&usr2_fifo), "USR2\n");
+    let r = sb.ok(serde_json::json!({"cmd": "reload", "service": "default"}));
+    assert_eq!(r["signal"], "HUP", "{r}");
+    assert_eq!(said(&default_fifo), "HUP\n");
+    // A reload is not a restart.
+    assert_eq!(sb.status("usr2")["state"], "running");
+    let unknown = sb.request(serde_json::json!({"cmd": "reload", "service": "nope"}));
+    assert_eq!(unknown["ok"], false, "{unknown}");
+}

@@ -91,6 +91,7 @@ const SERVICE_KEYS: &[&str] = &[
     "nice",
     "limits",
     "env_file",
+    "reload_signal",
 ];
 
 /// Reads `path` and every file it includes. Returns the config, or every error found.
@@ -442,6 +443,7 @@ fn read_service(
             "ready_timeout" => set(&mut svc.ready_timeout, ctx.duration(v, f)),
             "stop_signal" => set(&mut svc.stop_signal, ctx.parsed(v, f, parse_signal)),
             "stop_timeout" => set(&mut svc.stop_timeout, ctx.duration(v, f)),
+            "reload_signal" => set(&mut svc.reload_signal, ctx.parsed(v, f, parse_signal)),
             "after" => {
                 if let Some(items) = ctx.array(v, f) {
                     for item in items {

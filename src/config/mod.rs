@@ -177,6 +177,9 @@ pub struct ServiceConfig {
     #[serde(with = "signal_number")]
     pub stop_signal: Signal,
     pub stop_timeout: Duration,
+    /// What `reload NAME` sends to the service's process group.
+    #[serde(with = "signal_number")]
+    pub reload_signal: Signal,
     pub after: Vec<String>,
     pub autostart: bool,
     pub log: LogMode,
@@ -234,6 +237,7 @@ impl ServiceConfig {
             ready_timeout: Duration::from_secs(60),
             stop_signal: Signal::SIGTERM,
             stop_timeout: Duration::from_secs(10),
+            reload_signal: Signal::SIGHUP,
             after: Vec::new(),
             autostart: true,
             log: LogMode::File,

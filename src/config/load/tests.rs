@@ -349,6 +349,7 @@ fn umask_nice_and_limits_parse() {
 command = ["/bin/true"]
 umask = "027"
 nice = -5
+reload_signal = "USR2"
 limits = { nofile = 65536, core = "0:unlimited", cpu = "unlimited" }
 "#,
     );
@@ -356,6 +357,7 @@ limits = { nofile = 65536, core = "0:unlimited", cpu = "unlimited" }
     let a = &cfg.services["a"];
     assert_eq!(a.umask, Some(0o027));
     assert_eq!(a.nice, Some(-5));
+    assert_eq!(a.reload_signal, nix::sys::signal::Signal::SIGUSR2);
     let lim = |name: &str, soft, hard| Rlimit {
         name: name.into(),
         soft,
@@ -371,6 +373,12 @@ limits = { nofile = 65536, core = "0:unlimited", cpu = "unlimited" }
     );
     let b = ServiceConfig::new("b", vec![], "/".into());
     assert_eq!((b.umask, b.nice, b.limits.len()), (None, None, 0));
+    assert_eq!(b.reload_signal, nix::sys::signal::Signal::SIGHUP);
+    let bad = errors_of("[service.a]\ncommand = [\"/bin/true\"]\nreload_signal = \"NOPE\"\n");
+    assert!(
+        bad[0].starts_with("sup.toml:3:17: service.a.reload_signal: 'NOPE' is not a signal name"),
+        "{bad:?}"
+    );
 }
 
 #[test]
