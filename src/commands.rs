@@ -180,7 +180,24 @@ impl Supervisor {
                 }
                 Ok(Outcome::Answer(json!({"watching": true})))
             }
-            Command::Reload {} => {
+            Command::Reload {
+                service: Some(service),
+            } => {
+                self.known(&service)?;
+                let slot = &self.slots[&service];
+                let sig = slot.cfg.reload_signal;
+                let pid = slot.svc.pid.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Failed,
+                        format!("service '{service}' has no process to reload"),
+                    )
+                })?;
+                signal_group(pid, sig);
+                Ok(Outcome::Answer(
+                    json!({"service": service, "pid": pid, "signal": config::signal_name(sig)}),
+                ))
+            }
+            Command::Reload { service: None } => {
                 self.refuse_during_shutdown()?;
                 // Answered when the config is read (`reload.rs`), outside the loop.
                 if let Some(c) = self.server.clients.get_mut(&client) {

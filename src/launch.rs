@@ -5,7 +5,7 @@
 //! back that one start, never supd.
 
 use crate::config::{Ready, ServiceConfig, SupdConfig};
-use crate::sys::Account;
+use crate::sys::{Account, Tuning};
 use std::path::{Path, PathBuf};
 
 /// The PATH a service gets unless its `env` sets one.
@@ -32,6 +32,8 @@ pub struct Plan {
     pub creds: Option<Account>,
     /// The tool's version this start runs, for versioned services.
     pub version: Option<String>,
+    /// umask, nice and resource limits, set by the child.
+    pub tuning: Tuning,
 }
 
 /// Resolves a service's start.
@@ -90,9 +92,26 @@ pub fn plan(
         env.push(("USER".into(), user.clone()));
         env.push(("LOGNAME".into(), user.clone()));
     }
+    // Read at each start, so an edited file takes effect at the next one; `env` wins.
+    for file in &cfg.env_file {
+        let text = match crate::config::read_env_file(&file.path) {
+            Ok(t) => t,
+            Err(_) if file.optional => continue,
+            Err(why) => {
+                return Err(NotLaunched::Failed(format!(
+                    "env_file {}: {why}",
+                    file.path.display()
+                )))
+            }
+        };
+        for (k, v) in parse_env_file(&text).map_err(|(line, why)| {
+            NotLaunched::Failed(format!("env_file {}:{line}: {why}", file.path.display()))
+        })? {
+            set_var(&mut env, k, v);
+        }
+    }
     for (k, v) in &cfg.env {
-        env.retain(|(name, _)| name != k);
-        env.push((k.clone(), v.clone()));
+        set_var(&mut env, k.clone(), v.clone());
     }
     Ok(Plan {
         program,
@@ -101,7 +120,53 @@ pub fn plan(
         env,
         creds,
         version,
+        tuning: Tuning {
+            umask: cfg.umask,
+            nice: cfg.nice,
+            limits: cfg.limits.clone(),
+        },
     })
+}
+
+fn set_var(env: &mut Vec<(String, String)>, k: String, v: String) {
+    env.retain(|(name, _)| *name != k);
+    env.push((k, v));
+}
+
+/// The variables of an `env_file`: `KEY=VALUE` lines; blank lines and lines starting
+/// with `#` are skipped; a value wholly in single or double quotes loses them. An error
+/// is its 1-based line and what was expected.
+pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, (usize, String)> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            return Err((i + 1, "expected KEY=VALUE".into()));
+        };
+        let k = k.trim();
+        if k.is_empty() || k.contains(|c: char| c.is_whitespace() || c == '\0') {
+            return Err((
+                i + 1,
+                format!("expected KEY=VALUE, with a name without spaces, not '{k}'"),
+            ));
+        }
+        let v = v.trim();
+        let v = [b'"', b'\'']
+            .iter()
+            .find_map(|&q| {
+                (v.len() >= 2 && v.as_bytes()[0] == q && v.as_bytes()[v.len() - 1] == q)
+                    .then(|| &v[1..v.len() - 1])
+            })
+            .unwrap_or(v);
+        if v.contains('\0') {
+            return Err((i + 1, "a value must not hold a NUL byte".into()));
+        }
+        out.push((k.to_string(), v.to_string()));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -153,6 +218,25 @@ mod tests {
         assert_eq!(get("SUP_SERVICE"), Some("a"));
         assert_eq!(get("NOTIFY_SOCKET"), Some("/run/n.sock"));
         assert_eq!(get("HOME"), None);
+    }
+
+    #[test]
+    fn env_files_parse_skip_comments_and_strip_quotes() {
+        let text = "# a comment\n\nA=1\n  B = \"two words\" \nC='x'\nD=\"unbalanced\nE=a=b\n";
+        let got = parse_env_file(text).expect("parsed");
+        let want = [
+            ("A", "1"),
+            ("B", "two words"),
+            ("C", "x"),
+            ("D", "\"unbalanced"),
+            ("E", "a=b"),
+        ];
+        assert_eq!(got, want.map(|(k, v)| (k.to_string(), v.to_string())));
+        assert_eq!(
+            parse_env_file("A=1\nnot a pair\n"),
+            Err((2, "expected KEY=VALUE".to_string()))
+        );
+        assert!(parse_env_file("MY VAR=1").is_err());
     }
 
     #[test]

@@ -398,6 +398,7 @@ impl LogWriter {
             creds: None,
             give: None,
             ready_fd: Some((to_read.as_raw_fd(), 3)),
+            tuning: Default::default(),
         })?;
         Ok(Link {
             pid,

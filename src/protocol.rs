@@ -104,7 +104,11 @@ pub enum Command {
         follow: bool,
     },
     Watch {},
-    Reload {},
+    /// Without a service: re-read supd's config. With one: send it its `reload_signal`.
+    Reload {
+        #[serde(default)]
+        service: Option<String>,
+    },
     Shutdown {},
     Install {
         tool: String,
@@ -208,7 +212,7 @@ impl Command {
             | Command::Stop { .. }
             | Command::Restart { .. }
             | Command::Signal { .. }
-            | Command::Reload {}
+            | Command::Reload { .. }
             | Command::Shutdown {}
             | Command::Install { .. }
             | Command::Upgrade { .. }
@@ -234,7 +238,7 @@ impl Command {
             Command::Signal { .. } => "signal",
             Command::Log { .. } => "log",
             Command::Watch {} => "watch",
-            Command::Reload {} => "reload",
+            Command::Reload { .. } => "reload",
             Command::Shutdown {} => "shutdown",
             Command::Install { .. } => "install",
             Command::Versions { .. } => "versions",
@@ -397,6 +401,13 @@ mod tests {
                 },
             ),
             (r#"{"id":"x","cmd":"watch"}"#, Command::Watch {}),
+            (r#"{"cmd":"reload"}"#, Command::Reload { service: None }),
+            (
+                r#"{"cmd":"reload","service":"a"}"#,
+                Command::Reload {
+                    service: Some("a".into()),
+                },
+            ),
         ];
         for (text, want) in ok {
             let r = decode(text.as_bytes()).unwrap_or_else(|e| panic!("{text}: {e:?}"));

@@ -459,6 +459,7 @@ impl Supervisor {
             creds: plan.creds,
             ready_fd: ready_write.as_ref().map(|(w, n)| (sys::raw(w), *n)),
             give,
+            tuning: plan.tuning,
         };
         let mut instance = None;
         // The record is written, and the child put in its cgroup, before its program

@@ -19,6 +19,19 @@ pub struct Account {
     pub group: Option<String>,
 }
 
+/// What a service's process gets besides its program, fds and user: set by the child
+/// after its go-ahead, before it drops root.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tuning {
+    /// The file mode creation mask.
+    pub umask: Option<u32>,
+    /// The nice value (`setpriority`).
+    pub nice: Option<i32>,
+    /// Resource limits, set after supd's original open-files limit is given back (so a
+    /// configured `nofile` wins).
+    pub limits: Vec<crate::config::Rlimit>,
+}
+
 /// The open-files limit supd was started with, given back to every child.
 static CHILD_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
 
@@ -76,6 +89,8 @@ pub struct SpawnSpec {
     pub ready_fd: Option<(RawFd, i32)>,
     /// A file the child gives to its user before it drops root (its notify socket).
     pub give: Option<std::path::PathBuf>,
+    /// umask, nice and resource limits.
+    pub tuning: Tuning,
 }
 
 /// The fds that keep a second supd out (the state lock, the listening socket): a forked
@@ -117,6 +132,9 @@ pub struct Exec {
     program: String,
     cwd: String,
     creds: Option<Account>,
+    /// The names of the limits the child sets, in order (a failed one is reported by
+    /// its index).
+    limits: Vec<String>,
 }
 
 impl Exec {
@@ -168,6 +186,14 @@ impl Exec {
             (STAGE_NO_GROUP, _) => format!("cannot look up group '{group}': {err}"),
             (STAGE_CREDS, _) => format!("cannot take its user and groups: {err}"),
             (STAGE_FDS, _) => format!("cannot set up its fds: {err}"),
+            (STAGE_NICE, _) => format!("cannot set its nice value: {err}"),
+            (s, _) if s >= STAGE_LIMIT => {
+                let name = self.limits.get((s - STAGE_LIMIT) as usize);
+                format!(
+                    "cannot set its limit {}: {err}",
+                    name.map(String::as_str).unwrap_or("?")
+                )
+            }
             _ => format!("{}: {err}", self.program),
         }
     }
@@ -189,6 +215,7 @@ pub fn spawn_service(
     let program = spec.program.clone();
     let cwd = spec.cwd.to_string_lossy().into_owned();
     let creds = spec.creds.clone();
+    let limits = spec.tuning.limits.iter().map(|l| l.name.clone()).collect();
     let plan = ChildPlan::new(spec).map_err(|e| format!("{program}: {e}"))?;
     let (go_read, go_write) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
     let (report_read, report_write) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
@@ -239,6 +266,7 @@ pub fn spawn_service(
             program,
             cwd,
             creds,
+            limits,
         },
     ))
 }
@@ -249,6 +277,9 @@ const STAGE_CREDS: u32 = 2;
 const STAGE_FDS: u32 = 3;
 const STAGE_NO_USER: u32 = 4;
 const STAGE_NO_GROUP: u32 = 5;
+const STAGE_NICE: u32 = 6;
+/// The first of the limits' stages: limit number i fails as `STAGE_LIMIT + i`.
+const STAGE_LIMIT: u32 = 100;
 
 /// Waits for a child that is about to exit (refused, or its exec failed), so that it
 /// leaves no zombie and the supervisor's reaping never sees a pid it did not record.
@@ -299,6 +330,9 @@ struct ChildPlan {
     /// `env` sets HOME already (else the user's home directory is added).
     has_home: bool,
     nofile: Option<libc::rlimit>,
+    umask: Option<libc::mode_t>,
+    nice: Option<libc::c_int>,
+    limits: Vec<(nix::sys::resource::Resource, libc::rlimit)>,
     /// Every fd the child uses as a source is at least this.
     floor: RawFd,
 }
@@ -383,6 +417,14 @@ impl ChildPlan {
             },
             has_home: spec.env.iter().any(|(k, _)| k == "HOME"),
             nofile: CHILD_NOFILE.get().copied(),
+            umask: spec.tuning.umask.map(|m| m as libc::mode_t),
+            nice: spec.tuning.nice,
+            limits: spec
+                .tuning
+                .limits
+                .iter()
+                .map(resource)
+                .collect::<io::Result<_>>()?,
             floor,
         })
     }
@@ -395,6 +437,35 @@ impl ChildPlan {
         let ready = self.ready.iter().map(|(f, _)| f.as_raw_fd());
         stdio.chain(ready).collect()
     }
+}
+
+/// A configured limit as `setrlimit` takes it.
+fn resource(l: &crate::config::Rlimit) -> io::Result<(nix::sys::resource::Resource, libc::rlimit)> {
+    use nix::sys::resource::Resource as R;
+    let r = match l.name.as_str() {
+        "nofile" => R::RLIMIT_NOFILE,
+        "nproc" => R::RLIMIT_NPROC,
+        "core" => R::RLIMIT_CORE,
+        "memlock" => R::RLIMIT_MEMLOCK,
+        "as" => R::RLIMIT_AS,
+        "fsize" => R::RLIMIT_FSIZE,
+        "stack" => R::RLIMIT_STACK,
+        "cpu" => R::RLIMIT_CPU,
+        other => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("no resource limit named '{other}'"),
+            ))
+        }
+    };
+    let value = |v: Option<u64>| v.map_or(libc::RLIM_INFINITY, |n| n as libc::rlim_t);
+    Ok((
+        r,
+        libc::rlimit {
+            rlim_cur: value(l.soft),
+            rlim_max: value(l.hard),
+        },
+    ))
 }
 
 /// The paths `execve` tries for `program`: itself when it names a path, otherwise each
@@ -464,6 +535,19 @@ fn child_main(
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         if let Some(limit) = p.nofile.as_ref() {
             libc::setrlimit(libc::RLIMIT_NOFILE, limit);
+        }
+        for (i, (resource, limit)) in p.limits.iter().enumerate() {
+            if libc::setrlimit(*resource as _, limit) < 0 {
+                fail(report, STAGE_LIMIT + i as u32);
+            }
+        }
+        if let Some(mask) = p.umask {
+            libc::umask(mask);
+        }
+        if let Some(n) = p.nice {
+            if libc::setpriority(libc::PRIO_PROCESS, 0, n) < 0 {
+                fail(report, STAGE_NICE);
+            }
         }
         for (target, src) in p.stdio.iter().enumerate() {
             if let Some(fd) = src {

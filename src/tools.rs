@@ -910,6 +910,7 @@ impl Supervisor {
             creds: None,
             give: None,
             ready_fd: None,
+            tuning: Default::default(),
         })
     }
 

@@ -87,6 +87,11 @@ const SERVICE_KEYS: &[&str] = &[
     "log_max_size",
     "log_keep",
     "leader_only",
+    "umask",
+    "nice",
+    "limits",
+    "env_file",
+    "reload_signal",
 ];
 
 /// Reads `path` and every file it includes. Returns the config, or every error found.
@@ -438,6 +443,7 @@ fn read_service(
             "ready_timeout" => set(&mut svc.ready_timeout, ctx.duration(v, f)),
             "stop_signal" => set(&mut svc.stop_signal, ctx.parsed(v, f, parse_signal)),
             "stop_timeout" => set(&mut svc.stop_timeout, ctx.duration(v, f)),
+            "reload_signal" => set(&mut svc.reload_signal, ctx.parsed(v, f, parse_signal)),
             "after" => {
                 if let Some(items) = ctx.array(v, f) {
                     for item in items {
@@ -476,6 +482,34 @@ fn read_service(
                     let (l, c) = ctx.pos(v.span().start);
                     org.leader_only = Some((s.clone(), l, c));
                     svc.leader_only = Some(s);
+                }
+            }
+            "umask" => svc.umask = ctx.parsed(v, f, parse_umask),
+            "nice" => match ctx.integer(v, f) {
+                Some(n) if (-20..=19).contains(&n) => svc.nice = Some(n as i32),
+                Some(_) => ctx.err(v.span(), f, "expected a nice value from -20 to 19"),
+                None => {}
+            },
+            "limits" => svc.limits = read_limits(ctx, v, f),
+            "env_file" => {
+                for item in ctx.array(v, f).unwrap_or(&[]) {
+                    let Some(s) = ctx.string(item, f) else {
+                        continue;
+                    };
+                    let (optional, path) = match s.strip_prefix('-') {
+                        Some(rest) => (true, rest),
+                        None => (false, s.as_str()),
+                    };
+                    if path.is_empty() || path.contains('\0') {
+                        ctx.err(
+                            item.span(),
+                            f,
+                            "expected a file name, such as \"/etc/default/agent\" (a leading '-' makes it optional)",
+                        );
+                        continue;
+                    }
+                    let path = ctx.dir().join(path);
+                    svc.env_file.push(EnvFile { path, optional });
                 }
             }
             _ => ctx.unknown(key.span(), f, SERVICE_KEYS),
@@ -574,6 +608,78 @@ fn read_crash_loop(ctx: &mut FileCtx, v: &Value, key: &str) -> Option<CrashLoop>
         }
     }
     Some(cl)
+}
+
+/// `umask = "027"`: an octal string of at most four digits, up to 0777.
+fn parse_umask(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s, 8) {
+        Ok(n) if n <= 0o777 && !s.is_empty() && s.len() <= 4 && !s.starts_with('+') => Ok(n),
+        _ => Err(format!(
+            "'{s}' is not a umask: expected an octal string such as \"027\" (0 to 0777)"
+        )),
+    }
+}
+
+/// `limits = { nofile = 65536, core = "0:unlimited" }`.
+fn read_limits(ctx: &mut FileCtx, v: &Value, key: &str) -> Vec<Rlimit> {
+    let mut out = Vec::new();
+    let Some(table) = ctx.table(v, key) else {
+        return out;
+    };
+    for (k, item) in table.iter() {
+        let name = k.get_ref().to_string();
+        let full = format!("{key}.{name}");
+        if !LIMIT_NAMES.contains(&name.as_str()) {
+            ctx.unknown(k.span(), &full, LIMIT_NAMES);
+            continue;
+        }
+        let value = match item.get_ref() {
+            toml::de::DeValue::Integer(_) => match ctx.integer(item, &full) {
+                Some(n) if n >= 0 => Ok((Some(n as u64), Some(n as u64))),
+                Some(_) => Err("a limit is not negative".to_string()),
+                None => continue,
+            },
+            _ => match ctx.string(item, &full) {
+                Some(s) => parse_limit(&s),
+                None => continue,
+            },
+        };
+        match value {
+            Ok((soft, hard)) => out.push(Rlimit { name, soft, hard }),
+            Err(why) => ctx.err(item.span(), &full, why),
+        }
+    }
+    out
+}
+
+/// "unlimited", "N", or "SOFT:HARD" with each a number or "unlimited"; soft <= hard.
+fn parse_limit(s: &str) -> Result<(Option<u64>, Option<u64>), String> {
+    let one = |t: &str| -> Result<Option<u64>, ()> {
+        match t.trim() {
+            "unlimited" | "infinity" => Ok(None),
+            n => n.parse::<u64>().map(Some).map_err(|_| ()),
+        }
+    };
+    let expected = || {
+        format!(
+            "'{s}': expected a number, \"unlimited\", or \"SOFT:HARD\" (such as \"1024:65536\")"
+        )
+    };
+    let (soft, hard) = match s.split_once(':') {
+        Some((a, b)) => (
+            one(a).map_err(|_| expected())?,
+            one(b).map_err(|_| expected())?,
+        ),
+        None => {
+            let v = one(s).map_err(|_| expected())?;
+            (v, v)
+        }
+    };
+    match (soft, hard) {
+        (None, Some(_)) => Err(format!("'{s}': the soft limit is above the hard one")),
+        (Some(a), Some(b)) if a > b => Err(format!("'{s}': the soft limit is above the hard one")),
+        _ => Ok((soft, hard)),
+    }
 }
 
 fn parse_ready(s: &str) -> Result<Ready, String> {

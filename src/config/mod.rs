@@ -10,7 +10,7 @@ mod read;
 mod walk;
 
 pub use load::{load, load_supd_only, load_text, ConfigError};
-pub use read::MAX_FILE_SIZE;
+pub use read::{read_env_file, MAX_ENV_FILE_SIZE, MAX_FILE_SIZE};
 
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
@@ -177,13 +177,47 @@ pub struct ServiceConfig {
     #[serde(with = "signal_number")]
     pub stop_signal: Signal,
     pub stop_timeout: Duration,
+    /// What `reload NAME` sends to the service's process group.
+    #[serde(with = "signal_number")]
+    pub reload_signal: Signal,
     pub after: Vec<String>,
     pub autostart: bool,
     pub log: LogMode,
     pub log_max_size: u64,
     pub log_keep: u32,
     pub leader_only: Option<String>,
+    /// The file mode creation mask (`umask = "027"`); supd's own when absent.
+    pub umask: Option<u32>,
+    /// The scheduling priority, -20 to 19; supd's own when absent.
+    pub nice: Option<i32>,
+    /// Resource limits set in the child, in the order written.
+    pub limits: Vec<Rlimit>,
+    /// Files of KEY=VALUE lines read at each start, in order; `env` wins over them.
+    pub env_file: Vec<EnvFile>,
 }
+
+/// One entry of `env_file`: `"-/etc/x"` is optional (missing or unreadable: skipped).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvFile {
+    /// Absolute: a relative one is joined to the directory of the file that named it.
+    pub path: PathBuf,
+    pub optional: bool,
+}
+
+/// One entry of `limits = { nofile = 65536 }`: soft and hard values, `None` for
+/// "unlimited".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rlimit {
+    /// One of [`LIMIT_NAMES`].
+    pub name: String,
+    pub soft: Option<u64>,
+    pub hard: Option<u64>,
+}
+
+/// The resources `limits` may name.
+pub const LIMIT_NAMES: &[&str] = &[
+    "nofile", "nproc", "core", "memlock", "as", "fsize", "stack", "cpu",
+];
 
 impl ServiceConfig {
     /// A service with every default, for `name` running `command`.
@@ -203,12 +237,17 @@ impl ServiceConfig {
             ready_timeout: Duration::from_secs(60),
             stop_signal: Signal::SIGTERM,
             stop_timeout: Duration::from_secs(10),
+            reload_signal: Signal::SIGHUP,
             after: Vec::new(),
             autostart: true,
             log: LogMode::File,
             log_max_size: 10 << 20,
             log_keep: 5,
             leader_only: None,
+            umask: None,
+            nice: None,
+            limits: Vec::new(),
+            env_file: Vec::new(),
         }
     }
 }

@@ -17,21 +17,34 @@ use std::path::Path;
 /// tens of thousands of services.
 pub const MAX_FILE_SIZE: u64 = 4 << 20;
 
+/// The largest `env_file` read (sup.toml(5)).
+pub const MAX_ENV_FILE_SIZE: u64 = 1 << 20;
+
 /// The text of `path`, or why it is not read (a sentence without the file's name).
 pub fn read_config_file(path: &Path) -> Result<String, String> {
+    read_bounded(path, MAX_FILE_SIZE, "config")
+}
+
+/// The text of a service's `env_file`, read the same careful way (at each start, in
+/// supd's loop: a FIFO or a device must not stall it).
+pub fn read_env_file(path: &Path) -> Result<String, String> {
+    read_bounded(path, MAX_ENV_FILE_SIZE, "environment")
+}
+
+fn read_bounded(path: &Path, max: u64, what: &str) -> Result<String, String> {
     let mut file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
         .map_err(|e| format!("cannot read: {}", plain(&e)))?;
-    check_kind(&file)?;
+    check_kind(&file, max, what)?;
     let mut bytes = Vec::new();
     (&mut file)
-        .take(MAX_FILE_SIZE + 1)
+        .take(max + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read: {}", plain(&e)))?;
-    if bytes.len() as u64 > MAX_FILE_SIZE {
-        return Err(too_large());
+    if bytes.len() as u64 > max {
+        return Err(too_large(max, what));
     }
     String::from_utf8(bytes).map_err(|e| {
         format!(
@@ -41,14 +54,14 @@ pub fn read_config_file(path: &Path) -> Result<String, String> {
     })
 }
 
-fn check_kind(file: &File) -> Result<(), String> {
+fn check_kind(file: &File, max: u64, what: &str) -> Result<(), String> {
     let meta = file
         .metadata()
         .map_err(|e| format!("cannot read: {}", plain(&e)))?;
     let ft = meta.file_type();
     let kind = if ft.is_file() {
-        return if meta.len() > MAX_FILE_SIZE {
-            Err(too_large())
+        return if meta.len() > max {
+            Err(too_large(max, what))
         } else {
             Ok(())
         };
@@ -66,14 +79,14 @@ fn check_kind(file: &File) -> Result<(), String> {
         "not a regular file"
     };
     Err(format!(
-        "cannot read: {kind}; only regular files are read as config"
+        "cannot read: {kind}; only regular files are read as {what}"
     ))
 }
 
-fn too_large() -> String {
+fn too_large(max: u64, what: &str) -> String {
     format!(
-        "cannot read: larger than {} MiB, the most a config file may hold",
-        MAX_FILE_SIZE >> 20
+        "cannot read: larger than {} MiB, the most a {what} file may hold",
+        max >> 20
     )
 }
 

@@ -340,3 +340,122 @@ fn wildcards_with_many_stars_are_linear() {
     assert!(!wildcard(b"a*?", b"a"));
     assert!(wildcard(b"**", b""));
 }
+
+#[test]
+fn umask_nice_and_limits_parse() {
+    let (_dir, r) = load_text(
+        r#"
+[service.a]
+command = ["/bin/true"]
+umask = "027"
+nice = -5
+reload_signal = "USR2"
+limits = { nofile = 65536, core = "0:unlimited", cpu = "unlimited" }
+"#,
+    );
+    let cfg = r.expect("valid");
+    let a = &cfg.services["a"];
+    assert_eq!(a.umask, Some(0o027));
+    assert_eq!(a.nice, Some(-5));
+    assert_eq!(a.reload_signal, nix::sys::signal::Signal::SIGUSR2);
+    let lim = |name: &str, soft, hard| Rlimit {
+        name: name.into(),
+        soft,
+        hard,
+    };
+    assert_eq!(
+        a.limits,
+        [
+            lim("core", Some(0), None),
+            lim("cpu", None, None),
+            lim("nofile", Some(65536), Some(65536)),
+        ]
+    );
+    let b = ServiceConfig::new("b", vec![], "/".into());
+    assert_eq!((b.umask, b.nice, b.limits.len()), (None, None, 0));
+    assert_eq!(b.reload_signal, nix::sys::signal::Signal::SIGHUP);
+    let bad = errors_of("[service.a]\ncommand = [\"/bin/true\"]\nreload_signal = \"NOPE\"\n");
+    assert!(
+        bad[0].starts_with("sup.toml:3:17: service.a.reload_signal: 'NOPE' is not a signal name"),
+        "{bad:?}"
+    );
+}
+
+#[test]
+fn bad_umask_nice_and_limits_say_where_and_what_was_expected() {
+    let got = errors_of(
+        "[service.a]\ncommand = [\"/bin/true\"]\numask = \"0988\"\nnice = 20\nlimits = { nofile = -1, rss = 5, core = \"10:5\", stack = \"lots\" }\n",
+    );
+    assert_eq!(got.len(), 6, "{got:#?}");
+    assert!(
+        got[0].starts_with(
+            "sup.toml:3:9: service.a.umask: '0988' is not a umask: expected an octal string"
+        ),
+        "{}",
+        got[0]
+    );
+    assert!(
+        got[1].starts_with("sup.toml:4:8: service.a.nice: expected a nice value from -20 to 19"),
+        "{}",
+        got[1]
+    );
+    assert!(
+        got[2].starts_with("sup.toml:5:21: service.a.limits.nofile: a limit is not negative"),
+        "{}",
+        got[2]
+    );
+    assert!(
+        got[3].starts_with("sup.toml:5:25: service.a.limits.rss:"),
+        "{}",
+        got[3]
+    );
+    assert!(got[3].contains("nofile, nproc, core"), "{}", got[3]);
+    assert!(
+        got[4].contains("service.a.limits.core: '10:5': the soft limit is above the hard one"),
+        "{}",
+        got[4]
+    );
+    assert!(
+        got[5].contains("service.a.limits.stack: 'lots': expected a number, \"unlimited\""),
+        "{}",
+        got[5]
+    );
+    let int = errors_of("[service.a]\ncommand = [\"/bin/true\"]\numask = 27\n");
+    assert!(
+        int[0].contains("service.a.umask: expected a string"),
+        "{int:?}"
+    );
+}
+
+#[test]
+fn env_files_resolve_relative_to_their_config_and_may_be_optional() {
+    let (dir, r) = load_text(
+        "[service.a]\ncommand = [\"/bin/true\"]\nenv_file = [\"/etc/default/a\", \"-local.env\"]\n",
+    );
+    let a = &r.expect("valid").services["a"];
+    assert_eq!(
+        a.env_file,
+        [
+            EnvFile {
+                path: "/etc/default/a".into(),
+                optional: false
+            },
+            EnvFile {
+                path: dir.join("local.env"),
+                optional: true
+            }
+        ]
+    );
+    let got = errors_of("[service.a]\ncommand = [\"/bin/true\"]\nenv_file = [\"-\", 3]\n");
+    assert_eq!(got.len(), 2, "{got:#?}");
+    assert!(
+        got[0].starts_with("sup.toml:3:13: service.a.env_file: expected a file name"),
+        "{}",
+        got[0]
+    );
+    assert!(
+        got[1].starts_with("sup.toml:3:18: service.a.env_file: expected a string"),
+        "{}",
+        got[1]
+    );
+}
