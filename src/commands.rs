@@ -71,13 +71,11 @@ impl Supervisor {
                 "image_uptime_ms": now.since(self.image_started).as_millis() as u64,
             }))),
             Command::Status { service, services } => {
-                let mut names: Vec<String> = service.into_iter().chain(services).collect();
-                for n in &names {
-                    self.known(n)?;
-                }
-                if names.is_empty() {
-                    names = self.slots.keys().cloned().collect();
-                }
+                let names = if service.is_none() && services.is_empty() {
+                    self.slots.keys().cloned().collect()
+                } else {
+                    self.named(service, services)?.0
+                };
                 let list: Vec<_> = names
                     .iter()
                     .map(|n| self.status_of(&self.slots[n], now))
@@ -101,33 +99,45 @@ impl Supervisor {
                     "supd": {"version": env!("CARGO_PKG_VERSION"), "pid": std::process::id(), "uptime_ms": now.since(self.started).as_millis() as u64},
                 })))
             }
-            Command::Start { service } => {
-                self.known(&service)?;
+            Command::Start { service, services } => {
+                let (names, many) = self.named(service, services)?;
                 self.refuse_during_shutdown()?;
-                let _ = self.set_down(&service, false, now);
-                self.apply(&service, Event::Start, now);
-                Ok(Outcome::Answer(self.one_status(&service, now)))
+                for n in &names {
+                    let _ = self.set_down(n, false, now);
+                    self.apply(n, Event::Start, now);
+                }
+                Ok(Outcome::Answer(self.statuses(&names, many, now)))
             }
-            Command::Stop { service } => {
-                self.known(&service)?;
-                let written = self.set_down(&service, true, now);
-                self.apply(&service, Event::Stop, now);
+            Command::Stop { service, services } => {
+                let (names, many) = self.named(service, services)?;
+                let mut unwritten = Vec::new();
+                for n in &names {
+                    let written = self.set_down(n, true, now);
+                    self.apply(n, Event::Stop, now);
+                    if let Err(e) = written {
+                        unwritten.push((n.clone(), e));
+                    }
+                }
                 // Stopped all the same (the operator wants it down now), but told: the
                 // mark that keeps it down across a restart of supd is not on disk yet.
-                written.map_err(|e| {
-                    Error::new(
+                if let Some((_, e)) = unwritten.first() {
+                    let who: Vec<&str> = unwritten.iter().map(|(n, _)| n.as_str()).collect();
+                    let who = who.join(", ");
+                    return Err(Error::new(
                         ErrorKind::Failed,
-                        format!("{service} is stopping, but its down mark is not written ({e}): it would start again if supd restarted; supd retries writing it"),
-                    )
-                })?;
-                self.park(client, id, WaitFor::Down(service))
+                        format!("{who}: stopping all the same, but the down mark is not written ({e}): it would start again if supd restarted; supd retries writing it"),
+                    ));
+                }
+                self.park(client, id, WaitFor::Down { names, many })
             }
-            Command::Restart { service } => {
-                self.known(&service)?;
+            Command::Restart { service, services } => {
+                let (names, many) = self.named(service, services)?;
                 self.refuse_during_shutdown()?;
-                let _ = self.set_down(&service, false, now);
-                self.apply(&service, Event::Restart, now);
-                self.park(client, id, WaitFor::Started(service))
+                for n in &names {
+                    let _ = self.set_down(n, false, now);
+                    self.apply(n, Event::Restart, now);
+                }
+                self.park(client, id, WaitFor::Started { names, many })
             }
             Command::Signal { service, signal } => {
                 self.known(&service)?;
@@ -314,6 +324,49 @@ impl Supervisor {
         }
     }
 
+    /// The services a request names (`service`, or `services`, where `all` names every
+    /// service unless one is called so), each known, each once; and whether the answer
+    /// is a list (`services` was used).
+    fn named(
+        &self,
+        service: Option<String>,
+        services: Vec<String>,
+    ) -> Result<(Vec<String>, bool), Error> {
+        let many = service.is_none();
+        let asked: Vec<String> = service.into_iter().chain(services).collect();
+        if asked.is_empty() {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                "name a service: \"service\": NAME or \"services\": [NAME, ...] (\"all\" for every service)",
+            ));
+        }
+        let mut names: Vec<String> = Vec::new();
+        for n in asked {
+            let these = if n == "all" && !self.slots.contains_key("all") {
+                self.slots.keys().cloned().collect()
+            } else {
+                self.known(&n)?;
+                vec![n]
+            };
+            for n in these {
+                if !names.contains(&n) {
+                    names.push(n);
+                }
+            }
+        }
+        Ok((names, many))
+    }
+
+    /// The answer of `start`, `stop` and `restart`: the one service's status, or a list.
+    fn statuses(&self, names: &[String], many: bool, now: Mono) -> Value {
+        match names {
+            [one] if !many => self.one_status(one, now),
+            _ => {
+                json!({"services": names.iter().map(|n| self.one_status(n, now)).collect::<Vec<_>>()})
+            }
+        }
+    }
+
     fn refuse_during_shutdown(&self) -> Result<(), Error> {
         if self.shutting_down() {
             Err(Error::new(ErrorKind::Failed, "supd is shutting down"))
@@ -382,15 +435,14 @@ impl Supervisor {
     /// The answer for a waiter, once what it waits for has happened.
     fn settled(&self, what: &WaitFor, now: Mono) -> Option<Result<Value, Error>> {
         match what {
-            WaitFor::Down(name) | WaitFor::Started(name) => {
-                let done = match (self.slots.get(name), what) {
-                    (None, _) => true,
-                    (Some(s), WaitFor::Started(_)) => {
-                        s.svc.state != State::Stopping && !s.svc.pending()
-                    }
-                    (Some(s), _) => s.is_down(),
-                };
-                done.then(|| Ok(self.one_status(name, now)))
+            WaitFor::Down { names, many } | WaitFor::Started { names, many } => {
+                let started = matches!(what, WaitFor::Started { .. });
+                let done = names.iter().all(|n| match self.slots.get(n) {
+                    None => true,
+                    Some(s) if started => s.svc.state != State::Stopping && !s.svc.pending(),
+                    Some(s) => s.is_down(),
+                });
+                done.then(|| Ok(self.statuses(names, *many, now)))
             }
             WaitFor::Upgrade(tool) => self.upgrade_settled(tool),
             WaitFor::LeaseDown { lease, by } => self.release_settled(lease, *by, now),

@@ -83,14 +83,26 @@ pub enum Command {
         #[serde(default)]
         services: Vec<String>,
     },
+    /// `service`, or `services` (several; `all` names every service).
     Start {
-        service: String,
+        #[serde(default)]
+        service: Option<String>,
+        #[serde(default)]
+        services: Vec<String>,
     },
+    /// `service`, or `services` (several; `all` names every service).
     Stop {
-        service: String,
+        #[serde(default)]
+        service: Option<String>,
+        #[serde(default)]
+        services: Vec<String>,
     },
+    /// `service`, or `services` (several; `all` names every service).
     Restart {
-        service: String,
+        #[serde(default)]
+        service: Option<String>,
+        #[serde(default)]
+        services: Vec<String>,
     },
     Signal {
         service: String,
@@ -286,6 +298,23 @@ pub fn decode(line: &[u8]) -> Result<Request, (Value, Error)> {
         return Err((id, e));
     }
     match serde_json::from_value::<Command>(Value::Object(obj)) {
+        Ok(
+            Command::Start {
+                service: None,
+                services,
+            }
+            | Command::Stop {
+                service: None,
+                services,
+            }
+            | Command::Restart {
+                service: None,
+                services,
+            },
+        ) if services.is_empty() => Err(bad(
+            id,
+            format!("{cmd}: name a service: \"service\": NAME, or \"services\": [NAME, ...] (\"all\" for every service)"),
+        )),
         Ok(command) => Ok(Request { id, command }),
         Err(e) => Err(bad(id, format!("{cmd}: {e}"))),
     }
@@ -339,6 +368,10 @@ pub struct ServiceStatus {
     /// Time left until the service's next timer (restart, kill, ready timeout, cooldown).
     #[serde(default)]
     pub next_ms: Option<u64>,
+    /// Up, as `supctl status` counts it: running, or exited for a one-shot whose ready
+    /// is "exited".
+    #[serde(default)]
+    pub up: bool,
 }
 
 /// Builds an object from pairs, skipping nothing; for event payloads.
@@ -375,7 +408,8 @@ mod tests {
             (
                 r#"{"cmd":"stop","service":"a"}"#,
                 Command::Stop {
-                    service: "a".into(),
+                    service: Some("a".into()),
+                    services: vec![],
                 },
             ),
             (
@@ -472,7 +506,8 @@ mod tests {
         assert!(Command::Watch {}.read_only());
         assert!(!Command::Shutdown {}.read_only());
         assert!(!Command::Stop {
-            service: "a".into()
+            service: Some("a".into()),
+            services: vec![],
         }
         .read_only());
     }

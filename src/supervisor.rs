@@ -71,10 +71,10 @@ pub enum ServiceFd {
 /// What a parked client waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WaitFor {
-    /// The service's process group is gone (`stop`).
-    Down(String),
-    /// The service's new process was started, or failed to (`restart`).
-    Started(String),
+    /// The services' process groups are gone (`stop`); `many`: answer a list.
+    Down { names: Vec<String>, many: bool },
+    /// The services' new processes were started, or failed to (`restart`).
+    Started { names: Vec<String>, many: bool },
     /// The tool's upgrade committed, rolled back or failed (`upgrade --wait`).
     Upgrade(String),
     /// Every leader-only service of the lease has exited (`lease-release`), or `by` has
@@ -1048,6 +1048,7 @@ impl Supervisor {
             status: slot.status_text.clone(),
             log_dropped: slot.output.as_ref().map(|o| o.dropped).unwrap_or(0),
             next_ms: svc.deadline.map(|d| d.since(now).as_millis() as u64),
+            up: svc.is_ready(&slot.cfg),
         }
     }
 

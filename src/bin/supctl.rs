@@ -26,10 +26,10 @@ macro_rules! outln {
 const USAGE: &str = "usage: supctl [-s SOCKET] [--json] [--timeout DURATION] COMMAND [ARGS]
 
 commands:
-  status [SERVICE...]         state of each service
-  start SERVICE               admin up
-  stop SERVICE                admin down (stays down across restarts of supd)
-  restart SERVICE             stop, then start
+  status [SERVICE...]         state of each service; exit 3 if one is not up
+  start SERVICE...            admin up ('all' names every service)
+  stop SERVICE...             admin down (stays down across restarts of supd)
+  restart SERVICE...          stop, then start
   signal SERVICE SIG          send SIG to the service's process group
   log SERVICE [-n N] [-f]     last N lines of its output; -f follows
   watch                       stream events until interrupted
@@ -50,28 +50,44 @@ versioned tools:
 
 enum Failure {
     Usage(String),
+    /// Failed in supctl itself.
     Refused(String),
+    /// Refused by supd (its error kind and message), or by the socket's permissions.
+    Denied(String, String),
     Unreachable(String),
+    /// `status`: a named service is not up (exit 3, as LSB and supervisorctl do).
+    NotUp(Vec<String>),
     /// Whoever reads our output is gone (`supctl status | head -1`): nothing to say.
     OutputClosed,
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) | Err(Failure::OutputClosed) => ExitCode::SUCCESS,
-        Err(Failure::Usage(m)) => {
-            note(&format!("supctl: {m}\n{USAGE}"));
-            ExitCode::from(2)
+    // Whether errors are said in JSON: known before the arguments are fully read.
+    let json = std::env::args().skip(1).any(|a| a == "--json");
+    let (code, kind, message, said_kind) = match run() {
+        Ok(()) | Err(Failure::OutputClosed) => return ExitCode::SUCCESS,
+        Err(Failure::NotUp(names)) => {
+            if !json {
+                note(&format!("supctl: not up: {}", names.join(", ")));
+            }
+            return ExitCode::from(3);
         }
-        Err(Failure::Refused(m)) => {
-            note(&format!("supctl: {m}"));
-            ExitCode::from(1)
-        }
-        Err(Failure::Unreachable(m)) => {
-            note(&format!("supctl: {m}"));
-            ExitCode::from(3)
-        }
+        Err(Failure::Usage(m)) => (2, "usage".to_string(), m, false),
+        Err(Failure::Refused(m)) => (1, "failed".to_string(), m, false),
+        Err(Failure::Denied(kind, m)) => (1, kind, m, true),
+        Err(Failure::Unreachable(m)) => (3, "unreachable".to_string(), m, false),
+    };
+    if json {
+        let line = json!({"ok": false, "exit": code, "error": {"kind": kind, "message": message}});
+        note(&line.to_string());
+    } else if code == 2 {
+        note(&format!("supctl: {message}; try 'supctl --help'"));
+    } else if said_kind {
+        note(&format!("supctl: {kind}: {message}"));
+    } else {
+        note(&format!("supctl: {message}"));
     }
+    ExitCode::from(code)
 }
 
 /// Writes to standard output: a closed reader ends supctl quietly; any other error (a
@@ -109,12 +125,12 @@ fn parse_args() -> Result<Opts, Failure> {
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
-            "-s" | "--socket" if words.is_empty() => {
+            "-s" | "--socket" => {
                 socket = it
                     .next()
                     .ok_or_else(|| Failure::Usage("-s needs a socket path".into()))?
             }
-            "--json" if words.is_empty() => json = true,
+            "--json" => json = true,
             "--timeout" => {
                 let t = it
                     .next()
@@ -130,6 +146,9 @@ fn parse_args() -> Result<Opts, Failure> {
             "--version" if words.is_empty() => {
                 emit(&format!("supctl {}\n", env!("CARGO_PKG_VERSION")))?;
                 std::process::exit(0);
+            }
+            o if words.is_empty() && o.starts_with('-') => {
+                return Err(Failure::Usage(format!("unknown option '{o}'")))
             }
             _ => words.push(a),
         }
@@ -168,18 +187,30 @@ fn run() -> Result<(), Failure> {
         }
         _ => {}
     }
-    print_answer(cmd, &data, opts.json)
+    print_answer(cmd, &data, opts.json)?;
+    if cmd == "status" {
+        let down: Vec<String> = data["services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| !is_up(s))
+            .map(|s| s["name"].as_str().unwrap_or("?").to_string())
+            .collect();
+        if !down.is_empty() {
+            return Err(Failure::NotUp(down));
+        }
+    }
+    Ok(())
+}
+
+/// Up, as `status` counts it: supd says so; from a supd too old to say, running.
+fn is_up(s: &Value) -> bool {
+    s["up"].as_bool().unwrap_or(s["state"] == "running")
 }
 
 /// The request for a command line.
 fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
     let usage = |m: &str| Failure::Usage(m.to_string());
-    let one = |what: &str| -> Result<String, Failure> {
-        match rest {
-            [s] => Ok(s.clone()),
-            _ => Err(usage(&format!("{what} takes exactly one SERVICE"))),
-        }
-    };
     Ok(match cmd {
         "hello" | "watch" | "reload" | "shutdown" | "poweroff" | "reboot" | "halt"
             if rest.is_empty() =>
@@ -187,7 +218,11 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
             json!({"cmd": cmd})
         }
         "status" => json!({"cmd": "status", "services": rest}),
-        "start" | "stop" | "restart" => json!({"cmd": cmd, "service": one(cmd)?}),
+        "start" | "stop" | "restart" => match rest {
+            [] => return Err(usage(&format!("{cmd} takes SERVICE... (or all)"))),
+            [s] if s != "all" => json!({"cmd": cmd, "service": s}),
+            _ => json!({"cmd": cmd, "services": rest}),
+        },
         "signal" => match rest {
             [s, sig] => json!({"cmd": "signal", "service": s, "signal": sig}),
             _ => return Err(usage("signal takes SERVICE SIG")),
@@ -339,6 +374,12 @@ impl Conn {
                     Human(timeout.unwrap_or_default())
                 )))
             }
+            Err(nix::errno::Errno::EACCES | nix::errno::Errno::EPERM) => {
+                return Err(Failure::Denied(
+                    "permission-denied".into(),
+                    format!("you may not use supd's socket {path}: it is for root, supd's own user and members of its socket_group (run as one of them, or ask to be added to that group)"),
+                ))
+            }
             Err(e) => return Err(unreachable(&e)),
         }
         let stream = UnixStream::from(fd);
@@ -422,9 +463,9 @@ impl Conn {
 
 /// The error of an answer, as supctl says it.
 fn refusal(answer: &Value) -> Failure {
-    let kind = answer["error"]["kind"].as_str().unwrap_or("error");
+    let kind = answer["error"]["kind"].as_str().unwrap_or("failed");
     let msg = answer["error"]["message"].as_str().unwrap_or("no message");
-    Failure::Refused(format!("{kind}: {msg}"))
+    Failure::Denied(kind.to_string(), msg.to_string())
 }
 
 /// Prints events until supd closes the connection.
@@ -505,9 +546,13 @@ fn print_answer(cmd: &str, data: &Value, json: bool) -> Result<(), Failure> {
             }
         }
         "start" | "stop" | "restart" => {
-            if let Ok(st) = serde_json::from_value::<ServiceStatus>(data.clone()) {
-                let pid = st.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
-                outln!(o, "{}: {}{pid}", st.name, st.state);
+            let one = std::slice::from_ref(data);
+            let list = data["services"].as_array().map_or(one, |l| l.as_slice());
+            for st in list {
+                if let Ok(st) = serde_json::from_value::<ServiceStatus>(st.clone()) {
+                    let pid = st.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                    outln!(o, "{}: {}{pid}", st.name, st.state);
+                }
             }
         }
         "log" => {
