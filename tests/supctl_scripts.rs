@@ -243,3 +243,26 @@ fn a_user_the_socket_refuses_is_told_so() {
         );
     }
 }
+
+#[test]
+fn reload_with_a_service_sends_its_reload_signal() {
+    let mut sb = Sandbox::new();
+    // HUP ignored: it survives its reload, as nginx or sshd would.
+    let svc = sb.script("svc", "trap '' HUP\nexec sleep 3600");
+    sb.config(&format!("[service.a]\ncommand = [\"{svc}\"]\n"));
+    sb.start();
+    let pid = sb.wait_state("a", "running")["pid"].clone();
+    let out = sb.supctl(&["reload", "a"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("a: sent HUP"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(sb.status("a")["pid"], pid, "still the same process");
+}

@@ -218,6 +218,8 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
             json!({"cmd": cmd})
         }
         "status" => json!({"cmd": "status", "services": rest}),
+        // A service's own reload: its reload_signal.
+        "reload" if rest.len() == 1 => json!({"cmd": "reload", "service": rest[0]}),
         "start" | "stop" | "restart" => match rest {
             [] => return Err(usage(&format!("{cmd} takes SERVICE... (or all)"))),
             [s] if s != "all" => json!({"cmd": cmd, "service": s}),
@@ -560,6 +562,13 @@ fn print_answer(cmd: &str, data: &Value, json: bool) -> Result<(), Failure> {
                 outln!(o, "{}", l.as_str().unwrap_or(""));
             }
         }
+        "reload" if data["service"].is_string() => outln!(
+            o,
+            "{}: sent {} to process group {}",
+            data["service"].as_str().unwrap_or("?"),
+            data["signal"].as_str().unwrap_or("?"),
+            data["pid"]
+        ),
         "reload" => outln!(
             o,
             "reloaded: added {}, removed {}, changed {}",
