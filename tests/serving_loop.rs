@@ -174,7 +174,7 @@ fn a_user_database_that_hangs_holds_back_only_the_start_that_needs_it() {
             "-s",
         ])
         .arg(&sb.socket)
-        .arg("status")
+        .arg("hello")
         .output()
         .expect("setpriv supctl");
     eprintln!(
