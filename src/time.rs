@@ -29,11 +29,7 @@ pub struct Mono(pub u64);
 impl Mono {
     /// Reads `CLOCK_MONOTONIC`.
     pub fn now() -> Mono {
-        // CLOCK_MONOTONIC cannot fail on Linux for a valid clock id; a zero instant is
-        // still a usable (if early) value, so there is nothing to crash over.
-        let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-            .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
-        Mono(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+        Mono(nanos(nix::time::ClockId::CLOCK_MONOTONIC))
     }
 
     /// The instant `d` after this one.
@@ -77,10 +73,7 @@ pub struct Boot(pub u64);
 impl Boot {
     /// Reads `CLOCK_BOOTTIME`.
     pub fn now() -> Boot {
-        // As for Mono: cannot fail on Linux; zero is an early but usable value.
-        let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-            .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
-        Boot(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+        Boot(nanos(nix::time::ClockId::CLOCK_BOOTTIME))
     }
 
     /// The instant `ms` milliseconds after boot.
@@ -111,6 +104,13 @@ impl Boot {
 /// deadline is an instant plus a duration; a bound keeps that sum far from overflow, and
 /// nothing supd waits for is meant to take longer than a year.
 pub const MAX_DURATION: Duration = Duration::from_secs(366 * 86_400);
+
+/// Nanoseconds on `clock`. It cannot fail on Linux for these clock ids; a zero instant
+/// is still a usable (if early) value, so there is nothing to crash over.
+fn nanos(clock: nix::time::ClockId) -> u64 {
+    let ts = nix::time::clock_gettime(clock).unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
 
 /// Parses "250ms", "10s", "5m", "1h", "1h30m", "0s" (a bare "0" too); refuses anything
 /// longer than [`MAX_DURATION`].
