@@ -13,22 +13,32 @@ pub struct Etcd {
     pub dir: Sandbox,
 }
 
-fn free_port() -> u16 {
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
 }
 
+/// Whether etcd is on PATH; outside CI a missing one is said (the test skips), in CI
+/// it is a failure (`.ci/run` installs it).
+pub fn installed() -> bool {
+    if Command::new("etcd").arg("--version").output().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "etcd is missing: .ci/run installs etcd-server"
+    );
+    eprintln!("skipped: etcd is not installed (apt-get install etcd-server)");
+    false
+}
+
 impl Etcd {
     /// Starts etcd, or returns `None` (said) when it is not installed outside CI.
     pub fn start() -> Option<Etcd> {
-        if Command::new("etcd").arg("--version").output().is_err() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "etcd is missing: .ci/run installs etcd-server"
-            );
-            eprintln!("skipped: etcd is not installed (apt-get install etcd-server)");
+        if !installed() {
             return None;
         }
         let dir = Sandbox::new();

@@ -2,6 +2,7 @@
 //! peer ports on 127.0.0.1, ready when its log says so (no polling), killed and restarted
 //! on its data, stopped and continued, and ended by its pid.
 
+use crate::common::etcd::free_port;
 use crate::common::{Sandbox, DEADLINE};
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -26,23 +27,11 @@ pub struct Etcd3 {
     pub starts: usize,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 impl Etcd3 {
     /// Starts the three members at once and waits until each serves clients; `None`
     /// (said) when etcd is not installed outside CI.
     pub fn start() -> Option<Etcd3> {
-        if Command::new("etcd").arg("--version").output().is_err() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "etcd is missing: .ci/run installs etcd-server"
-            );
-            eprintln!("skipped: etcd is not installed (apt-get install etcd-server)");
+        if !crate::common::etcd::installed() {
             return None;
         }
         let dir = Sandbox::new();
