@@ -72,7 +72,7 @@ impl Supervisor {
             }))),
             Command::Status { service, services } => {
                 let names = if service.is_none() && services.is_empty() {
-                    self.slots.keys().cloned().collect()
+                    self.in_order(self.slots.keys().cloned().collect())
                 } else {
                     self.named(service, services)?.0
                 };
@@ -313,20 +313,43 @@ impl Supervisor {
         Ok(Outcome::Answer(json!({"action": action.as_str()})))
     }
 
+    /// `name` is one service (`signal`, `log`, `reload NAME`).
     fn known(&self, name: &str) -> Result<(), Error> {
         if self.slots.contains_key(name) {
-            Ok(())
-        } else {
-            Err(Error::new(
+            return Ok(());
+        }
+        match self.instances_of(name).as_slice() {
+            [] => Err(Error::new(
                 ErrorKind::UnknownService,
                 format!("no service named '{name}'"),
-            ))
+            )),
+            [first, ..] => Err(Error::new(
+                ErrorKind::BadRequest,
+                format!("'{name}' runs as instances: name one of them, such as {first}"),
+            )),
         }
     }
 
+    /// The live instances of table `table` (`instances = N`), in index order; none when
+    /// it is no such table.
+    fn instances_of(&self, table: &str) -> Vec<String> {
+        let mut found: Vec<(u32, &String)> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| !s.removed)
+            .filter_map(|(n, s)| match &s.cfg.instance {
+                Some(i) if i.table == table => Some((i.index, n)),
+                _ => None,
+            })
+            .collect();
+        found.sort();
+        found.into_iter().map(|(_, n)| n.clone()).collect()
+    }
+
     /// The services a request names (`service`, or `services`, where `all` names every
-    /// service unless one is called so), each known, each once; and whether the answer
-    /// is a list (`services` was used).
+    /// service unless one is called so, and an instanced table's name all its
+    /// instances), each known, each once; and whether the answer is a list (`services`
+    /// was used).
     fn named(
         &self,
         service: Option<String>,
@@ -344,9 +367,16 @@ impl Supervisor {
         for n in asked {
             let these = if n == "all" && !self.slots.contains_key("all") {
                 self.slots.keys().cloned().collect()
-            } else {
-                self.known(&n)?;
+            } else if self.slots.contains_key(&n) {
                 vec![n]
+            } else {
+                match self.instances_of(&n) {
+                    none if none.is_empty() => {
+                        self.known(&n)?;
+                        none
+                    }
+                    instances => instances,
+                }
             };
             for n in these {
                 if !names.contains(&n) {
@@ -355,6 +385,18 @@ impl Supervisor {
             }
         }
         Ok((names, many))
+    }
+
+    /// Service names as people count: an instanced table's instances by index
+    /// (`web@2` before `web@10`), beside the other names in their order.
+    fn in_order(&self, mut names: Vec<String>) -> Vec<String> {
+        names.sort_by_cached_key(|n| {
+            match self.slots.get(n).and_then(|s| s.cfg.instance.as_ref()) {
+                Some(i) => (i.table.clone(), Some(i.index)),
+                None => (n.clone(), None),
+            }
+        });
+        names
     }
 
     /// The answer of `start`, `stop` and `restart`: the one service's status, or a list.

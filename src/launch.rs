@@ -81,6 +81,9 @@ pub fn plan(
         ("PATH".to_string(), DEFAULT_PATH.to_string()),
         ("SUP_SERVICE".to_string(), cfg.name.clone()),
     ];
+    if let Some(i) = &cfg.instance {
+        env.push(("SUP_INSTANCE".into(), i.index.to_string()));
+    }
     if let Some(v) = &version {
         env.push(("SUP_VERSION".into(), v.clone()));
     }
@@ -218,6 +221,22 @@ mod tests {
         assert_eq!(get("SUP_SERVICE"), Some("a"));
         assert_eq!(get("NOTIFY_SOCKET"), Some("/run/n.sock"));
         assert_eq!(get("HOME"), None);
+    }
+
+    #[test]
+    fn an_instance_gets_its_index_in_sup_instance() {
+        let dir = std::env::temp_dir();
+        let mut c = ServiceConfig::new("w@2", vec!["/bin/true".into()], "/".into());
+        let has = |c: &ServiceConfig| {
+            let p = plan(c, &supd(&dir), None).expect("plan");
+            p.env.into_iter().find(|(n, _)| n == "SUP_INSTANCE")
+        };
+        assert_eq!(has(&c), None, "a plain service has none");
+        c.instance = Some(crate::config::Instance {
+            table: "w".into(),
+            index: 2,
+        });
+        assert_eq!(has(&c), Some(("SUP_INSTANCE".into(), "2".into())));
     }
 
     #[test]

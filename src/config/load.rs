@@ -89,6 +89,7 @@ const SERVICE_KEYS: &[&str] = &[
     "leader_only",
     "umask",
     "nice",
+    "instances",
     "limits",
     "env_file",
     "reload_signal",
@@ -120,6 +121,7 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
         }
     }
     check_whole(&cfg, &seen.services, &mut errors);
+    super::instances::expand(&mut cfg.services, &instance_counts(&seen.services));
     // Tables iterate by key; people read a file from the top.
     let file_rank = |f: &PathBuf| cfg.files.iter().position(|g| g == f).unwrap_or(usize::MAX);
     errors.sort_by_key(|e| (file_rank(&e.file), e.line, e.column));
@@ -166,6 +168,7 @@ pub fn load_text(path: &Path, text: &str) -> Result<Config, Vec<ConfigError>> {
     let mut seen = Seen::default();
     read_text(path, text, true, &mut cfg, &mut seen, &mut errors);
     check_whole(&cfg, &seen.services, &mut errors);
+    super::instances::expand(&mut cfg.services, &instance_counts(&seen.services));
     if errors.is_empty() {
         Ok(cfg)
     } else {
@@ -181,6 +184,17 @@ struct Origin {
     column: usize,
     after: Vec<(String, usize, usize)>,
     leader_only: Option<(String, usize, usize)>,
+    /// `instances = N`: checked, 1 unless written.
+    instances: u32,
+}
+
+/// The tables that run several instances, with their number.
+fn instance_counts(origin: &BTreeMap<String, Origin>) -> BTreeMap<String, u32> {
+    origin
+        .iter()
+        .filter(|(_, o)| o.instances > 1)
+        .map(|(n, o)| (n.clone(), o.instances))
+        .collect()
 }
 
 fn absolute(path: &Path) -> PathBuf {
@@ -382,6 +396,7 @@ fn read_service(
         column,
         after: Vec::new(),
         leader_only: None,
+        instances: 1,
     };
     let mut saw_command = false;
     for (key, v) in table.iter() {
@@ -491,6 +506,14 @@ fn read_service(
                 None => {}
             },
             "limits" => svc.limits = read_limits(ctx, v, f),
+            "instances" => match ctx
+                .integer(v, f)
+                .map(|count| super::instances::count(&n, count))
+            {
+                Some(Ok(count)) => org.instances = count,
+                Some(Err(why)) => ctx.err(v.span(), f, why),
+                None => {}
+            },
             "env_file" => {
                 for item in ctx.array(v, f).unwrap_or(&[]) {
                     let Some(s) = ctx.string(item, f) else {
@@ -513,6 +536,11 @@ fn read_service(
                 }
             }
             _ => ctx.unknown(key.span(), f, SERVICE_KEYS),
+        }
+    }
+    if org.instances == 1 {
+        if let Err(why) = super::instances::check_plain_name(&n) {
+            ctx.err(name.span(), &prefix, why);
         }
     }
     if !saw_command {
@@ -763,12 +791,16 @@ fn check_whole(cfg: &Config, origin: &BTreeMap<String, Origin>, errors: &mut Vec
     for (name, o) in origin {
         for (dep, line, column) in &o.after {
             if !cfg.services.contains_key(dep) {
+                let message = match super::instances::split(dep) {
+                    Some((table, _)) if origin.get(table).is_some_and(|t| t.instances > 1) => format!("'{dep}' is an instance of [service.{table}]: name the table ('{table}'), which means all its instances"),
+                    _ => format!("no service named '{dep}'"),
+                };
                 errors.push(err(
                     o,
                     *line,
                     *column,
                     format!("service.{name}.after"),
-                    format!("no service named '{dep}'"),
+                    message,
                 ));
             } else if dep == name {
                 errors.push(err(

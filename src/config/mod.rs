@@ -5,10 +5,12 @@
 //! user names, tool directories and programs are looked up when a service starts, so a
 //! config may name things that do not exist yet.
 
+mod instances;
 mod load;
 mod read;
 mod walk;
 
+pub use instances::{instance_name, MAX_INSTANCES};
 pub use load::{load, load_supd_only, load_text, ConfigError};
 pub use read::{read_env_file, MAX_ENV_FILE_SIZE, MAX_FILE_SIZE};
 
@@ -194,6 +196,17 @@ pub struct ServiceConfig {
     pub limits: Vec<Rlimit>,
     /// Files of KEY=VALUE lines read at each start, in order; `env` wins over them.
     pub env_file: Vec<EnvFile>,
+    /// Which instance of an `instances = N` table this service is (N > 1).
+    #[serde(default)]
+    pub instance: Option<Instance>,
+}
+
+/// Instance `index` of table `table`: the service `table@index`, run with
+/// `SUP_INSTANCE=index`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    pub table: String,
+    pub index: u32,
 }
 
 /// One entry of `env_file`: `"-/etc/x"` is optional (missing or unreadable: skipped).
@@ -248,6 +261,7 @@ impl ServiceConfig {
             nice: None,
             limits: Vec::new(),
             env_file: Vec::new(),
+            instance: None,
         }
     }
 }
