@@ -15,6 +15,10 @@ use std::collections::BTreeMap;
 /// The most instances one table may run: each costs supd pipes, a pid record and a log.
 pub const MAX_INSTANCES: u32 = 256;
 
+/// The most instances a whole config may ask for: a config file of a few MiB must not
+/// become millions of services.
+pub const MAX_TOTAL_INSTANCES: usize = 16_384;
+
 /// The name of instance `index` of table `table`.
 pub fn instance_name(table: &str, index: u32) -> String {
     format!("{table}@{index}")
@@ -197,6 +201,21 @@ mod tests {
                 errors[0]
             );
         }
+    }
+
+    #[test]
+    fn a_config_asks_for_a_bounded_number_of_instances_in_all() {
+        let table = |i: usize| format!("[service.w{i}]\ncommand = [\"/w\"]\ninstances = 256\n");
+        let at_most: String = (0..MAX_TOTAL_INSTANCES / 256).map(table).collect();
+        let cfg = load(&at_most).expect("at the bound");
+        assert_eq!(cfg.services.len(), MAX_TOTAL_INSTANCES);
+        let over = format!("{at_most}{}", table(99_999));
+        let errors = load(&over).expect_err("over the bound");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("service.w99999.instances: the config's tables ask for more than 16384 instances in all"),
+            "{errors:?}"
+        );
     }
 
     #[test]

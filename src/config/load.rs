@@ -121,7 +121,8 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
         }
     }
     check_whole(&cfg, &seen.services, &mut errors);
-    super::instances::expand(&mut cfg.services, &instance_counts(&seen.services));
+    let counts = instance_counts(&seen.services, &mut errors);
+    super::instances::expand(&mut cfg.services, &counts);
     // Tables iterate by key; people read a file from the top.
     let file_rank = |f: &PathBuf| cfg.files.iter().position(|g| g == f).unwrap_or(usize::MAX);
     errors.sort_by_key(|e| (file_rank(&e.file), e.line, e.column));
@@ -168,7 +169,8 @@ pub fn load_text(path: &Path, text: &str) -> Result<Config, Vec<ConfigError>> {
     let mut seen = Seen::default();
     read_text(path, text, true, &mut cfg, &mut seen, &mut errors);
     check_whole(&cfg, &seen.services, &mut errors);
-    super::instances::expand(&mut cfg.services, &instance_counts(&seen.services));
+    let counts = instance_counts(&seen.services, &mut errors);
+    super::instances::expand(&mut cfg.services, &counts);
     if errors.is_empty() {
         Ok(cfg)
     } else {
@@ -188,13 +190,32 @@ struct Origin {
     instances: u32,
 }
 
-/// The tables that run several instances, with their number.
-fn instance_counts(origin: &BTreeMap<String, Origin>) -> BTreeMap<String, u32> {
-    origin
-        .iter()
-        .filter(|(_, o)| o.instances > 1)
-        .map(|(n, o)| (n.clone(), o.instances))
-        .collect()
+/// The tables that run several instances, with their number; an error at the table
+/// that takes the whole config's instances past [`MAX_TOTAL_INSTANCES`].
+fn instance_counts(
+    origin: &BTreeMap<String, Origin>,
+    errors: &mut Vec<ConfigError>,
+) -> BTreeMap<String, u32> {
+    let mut total = 0;
+    let mut counts = BTreeMap::new();
+    for (name, o) in origin.iter().filter(|(_, o)| o.instances > 1) {
+        total += o.instances as usize;
+        if total > super::instances::MAX_TOTAL_INSTANCES {
+            errors.push(ConfigError {
+                file: o.file.clone(),
+                line: o.line,
+                column: o.column,
+                key: format!("service.{name}.instances"),
+                message: format!(
+                    "the config's tables ask for more than {} instances in all",
+                    super::instances::MAX_TOTAL_INSTANCES
+                ),
+            });
+            break;
+        }
+        counts.insert(name.clone(), o.instances);
+    }
+    counts
 }
 
 fn absolute(path: &Path) -> PathBuf {
