@@ -276,3 +276,17 @@ fn an_upgrade_restarts_every_instance_and_probation_watches_them_all() {
         assert_eq!(version, "1.1.0");
     }
 }
+
+#[test]
+fn status_lists_instances_by_index() {
+    let mut sb = Sandbox::new();
+    config(&sb, 12);
+    sb.start();
+    let expected: Vec<String> = (0..12).map(|i| format!("web@{i}")).collect();
+    let all = sb.ok(json!({"cmd": "status"}))["services"]
+        .as_array()
+        .expect("a list")
+        .clone();
+    assert_eq!(names(&all), expected, "web@2 before web@10");
+    assert_eq!(names(&statuses(&sb, "web")), expected);
+}
