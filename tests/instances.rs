@@ -290,3 +290,61 @@ fn status_lists_instances_by_index() {
     assert_eq!(names(&all), expected, "web@2 before web@10");
     assert_eq!(names(&statuses(&sb, "web")), expected);
 }
+
+#[test]
+fn after_an_instanced_table_waits_for_every_instance_to_be_ready() {
+    let mut sb = Sandbox::new();
+    let armed = sb.path("armed");
+    // web@0 is ready at once; web@1 once it gets USR1 (its trap set first).
+    let web = sb.script(
+        "web",
+        &format!(
+            "if [ \"$SUP_INSTANCE\" = 1 ]; then\n\
+             trap 'echo ready >&3' USR1\n\
+             echo armed > {armed}\n\
+             /bin/sleep 3600 & wait $!\n\
+             else echo ready >&3; fi\n\
+             exec /bin/sleep 3600",
+            armed = armed.display()
+        ),
+    );
+    sb.config(&format!(
+        "[service.web]\ncommand = [\"{web}\"]\ninstances = 2\nready = \"fd:3\"\n\
+         [service.front]\ncommand = [\"/bin/sleep\", \"3600\"]\nafter = [\"web\"]\n"
+    ));
+    sb.start();
+    sb.wait_state("web@0", "running");
+    wait_file(&armed, |t| t.contains("armed"));
+    assert_eq!(sb.status("web@1")["state"], "starting");
+    assert_eq!(
+        sb.status("front")["state"],
+        "stopped",
+        "front waits for web@1 too"
+    );
+    let (code, _, err) = supctl(&sb, &["signal", "web@1", "USR1"]);
+    assert_eq!(code, Some(0), "{err}");
+    sb.wait_state("web@1", "running");
+    sb.wait_state("front", "running");
+}
+
+#[test]
+fn every_instance_of_a_leader_only_table_runs_while_the_lease_is_held() {
+    let mut sb = Sandbox::new();
+    let w = worker(&sb);
+    sb.config(&format!(
+        "[lease.engine]\n[service.engine]\ncommand = [\"{w}\"]\ninstances = 2\n\
+         leader_only = \"engine\"\n"
+    ));
+    sb.start();
+    for st in statuses(&sb, "engine") {
+        assert_eq!(st["state"], "stopped", "{st}");
+    }
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
+    let pids: Vec<i32> = (0..2)
+        .map(|i| pid(&sb.wait_state(&format!("engine@{i}"), "running")))
+        .collect();
+    sb.ok(json!({"cmd": "lease-release", "lease": "engine"}));
+    for p in pids {
+        assert!(!alive(p), "pid {p} outlived the release");
+    }
+}
