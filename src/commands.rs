@@ -370,13 +370,11 @@ impl Supervisor {
             } else if self.slots.contains_key(&n) {
                 vec![n]
             } else {
-                match self.instances_of(&n) {
-                    none if none.is_empty() => {
-                        self.known(&n)?;
-                        none
-                    }
-                    instances => instances,
+                let instances = self.instances_of(&n);
+                if instances.is_empty() {
+                    self.known(&n)?;
                 }
+                instances
             };
             for n in these {
                 if !names.contains(&n) {

@@ -10,7 +10,6 @@ mod load;
 mod read;
 mod walk;
 
-pub use instances::{instance_name, MAX_INSTANCES};
 pub use load::{load, load_supd_only, load_text, ConfigError};
 pub use read::{read_env_file, MAX_ENV_FILE_SIZE, MAX_FILE_SIZE};
 
