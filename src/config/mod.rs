@@ -55,6 +55,11 @@ pub struct SupdConfig {
     pub state_dir: PathBuf,
     pub tools_dir: PathBuf,
     pub log_dir: PathBuf,
+    /// supd's own messages go here too (rotated), besides stderr.
+    pub log_file: Option<PathBuf>,
+    /// Rotation of `log_file`.
+    pub log_max_size: u64,
+    pub log_keep: u32,
     /// Include patterns, already made absolute.
     pub include: Vec<PathBuf>,
     pub shutdown_timeout: Duration,
@@ -71,6 +76,9 @@ impl Default for SupdConfig {
             state_dir: "/var/lib/sup".into(),
             tools_dir: "/var/lib/sup/tools".into(),
             log_dir: "/var/log/sup".into(),
+            log_file: None,
+            log_max_size: 10 << 20,
+            log_keep: 5,
             include: Vec::new(),
             shutdown_timeout: Duration::from_secs(30),
             mode: Mode::Container,
@@ -117,6 +125,16 @@ pub enum LogMode {
     File,
     Inherit,
     Null,
+}
+
+/// What becomes of a service's stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogStderr {
+    /// A pipe of its own: its lines are marked in the file, kept apart for
+    /// `log --stderr`, and go to supd's stderr with `log = "inherit"`.
+    Marked,
+    /// The same pipe as stdout: both streams alike, in the order written.
+    Merged,
 }
 
 /// `crash_loop = { restarts = N, window = "5m" }`.
@@ -185,6 +203,7 @@ pub struct ServiceConfig {
     pub log: LogMode,
     pub log_max_size: u64,
     pub log_keep: u32,
+    pub log_stderr: LogStderr,
     pub leader_only: Option<String>,
     /// The file mode creation mask (`umask = "027"`); supd's own when absent.
     pub umask: Option<u32>,
@@ -243,6 +262,7 @@ impl ServiceConfig {
             log: LogMode::File,
             log_max_size: 10 << 20,
             log_keep: 5,
+            log_stderr: LogStderr::Marked,
             leader_only: None,
             umask: None,
             nice: None,
