@@ -106,12 +106,18 @@ impl LogFile {
 
     fn try_append(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.open()?;
-        if self.size > 0 && self.size + bytes.len() as u64 > self.max_size {
-            self.rotate()?;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let take = fitting(rest, self.size, self.max_size);
+            if take == 0 {
+                self.rotate()?;
+                continue;
+            }
+            let f = self.open()?;
+            f.write_all(&rest[..take])?;
+            self.size += take as u64;
+            rest = &rest[take..];
         }
-        let f = self.open()?;
-        f.write_all(bytes)?;
-        self.size += bytes.len() as u64;
         Ok(())
     }
 
@@ -130,6 +136,24 @@ impl LogFile {
         }
         self.size = 0;
         Ok(())
+    }
+}
+
+/// How much of `text` (whole lines) goes into a file of `size` bytes before it is
+/// rotated to stay within `max`: 0 means "rotate first". A line longer than `max` goes
+/// whole into an empty file.
+pub fn fitting(text: &[u8], size: u64, max: u64) -> usize {
+    let room = max.saturating_sub(size).min(usize::MAX as u64) as usize;
+    if text.len() <= room {
+        return text.len();
+    }
+    match text[..room].iter().rposition(|&b| b == b'\n') {
+        Some(end) => end + 1,
+        None if size > 0 => 0,
+        None => text
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(text.len(), |end| end + 1),
     }
 }
 
@@ -416,6 +440,33 @@ mod tests {
         assert!(dir.join("r.log.2").exists());
         assert!(!dir.join("r.log.3").exists());
         assert!(std::fs::metadata(dir.join("r.log")).expect("meta").len() <= 100);
+    }
+
+    #[test]
+    fn rotation_decisions() {
+        // Fits: all of it.
+        assert_eq!(fitting(b"a\nb\n", 0, 10), 4);
+        // Only whole lines that fit.
+        assert_eq!(fitting(b"aaa\nbbb\n", 2, 8), 4);
+        // Not one line fits: rotate first.
+        assert_eq!(fitting(b"aaa\nbbb\n", 7, 8), 0);
+        // A line longer than the limit goes whole into an empty file.
+        assert_eq!(fitting(b"aaaaaaaaaaaa\nb\n", 0, 5), 13);
+    }
+
+    #[test]
+    fn one_big_append_is_rotated_at_line_ends() {
+        let dir = scratch("big");
+        let mut f = LogFile::new(dir.join("b.log"), 100, 3);
+        let text: String = (0..10).map(|i| format!("{i:>29}\n")).collect();
+        f.append(text.as_bytes()).expect("append");
+        let mut back = String::new();
+        for name in ["b.log.3", "b.log.2", "b.log.1", "b.log"] {
+            let t = std::fs::read_to_string(dir.join(name)).expect(name);
+            assert!(t.len() <= 100 && t.ends_with('\n'), "{name}: {t:?}");
+            back += &t;
+        }
+        assert_eq!(back, text);
     }
 
     #[test]
