@@ -58,6 +58,10 @@ const PIPE_BUF: usize = 4096;
 /// The group field of a frame that sets none.
 const NO_GROUP: u32 = u32::MAX;
 
+/// The name under which supd's own log file (`[supd] log_file`) goes to the writer (no
+/// service can have it).
+pub const OWN_LOG: &str = "(supd)";
+
 /// Where a frame's lines go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -701,22 +705,29 @@ fn write_frame(sinks: &mut Sinks, f: Frame, report: &mut impl Write) {
             )
         }
     };
-    match done {
+    let note = match done {
         Ok(()) => {
-            if *failing {
-                log::warn!("{}: writing {what} works again", f.service);
-                *failing = false;
-            }
+            std::mem::take(failing).then(|| format!("{}: writing {what} works again", f.service))
         }
         Err(e) => {
-            if !*failing {
-                log::warn!(
+            let _ = writeln!(report, "dropped {} {}", f.service, f.lines);
+            (!std::mem::replace(failing, true)).then(|| {
+                format!(
                     "{}: cannot write {what}: {e}; dropping its output lines until this works",
                     f.service
-                );
-                *failing = true;
+                )
+            })
+        }
+    };
+    if let Some(note) = note {
+        log::warn!("{note}");
+        // Said in supd's own log file too, when it has one (and it is not the one).
+        if f.service != OWN_LOG {
+            if let Some(own) = sinks.files.get_mut(OWN_LOG) {
+                let stamp = crate::time::utc_stamp(std::time::SystemTime::now());
+                let lines = crate::logging::file_lines(&stamp, log::Level::Warn, &note);
+                let _ = own.append(format!("{}\n", lines.join("\n")).as_bytes());
             }
-            let _ = writeln!(report, "dropped {} {}", f.service, f.lines);
         }
     }
 }

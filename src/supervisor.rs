@@ -13,8 +13,8 @@ pub use crate::instance::signal_group;
 use crate::instance::Instance;
 use crate::launch::{self, NotLaunched};
 use crate::leases::Grant;
-use crate::log_writer::Dest;
 use crate::log_writer::LogWriter;
+use crate::log_writer::{Dest, OWN_LOG};
 use crate::logs::{Output, READ_MAX};
 use crate::notify::NotifySocket;
 use crate::protocol::{LastExit, ServiceStatus};
@@ -55,10 +55,6 @@ pub struct Slot {
     /// Removed by a reload: dropped once it is down.
     pub removed: bool,
 }
-
-/// The name under which supd's own log file goes to the log writer (no service can
-/// have it).
-const OWN_LOG: &str = "(supd)";
 
 /// Which of a service's fds is ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -113,6 +113,28 @@ fn an_unwritable_log_file_is_said_once_and_supd_goes_on() {
     assert_eq!(said, 1, "{}", sb.supd_log());
 }
 
+/// A service's log file that cannot be written (here a directory) is said once, on
+/// stderr and in supd's own log file, and its lines are counted as dropped.
+#[test]
+fn a_service_log_that_cannot_be_written_is_said_in_supd_log_file() {
+    let mut sb = Sandbox::new();
+    std::fs::create_dir_all(sb.path("log/talk.log")).expect("mkdir");
+    let talk = sb.script("talk.sh", "echo one; exec sleep 1000");
+    sb.config_with(
+        "log_file = \"supd.log\"\n",
+        &format!("[service.talk]\ncommand = [\"{talk}\"]\n"),
+    );
+    sb.start();
+    let own = wait_file(&sb.path("supd.log"), |t| {
+        t.contains("WARN  talk: cannot write ")
+    });
+    assert!(own.contains("talk.log: Is a directory"), "{own}");
+    // The writer reports the line it dropped before it says so in the file, and supd
+    // reads the writer's reports before its clients' requests.
+    assert_eq!(sb.status("talk")["log_dropped"], 1);
+    assert_eq!(sb.supd_log().matches("talk: cannot write").count(), 1);
+}
+
 /// The log file goes on across `reexec` (the new image's messages land in it), and a
 /// reload's new `log_file` is used from then on.
 #[test]
