@@ -1,9 +1,11 @@
-//! Captured output of services: a pipe per service that outlives its processes (so no
-//! output is lost across restarts), read without blocking and at most [`READ_MAX`]
-//! bytes per wake-up, split into stamped lines and kept in a small ring for `supctl log`.
-//! supd never opens a log file: the lines go to the log writer (`log_writer.rs`), a
-//! process of its own that appends them to rotated files ([`LogFile`]), so a slow or hung
-//! log disk blocks only that process. Lines that cannot be written are counted.
+//! Captured output of services: a pipe per service (and one for its stderr when
+//! `log_stderr = "marked"`) that outlives its processes (so no output is lost across
+//! restarts), read without blocking and at most [`READ_MAX`] bytes per wake-up, split
+//! into stamped lines (stderr's marked [`STDERR_MARK`]) and kept in a small ring for
+//! `supctl log`. supd never opens a log file: the lines go to the log writer
+//! (`log_writer.rs`), a process of its own that appends them to rotated files
+//! ([`LogFile`]), so a slow or hung log disk blocks only that process. Lines that cannot
+//! be written are counted.
 
 use crate::time;
 use std::collections::VecDeque;
