@@ -20,8 +20,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The format written by this supd; it reads every format up to it. 2: a notify socket
-/// per service (`ServiceState::notify`); format 1 had the one `Handoff::notify`.
-pub const FORMAT: u32 = 2;
+/// per service (`ServiceState::notify`); format 1 had the one `Handoff::notify`. 3: a
+/// stderr pipe per service (`ServiceState::output_err`): an older image would leave it
+/// unread (and the service blocked on a full pipe), so it is refused one.
+pub const FORMAT: u32 = 3;
 
 /// Everything a new image needs.
 #[derive(Debug, Serialize, Deserialize)]
