@@ -299,3 +299,35 @@ fn log_files_belong_to_the_socket_group() {
         assert_eq!(meta.mode() & 0o777, 0o640, "{f}'s mode");
     }
 }
+
+/// `reexec` hands over a service's stderr pipe: its stderr lines after the exec are
+/// still read, and still marked.
+#[test]
+fn stderr_apart_is_kept_across_reexec() {
+    let mut sb = Sandbox::new();
+    let go = sb.path("go");
+    nix::unistd::mkfifo(&go, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let script = sb.script(
+        "talk.sh",
+        &format!(
+            "echo first >&2\nexec 3<>{}\nwhile read x <&3; do echo \"said $x\" >&2; done",
+            go.display()
+        ),
+    );
+    sb.config(&format!("[service.talk]\ncommand = [\"{script}\"]\n"));
+    sb.start();
+    let log = sb.path("log/talk.log");
+    wait_file(&log, |t| t.contains(" [stderr] first\n"));
+    ok(&sb.supctl(&["reexec"]));
+    let mut talk = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&go)
+        .expect("open go");
+    std::io::Write::write_all(&mut talk, b"after\n").expect("write");
+    wait_file(&log, |t| t.contains(" [stderr] said after\n"));
+    let only = ok(&sb.supctl(&["log", "talk", "--stderr"]));
+    assert!(
+        only.contains(" [stderr] first\n") && only.contains(" [stderr] said after\n"),
+        "{only}"
+    );
+}
