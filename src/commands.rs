@@ -161,25 +161,33 @@ impl Supervisor {
                 service,
                 lines,
                 follow,
+                stderr,
             } => {
                 self.known(&service)?;
                 let slot = &self.slots[&service];
-                if slot.cfg.log != config::LogMode::File {
+                if slot.cfg.log == config::LogMode::Null {
+                    return Err(Error::new(
+                        ErrorKind::Failed,
+                        format!("the output of '{service}' is not captured (its log is \"null\")"),
+                    ));
+                }
+                if stderr && slot.cfg.log_stderr != config::LogStderr::Marked {
                     return Err(Error::new(
                         ErrorKind::Failed,
                         format!(
-                            "the output of '{service}' is not captured (its log is not \"file\")"
+                            "the stderr of '{service}' is not kept apart (its log_stderr is \"merged\")"
                         ),
                     ));
                 }
                 let tail = slot
                     .output
                     .as_ref()
-                    .map(|o| o.tail(lines.unwrap_or(10)))
+                    .map(|o| o.tail(lines.unwrap_or(10), stderr))
                     .unwrap_or_default();
                 if follow {
                     if let Some(c) = self.server.clients.get_mut(&client) {
                         c.following = Some(service.clone());
+                        c.following_stderr = stderr;
                     }
                 }
                 Ok(Outcome::Answer(json!({"service": service, "lines": tail})))

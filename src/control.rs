@@ -68,6 +68,8 @@ pub struct Client {
     pub watching: bool,
     /// Receives the output of this service (`log -f`).
     pub following: Option<String>,
+    /// It follows only the lines of stderr kept apart.
+    pub following_stderr: bool,
     /// An answer is owed (a `stop` waiting for the service to end): later requests wait.
     pub parked: bool,
     /// Close once the write buffer is flushed.
@@ -131,6 +133,11 @@ pub fn in_use(path: &Path) -> bool {
 }
 
 impl Server {
+    /// `socket_group`'s id, when supd could look it up.
+    pub fn group(&self) -> Option<u32> {
+        self.group
+    }
+
     /// Binds the socket (replacing a stale file), mode 0660, group `group` when it can.
     /// Refuses when a live supd already answers there.
     pub fn bind(path: &Path, group: Option<&str>) -> io::Result<Server> {
@@ -342,6 +349,7 @@ impl Server {
             pid,
             watching: false,
             following: None,
+            following_stderr: false,
             parked: false,
             closing: false,
             hung_up: false,
@@ -503,7 +511,11 @@ impl Server {
             .values_mut()
             .filter(|c| c.following.as_deref() == Some(service))
         {
-            for l in lines {
+            let only_err = c.following_stderr;
+            for l in lines
+                .iter()
+                .filter(|l| !only_err || crate::logs::text_of(l).1)
+            {
                 c.send(&protocol::line(
                     serde_json::json!({"event": "log", "service": service, "line": l}),
                 ));

@@ -37,6 +37,8 @@ pub fn run(sup: &mut Supervisor) -> i32 {
         for id in sup.server.reap() {
             sup.waiters.retain(|w| w.client != id);
         }
+        // What this turn logged, for supd's own log file.
+        sup.flush_own_log(now);
         if let Some(code) = sup.exit {
             return code;
         }
@@ -163,7 +165,8 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
                 return;
             };
             match kind {
-                ServiceFd::Output => sup.on_output(&name),
+                ServiceFd::Output => sup.on_output(&name, false),
+                ServiceFd::OutputErr => sup.on_output(&name, true),
                 ServiceFd::Ready => sup.on_ready_pipe(&name, now),
                 ServiceFd::Notify => sup.on_notify(&name, now),
                 ServiceFd::Exec => sup.on_exec_report(&name, now),

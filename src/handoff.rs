@@ -20,8 +20,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The format written by this supd; it reads every format up to it. 2: a notify socket
-/// per service (`ServiceState::notify`); format 1 had the one `Handoff::notify`.
-pub const FORMAT: u32 = 2;
+/// per service (`ServiceState::notify`); format 1 had the one `Handoff::notify`. 3: a
+/// stderr pipe per service (`ServiceState::output_err`): an older image would leave it
+/// unread (and the service blocked on a full pipe), so it is refused one.
+pub const FORMAT: u32 = 3;
 
 /// Everything a new image needs.
 #[derive(Debug, Serialize, Deserialize)]
@@ -80,6 +82,9 @@ pub struct ServiceState {
     pub status_text: Option<String>,
     /// The output pipe's read and write ends, its kept lines and dropped count.
     pub output: Option<(RawFd, RawFd, Vec<String>, u64)>,
+    /// The stderr pipe's read and write ends, when stderr is kept apart.
+    #[serde(default)]
+    pub output_err: Option<(RawFd, RawFd)>,
     pub ready_fd: Option<RawFd>,
     /// Its current (or finishing) run; handoffs of images before it carried only the pid.
     #[serde(default)]
@@ -141,8 +146,22 @@ impl Supervisor {
                 let (r, w) = o.fds();
                 fds.push(r.as_fd());
                 fds.push(w.as_fd());
-                (r.as_raw_fd(), w.as_raw_fd(), o.tail(usize::MAX), o.dropped)
+                (
+                    r.as_raw_fd(),
+                    w.as_raw_fd(),
+                    o.tail(usize::MAX, false),
+                    o.dropped,
+                )
             });
+            let output_err = slot
+                .output
+                .as_ref()
+                .and_then(|o| o.err_fds())
+                .map(|(r, w)| {
+                    fds.push(r.as_fd());
+                    fds.push(w.as_fd());
+                    (r.as_raw_fd(), w.as_raw_fd())
+                });
             let ready_fd = slot.ready_pipe.as_ref().map(|p| {
                 fds.push(p.as_fd());
                 p.as_raw_fd()
@@ -157,6 +176,7 @@ impl Supervisor {
                 version: slot.version.clone(),
                 status_text: slot.status_text.clone(),
                 output,
+                output_err,
                 ready_fd,
                 instance: slot.instance.clone(),
                 notify,
@@ -225,6 +245,9 @@ impl Supervisor {
         let path = self.cfg.supd.state_dir.join("handoff.json");
         // What has exited is reaped here, its group killed, by the image that knows it.
         self.reap(Mono::now());
+        // What this image logged goes to its log file before the exec (the writer and
+        // what is queued for it are handed over).
+        self.flush_own_log(Mono::now());
         let (h, fds) = self.handoff();
         let bytes = match serde_json::to_vec(&h) {
             Ok(b) => b,
@@ -312,6 +335,16 @@ impl Supervisor {
                         slot.output = Some(crate::logs::Output::adopt(r, w, lines, dropped))
                     }
                     _ => log::warn!("{}: its output pipe was not handed over", s.name),
+                }
+            }
+            if let Some((r, w)) = s.output_err {
+                match (
+                    crate::sys::adopt_fd(r),
+                    crate::sys::adopt_fd(w),
+                    &mut slot.output,
+                ) {
+                    (Ok(r), Ok(w), Some(out)) => out.adopt_err(r, w),
+                    _ => log::warn!("{}: its stderr pipe was not handed over", s.name),
                 }
             }
             slot.ready_pipe = s.ready_fd.and_then(|fd| crate::sys::adopt_fd(fd).ok());

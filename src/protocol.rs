@@ -114,6 +114,9 @@ pub enum Command {
         lines: Option<usize>,
         #[serde(default)]
         follow: bool,
+        /// Only the lines of stderr kept apart (`log_stderr = "marked"`).
+        #[serde(default)]
+        stderr: bool,
     },
     Watch {},
     /// Without a service: re-read supd's config. With one: send it its `reload_signal`.
@@ -432,6 +435,16 @@ mod tests {
                     service: "a".into(),
                     lines: Some(5),
                     follow: true,
+                    stderr: false,
+                },
+            ),
+            (
+                r#"{"cmd":"log","service":"a","stderr":true}"#,
+                Command::Log {
+                    service: "a".into(),
+                    lines: None,
+                    follow: false,
+                    stderr: true,
                 },
             ),
             (r#"{"id":"x","cmd":"watch"}"#, Command::Watch {}),

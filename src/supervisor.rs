@@ -7,13 +7,14 @@
 //! the pid records, so a later supd can end what this one leaves.
 
 use crate::cgroup::{self, Cgroups};
-use crate::config::{Config, LogMode, Ready, ServiceConfig};
+use crate::config::{Config, LogMode, LogStderr, Ready, ServiceConfig};
 use crate::control::Server;
 pub use crate::instance::signal_group;
 use crate::instance::Instance;
 use crate::launch::{self, NotLaunched};
 use crate::leases::Grant;
 use crate::log_writer::LogWriter;
+use crate::log_writer::{Dest, OWN_LOG};
 use crate::logs::{Output, READ_MAX};
 use crate::notify::NotifySocket;
 use crate::protocol::{LastExit, ServiceStatus};
@@ -60,6 +61,8 @@ pub struct Slot {
 pub enum ServiceFd {
     /// Its output pipe.
     Output,
+    /// Its stderr pipe, when stderr is kept apart.
+    OutputErr,
     /// Its `fd:N` readiness pipe.
     Ready,
     /// Its notify socket.
@@ -950,31 +953,58 @@ impl Supervisor {
         self.shutdown.is_some()
     }
 
-    /// Reads a service's output: its lines go to followers and, for `log = "file"`, to
-    /// the log writer, as the config is now (a reload's `log_dir` or rotation settings
-    /// apply from the next line on). Lines the writer cannot take are counted.
-    pub fn on_output(&mut self, name: &str) {
+    /// Reads a service's output (`err`: its stderr kept apart): its lines go to
+    /// followers and to the log writer, for its file with `log = "file"` (as the config
+    /// is now: a reload's `log_dir` or rotation settings apply from the next line on), or
+    /// for supd's stdout (stderr kept apart: supd's stderr) with `log = "inherit"`. Lines
+    /// the writer cannot take are counted.
+    pub fn on_output(&mut self, name: &str, err: bool) {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
         let Some(out) = slot.output.as_mut() else {
             return;
         };
-        let lines = out.read_available(name, &mut self.buf);
+        let lines = out.read_available(name, &mut self.buf, err);
         if lines.is_empty() {
             return;
         }
-        if slot.cfg.log == LogMode::File {
-            let path = self.cfg.supd.log_dir.join(format!("{name}.log"));
-            let (max, keep) = (slot.cfg.log_max_size, slot.cfg.log_keep);
-            if !self
-                .log_writer
-                .send(name, &path, max, keep, &lines, Mono::now())
-            {
-                out.dropped += lines.len() as u64;
+        let sent = match slot.cfg.log {
+            LogMode::File => {
+                let path = self.cfg.supd.log_dir.join(format!("{name}.log"));
+                let (max, keep) = (slot.cfg.log_max_size, slot.cfg.log_keep);
+                let dest = Dest::file(path, max, keep, self.server.group());
+                self.log_writer.send(name, &dest, &lines, Mono::now())
             }
+            LogMode::Inherit => {
+                let texts: Vec<String> = lines
+                    .iter()
+                    .map(|l| crate::logs::text_of(l).0.to_string())
+                    .collect();
+                self.log_writer
+                    .send(name, &Dest::console(err), &texts, Mono::now())
+            }
+            LogMode::Null => true,
+        };
+        if !sent {
+            out.dropped += lines.len() as u64;
         }
         self.server.broadcast_log(name, &lines);
+    }
+
+    /// Hands what supd logged since the last turn to the log writer, for `[supd]
+    /// log_file` (as the config is now); without one, it is let go.
+    pub fn flush_own_log(&mut self, now: Mono) {
+        let lines = crate::logging::take_kept();
+        let Some(path) = self.cfg.supd.log_file.clone() else {
+            return;
+        };
+        if lines.is_empty() {
+            return;
+        }
+        let s = &self.cfg.supd;
+        let dest = Dest::file(path, s.log_max_size, s.log_keep, self.server.group());
+        self.log_writer.send(OWN_LOG, &dest, &lines, now);
     }
 
     /// Reads the log writer's reports: lines it could not write count as dropped.
@@ -1109,7 +1139,13 @@ impl Supervisor {
         &self,
     ) -> impl Iterator<Item = (usize, ServiceFd, std::os::fd::BorrowedFd<'_>)> {
         self.slots.values().enumerate().flat_map(|(i, s)| {
-            let out = s.output.as_ref().map(|o| (i, ServiceFd::Output, o.fd()));
+            let out = s.output.iter().flat_map(move |o| {
+                let err = o.fd(true).map(|fd| (i, ServiceFd::OutputErr, fd));
+                o.fd(false)
+                    .map(|fd| (i, ServiceFd::Output, fd))
+                    .into_iter()
+                    .chain(err)
+            });
             let ready = s
                 .ready_pipe
                 .as_ref()
@@ -1180,28 +1216,25 @@ fn pid_file_of<'a>(slot: &'a mut Slot, state_dir: &std::path::Path) -> Result<&'
         .ok_or_else(|| format!("{name}: no pid record"))
 }
 
-/// stdout and stderr for a new process of `slot`, creating its output pipe if needed.
+/// stdout and stderr for a new process of `slot`, creating its output pipes if needed
+/// (both `file` and `inherit` are read by supd: the lines of `inherit` go to supd's own
+/// output prefixed with the service's name, through the log writer).
 fn streams(slot: &mut Slot) -> std::io::Result<(Io, Io)> {
-    match slot.cfg.log {
-        LogMode::Inherit => {
-            slot.output = None;
-            Ok((Io::Inherit, Io::Inherit))
-        }
-        LogMode::Null => {
-            slot.output = None;
-            Ok((Io::Null, Io::Null))
-        }
-        LogMode::File => {
-            if slot.output.is_none() {
-                slot.output = Some(Output::new()?);
-            }
-            let out = slot
-                .output
-                .as_ref()
-                .ok_or_else(|| std::io::Error::other("no output pipe"))?;
-            Ok((Io::Fd(out.writer()?), Io::Fd(out.writer()?)))
-        }
+    if slot.cfg.log == LogMode::Null {
+        slot.output = None;
+        return Ok((Io::Null, Io::Null));
     }
+    let apart = slot.cfg.log_stderr == LogStderr::Marked;
+    match slot.output.as_mut() {
+        Some(out) => out.set_stderr_apart(apart)?,
+        None => slot.output = Some(Output::new(apart)?),
+    }
+    let out = slot
+        .output
+        .as_ref()
+        .ok_or_else(|| std::io::Error::other("no output pipe"))?;
+    let (o, e) = out.writers()?;
+    Ok((Io::Fd(o), Io::Fd(e)))
 }
 
 /// Milliseconds since the Unix epoch, for event times.

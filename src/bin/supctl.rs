@@ -31,7 +31,9 @@ commands:
   stop SERVICE...             admin down (stays down across restarts of supd)
   restart SERVICE...          stop, then start
   signal SERVICE SIG          send SIG to the service's process group
-  log SERVICE [-n N] [-f]     last N lines of its output; -f follows
+  log SERVICE [-n N] [-f] [--stderr]
+                              last N lines of its output; -f follows;
+                              --stderr: only its stderr lines
   watch                       stream events until interrupted
   reload                      re-read the config (nothing changes on error)
   shutdown                    stop every service, then supd exits
@@ -231,11 +233,12 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
         },
         "log" => {
             let mut service = None;
-            let (mut lines, mut follow) = (10usize, false);
+            let (mut lines, mut follow, mut stderr) = (10usize, false, false);
             let mut it = rest.iter();
             while let Some(a) = it.next() {
                 match a.as_str() {
                     "-f" | "--follow" => follow = true,
+                    "--stderr" => stderr = true,
                     "-n" => {
                         lines = it
                             .next()
@@ -246,7 +249,7 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
                     other => return Err(usage(&format!("log: unexpected '{other}'"))),
                 }
             }
-            json!({"cmd": "log", "service": service.ok_or_else(|| usage("log takes a SERVICE"))?, "lines": lines, "follow": follow})
+            json!({"cmd": "log", "service": service.ok_or_else(|| usage("log takes a SERVICE"))?, "lines": lines, "follow": follow, "stderr": stderr})
         }
         "hello" | "watch" | "reload" | "shutdown" | "poweroff" | "reboot" | "halt" => {
             return Err(usage(&format!("{cmd} takes no arguments")))

@@ -81,14 +81,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    sup::logging::init();
     if args.check {
+        sup::logging::init();
         if let Some(Err(e)) = args.handoff_format.map(sup::handoff::check_format) {
             eprintln!("supd: {e}");
             return ExitCode::from(1);
         }
         return check(&args.config);
     }
+    sup::logging::init_supd();
     let signals = match signals {
         Ok(s) => s,
         Err(e) => {
@@ -210,6 +211,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     }
     tell_service_manager();
     let code = run_loop(&mut sup);
+    sup.flush_own_log(sup::time::Mono::now());
     if sup.system {
         // A system's init never just exits: whatever ended the loop ends the system.
         let action = sup.final_action.unwrap_or(sup::pid1::Final::Poweroff);

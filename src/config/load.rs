@@ -56,6 +56,9 @@ const SUPD_KEYS: &[&str] = &[
     "state_dir",
     "tools_dir",
     "log_dir",
+    "log_file",
+    "log_max_size",
+    "log_keep",
     "include",
     "shutdown_timeout",
     "mode",
@@ -86,6 +89,7 @@ const SERVICE_KEYS: &[&str] = &[
     "log",
     "log_max_size",
     "log_keep",
+    "log_stderr",
     "leader_only",
     "umask",
     "nice",
@@ -343,6 +347,16 @@ fn read_supd(
             "state_dir" => set(&mut supd.state_dir, ctx.path(v, full)),
             "tools_dir" => set(&mut supd.tools_dir, ctx.path(v, full)),
             "log_dir" => set(&mut supd.log_dir, ctx.path(v, full)),
+            "log_file" => supd.log_file = ctx.path(v, full),
+            "log_max_size" => set(
+                &mut supd.log_max_size,
+                ctx.parsed(v, full, crate::time::parse_size),
+            ),
+            "log_keep" => match ctx.integer(v, full) {
+                Some(n) if (0..=1000).contains(&n) => supd.log_keep = n as u32,
+                Some(_) => ctx.err(v.span(), full, "expected a number of files from 0 to 1000"),
+                None => {}
+            },
             "include" => {
                 if let Some(list) = ctx.strings(v, full) {
                     supd.include = list.iter().map(|p| ctx.dir().join(p)).collect();
@@ -513,6 +527,14 @@ fn read_service(
                 Some(_) => ctx.err(v.span(), f, "expected a number of files from 0 to 1000"),
                 None => {}
             },
+            "log_stderr" => set(
+                &mut svc.log_stderr,
+                ctx.choice(
+                    v,
+                    f,
+                    &[("marked", LogStderr::Marked), ("merged", LogStderr::Merged)],
+                ),
+            ),
             "leader_only" => {
                 if let Some(s) = ctx.string(v, f) {
                     let (l, c) = ctx.pos(v.span().start);

@@ -56,6 +56,11 @@ pub struct SupdConfig {
     pub state_dir: PathBuf,
     pub tools_dir: PathBuf,
     pub log_dir: PathBuf,
+    /// supd's own messages go here too (rotated), besides stderr.
+    pub log_file: Option<PathBuf>,
+    /// Rotation of `log_file`.
+    pub log_max_size: u64,
+    pub log_keep: u32,
     /// Include patterns, already made absolute.
     pub include: Vec<PathBuf>,
     pub shutdown_timeout: Duration,
@@ -72,6 +77,9 @@ impl Default for SupdConfig {
             state_dir: "/var/lib/sup".into(),
             tools_dir: "/var/lib/sup/tools".into(),
             log_dir: "/var/log/sup".into(),
+            log_file: None,
+            log_max_size: 10 << 20,
+            log_keep: 5,
             include: Vec::new(),
             shutdown_timeout: Duration::from_secs(30),
             mode: Mode::Container,
@@ -118,6 +126,16 @@ pub enum LogMode {
     File,
     Inherit,
     Null,
+}
+
+/// What becomes of a service's stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogStderr {
+    /// A pipe of its own: its lines are marked in the file, kept apart for
+    /// `log --stderr`, and go to supd's stderr with `log = "inherit"`.
+    Marked,
+    /// The same pipe as stdout: both streams alike, in the order written.
+    Merged,
 }
 
 /// `crash_loop = { restarts = N, window = "5m" }`.
@@ -186,6 +204,7 @@ pub struct ServiceConfig {
     pub log: LogMode,
     pub log_max_size: u64,
     pub log_keep: u32,
+    pub log_stderr: LogStderr,
     pub leader_only: Option<String>,
     /// The file mode creation mask (`umask = "027"`); supd's own when absent.
     pub umask: Option<u32>,
@@ -255,6 +274,7 @@ impl ServiceConfig {
             log: LogMode::File,
             log_max_size: 10 << 20,
             log_keep: 5,
+            log_stderr: LogStderr::Marked,
             leader_only: None,
             umask: None,
             nice: None,
