@@ -242,6 +242,9 @@ impl Supervisor {
                     }
                     if revived && def.autostart && !self.down.contains(name) {
                         self.apply(name, Event::Start, now);
+                    } else if !running {
+                        // Waiting out a backoff or cooldown, or failed: at once.
+                        self.apply(name, Event::Changed, now);
                     }
                     changed.push(name.clone());
                 }

@@ -104,6 +104,10 @@ pub enum Event {
     Exited(Exit),
     /// The service's deadline has come.
     Timer,
+    /// A reload changed its definition while it has no process: one waiting out a
+    /// backoff or a cooldown, or failed, starts again at once with a fresh history (the
+    /// fix it waited for may be this one). A running one gets `Restart` instead.
+    Changed,
 }
 
 /// What the shell must do.
@@ -311,6 +315,16 @@ impl Service {
                 self.deadline = None;
                 vec![]
             }
+            (Backoff | Cooldown | Failed, Event::Changed) if self.want == Want::Up => {
+                self.history.reset();
+                self.enter(Stopped, None);
+                self.reason = None;
+                vec![]
+            }
+            (
+                Stopped | Starting | Running | Stopping | Backoff | Cooldown | Failed | Exited,
+                Event::Changed,
+            ) => vec![],
         }
     }
 

@@ -453,6 +453,31 @@ fn after_cooldown_the_history_is_fresh() {
 }
 
 #[test]
+fn a_changed_definition_ends_a_cooldown_or_backoff_at_once() {
+    let c = cfg();
+    let (mut s, _, _) = crash_until_settled(&c);
+    assert_eq!(s.state, State::Cooldown);
+    let now = at(20);
+    s.step(&c, Event::Changed, now);
+    assert!(s.pending(), "{s:?}");
+    assert_eq!((s.deadline, s.history.streak), (None, 0));
+    let mut b = in_state(State::Backoff);
+    b.deadline = Some(at(500));
+    b.step(&c, Event::Changed, now);
+    assert!(b.pending());
+    // Stopped by the operator, running, or finished: nothing to do.
+    for state in [State::Running, State::Exited, State::Stopped] {
+        let mut x = in_state(state);
+        assert!(x.step(&c, Event::Changed, now).is_empty());
+        assert_eq!(x.state, state);
+    }
+    let mut down = in_state(State::Cooldown);
+    down.want = Want::Down;
+    down.step(&c, Event::Changed, now);
+    assert_eq!(down.state, State::Cooldown);
+}
+
+#[test]
 fn readiness_for_dependents() {
     let mut c = cfg();
     assert!(in_state(State::Running).is_ready(&c));
