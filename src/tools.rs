@@ -513,6 +513,14 @@ impl Supervisor {
             clocks: Clocks::now(),
         };
         let old = self.tools[tool].record.clone();
+        if let Some(cleared) = upgrade::clear_current_mark(tool, &old, &req) {
+            let new = cleared.map_err(failed)?;
+            self.operator_change(tool, Change::record(new), Op::Upgrade, now)?;
+            log::info!("{tool}: the bad mark of {} is cleared", req.version);
+            let mut data = self.versions_data(tool, now);
+            data["cleared"] = Value::from(req.version);
+            return Ok(data);
+        }
         let new = upgrade::begin_upgrade(tool, &old, &req, &facts).map_err(failed)?;
         self.operator_change(tool, Change::switch(new, &req.version), Op::Upgrade, now)?;
         log::info!(

@@ -216,6 +216,36 @@ pub enum StartCheck {
     SwitchBack(String),
 }
 
+/// `upgrade TOOL CURRENT --force`: the bad mark of the version `current` names is
+/// cleared (a first version that failed its probation stays, marked bad; once the
+/// operator has fixed what failed, the mark is lifted). Nothing is switched or restarted;
+/// with no probation pending, the version is committed. `None` when the request is not
+/// for the current version (an upgrade proper); without `--force`, or with no mark to
+/// clear, the refusal says so.
+pub fn clear_current_mark(tool: &str, r: &Record, req: &Request) -> Option<Result<Record, String>> {
+    let v = &req.version;
+    if r.current.as_deref() != Some(v.as_str()) || r.phase == Phase::Probation {
+        return None;
+    }
+    let Some(mark) = r.bad.get(v) else {
+        return Some(Err(format!("{tool} is already at {v}")));
+    };
+    if !req.force {
+        return Some(Err(format!(
+            "{tool} is already at {v}, marked bad ({}); --force clears the mark",
+            mark.reason
+        )));
+    }
+    let mut n = r.clone();
+    n.bad.remove(v);
+    n.phase = Phase::Committed;
+    n.reason = Some(format!(
+        "the bad mark of {v} was cleared by the operator (it was: {})",
+        mark.reason
+    ));
+    Some(Ok(n))
+}
+
 /// The durable intent of an upgrade, or why it is refused (nothing changed).
 pub fn begin_upgrade(tool: &str, r: &Record, req: &Request, f: &Facts) -> Result<Record, String> {
     let v = &req.version;

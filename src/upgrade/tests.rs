@@ -140,6 +140,37 @@ fn force_clears_the_mark_and_counts_the_attempt() {
 }
 
 #[test]
+fn force_to_the_current_version_clears_its_mark() {
+    let mut r = at("1.0.0");
+    r.phase = Phase::Failed;
+    r.bad.insert(
+        "1.0.0".into(),
+        BadMark {
+            reason: "crash loop".into(),
+            time_ms: 5,
+        },
+    );
+    let mut force = req("1.0.0");
+    let plain = clear_current_mark("agent", &r, &force).expect("for the current version");
+    assert!(plain
+        .expect_err("no --force")
+        .contains("marked bad (crash loop); --force clears"),);
+    force.force = true;
+    let n = clear_current_mark("agent", &r, &force)
+        .expect("for the current version")
+        .expect("cleared");
+    assert!(n.bad.is_empty());
+    assert_eq!(n.phase, Phase::Committed);
+    assert_eq!(n.current.as_deref(), Some("1.0.0"));
+    assert_eq!(n.attempts, r.attempts, "not an attempt: nothing runs anew");
+    // Nothing to clear: already there.
+    let e = clear_current_mark("agent", &at("1.0.0"), &force).expect("current");
+    assert!(e.expect_err("no mark").contains("already at 1.0.0"));
+    // Another version: an upgrade proper.
+    assert!(clear_current_mark("agent", &r, &req("2.0.0")).is_none());
+}
+
+#[test]
 fn probation_outcomes() {
     let base = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("upgrade");
     let ok = probation_passed(&base);
