@@ -5,7 +5,7 @@ use crate::config;
 use crate::control::Access;
 use crate::protocol::{self, Command, Error, ErrorKind, Request, SignalArg};
 use crate::service::{Event, State};
-use crate::supervisor::{signal_group, Supervisor, WaitFor, Waiter};
+use crate::supervisor::{signal_group, Queued, Supervisor, WaitFor, Waiter};
 use crate::time::Mono;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -102,22 +102,29 @@ impl Supervisor {
             Command::Start { service, services } => {
                 let (names, many) = self.named(service, services)?;
                 self.refuse_during_shutdown()?;
+                self.queued.retain(|q| !names.contains(&q.name));
+                // Each starts once the services it comes `after` are ready (`settle`).
                 for n in &names {
                     let _ = self.set_down(n, false, now);
                     self.apply(n, Event::Start, now);
                 }
-                Ok(Outcome::Answer(self.statuses(&names, many, now)))
+                let by = self.start_bound(&names, now);
+                self.park(client, id, WaitFor::Started { names, many, by })
             }
             Command::Stop { service, services } => {
                 let (names, many) = self.named(service, services)?;
+                let running: Vec<String> = names
+                    .iter()
+                    .filter(|n| self.slots.get(*n).is_some_and(|s| !s.is_down()))
+                    .cloned()
+                    .collect();
                 let mut unwritten = Vec::new();
                 for n in &names {
-                    let written = self.set_down(n, true, now);
-                    self.apply(n, Event::Stop, now);
-                    if let Err(e) = written {
+                    if let Err(e) = self.set_down(n, true, now) {
                         unwritten.push((n.clone(), e));
                     }
                 }
+                self.in_order(&names, Event::Stop, now);
                 // Stopped all the same (the operator wants it down now), but told: the
                 // mark that keeps it down across a restart of supd is not on disk yet.
                 if let Some((_, e)) = unwritten.first() {
@@ -128,16 +135,25 @@ impl Supervisor {
                         format!("{who}: stopping all the same, but the down mark is not written ({e}): it would start again if supd restarted; supd retries writing it"),
                     ));
                 }
-                self.park(client, id, WaitFor::Down { names, many })
+                self.park(
+                    client,
+                    id,
+                    WaitFor::Down {
+                        names,
+                        many,
+                        running,
+                    },
+                )
             }
             Command::Restart { service, services } => {
                 let (names, many) = self.named(service, services)?;
                 self.refuse_during_shutdown()?;
                 for n in &names {
                     let _ = self.set_down(n, false, now);
-                    self.apply(n, Event::Restart, now);
                 }
-                self.park(client, id, WaitFor::Started { names, many })
+                self.in_order(&names, Event::Restart, now);
+                let by = self.start_bound(&names, now);
+                self.park(client, id, WaitFor::Started { names, many, by })
             }
             Command::Signal { service, signal } => {
                 self.known(&service)?;
@@ -415,6 +431,164 @@ impl Supervisor {
         }
     }
 
+    /// Applies `ev` (a stop or a restart) to each of `names` in reverse `after` order: a
+    /// service waits (`Supervisor::queued`) until those of `names` that come after it
+    /// are down. `after` orders; it links nothing: a service not named is left alone.
+    fn in_order(&mut self, names: &[String], ev: Event, now: Mono) {
+        self.queued.retain(|q| !names.contains(&q.name));
+        for n in names {
+            let until_down: Vec<String> = names
+                .iter()
+                .filter(|d| self.slots.get(*d).is_some_and(|s| s.cfg.after.contains(n)))
+                .cloned()
+                .collect();
+            if until_down.is_empty() {
+                self.apply(n, ev.clone(), now);
+            } else {
+                self.queued.push(Queued {
+                    name: n.clone(),
+                    event: ev.clone(),
+                    until_down,
+                });
+            }
+        }
+    }
+
+    /// When a `start` of `names` answers at the latest: each of them and of the services
+    /// they come after, one after the other, given its `ready_timeout`, and the longest
+    /// `stop_timeout` of a restart (a not-ready start is stopped before it is retried).
+    fn start_bound(&self, names: &[String], now: Mono) -> Mono {
+        let mut all: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut i = 0;
+        while i < all.len() {
+            if let Some(s) = self.slots.get(all[i]) {
+                for d in &s.cfg.after {
+                    if !all.contains(&d.as_str()) {
+                        all.push(d);
+                    }
+                }
+            }
+            i += 1;
+        }
+        let slots = all.iter().filter_map(|n| self.slots.get(*n));
+        let ready = slots.clone().fold(std::time::Duration::ZERO, |t, s| {
+            t.saturating_add(s.cfg.ready_timeout)
+        });
+        let stop = slots.map(|s| s.cfg.stop_timeout).max().unwrap_or_default();
+        now.plus(ready.saturating_add(stop.saturating_mul(2)))
+            .plus(std::time::Duration::from_secs(1))
+    }
+
+    /// Whether a service asked to start did: `Ok` once it is up (running, or exited: a
+    /// one-shot that ran), `Err` with the reason once it is clear it did not (a failed
+    /// start, a crash, not ready in time: backoff, cooldown, failed; stopped meanwhile; a
+    /// service it comes after that is not coming up), `None` while it may still. A
+    /// leader-only service waiting for its lease counts as started: it is wanted up and
+    /// runs once this node is granted the lease.
+    fn start_outcome(&self, name: &str, now: Mono) -> Option<Result<(), String>> {
+        let Some(s) = self.slots.get(name) else {
+            return Some(Err("it was removed by a reload".into()));
+        };
+        if self.queued.iter().any(|q| q.name == name) {
+            return None;
+        }
+        let why = || {
+            s.svc
+                .reason
+                .clone()
+                .unwrap_or_else(|| s.svc.state.as_str().into())
+        };
+        match s.svc.state {
+            State::Running | State::Exited => Some(Ok(())),
+            State::Starting | State::Stopping => None,
+            State::Backoff | State::Cooldown | State::Failed => Some(Err(why())),
+            State::Stopped if s.svc.want == crate::service::Want::Down => {
+                Some(Err(format!("stopped meanwhile ({})", why())))
+            }
+            State::Stopped if self.waits_for_lease(name, now).is_some() => Some(Ok(())),
+            State::Stopped => self.blocked(name, now, 0).map(Err),
+        }
+    }
+
+    /// Why a pending service will not start as things are (a service it comes after is
+    /// down, failed or waiting out a delay; its lease is not held), if it will not.
+    fn blocked(&self, name: &str, now: Mono, depth: usize) -> Option<String> {
+        let s = self.slots.get(name)?;
+        if let Some(l) = self.waits_for_lease(name, now) {
+            return Some(format!("it waits for lease '{l}'"));
+        }
+        if depth > 64 {
+            return None;
+        }
+        for d in &s.cfg.after {
+            let Some(dep) = self.slots.get(d) else {
+                return Some(format!("it comes after {d}, which is not defined"));
+            };
+            if dep.svc.is_ready(&dep.cfg) {
+                continue;
+            }
+            let state = dep.svc.state;
+            let down = dep.svc.want == crate::service::Want::Down;
+            match state {
+                State::Starting | State::Stopping => {}
+                State::Stopped if !down => {
+                    if let Some(why) = self.blocked(d, now, depth + 1) {
+                        return Some(format!("it comes after {d}, which cannot start: {why}"));
+                    }
+                }
+                State::Stopped
+                | State::Running
+                | State::Exited
+                | State::Backoff
+                | State::Cooldown
+                | State::Failed => {
+                    let why = dep
+                        .svc
+                        .reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default();
+                    let hint = if down { " (start it too)" } else { "" };
+                    return Some(format!(
+                        "it comes after {d}, which is {}{why}{hint}",
+                        state.as_str()
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// The lease a leader-only service waits for, when this node does not hold it.
+    fn waits_for_lease(&self, name: &str, now: Mono) -> Option<&str> {
+        self.slots
+            .get(name)?
+            .cfg
+            .leader_only
+            .as_deref()
+            .filter(|l| !self.holds(l, now))
+    }
+
+    /// The answer of `stop`: the statuses, each of those that had to be killed saying so.
+    fn stopped_answer(&self, names: &[String], many: bool, running: &[String], now: Mono) -> Value {
+        let mut data = self.statuses(names, many, now);
+        let mark = |st: &mut Value| {
+            let Some(s) = st["name"].as_str().and_then(|n| self.slots.get(n)) else {
+                return;
+            };
+            if s.svc.killed && running.iter().any(|r| r == &s.cfg.name) {
+                st["killed"] = Value::Bool(true);
+                st["stop_timeout_ms"] = json!(s.cfg.stop_timeout.as_millis() as u64);
+                st["stop_signal"] = json!(config::signal_name(s.cfg.stop_signal));
+            }
+        };
+        match data.get_mut("services").and_then(Value::as_array_mut) {
+            Some(list) => list.iter_mut().for_each(mark),
+            None => mark(&mut data),
+        }
+        data
+    }
+
     fn refuse_during_shutdown(&self) -> Result<(), Error> {
         if self.shutting_down() {
             Err(Error::new(ErrorKind::Failed, "supd is shutting down"))
@@ -483,14 +657,44 @@ impl Supervisor {
     /// The answer for a waiter, once what it waits for has happened.
     fn settled(&self, what: &WaitFor, now: Mono) -> Option<Result<Value, Error>> {
         match what {
-            WaitFor::Down { names, many } | WaitFor::Started { names, many } => {
-                let started = matches!(what, WaitFor::Started { .. });
-                let done = names.iter().all(|n| match self.slots.get(n) {
-                    None => true,
-                    Some(s) if started => s.svc.state != State::Stopping && !s.svc.pending(),
-                    Some(s) => s.is_down(),
-                });
-                done.then(|| Ok(self.statuses(names, *many, now)))
+            WaitFor::Down {
+                names,
+                many,
+                running,
+            } => {
+                let queued = |n: &String| self.queued.iter().any(|q| &q.name == n);
+                let done = names
+                    .iter()
+                    .all(|n| !queued(n) && self.slots.get(n).is_none_or(|s| s.is_down()));
+                done.then(|| Ok(self.stopped_answer(names, *many, running, now)))
+            }
+            WaitFor::Started { names, many, by } => {
+                let mut failed = Vec::new();
+                for n in names {
+                    match self.start_outcome(n, now) {
+                        Some(Ok(())) => {}
+                        Some(Err(why)) => failed.push(format!("{n} did not start: {why}")),
+                        None if *by <= now => {
+                            let s = &self.slots[n];
+                            let why = s
+                                .svc
+                                .reason
+                                .as_deref()
+                                .map(|r| format!(": {r}"))
+                                .unwrap_or_default();
+                            failed.push(format!(
+                                "{n} is not up yet: {}{why}; it is still wanted up",
+                                s.svc.state.as_str()
+                            ));
+                        }
+                        None => return None,
+                    }
+                }
+                if failed.is_empty() {
+                    Some(Ok(self.statuses(names, *many, now)))
+                } else {
+                    Some(Err(Error::new(ErrorKind::Failed, failed.join("\n"))))
+                }
             }
             WaitFor::Upgrade(tool) => self.upgrade_settled(tool),
             WaitFor::LeaseDown { lease, by } => self.release_settled(lease, *by, now),

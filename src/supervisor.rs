@@ -74,15 +74,34 @@ pub enum ServiceFd {
 /// What a parked client waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WaitFor {
-    /// The services' process groups are gone (`stop`); `many`: answer a list.
-    Down { names: Vec<String>, many: bool },
-    /// The services' new processes were started, or failed to (`restart`).
-    Started { names: Vec<String>, many: bool },
+    /// The services' process groups are gone (`stop`); `many`: answer a list. `running`:
+    /// those that had a process when asked (the answer says which needed SIGKILL).
+    Down {
+        names: Vec<String>,
+        many: bool,
+        running: Vec<String>,
+    },
+    /// The services are up, or it is clear they did not start (`start`, `restart`); at
+    /// `by` at the latest, the answer says which are not up yet.
+    Started {
+        names: Vec<String>,
+        many: bool,
+        by: Mono,
+    },
     /// The tool's upgrade committed, rolled back or failed (`upgrade --wait`).
     Upgrade(String),
     /// Every leader-only service of the lease has exited (`lease-release`), or `by` has
     /// come: SIGKILL was sent a while ago and what is left of them is wedged.
     LeaseDown { lease: String, by: Mono },
+}
+
+/// A stop or restart of one of several services, held until the services named with it
+/// that come `after` it are down: dependents stop first, as at shutdown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Queued {
+    pub name: String,
+    pub event: Event,
+    pub until_down: Vec<String>,
 }
 
 /// An answer owed to a parked client.
@@ -115,6 +134,8 @@ pub struct Supervisor {
     /// Set when the loop must end, with supd's exit status.
     pub exit: Option<i32>,
     pub waiters: Vec<Waiter>,
+    /// Stops and restarts waiting for the services named with them that come after them.
+    pub queued: Vec<Queued>,
     /// Services an operator stopped: they stay down across restarts of supd.
     pub down: BTreeSet<String>,
     /// The admin-down marks could not be written: when to try again, the delay, and why.
@@ -193,6 +214,7 @@ impl Supervisor {
             shutdown: None,
             exit: None,
             waiters: Vec::new(),
+            queued: Vec::new(),
             down,
             down_retry: None,
             started: Mono::now(),
@@ -773,7 +795,7 @@ impl Supervisor {
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())
             .chain(self.waiters.iter().filter_map(|w| match w.what {
-                WaitFor::LeaseDown { by, .. } => Some(by),
+                WaitFor::LeaseDown { by, .. } | WaitFor::Started { by, .. } => Some(by),
                 _ => None,
             }))
             .min()
@@ -786,8 +808,10 @@ impl Supervisor {
         self.sweep_tools();
         self.check_probations(now);
         if self.shutdown.is_some() {
+            self.queued.clear();
             self.shutdown_step(now);
         } else {
+            self.run_queued(now);
             self.start_some(now);
             self.note_waiting(now);
         }
@@ -804,6 +828,20 @@ impl Supervisor {
             keep
         });
         self.answer_waiters(now);
+    }
+
+    /// Carries out the held stops and restarts whose dependents are down.
+    fn run_queued(&mut self, now: Mono) {
+        while let Some(i) = self.queued.iter().position(|q| {
+            q.until_down
+                .iter()
+                .all(|d| self.slots.get(d).is_none_or(Slot::is_down))
+        }) {
+            let q = self.queued.remove(i);
+            if self.slots.get(&q.name).is_some_and(|s| !s.removed) {
+                self.apply(&q.name, q.event, now);
+            }
+        }
     }
 
     /// Starts what may start, each service at most once and at most `SPAWNS_PER_PASS`

@@ -843,6 +843,22 @@ fn dev_null_fd(write: bool) -> Option<OwnedFd> {
         .map(OwnedFd::from)
 }
 
+/// The local time zone's offset from UTC, in seconds, at `unix_secs` (for `supctl
+/// watch`'s times); 0 where it cannot be known.
+pub fn utc_offset(unix_secs: i64) -> i64 {
+    let t = unix_secs as libc::time_t;
+    // SAFETY: `tm` is plain data that localtime_r fills (zeroed is a valid value of it);
+    // both pointers are to locals that outlive the call; localtime_r is the reentrant
+    // form and keeps no pointer to them.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return 0;
+        }
+        tm.tm_gmtoff as i64
+    }
+}
+
 /// As PID 1: ignores SIGTTIN and SIGTTOU, so that a write to (or read from) a terminal
 /// supd does not own never stops the init. Children get the defaults back.
 pub fn ignore_tty_stops() {

@@ -337,6 +337,19 @@ pub fn utc_stamp(t: std::time::SystemTime) -> String {
     )
 }
 
+/// "14:03:07.123": the time of day of `unix_ms`, `offset_s` seconds east of UTC.
+pub fn clock_stamp(unix_ms: u64, offset_s: i64) -> String {
+    let ms = (unix_ms as i64).saturating_add(offset_s.saturating_mul(1000));
+    let day_ms = ms.rem_euclid(86_400_000);
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day_ms / 3_600_000,
+        day_ms / 60_000 % 60,
+        day_ms / 1000 % 60,
+        day_ms % 1000
+    )
+}
+
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's method).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -361,5 +374,14 @@ mod stamp_tests {
         assert_eq!(utc_stamp(at(0)), "1970-01-01T00:00:00.000Z");
         assert_eq!(utc_stamp(at(951_782_400_123)), "2000-02-29T00:00:00.123Z");
         assert_eq!(utc_stamp(at(1_796_059_201_000)), "2026-11-30T17:20:01.000Z");
+    }
+
+    #[test]
+    fn clock_stamps() {
+        assert_eq!(clock_stamp(1_796_059_201_123, 0), "17:20:01.123");
+        assert_eq!(clock_stamp(1_796_059_201_123, 3600), "18:20:01.123");
+        // West of UTC across midnight: the day before.
+        assert_eq!(clock_stamp(1_796_000_400_005, -5 * 3600), "20:00:00.005");
+        assert_eq!(clock_stamp(0, -1), "23:59:59.000");
     }
 }

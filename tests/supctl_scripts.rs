@@ -266,3 +266,358 @@ fn reload_with_a_service_sends_its_reload_signal() {
     );
     assert_eq!(sb.status("a")["pid"], pid, "still the same process");
 }
+
+/// Lines of a child's stdout, read by a thread, handed over with a deadline.
+struct Lines {
+    child: std::process::Child,
+    rx: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Lines {
+    fn spawn(mut cmd: Command) -> Lines {
+        use std::io::BufRead;
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            child,
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next line, if one comes within `wait`.
+    fn next(&mut self, wait: std::time::Duration) -> Option<String> {
+        let l = self.rx.recv_timeout(wait).ok()?;
+        self.seen.push(l.clone());
+        Some(l)
+    }
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+/// "14:03:07.123": a readable time of day.
+fn is_clock(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12
+        && b.iter().enumerate().all(|(i, c)| match i {
+            2 | 5 => *c == b':',
+            8 => *c == b'.',
+            _ => c.is_ascii_digit(),
+        })
+}
+
+/// A `supctl watch` with `args`, subscribed: `a` is restarted until the watch shows an
+/// event (supd may serve the watch after the first restart).
+fn watching(sb: &Sandbox, args: &[&str]) -> Lines {
+    let mut cmd = Command::new(SUPCTL);
+    cmd.arg("-s").arg(&sb.socket).args(args);
+    let mut w = Lines::spawn(cmd);
+    let end = std::time::Instant::now() + DEADLINE;
+    while std::time::Instant::now() < end {
+        assert_eq!(code(&sb.supctl(&["restart", "a"])), Some(0));
+        if w.next(std::time::Duration::from_millis(500)).is_some() {
+            return w;
+        }
+    }
+    panic!("supctl watch printed nothing within {DEADLINE:?}");
+}
+
+#[test]
+fn watch_prints_one_readable_line_per_event_and_json_with_json() {
+    let mut sb = Sandbox::new();
+    sleepers(&sb, &["a"]);
+    sb.start();
+    sb.wait_state("a", "running");
+    let mut w = watching(&sb, &["watch"]);
+    // Everything from now on: a stop, then a start.
+    while w.next(std::time::Duration::from_millis(200)).is_some() {}
+    let pid = sb.status("a")["pid"].clone();
+    assert_eq!(code(&sb.supctl(&["stop", "a"])), Some(0));
+    assert_eq!(code(&sb.supctl(&["start", "a"])), Some(0));
+    let mut lines = Vec::new();
+    while lines.len() < 4 {
+        let l = w
+            .next(DEADLINE)
+            .unwrap_or_else(|| panic!("no event; saw {:?}", w.seen));
+        lines.push(l);
+    }
+    for l in &lines {
+        let words: Vec<&str> = l.split(' ').collect();
+        assert!(is_clock(words[0]), "a time of day first: {l}");
+        assert_eq!(words[1], "a", "then the service: {l}");
+    }
+    assert_eq!(
+        lines[0][13..],
+        format!("a stopping pid {pid} from running"),
+        "{lines:?}"
+    );
+    assert_eq!(&lines[1][13..], "a stopped from stopping", "{lines:?}");
+    let new_pid = sb.status("a")["pid"].clone();
+    assert_eq!(
+        lines[3][13..],
+        format!("a running pid {new_pid} from starting"),
+        "{lines:?}"
+    );
+    // --json: the events as supd sends them.
+    let mut j = watching(&sb, &["watch", "--json"]);
+    let e: Value = serde_json::from_str(&j.seen[0]).expect("a JSON event");
+    assert_eq!(
+        (e["event"].clone(), e["service"].clone()),
+        ("state".into(), "a".into())
+    );
+    assert!(e["time"].is_u64(), "{e}");
+    while j.next(std::time::Duration::from_millis(100)).is_some() {}
+}
+
+#[test]
+fn start_answers_once_up_or_says_why_not() {
+    let mut sb = Sandbox::new();
+    // Ready after half a second: an answer at once would find it starting.
+    let slow = sb.script("slow", "sleep 0.5\necho >&3\nexec sleep 3600");
+    let crash = sb.script("crash", "exit 3");
+    let unready = sb.script("unready", "exec sleep 3600");
+    sb.config(&format!(
+        "[service.slow]\ncommand = [\"{slow}\"]\nready = \"fd:3\"\nautostart = false\n\
+         [service.missing]\ncommand = [\"/nonexistent/program\"]\nautostart = false\n\
+         [service.crash]\ncommand = [\"{crash}\"]\nready = \"fd:3\"\nrestart_delay = \"1m\"\nrestart_delay_max = \"1m\"\nautostart = false\n\
+         [service.unready]\ncommand = [\"{unready}\"]\nready = \"fd:3\"\nready_timeout = \"300ms\"\nrestart_delay = \"1m\"\nrestart_delay_max = \"1m\"\nautostart = false\n\
+         [service.dependent]\ncommand = [\"/bin/sleep\", \"3600\"]\nafter = [\"slow\"]\nautostart = false\n\
+         [service.once]\ncommand = [\"/bin/true\"]\nready = \"exited\"\nrestart = \"never\"\nautostart = false\n"
+    ));
+    sb.start();
+    // A service it comes after that is down: said at once.
+    let out = sb.supctl(&["start", "dependent"]);
+    assert_eq!(code(&out), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("dependent did not start: it comes after slow, which is stopped"),
+        "{}",
+        stderr(&out)
+    );
+    let out = sb.supctl(&["start", "slow"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.starts_with("slow: running (pid "), "{text}");
+    assert_eq!(state(&sb, "slow"), "running");
+    let out = sb.supctl(&["start", "once"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    for (name, says) in [
+        ("missing", "missing did not start: cannot start: "),
+        (
+            "crash",
+            "crash did not start: exited with code 3; restarting in 1m",
+        ),
+        ("unready", "unready did not start: not ready within 300ms"),
+    ] {
+        let out = sb.supctl(&["start", name]);
+        assert_eq!(code(&out), Some(1), "{name}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{name}: {}", stderr(&out));
+    }
+    // With --json the error is JSON, the services' reasons in its message.
+    let out = sb.supctl(&["--json", "restart", "crash", "slow"]);
+    assert_eq!(code(&out), Some(1));
+    let e: Value = serde_json::from_str(stderr(&out).trim()).expect("JSON error");
+    let msg = e["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("crash did not start") && !msg.contains("slow"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn stop_says_when_it_had_to_use_sigkill() {
+    let mut sb = Sandbox::new();
+    // TERM ignored, across the exec: only SIGKILL ends it.
+    let stubborn = sb.script("stubborn", "trap '' TERM\nexec sleep 3600");
+    sb.config(&format!(
+        "[service.stubborn]\ncommand = [\"{stubborn}\"]\nstop_timeout = \"300ms\"\n\
+         [service.polite]\ncommand = [\"/bin/sleep\", \"3600\"]\n"
+    ));
+    sb.start();
+    sb.wait_state("stubborn", "running");
+    sb.wait_state("polite", "running");
+    let out = sb.supctl(&["stop", "stubborn", "polite"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains(
+            "stubborn: stopped with SIGKILL: still running 300ms (stop_timeout) after TERM"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("polite: stopped\n"), "{text}");
+    let out = sb.supctl(&["--json", "stop", "stubborn"]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        v["killed"],
+        Value::Null,
+        "already stopped: nothing killed now: {v}"
+    );
+}
+
+/// Services a, b after a, c after b, each writing "start X" before it is ready and
+/// "stop X" when told to stop, to `order.log`.
+fn chain(sb: &Sandbox) -> std::path::PathBuf {
+    let log = sb.path("order.log");
+    let mut cfg = String::new();
+    for (n, after) in [("a", ""), ("b", "a"), ("c", "b")] {
+        let svc = sb.script(
+            n,
+            &format!(
+                "echo start {n} >> {log}\ntrap 'echo stop {n} >> {log}; exit 0' TERM\necho >&3\nsleep 3600 &\nwait",
+                log = log.display()
+            ),
+        );
+        let after = if after.is_empty() {
+            String::new()
+        } else {
+            format!("after = [\"{after}\"]\n")
+        };
+        cfg.push_str(&format!(
+            "[service.{n}]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\n{after}"
+        ));
+    }
+    sb.config(&cfg);
+    log
+}
+
+fn log_lines(log: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn several_services_stop_dependents_first_and_start_dependencies_first() {
+    let mut sb = Sandbox::new();
+    let log = chain(&sb);
+    sb.start();
+    for n in ["a", "b", "c"] {
+        sb.wait_state(n, "running");
+    }
+    assert_eq!(log_lines(&log), ["start a", "start b", "start c"]);
+    std::fs::write(&log, "").expect("truncate");
+    // Named in the wrong order: supd stops c, then b, then a.
+    let out = sb.supctl(&["stop", "a", "b", "c"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(log_lines(&log), ["stop c", "stop b", "stop a"]);
+    let out = sb.supctl(&["start", "c", "b", "a"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    for n in ["a", "b", "c"] {
+        assert_eq!(state(&sb, n), "running", "{n}: started before the answer");
+    }
+    assert_eq!(
+        log_lines(&log),
+        ["stop c", "stop b", "stop a", "start a", "start b", "start c"]
+    );
+    std::fs::write(&log, "").expect("truncate");
+    // A restart of all: every dependent is down before its dependency stops, and up
+    // only after it is up again.
+    let out = sb.supctl(&["restart", "all"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        log_lines(&log),
+        ["stop c", "stop b", "stop a", "start a", "start b", "start c"]
+    );
+    // `after` orders, it links nothing: a alone stops alone.
+    let out = sb.supctl(&["stop", "a"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        (state(&sb, "a"), state(&sb, "b"), state(&sb, "c")),
+        ("stopped".into(), "running".into(), "running".into())
+    );
+}
+
+#[test]
+fn reload_starts_a_fixed_service_at_once_from_cooldown_or_backoff() {
+    let mut sb = Sandbox::new();
+    let cfg = |cmd: &str| {
+        format!(
+            "[service.loop]\ncommand = {cmd}\nrestart_delay = \"10ms\"\ncrash_loop = {{ restarts = 2, window = \"1m\" }}\ncooldown = \"1h\"\n\
+             [service.slow]\ncommand = {cmd}\nrestart_delay = \"1h\"\nrestart_delay_max = \"1h\"\n"
+        )
+    };
+    sb.config(&cfg(r#"["/bin/sh", "-c", "exit 2"]"#));
+    sb.start();
+    sb.wait_state("loop", "cooldown");
+    sb.wait_state("slow", "backoff");
+    sb.config(&cfg(r#"["/bin/sleep", "3600"]"#));
+    let out = sb.supctl(&["reload"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    // The cooldown is an hour, the backoff too: only the reload can start them now.
+    sb.wait_state("loop", "running");
+    sb.wait_state("slow", "running");
+}
+
+#[test]
+fn force_to_the_current_version_clears_its_bad_mark() {
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nrestart_delay = \"10ms\"\n\
+         crash_loop = { restarts = 2, window = \"1m\" }\ncooldown = \"1h\"\nprobation = \"1s\"\n",
+    );
+    sb.start();
+    // The first version crash-loops in its probation: nothing to go back to, it stays,
+    // marked bad.
+    sb.install_version("1.0.0", "exit 3");
+    sb.upgrade_wait("1.0.0", false);
+    let out = sb.supctl(&["versions", "agent"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("current, bad"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = sb.supctl(&["upgrade", "agent", "1.0.0"]);
+    assert_eq!(code(&out), Some(1));
+    assert!(
+        stderr(&out).contains("marked bad") && stderr(&out).contains("--force clears the mark"),
+        "{}",
+        stderr(&out)
+    );
+    let out = sb.supctl(&["upgrade", "agent", "1.0.0", "--force"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "agent: 1.0.0 is no longer marked bad\n"
+    );
+    let v = sb.ok(serde_json::json!({"cmd": "versions", "tool": "agent"}));
+    let one = v["versions"]
+        .as_array()
+        .and_then(|l| l.iter().find(|x| x["version"] == "1.0.0"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (one["bad"].clone(), one["current"].clone()),
+        (false.into(), true.into()),
+        "{v}"
+    );
+    let out = sb.supctl(&["versions", "agent"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("1.0.0"))
+        .unwrap_or_default();
+    assert!(line.contains("current") && !line.contains("bad"), "{text}");
+}

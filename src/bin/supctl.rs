@@ -115,6 +115,8 @@ struct Opts {
     json: bool,
     /// `None`: wait for ever (`--timeout 0`).
     timeout: Option<Duration>,
+    /// `--timeout` was given.
+    timeout_given: bool,
     words: Vec<String>,
 }
 
@@ -123,6 +125,7 @@ fn parse_args() -> Result<Opts, Failure> {
         std::env::var("SUP_SOCKET").unwrap_or_else(|_| sup::config::DEFAULT_SOCKET.into());
     let mut json = false;
     let mut timeout = Some(DEFAULT_TIMEOUT);
+    let mut timeout_given = false;
     let mut words = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -140,6 +143,7 @@ fn parse_args() -> Result<Opts, Failure> {
                 let d = sup::time::parse_duration(&t)
                     .map_err(|e| Failure::Usage(format!("--timeout {t}: {e}")))?;
                 timeout = (!d.is_zero()).then_some(d);
+                timeout_given = true;
             }
             "-h" | "--help" if words.is_empty() => {
                 emit(&format!("{USAGE}\n"))?;
@@ -159,6 +163,7 @@ fn parse_args() -> Result<Opts, Failure> {
         socket,
         json,
         timeout,
+        timeout_given,
         words,
     })
 }
@@ -169,8 +174,12 @@ fn run() -> Result<(), Failure> {
         return Err(Failure::Usage("a command is needed".into()));
     };
     let request = build(cmd, rest)?;
-    // `upgrade --wait` waits for a probation to end, however long it is.
-    let timeout = opts.timeout.filter(|_| request["wait"] != true);
+    // `upgrade --wait` waits for a probation to end, however long it is; `start`, `stop`
+    // and `restart` as long as the services take (supd bounds that by their
+    // ready_timeout and stop_timeout), unless told otherwise.
+    let waits = request["wait"] == true
+        || (!opts.timeout_given && matches!(cmd.as_str(), "start" | "stop" | "restart"));
+    let timeout = opts.timeout.filter(|_| !waits);
     let mut conn = Conn::open(&opts.socket, timeout)?;
     let asked = Instant::now();
     let data = conn.call(&request)?;
@@ -488,29 +497,87 @@ fn stream(conn: &mut Conn, json: bool, human: impl Fn(&mut String, &Value)) -> R
 }
 
 fn print_event(o: &mut String, e: &Value) {
-    let s = |k: &str| {
-        e[k].as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| e[k].to_string())
+    let offset = e["time"]
+        .as_u64()
+        .map_or(0, |ms| sup::sys::utc_offset((ms / 1000) as i64));
+    outln!(o, "{}", event_line(e, offset));
+}
+
+/// One event in `watch`'s human form: `TIME SUBJECT WHAT [DETAIL VALUE]... [: REASON]`,
+/// the time of day local (`offset_s` east of UTC), the subject the service, tool or
+/// lease, what its new state or the event's kind.
+fn event_line(e: &Value, offset_s: i64) -> String {
+    let s = |k: &str| e[k].as_str().filter(|v| !v.is_empty()).map(str::to_string);
+    let time = e["time"]
+        .as_u64()
+        .map(|ms| sup::time::clock_stamp(ms, offset_s))
+        .unwrap_or_else(|| "--:--:--.---".into());
+    let mut line = vec![time];
+    let detail = |line: &mut Vec<String>, key: &str, v: Option<String>| {
+        if let Some(v) = v {
+            line.push(format!("{key} {v}"));
+        }
     };
+    let num = |k: &str| e[k].as_u64().map(|n| n.to_string());
+    let mut reason = s("reason");
     match e["event"].as_str() {
         Some("state") => {
-            let reason = e["reason"]
-                .as_str()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default();
-            outln!(
-                o,
-                "{} {}: {} -> {} pid {}{reason}",
-                s("time"),
-                s("service"),
-                s("from"),
-                s("to"),
-                s("pid")
+            line.push(s("service").unwrap_or_else(|| "?".into()));
+            line.push(s("to").unwrap_or_else(|| "?".into()));
+            detail(&mut line, "pid", num("pid"));
+            detail(&mut line, "version", s("version"));
+            detail(&mut line, "from", s("from"));
+        }
+        Some("upgrade") => {
+            line.push(s("tool").unwrap_or_else(|| "?".into()));
+            line.push("upgrade".into());
+            detail(&mut line, "phase", s("phase"));
+            detail(&mut line, "version", s("version"));
+            detail(&mut line, "from", s("from"));
+            if let Some(w) = s("write_error") {
+                let what = s("pending").unwrap_or_else(|| "a change".into());
+                let waits = format!("{what} waits: {w}; supd retries");
+                reason = Some(reason.map_or(waits.clone(), |r| format!("{r}; {waits}")));
+            }
+        }
+        Some("rollback") => {
+            line.push(s("tool").unwrap_or_else(|| "?".into()));
+            line.push("rollback".into());
+            detail(&mut line, "from", s("from"));
+            detail(&mut line, "to", s("to"));
+        }
+        Some("install") => {
+            line.push(s("tool").unwrap_or_else(|| "?".into()));
+            line.push("install".into());
+            detail(&mut line, "version", s("version"));
+            line.push(if e["ok"] == true { "done" } else { "failed" }.into());
+            reason = s("error");
+        }
+        Some("lease") => {
+            line.push(s("lease").unwrap_or_else(|| "?".into()));
+            line.push("lease".into());
+            line.push(s("what").unwrap_or_else(|| "?".into()));
+            detail(&mut line, "term", num("term"));
+            detail(
+                &mut line,
+                "valid for",
+                e["valid_for_ms"]
+                    .as_u64()
+                    .map(|ms| Human(Duration::from_millis(ms)).to_string()),
             );
         }
-        _ => outln!(o, "{e}"),
+        other => {
+            line.push("-".into());
+            line.push(other.unwrap_or("event").to_string());
+            reason = Some(e.to_string());
+        }
     }
+    let mut text = line.join(" ");
+    if let Some(r) = reason {
+        text.push_str(": ");
+        text.push_str(&r);
+    }
+    text
 }
 
 fn print_answer(cmd: &str, data: &Value, json: bool) -> Result<(), Failure> {
@@ -553,10 +620,26 @@ fn print_answer(cmd: &str, data: &Value, json: bool) -> Result<(), Failure> {
         "start" | "stop" | "restart" => {
             let one = std::slice::from_ref(data);
             let list = data["services"].as_array().map_or(one, |l| l.as_slice());
-            for st in list {
-                if let Ok(st) = serde_json::from_value::<ServiceStatus>(st.clone()) {
+            for v in list {
+                if let Ok(st) = serde_json::from_value::<ServiceStatus>(v.clone()) {
                     let pid = st.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
-                    outln!(o, "{}: {}{pid}", st.name, st.state);
+                    let killed = if v["killed"] == true {
+                        format!(
+                            " with SIGKILL: still running {} (stop_timeout) after {}",
+                            Human(Duration::from_millis(
+                                v["stop_timeout_ms"].as_u64().unwrap_or(0)
+                            )),
+                            v["stop_signal"].as_str().unwrap_or("its stop_signal")
+                        )
+                    } else {
+                        String::new()
+                    };
+                    // Up but not running (a one-shot), or waiting for its lease: why.
+                    let why = match (cmd, st.state.as_str(), &st.reason) {
+                        ("stop", _, _) | (_, "running", _) | (_, _, None) => String::new(),
+                        (_, _, Some(r)) => format!(": {r}"),
+                    };
+                    outln!(o, "{}: {}{pid}{killed}{why}", st.name, st.state);
                 }
             }
         }
@@ -587,6 +670,12 @@ fn print_answer(cmd: &str, data: &Value, json: bool) -> Result<(), Failure> {
             data["pid"]
         ),
         "versions" => print_versions(o, data),
+        "upgrade" if data["cleared"].is_string() => outln!(
+            o,
+            "{}: {} is no longer marked bad",
+            data["tool"].as_str().unwrap_or("?"),
+            data["cleared"].as_str().unwrap_or("?")
+        ),
         "upgrade" if data["phase"] == "committed" => {
             outln!(
                 o,
@@ -798,5 +887,49 @@ fn print_status(o: &mut String, list: &[ServiceStatus]) {
             }
         }
         outln!(o, "{}", line.trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_event_kind_reads_the_same_way() {
+        let t = 1_796_059_201_123u64; // 17:20:01.123 UTC
+        let cases = [
+            (
+                json!({"event": "state", "service": "web", "from": "starting", "to": "running", "pid": 4242, "version": null, "reason": null, "time": t}),
+                "17:20:01.123 web running pid 4242 from starting",
+            ),
+            (
+                json!({"event": "state", "service": "web", "from": "running", "to": "backoff", "pid": null, "version": "1.2.0", "reason": "exited with code 1; restarting in 1s", "time": t}),
+                "17:20:01.123 web backoff version 1.2.0 from running: exited with code 1; restarting in 1s",
+            ),
+            (
+                json!({"event": "upgrade", "tool": "agent", "phase": "probation", "version": "1.2.0", "current": "1.2.0", "from": "1.1.0", "reason": null, "time": t}),
+                "17:20:01.123 agent upgrade phase probation version 1.2.0 from 1.1.0",
+            ),
+            (
+                json!({"event": "rollback", "tool": "agent", "from": "1.2.0", "to": "1.1.0", "reason": "crash loop", "time": t}),
+                "17:20:01.123 agent rollback from 1.2.0 to 1.1.0: crash loop",
+            ),
+            (
+                json!({"event": "install", "tool": "agent", "version": "1.3.0", "ok": false, "error": "exists", "time": t}),
+                "17:20:01.123 agent install version 1.3.0 failed: exists",
+            ),
+            (
+                json!({"event": "lease", "lease": "engine", "what": "granted", "term": 4, "valid_for_ms": 10000, "time": t}),
+                "17:20:01.123 engine lease granted term 4 valid for 10s",
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(event_line(&e, 0), want);
+        }
+        assert!(event_line(
+            &json!({"event": "state", "service": "a", "to": "running", "time": t}),
+            3600
+        )
+        .starts_with("18:20:01.123 a running"));
     }
 }
