@@ -621,3 +621,57 @@ fn force_to_the_current_version_clears_its_bad_mark() {
         .unwrap_or_default();
     assert!(line.contains("current") && !line.contains("bad"), "{text}");
 }
+
+/// What the bash completion offers for a command line (the last word is the cursor's).
+fn complete(sb: &Sandbox, words: &[&str]) -> Vec<String> {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/packaging/common/supctl.bash-completion"
+    );
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let script = format!(
+        "source '{file}'\nCOMP_WORDS=('{SUPCTL}' -s '{sock}' {words})\nCOMP_CWORD={cword}\n_supctl\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+        sock = sb.socket.display(),
+        words = quoted.join(" "),
+        cword = words.len() + 2,
+    );
+    let out = Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &script])
+        .output()
+        .expect("run bash");
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    got.sort();
+    got
+}
+
+#[test]
+fn bash_completion_offers_commands_services_tools_and_versions() {
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\n\
+         [service.worker]\ncommand = [\"/bin/sleep\", \"3600\"]\n\
+         [service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nprobation = \"100ms\"\n",
+    );
+    sb.start();
+    sb.install_version("1.0.0", "exec sleep 3600");
+    sb.install_version("1.1.0", "exec sleep 3600");
+    assert_eq!(complete(&sb, &["st"]), ["start", "status", "stop"]);
+    assert_eq!(complete(&sb, &["stop", "w"]), ["web", "worker"]);
+    assert_eq!(
+        complete(&sb, &["restart", "web", ""]),
+        ["agent", "all", "web", "worker"]
+    );
+    assert_eq!(complete(&sb, &["signal", "web", "HU"]), ["HUP"]);
+    assert_eq!(complete(&sb, &["upgrade", ""]), ["agent"]);
+    assert_eq!(
+        complete(&sb, &["upgrade", "agent", "--force", "1"]),
+        ["1.0.0", "1.1.0"]
+    );
+    assert_eq!(complete(&sb, &["upgrade", "agent", "--w"]), ["--wait"]);
+    assert_eq!(complete(&sb, &["versions", "a"]), ["agent"]);
+}
