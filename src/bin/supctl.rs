@@ -27,14 +27,16 @@ const USAGE: &str = "usage: supctl [-s SOCKET] [--json] [--timeout DURATION] COM
 
 commands:
   status [SERVICE...]         state of each service; exit 3 if one is not up
-  start SERVICE...            admin up ('all' names every service)
-  stop SERVICE...             admin down (stays down across restarts of supd)
+  start SERVICE...            admin up; answers once up, or why not (exit 1);
+                              'all' names every service; in 'after' order
+  stop SERVICE...             admin down (stays down across restarts of supd);
+                              dependents first; says when SIGKILL was needed
   restart SERVICE...          stop, then start
   signal SERVICE SIG          send SIG to the service's process group
   log SERVICE [-n N] [-f] [--stderr]
                               last N lines of its output; -f follows;
                               --stderr: only its stderr lines
-  watch                       stream events until interrupted
+  watch                       one line per event until interrupted (--json: JSON)
   reload                      re-read the config (nothing changes on error)
   shutdown                    stop every service, then supd exits
   poweroff | reboot | halt    system mode: stop every service, end every process, reboot(2)
@@ -45,7 +47,8 @@ versioned tools:
   install TOOL VERSION DIR    copy DIR in as VERSION of TOOL (atomically)
   versions TOOL               installed versions and their marks
   upgrade TOOL VERSION [--force] [--irreversible] [--wait]
-                              switch to VERSION with a probation
+                              switch to VERSION with a probation; to the
+                              current version with --force: clear its bad mark
   rollback TOOL [VERSION] [--force]
                               switch back now
   prune TOOL [--keep N]       delete old and bad versions";
