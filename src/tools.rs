@@ -983,6 +983,11 @@ impl Supervisor {
                         Ok(json!({"reexec": binary, "pid": std::process::id()})),
                         now,
                     );
+                    // Held stops and restarts are not handed over: carried out now,
+                    // their order lost but not their intent.
+                    for q in std::mem::take(&mut self.queued) {
+                        self.apply(&q.name, q.event, now);
+                    }
                     let why = self.exec_handoff(&binary);
                     log::error!("reexec: {why}; supd keeps running");
                     return;
