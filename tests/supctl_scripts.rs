@@ -383,7 +383,7 @@ fn watch_prints_one_readable_line_per_event_and_json_with_json() {
         w.seen
     );
     // --json: the events as supd sends them.
-    let mut j = watching(&sb, &["watch", "--json"]);
+    let j = watching(&sb, &["watch", "--json"]);
     let e: Value = serde_json::from_str(&j.seen[0]).expect("a JSON event");
     assert_eq!(
         (e["event"].clone(), e["service"].clone()),
