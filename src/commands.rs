@@ -124,7 +124,7 @@ impl Supervisor {
                         unwritten.push((n.clone(), e));
                     }
                 }
-                self.in_order(&names, Event::Stop, now);
+                self.dependents_first(&names, Event::Stop, now);
                 // Stopped all the same (the operator wants it down now), but told: the
                 // mark that keeps it down across a restart of supd is not on disk yet.
                 if let Some((_, e)) = unwritten.first() {
@@ -151,7 +151,7 @@ impl Supervisor {
                 for n in &names {
                     let _ = self.set_down(n, false, now);
                 }
-                self.in_order(&names, Event::Restart, now);
+                self.dependents_first(&names, Event::Restart, now);
                 let by = self.start_bound(&names, now);
                 self.park(client, id, WaitFor::Started { names, many, by })
             }
@@ -434,7 +434,7 @@ impl Supervisor {
     /// Applies `ev` (a stop or a restart) to each of `names` in reverse `after` order: a
     /// service waits (`Supervisor::queued`) until those of `names` that come after it
     /// are down. `after` orders; it links nothing: a service not named is left alone.
-    fn in_order(&mut self, names: &[String], ev: Event, now: Mono) {
+    fn dependents_first(&mut self, names: &[String], ev: Event, now: Mono) {
         self.queued.retain(|q| !names.contains(&q.name));
         for n in names {
             let until_down: Vec<String> = names
