@@ -656,17 +656,21 @@ fn bash_completion_offers_commands_services_tools_and_versions() {
     let mut sb = Sandbox::new();
     sb.config(
         "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\n\
-         [service.worker]\ncommand = [\"/bin/sleep\", \"3600\"]\n\
+         [service.worker]\ncommand = [\"/bin/sleep\", \"3600\"]\ninstances = 2\n\
          [service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nprobation = \"100ms\"\n",
     );
     sb.start();
     sb.install_version("1.0.0", "exec sleep 3600");
     sb.install_version("1.1.0", "exec sleep 3600");
     assert_eq!(complete(&sb, &["st"]), ["start", "status", "stop"]);
-    assert_eq!(complete(&sb, &["stop", "w"]), ["web", "worker"]);
+    // A table with instances: each instance, and the table.
+    assert_eq!(
+        complete(&sb, &["stop", "w"]),
+        ["web", "worker", "worker@0", "worker@1"]
+    );
     assert_eq!(
         complete(&sb, &["restart", "web", ""]),
-        ["agent", "all", "web", "worker"]
+        ["agent", "all", "web", "worker", "worker@0", "worker@1"]
     );
     assert_eq!(complete(&sb, &["signal", "web", "HU"]), ["HUP"]);
     assert_eq!(complete(&sb, &["upgrade", ""]), ["agent"]);
