@@ -37,7 +37,8 @@ commands:
                               last N lines of its output; -f follows;
                               --stderr: only its stderr lines
   watch                       one line per event until interrupted (--json: JSON)
-  reload                      re-read the config (nothing changes on error)
+  reload [SERVICE]            re-read the config (nothing changes on error);
+                              with SERVICE: send it its reload_signal
   shutdown                    stop every service, then supd exits
   poweroff | reboot | halt    system mode: stop every service, end every process, reboot(2)
   reexec [--binary PATH]      supd replaces its program, keeping every service
