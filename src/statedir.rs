@@ -88,19 +88,62 @@ fn lock_briefly(
     }
 }
 
+/// Takes from others what an older supd left readable in `state_dir` (it was made when
+/// the directory itself kept everyone out; now others pass through it to reach
+/// `tools_dir`): the `pids` directory, the files at its top, the tool records.
+pub fn make_private(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let private = |p: &Path| {
+        if let Ok(m) = fs::symlink_metadata(p) {
+            if m.mode() & 0o007 != 0 && (m.is_dir() || m.is_file()) {
+                let mode = m.mode() & 0o7770;
+                if let Err(e) = fs::set_permissions(p, fs::Permissions::from_mode(mode)) {
+                    log::warn!("cannot make {} private: {e}", p.display());
+                }
+            }
+        }
+    };
+    private(&dir.join("pids"));
+    let files = |d: &Path, ext: Option<&str>| -> Vec<PathBuf> {
+        fs::read_dir(d)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.path())
+                    .filter(|p| p.is_file())
+                    .filter(|p| ext.is_none() || p.extension().and_then(|x| x.to_str()) == ext)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for p in files(dir, None)
+        .into_iter()
+        .chain(files(&dir.join("tools"), Some("json")))
+        .chain(files(&dir.join("pids"), None))
+    {
+        private(&p);
+    }
+}
+
 /// One supd per state directory: its lock, waiting up to `patience` for it.
 pub fn lock(
     dir: &std::path::Path,
     patience: std::time::Duration,
 ) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, String> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let path = dir.join(LOCK);
     let file = match std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&path)
     {
-        Ok(f) => f,
+        // Only root may open it (others pass through state_dir): nobody else can take
+        // it and keep supd out. One made by an older supd is made private too.
+        Ok(f) => {
+            let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
+            f
+        }
         Err(e) => {
             log::warn!(
                 "cannot open {} ({e}): running without the state lock",
@@ -145,7 +188,7 @@ impl Supervisor {
                 "{} was removed or replaced while supd ran; making it anew and taking its lock again",
                 dir.display()
             );
-            if let Err(e) = fs::create_dir_all(&dir) {
+            if let Err(e) = records::create_dirs(&dir, records::STATE_DIR) {
                 log::error!("cannot create {}: {e}", dir.display());
             }
             self.lock = None;

@@ -51,7 +51,7 @@ pub struct Slot {
     /// Its child between release and exec: the report says how the exec went.
     pub exec: Option<sys::Exec>,
     /// Why its last child could not run its program (given when that child is reaped).
-    pub exec_error: Option<String>,
+    pub exec_error: Option<sys::ExecFailure>,
     /// Removed by a reload: dropped once it is down.
     pub removed: bool,
 }
@@ -695,7 +695,11 @@ impl Supervisor {
             }
             let exec_error = slot.exec_error.take();
             match (exec_error, exit) {
-                (Some(why), _) => self.apply(&name, Event::SpawnFailed(why), now),
+                (Some(e), _) if e.denied => {
+                    let why = self.denied_reason(&name, &e.why);
+                    self.apply(&name, Event::Unavailable(why), now)
+                }
+                (Some(e), _) => self.apply(&name, Event::SpawnFailed(e.why), now),
                 (None, Some(exit)) => self.apply(&name, Event::Exited(exit), now),
                 (None, None) => {}
             }
@@ -1016,6 +1020,36 @@ impl Supervisor {
         }
     }
 
+    /// What a start refused for want of permission says: which path, which user, the
+    /// first directory or file on the way that refuses it (looked at now), and what to
+    /// do. Such a start is not retried and counts as no crash (a version is never marked
+    /// bad for it): the service is `failed` until an operator mends it and starts it.
+    fn denied_reason(&self, name: &str, why: &str) -> String {
+        let Some(slot) = self.slots.get(name) else {
+            return why.to_string();
+        };
+        let plan = launch::plan(&slot.cfg, &self.cfg.supd, None);
+        let found = match (&slot.cfg.user, plan) {
+            (Some(user), Ok(p)) => {
+                let program = std::path::Path::new(&p.program);
+                let program = program.is_absolute().then_some(program);
+                match program {
+                    Some(prog) => {
+                        crate::access::may_run(user, slot.cfg.group.as_deref(), prog, Some(&p.cwd))
+                            .err()
+                    }
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        let found = found.map(|f| format!(" ({f})")).unwrap_or_default();
+        format!(
+            "cannot start: {why}{found}; a permission problem, not a crash: nothing is retried \
+             and no version is marked bad; fix the modes, then supctl start {name}"
+        )
+    }
+
     /// Reads the report of a service's exec.
     pub fn on_exec_report(&mut self, name: &str, now: Mono) {
         if self.slots.get_mut(name).is_some_and(read_exec_report) {
@@ -1173,9 +1207,9 @@ fn read_exec_report(slot: &mut Slot) -> bool {
             slot.exec = None;
             true
         }
-        Some(Err(why)) => {
+        Some(Err(failure)) => {
             slot.exec = None;
-            slot.exec_error = Some(why);
+            slot.exec_error = Some(failure);
             false
         }
     }

@@ -438,7 +438,10 @@ impl Supervisor {
             .unwrap_or(Duration::from_secs(300))
     }
 
-    /// Why a service of the tool could not run `version`, if it could not.
+    /// Why a service of the tool could not run `version`, if it could not: its program
+    /// must be there and executable, and a service run as a `user` must be able to
+    /// reach and run it, and enter the version directory when that is its cwd, as that
+    /// user (its uid, its group and its supplementary groups).
     fn not_executable(&self, tool: &str, version: &str) -> Option<String> {
         let dir = versions::tool_dir(&self.cfg.supd.tools_dir, tool).join(version);
         for s in self
@@ -446,19 +449,46 @@ impl Supervisor {
             .values()
             .filter(|s| s.cfg.tool.as_deref() == Some(tool))
         {
-            let Some(argv0) = s.cfg.command.first().filter(|a| !a.starts_with('/')) else {
+            let program = s
+                .cfg
+                .command
+                .first()
+                .filter(|a| !a.starts_with('/'))
+                .map(|argv0| dir.join(argv0));
+            if let Some(path) = &program {
+                let why = match std::fs::metadata(path) {
+                    Err(e) => Some(e.to_string()),
+                    Ok(m) if !m.is_file() => Some("not a file".to_string()),
+                    Ok(_) => nix::unistd::access(path, nix::unistd::AccessFlags::X_OK)
+                        .err()
+                        .map(|e| e.desc().to_string()),
+                };
+                if let Some(why) = why {
+                    return Some(format!("service {}: {}: {why}", s.cfg.name, path.display()));
+                }
+            }
+            let Some(user) = s.cfg.user.as_deref() else {
                 continue;
             };
-            let path = dir.join(argv0);
-            let why = match std::fs::metadata(&path) {
-                Err(e) => Some(e.to_string()),
-                Ok(m) if !m.is_file() => Some("not a file".to_string()),
-                Ok(_) => nix::unistd::access(&path, nix::unistd::AccessFlags::X_OK)
-                    .err()
-                    .map(|e| e.desc().to_string()),
+            let cwd = s.cfg.cwd.is_none().then_some(dir.as_path());
+            let checked = match &program {
+                Some(path) => crate::access::may_run(user, s.cfg.group.as_deref(), path, cwd),
+                None => match cwd {
+                    Some(d) => {
+                        crate::access::lookup(user, s.cfg.group.as_deref()).and_then(|who| {
+                            crate::access::stat_chain(d).and_then(|chain| {
+                                crate::access::check(&chain, &who, crate::access::Want::Enter)
+                            })
+                        })
+                    }
+                    None => Ok(()),
+                },
             };
-            if let Some(why) = why {
-                return Some(format!("service {}: {}: {why}", s.cfg.name, path.display()));
+            if let Err(why) = checked {
+                return Some(format!(
+                    "service {} runs as user '{user}': {why}; nothing was switched",
+                    s.cfg.name
+                ));
             }
         }
         None
