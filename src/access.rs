@@ -15,6 +15,8 @@ pub struct Node {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
+    /// The owner as a person reads it: "root:sup" (numbers where names are unknown).
+    pub owner: String,
     pub is_dir: bool,
     /// A regular file that starts with `#!`: its interpreter must read it too.
     pub script: bool,
@@ -51,7 +53,7 @@ fn class_bits(n: &Node, who: &Who) -> u32 {
 }
 
 fn describe(n: &Node) -> String {
-    format!("mode {:04o}, owner {}:{}", n.mode & 0o7777, n.uid, n.gid)
+    format!("mode {:04o}, owner {}", n.mode & 0o7777, n.owner)
 }
 
 /// Whether `who` may reach and use the last of `chain` (each component from `/` down,
@@ -140,11 +142,25 @@ pub fn stat_chain(path: &Path) -> Result<Vec<Node>, String> {
             mode: m.mode() & 0o7777,
             uid: m.uid(),
             gid: m.gid(),
+            owner: owner_names(m.uid(), m.gid()),
             is_dir: m.is_dir(),
             script,
         });
     }
     Ok(chain)
+}
+
+fn owner_names(uid: u32, gid: u32) -> String {
+    use nix::unistd::{Gid, Group, Uid, User};
+    let user = User::from_uid(Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or(uid.to_string(), |u| u.name);
+    let group = Group::from_gid(Gid::from_raw(gid))
+        .ok()
+        .flatten()
+        .map_or(gid.to_string(), |g| g.name);
+    format!("{user}:{group}")
 }
 
 fn starts_with_shebang(p: &Path) -> bool {
@@ -213,6 +229,7 @@ mod tests {
             mode,
             uid,
             gid,
+            owner: format!("{uid}:{gid}"),
             is_dir: true,
             script: false,
         }

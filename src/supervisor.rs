@@ -1043,10 +1043,12 @@ impl Supervisor {
             }
             _ => None,
         };
-        let found = found.map(|f| format!(" ({f})")).unwrap_or_default();
+        // The refusal found on the way names the directory or file to mend; the child's
+        // own report names only the path it was given.
+        let what = found.unwrap_or_else(|| why.to_string());
         format!(
-            "cannot start: {why}{found}; a permission problem, not a crash: nothing is retried \
-             and no version is marked bad; fix the modes, then supctl start {name}"
+            "cannot start: permission denied: {what}; a permission problem, not a crash: it is \
+             not retried and no version is marked bad; fix it, then supctl start {name}"
         )
     }
 

@@ -197,14 +197,12 @@ impl Exec {
             .unwrap_or("");
         let who = if user.is_empty() { "root" } else { user };
         match (stage, errno) {
-            (STAGE_CWD, libc::EACCES) => format!(
-                "permission denied: user '{who}' may not enter its cwd {}",
-                self.cwd
-            ),
-            (STAGE_EXEC, libc::EACCES) => format!(
-                "permission denied: user '{who}' may not execute {}",
-                self.program
-            ),
+            (STAGE_CWD, libc::EACCES) => {
+                format!("user '{who}' may not enter its cwd {}", self.cwd)
+            }
+            (STAGE_EXEC, libc::EACCES) => {
+                format!("user '{who}' may not execute {}", self.program)
+            }
             (STAGE_CWD, _) => format!("cwd {}: {err}", self.cwd),
             (STAGE_NO_USER, 0) => format!("unknown user '{user}'"),
             (STAGE_NO_USER, _) => format!("cannot look up user '{user}': {err}"),

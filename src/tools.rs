@@ -486,7 +486,7 @@ impl Supervisor {
             };
             if let Err(why) = checked {
                 return Some(format!(
-                    "service {} runs as user '{user}': {why}; nothing was switched",
+                    "service {}: {why}; nothing was switched",
                     s.cfg.name
                 ));
             }
