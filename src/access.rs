@@ -20,6 +20,43 @@ pub struct Node {
     pub is_dir: bool,
     /// A regular file that starts with `#!`: its interpreter must read it too.
     pub script: bool,
+    /// Its POSIX access ACL, when it has one (then it decides, not the mode alone).
+    pub acl: Option<Vec<AclEntry>>,
+}
+
+/// One entry of a POSIX ACL: its tag (`ACL_USER_OBJ` and the others, as the kernel
+/// stores them), its `rwx` bits, and the uid or gid it names (for `ACL_USER` and
+/// `ACL_GROUP`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AclEntry {
+    pub tag: u16,
+    pub perm: u32,
+    pub id: u32,
+}
+
+pub const ACL_USER_OBJ: u16 = 0x01;
+pub const ACL_USER: u16 = 0x02;
+pub const ACL_GROUP_OBJ: u16 = 0x04;
+pub const ACL_GROUP: u16 = 0x08;
+pub const ACL_MASK: u16 = 0x10;
+pub const ACL_OTHER: u16 = 0x20;
+
+/// Reads the `system.posix_acl_access` attribute: a little-endian version (2), then
+/// entries of tag (u16), perm (u16), id (u32). `None` when it is not that.
+pub fn parse_acl(bytes: &[u8]) -> Option<Vec<AclEntry>> {
+    let (head, rest) = bytes.split_at_checked(4)?;
+    if u32::from_le_bytes(head.try_into().ok()?) != 2 || rest.len() % 8 != 0 {
+        return None;
+    }
+    Some(
+        rest.chunks_exact(8)
+            .map(|e| AclEntry {
+                tag: u16::from_le_bytes([e[0], e[1]]),
+                perm: u32::from(u16::from_le_bytes([e[2], e[3]])) & 7,
+                id: u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+            })
+            .collect(),
+    )
 }
 
 /// Who a service runs as: its uid, and every gid it holds (its primary group and its
@@ -40,16 +77,44 @@ pub enum Want {
     Enter,
 }
 
-/// The bits of `mode` that apply to `who` (owner, else group, else others), as `rwx` in
-/// the low three bits, the way the kernel picks them (ACLs aside).
-fn class_bits(n: &Node, who: &Who) -> u32 {
+/// Whether `who` (not root) gets every bit of `want` (`rwx` in the low three bits) on
+/// `n`, the way the kernel decides: the owner's bits for its owner, else the group's
+/// for a member, else the others'; with an ACL, its named users and groups too,
+/// limited by its mask.
+fn allows(n: &Node, who: &Who, want: u32) -> bool {
+    let Some(acl) = &n.acl else {
+        let bits = if n.uid == who.uid {
+            n.mode >> 6
+        } else if who.gids.contains(&n.gid) {
+            n.mode >> 3
+        } else {
+            n.mode
+        };
+        return bits & want == want;
+    };
+    let perm_of = |tag: u16| acl.iter().find(|e| e.tag == tag).map_or(0, |e| e.perm);
     if n.uid == who.uid {
-        (n.mode >> 6) & 7
-    } else if who.gids.contains(&n.gid) {
-        (n.mode >> 3) & 7
-    } else {
-        n.mode & 7
+        return perm_of(ACL_USER_OBJ) & want == want;
     }
+    let mask = acl.iter().find(|e| e.tag == ACL_MASK).map_or(7, |e| e.perm);
+    if let Some(e) = acl.iter().find(|e| e.tag == ACL_USER && e.id == who.uid) {
+        return e.perm & mask & want == want;
+    }
+    let mut member = false;
+    for e in acl {
+        let names_us = match e.tag {
+            ACL_GROUP_OBJ => who.gids.contains(&n.gid),
+            ACL_GROUP => who.gids.contains(&e.id),
+            _ => false,
+        };
+        if names_us {
+            member = true;
+            if e.perm & mask & want == want {
+                return true;
+            }
+        }
+    }
+    !member && perm_of(ACL_OTHER) & want == want
 }
 
 fn describe(n: &Node) -> String {
@@ -68,7 +133,7 @@ pub fn check(chain: &[Node], who: &Who, want: Want) -> Result<(), String> {
         if !d.is_dir {
             return Err(format!("{} is not a directory", d.path.display()));
         }
-        if !root && class_bits(d, who) & 1 == 0 {
+        if !root && !allows(d, who, 1) {
             return Err(format!(
                 "user '{}' cannot search the directory {} ({}): give it x (such as chmod o+x {}, or a group the user is in)",
                 who.name,
@@ -83,7 +148,7 @@ pub fn check(chain: &[Node], who: &Who, want: Want) -> Result<(), String> {
             if !last.is_dir {
                 return Err(format!("{} is not a directory", last.path.display()));
             }
-            if !root && class_bits(last, who) & 1 == 0 {
+            if !root && !allows(last, who, 1) {
                 return Err(format!(
                     "user '{}' cannot enter the directory {} ({}): give it x (such as chmod o+x {})",
                     who.name,
@@ -97,13 +162,13 @@ pub fn check(chain: &[Node], who: &Who, want: Want) -> Result<(), String> {
             if last.is_dir {
                 return Err(format!("{} is a directory", last.path.display()));
             }
-            // Root runs a file when anyone may; others by their own class.
-            let bits = if root {
-                (last.mode | last.mode >> 3 | last.mode >> 6) & 1 | 4
+            // Root runs a file when anyone may, and reads anything.
+            let (x, r) = if root {
+                ((last.mode | last.mode >> 3 | last.mode >> 6) & 1 != 0, true)
             } else {
-                class_bits(last, who)
+                (allows(last, who, 1), allows(last, who, 4))
             };
-            if bits & 1 == 0 {
+            if !x {
                 return Err(format!(
                     "user '{}' cannot execute {} ({}): make it executable for the user (such as chmod a+rx {})",
                     who.name,
@@ -112,7 +177,7 @@ pub fn check(chain: &[Node], who: &Who, want: Want) -> Result<(), String> {
                     last.path.display()
                 ));
             }
-            if last.script && bits & 4 == 0 {
+            if last.script && !r {
                 return Err(format!(
                     "user '{}' cannot read the script {} ({}): its interpreter must read it (such as chmod a+rx {})",
                     who.name,
@@ -143,6 +208,7 @@ pub fn stat_chain(path: &Path) -> Result<Vec<Node>, String> {
             uid: m.uid(),
             gid: m.gid(),
             owner: owner_names(m.uid(), m.gid()),
+            acl: crate::sys::posix_acl(&at).and_then(|b| parse_acl(&b)),
             is_dir: m.is_dir(),
             script,
         });
@@ -232,6 +298,7 @@ mod tests {
             owner: format!("{uid}:{gid}"),
             is_dir: true,
             script: false,
+            acl: None,
         }
     }
 
@@ -345,6 +412,61 @@ mod tests {
             Ok(())
         );
         assert!(check(&package_chain(0o700, 0o644), &root, Want::Exec).is_err());
+    }
+
+    #[test]
+    fn an_acl_decides_by_named_users_and_groups_within_its_mask() {
+        let entry = |tag, perm, id| AclEntry { tag, perm, id };
+        let acl = |named: Vec<AclEntry>, mask: u32| {
+            let mut v = vec![
+                entry(ACL_USER_OBJ, 7, u32::MAX),
+                entry(ACL_GROUP_OBJ, 5, u32::MAX),
+                entry(ACL_MASK, mask, u32::MAX),
+                entry(ACL_OTHER, 0, u32::MAX),
+            ];
+            v.extend(named);
+            Some(v)
+        };
+        let mut chain = package_chain(0o750, 0o755);
+        // setfacl -m u:nobody:x /var/lib/sup
+        chain[3].acl = acl(vec![entry(ACL_USER, 1, 65534)], 5);
+        assert_eq!(check(&chain, &nobody(), Want::Exec), Ok(()));
+        // The mask takes it away again.
+        chain[3].acl = acl(vec![entry(ACL_USER, 1, 65534)], 4);
+        assert!(check(&chain, &nobody(), Want::Exec).is_err());
+        // A named group of the user's; a group entry that matches but does not grant
+        // refuses, even though others would get it.
+        chain[3].acl = acl(vec![entry(ACL_GROUP, 1, 65534)], 7);
+        assert_eq!(check(&chain, &nobody(), Want::Exec), Ok(()));
+        chain[3].acl = acl(vec![entry(ACL_GROUP, 4, 65534)], 7);
+        if let Some(v) = chain[3].acl.as_mut() {
+            v[3].perm = 1;
+        }
+        assert!(check(&chain, &nobody(), Want::Exec).is_err());
+        // Another user's entry gives nobody nothing.
+        chain[3].acl = acl(vec![entry(ACL_USER, 1, 1000)], 7);
+        assert!(check(&chain, &nobody(), Want::Exec).is_err());
+    }
+
+    #[test]
+    fn acls_are_read_as_the_kernel_stores_them() {
+        let mut raw = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in [(1u16, 7u16, u32::MAX), (2, 5, 65534), (0x20, 0, u32::MAX)] {
+            raw.extend(tag.to_le_bytes());
+            raw.extend(perm.to_le_bytes());
+            raw.extend(id.to_le_bytes());
+        }
+        let acl = parse_acl(&raw).expect("parsed");
+        assert_eq!(
+            acl[1],
+            AclEntry {
+                tag: ACL_USER,
+                perm: 5,
+                id: 65534
+            }
+        );
+        assert_eq!(parse_acl(&raw[..7]), None);
+        assert_eq!(parse_acl(&[1, 0, 0, 0]), None);
     }
 
     #[test]

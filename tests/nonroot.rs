@@ -350,3 +350,54 @@ fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
     assert_eq!(st["restarts"], restarts, "the refused start was no crash");
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
 }
+
+/// Gives `dir` the POSIX ACL `u::rwx,u:UID:x,g::r-x,m::r-x,o::---` (as `setfacl -m
+/// u:UID:x` would, with mode 0750), written as the kernel stores it.
+fn let_through(dir: &Path, uid: u32) {
+    let mut raw = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 7u16, u32::MAX),
+        (0x02, 1, uid),
+        (0x04, 5, u32::MAX),
+        (0x10, 5, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        raw.extend(tag.to_le_bytes());
+        raw.extend(perm.to_le_bytes());
+        raw.extend(id.to_le_bytes());
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).expect("path");
+    // SAFETY: setxattr reads two NUL-terminated strings and `raw.len()` bytes of `raw`,
+    // all alive across the call. There is no setfacl here, and std has no xattrs.
+    let r = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            raw.as_ptr().cast(),
+            raw.len(),
+            0,
+        )
+    };
+    assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn a_user_let_through_a_private_state_dir_by_an_acl_may_upgrade() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run a service as nobody");
+        return;
+    }
+    let mut sb = package_layout(AGENT);
+    let state = sb.path("state");
+    chmod(&state, 0o750);
+    let_through(&state, nobody().uid.as_raw());
+    sb.start();
+    install(&sb, "1.0.0");
+    sb.upgrade_wait("1.0.0", true);
+    let said = wait_file(&sb.path("out/agent-1.0.0"), |t| t.ends_with('\n'));
+    assert!(
+        said.starts_with(&format!("{} ", nobody().uid)),
+        "the ACL, not the mode, lets nobody through: {said}"
+    );
+}
