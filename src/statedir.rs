@@ -90,7 +90,8 @@ fn lock_briefly(
 
 /// Takes from others what an older supd left readable in `state_dir` (it was made when
 /// the directory itself kept everyone out; now others pass through it to reach
-/// `tools_dir`): the `pids` directory, the files at its top, the tool records.
+/// `tools_dir`): the `pids` directory and its records, the files supd keeps at its top,
+/// the tool records. Only these, by name: `state_dir` may be shared with other files.
 pub fn make_private(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
     let private = |p: &Path| {
@@ -103,8 +104,7 @@ pub fn make_private(dir: &Path) {
             }
         }
     };
-    private(&dir.join("pids"));
-    let files = |d: &Path, ext: Option<&str>| -> Vec<PathBuf> {
+    let listed = |d: &Path, ext: Option<&str>| -> Vec<PathBuf> {
         fs::read_dir(d)
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
@@ -115,10 +115,13 @@ pub fn make_private(dir: &Path) {
             })
             .unwrap_or_default()
     };
-    for p in files(dir, None)
+    let top = [LOCK, "down.json", "cgroup", "handoff.json"].map(|n| dir.join(n));
+    let pids = dir.join("pids");
+    for p in top
         .into_iter()
-        .chain(files(&dir.join("tools"), Some("json")))
-        .chain(files(&dir.join("pids"), None))
+        .chain([pids.clone()])
+        .chain(listed(&pids, None))
+        .chain(listed(&dir.join("tools"), Some("json")))
     {
         private(&p);
     }
@@ -228,5 +231,47 @@ impl Supervisor {
         if let Some(c) = &self.cgroups {
             c.record(&dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn what_an_older_supd_left_readable_is_made_private_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("sup-statedir-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("pids")).expect("mkdir");
+        fs::create_dir_all(dir.join("tools/agent")).expect("mkdir");
+        let paths = [
+            "supd.lock",
+            "down.json",
+            "pids/web",
+            "tools/agent.json",
+            "other.txt",
+        ];
+        for p in paths {
+            fs::write(dir.join(p), "x").expect("write");
+        }
+        for p in paths.iter().chain(&["pids", "tools", "tools/agent"]) {
+            fs::set_permissions(dir.join(p), fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        make_private(&dir);
+        let mode = |p: &str| fs::metadata(dir.join(p)).expect(p).permissions().mode() & 0o777;
+        for p in [
+            "supd.lock",
+            "down.json",
+            "pids/web",
+            "tools/agent.json",
+            "pids",
+        ] {
+            assert_eq!(mode(p), 0o750, "{p}");
+        }
+        for p in ["other.txt", "tools", "tools/agent"] {
+            assert_eq!(mode(p), 0o755, "{p} is not supd's to close");
+        }
+        let _ = fs::remove_dir_all(&dir);
     }
 }
