@@ -697,7 +697,11 @@ impl Supervisor {
             match (exec_error, exit) {
                 (Some(e), _) if e.denied => {
                     let why = self.denied_reason(&name, &e.why);
-                    self.apply(&name, Event::Unavailable(why), now)
+                    self.apply(&name, Event::Unavailable(why.clone()), now);
+                    // A probation ends (rolled back where it can be), the version unmarked.
+                    if let Some(tool) = self.slots.get(&name).and_then(|s| s.cfg.tool.clone()) {
+                        self.probation_refused(&tool, &format!("{name}: {why}"), now);
+                    }
                 }
                 (Some(e), _) => self.apply(&name, Event::SpawnFailed(e.why), now),
                 (None, Some(exit)) => self.apply(&name, Event::Exited(exit), now),

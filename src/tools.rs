@@ -69,6 +69,9 @@ pub enum Op {
         version: String,
         to: Option<String>,
         why: String,
+        /// The version was marked bad (not when its start was refused for want of
+        /// permission).
+        marked: bool,
     },
     OpRollback {
         from: String,
@@ -339,14 +342,21 @@ impl Supervisor {
                 version,
                 to: Some(to),
                 why,
+                marked,
             } => {
-                log::warn!("{tool}: {version} failed its probation ({why}); rolled back to {to}, {version} marked bad");
+                let mark = if *marked {
+                    "marked bad"
+                } else {
+                    "not marked bad"
+                };
+                log::warn!("{tool}: {version} failed its probation ({why}); rolled back to {to}, {version} {mark}");
                 self.emit_rollback(tool, version, to, why);
             }
             Op::Rollback {
                 version,
                 to: None,
                 why,
+                ..
             } => {
                 log::error!("{tool}: {version} failed its probation ({why}) and is not rolled back (irreversible, or nothing to go back to)");
             }
@@ -580,13 +590,28 @@ impl Supervisor {
     /// it was a probation's end (the service's own crash-loop outcome is then moot). When
     /// the record cannot be written, nothing is switched: the end waits, retried.
     pub fn probation_failed(&mut self, tool: &str, why: &str, now: Mono) -> bool {
+        self.end_probation(tool, why, true, now)
+    }
+
+    /// A service of a tool in probation could not start for want of permission: the
+    /// probation ends as for a failure (rolled back, or staying with nothing to go back
+    /// to), but the version is not marked bad.
+    pub fn probation_refused(&mut self, tool: &str, why: &str, now: Mono) -> bool {
+        self.end_probation(tool, why, false, now)
+    }
+
+    fn end_probation(&mut self, tool: &str, why: &str, mark: bool, now: Mono) -> bool {
         let Some(state) = self.tools.get(tool) else {
             return false;
         };
         if state.record.phase != Phase::Probation {
             return false;
         }
-        let (new, outcome) = upgrade::probation_failed(&state.record, why, unix_ms());
+        let (new, outcome) = if mark {
+            upgrade::probation_failed(&state.record, why, unix_ms())
+        } else {
+            upgrade::probation_refused(&state.record, why)
+        };
         let version = new.proposed.clone().unwrap_or_default();
         let (change, to) = match outcome {
             Outcome::RollBack(to) => (Change::switch(new, &to), Some(to)),
@@ -596,6 +621,7 @@ impl Supervisor {
             version,
             to,
             why: why.to_string(),
+            marked: mark,
         };
         self.change_or_retry(tool, change, op, now);
         true

@@ -289,6 +289,28 @@ fn an_upgrade_its_user_cannot_run_is_refused_before_anything_is_switched() {
     assert_eq!(link(&sb), "2.0.0");
 }
 
+fn kill_agent(sb: &Sandbox) {
+    let pid = sb.status("agent")["pid"].as_i64().expect("pid") as i32;
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+/// Waits until the agent runs `version`.
+fn runs(sb: &Sandbox, w: &mut Watch, version: &str) {
+    let st = sb.status("agent");
+    if st["state"] == "running" && st["version"] == version {
+        return;
+    }
+    w.until(sb, |e| {
+        e["event"] == "state"
+            && e["service"] == "agent"
+            && e["to"] == "running"
+            && e["version"] == version
+    });
+}
+
 #[test]
 fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
     if !is_root() {
@@ -314,18 +336,14 @@ fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
     // Its program is then made root's alone (a careless chmod), and it dies.
     let bin = sb.path("state/tools/agent/1.0.0/bin/agent");
     chmod(&bin, 0o700);
-    let pid = sb.status("agent")["pid"].as_i64().expect("pid") as i32;
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    kill_agent(&sb);
     let st = sb.wait_state("agent", "failed");
     let reason = st["reason"].as_str().unwrap_or_default().to_string();
     for part in [
         "permission denied",
         "user 'nobody' cannot execute",
-        "mode 0700, owner root:",
         &bin.display().to_string(),
+        "mode 0700, owner root:",
         "not a crash",
         "supctl start agent",
     ] {
@@ -333,7 +351,10 @@ fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
     }
     let v = versions(&sb);
     assert_eq!(bad(&sb, "1.0.0"), json!(false), "not marked bad: {v}");
-    assert_eq!(v["phase"], "probation", "the probation waits: {v}");
+    assert_eq!(
+        v["phase"], "failed",
+        "its probation ended, with the reason: {v}"
+    );
     assert_eq!(link(&sb), "1.0.0");
     // Not retried meanwhile: it stays failed until started.
     let restarts = sb.status("agent")["restarts"].clone();
@@ -348,6 +369,35 @@ fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
     let st = sb.wait_state("agent", "running");
     assert_eq!(st["version"], "1.0.0");
     assert_eq!(st["restarts"], restarts, "the refused start was no crash");
+
+    // An upgrade whose version is then made unrunnable: rolled back, not marked bad.
+    install(&sb, "2.0.0");
+    let mut w = sb.watch();
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    runs(&sb, &mut w, "2.0.0");
+    chmod(&sb.path("state/tools/agent/2.0.0"), 0o700);
+    kill_agent(&sb);
+    runs(&sb, &mut w, "1.0.0");
+    let v = versions(&sb);
+    assert_eq!(
+        (v["current"].clone(), v["phase"].clone()),
+        (json!("1.0.0"), json!("rolled-back")),
+        "{v}"
+    );
+    assert_eq!(bad(&sb, "2.0.0"), json!(false), "not marked bad: {v}");
+    assert!(
+        sb.supd_log()
+            .contains("rolled back to 1.0.0, 2.0.0 not marked bad"),
+        "{}",
+        sb.supd_log()
+    );
+    assert_eq!(link(&sb), "1.0.0");
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
 }
 
