@@ -66,11 +66,15 @@ pub fn plan(
     } else {
         argv0 // a bare name: looked up in the service's PATH
     };
-    let cwd = cfg
-        .cwd
-        .clone()
-        .or(version_dir)
-        .unwrap_or_else(|| supd.state_dir.clone());
+    // An unversioned service run as a user starts in `/`: supd's state_dir is private
+    // (0750 or 0751), a directory such a user could not read.
+    let cwd = cfg.cwd.clone().or(version_dir).unwrap_or_else(|| {
+        if cfg.user.is_some() {
+            PathBuf::from("/")
+        } else {
+            supd.state_dir.clone()
+        }
+    });
     // The directory is entered, and the user looked up, by the child: a file system or a
     // user database that hangs stalls that start only, never supd.
     let creds = (cfg.user.is_some() || cfg.group.is_some()).then(|| Account {
@@ -275,6 +279,14 @@ mod tests {
             })
         );
         assert_eq!(p.cwd, Path::new("/nonexistent/dir"));
+        // With no cwd, a user's service starts in `/`, not in the private state_dir.
+        c.cwd = None;
+        assert_eq!(
+            plan(&c, &supd(&dir), None).expect("planned").cwd,
+            Path::new("/")
+        );
+        c.user = None;
+        assert_eq!(plan(&c, &supd(&dir), None).expect("planned").cwd, dir);
         c.cwd = None;
         c.tool = Some("agent".into());
         let none = dir.join(format!("sup-launch-{}", std::process::id()));

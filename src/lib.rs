@@ -1,6 +1,7 @@
 //! sup: a small, synchronous, PID-1-capable process supervisor.
 #![deny(unsafe_code)]
 
+pub mod access;
 pub mod cgroup;
 pub mod commands;
 pub mod config;

@@ -39,14 +39,16 @@ pub struct PidFile {
 impl PidFile {
     /// Opens (creating) the record of `service`.
     pub fn open(state_dir: &Path, service: &str) -> io::Result<PidFile> {
+        use std::os::unix::fs::OpenOptionsExt;
         let dir = state_dir.join(PIDS);
-        fs::create_dir_all(&dir)?;
+        create_dirs(&dir, PRIVATE_DIR)?;
         let path = dir.join(service);
         let file = fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(PRIVATE_FILE)
             .open(&path)?;
         Ok(PidFile { file, path })
     }
@@ -73,6 +75,23 @@ impl PidFile {
             .copy_from_slice(&text.as_bytes()[..text.len().min(RECORD_LEN - 1)]);
         rec[RECORD_LEN - 1] = b'\n';
         self.file.write_all_at(&rec, 0)
+    }
+}
+
+/// Makes `dir` and any missing parent; each directory made gets `mode` exactly (the
+/// umask aside), and one that exists is left as it is: its mode is its owner's choice.
+pub fn create_dirs(dir: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dirs(parent, mode)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(mode)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -120,12 +139,33 @@ pub fn clear_pids(state_dir: &Path) {
     }
 }
 
-/// Replaces `path` with `bytes` atomically; `durable` adds the fsyncs.
+/// The mode of what supd keeps in `state_dir`: readable by root and the `sup` group
+/// only. The state directory lets others through (mode 0751) to reach `tools_dir`
+/// inside it, so what it holds is kept private by the files' own modes.
+pub const PRIVATE_FILE: u32 = 0o640;
+/// The mode of the private directories supd makes in `state_dir` (`pids`).
+pub const PRIVATE_DIR: u32 = 0o750;
+/// The mode of `state_dir` when supd makes it: others may pass through, not look in.
+pub const STATE_DIR: u32 = 0o751;
+
+/// Replaces `path` with `bytes` atomically, as a private file (`PRIVATE_FILE`);
+/// `durable` adds the fsyncs.
 pub fn atomic_write(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+    atomic_write_mode(path, bytes, durable, PRIVATE_FILE)
+}
+
+/// `atomic_write` with the new file's mode (less the umask).
+pub fn atomic_write_mode(path: &Path, bytes: &[u8], durable: bool, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
     let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = File::create(&tmp)?;
+    let _ = fs::remove_file(&tmp);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)?;
     f.write_all(bytes)?;
     if durable {
         f.sync_all()?;

@@ -98,7 +98,8 @@ pub enum Event {
     Execd,
     SpawnFailed(String),
     /// It cannot be started until something outside changes (a tool with no current
-    /// version): `failed` with the reason, no restart, still wanted up.
+    /// version; a start the kernel refused for want of permission): `failed` with the
+    /// reason, no restart, no crash counted, still wanted up.
     Unavailable(String),
     Ready,
     Exited(Exit),

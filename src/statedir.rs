@@ -88,19 +88,65 @@ fn lock_briefly(
     }
 }
 
+/// Takes from others what an older supd left readable in `state_dir` (it was made when
+/// the directory itself kept everyone out; now others pass through it to reach
+/// `tools_dir`): the `pids` directory and its records, the files supd keeps at its top,
+/// the tool records. Only these, by name: `state_dir` may be shared with other files.
+pub fn make_private(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let private = |p: &Path| {
+        if let Ok(m) = fs::symlink_metadata(p) {
+            if m.mode() & 0o007 != 0 && (m.is_dir() || m.is_file()) {
+                let mode = m.mode() & 0o7770;
+                if let Err(e) = fs::set_permissions(p, fs::Permissions::from_mode(mode)) {
+                    log::warn!("cannot make {} private: {e}", p.display());
+                }
+            }
+        }
+    };
+    let listed = |d: &Path, ext: Option<&str>| -> Vec<PathBuf> {
+        fs::read_dir(d)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.path())
+                    .filter(|p| p.is_file())
+                    .filter(|p| ext.is_none() || p.extension().and_then(|x| x.to_str()) == ext)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let top = [LOCK, "down.json", "cgroup", "handoff.json"].map(|n| dir.join(n));
+    let pids = dir.join("pids");
+    for p in top
+        .into_iter()
+        .chain([pids.clone()])
+        .chain(listed(&pids, None))
+        .chain(listed(&dir.join("tools"), Some("json")))
+    {
+        private(&p);
+    }
+}
+
 /// One supd per state directory: its lock, waiting up to `patience` for it.
 pub fn lock(
     dir: &std::path::Path,
     patience: std::time::Duration,
 ) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, String> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let path = dir.join(LOCK);
     let file = match std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&path)
     {
-        Ok(f) => f,
+        // Only root may open it (others pass through state_dir): nobody else can take
+        // it and keep supd out. One made by an older supd is made private too.
+        Ok(f) => {
+            let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
+            f
+        }
         Err(e) => {
             log::warn!(
                 "cannot open {} ({e}): running without the state lock",
@@ -145,7 +191,7 @@ impl Supervisor {
                 "{} was removed or replaced while supd ran; making it anew and taking its lock again",
                 dir.display()
             );
-            if let Err(e) = fs::create_dir_all(&dir) {
+            if let Err(e) = records::create_dirs(&dir, records::STATE_DIR) {
                 log::error!("cannot create {}: {e}", dir.display());
             }
             self.lock = None;
@@ -185,5 +231,47 @@ impl Supervisor {
         if let Some(c) = &self.cgroups {
             c.record(&dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn what_an_older_supd_left_readable_is_made_private_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("sup-statedir-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("pids")).expect("mkdir");
+        fs::create_dir_all(dir.join("tools/agent")).expect("mkdir");
+        let paths = [
+            "supd.lock",
+            "down.json",
+            "pids/web",
+            "tools/agent.json",
+            "other.txt",
+        ];
+        for p in paths {
+            fs::write(dir.join(p), "x").expect("write");
+        }
+        for p in paths.iter().chain(&["pids", "tools", "tools/agent"]) {
+            fs::set_permissions(dir.join(p), fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        make_private(&dir);
+        let mode = |p: &str| fs::metadata(dir.join(p)).expect(p).permissions().mode() & 0o777;
+        for p in [
+            "supd.lock",
+            "down.json",
+            "pids/web",
+            "tools/agent.json",
+            "pids",
+        ] {
+            assert_eq!(mode(p), 0o750, "{p}");
+        }
+        for p in ["other.txt", "tools", "tools/agent"] {
+            assert_eq!(mode(p), 0o755, "{p} is not supd's to close");
+        }
+        let _ = fs::remove_dir_all(&dir);
     }
 }

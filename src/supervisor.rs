@@ -51,7 +51,7 @@ pub struct Slot {
     /// Its child between release and exec: the report says how the exec went.
     pub exec: Option<sys::Exec>,
     /// Why its last child could not run its program (given when that child is reaped).
-    pub exec_error: Option<String>,
+    pub exec_error: Option<sys::ExecFailure>,
     /// Removed by a reload: dropped once it is down.
     pub removed: bool,
 }
@@ -717,7 +717,15 @@ impl Supervisor {
             }
             let exec_error = slot.exec_error.take();
             match (exec_error, exit) {
-                (Some(why), _) => self.apply(&name, Event::SpawnFailed(why), now),
+                (Some(e), _) if e.denied => {
+                    let why = self.denied_reason(&name, &e.why);
+                    self.apply(&name, Event::Unavailable(why.clone()), now);
+                    // A probation ends (rolled back where it can be), the version unmarked.
+                    if let Some(tool) = self.slots.get(&name).and_then(|s| s.cfg.tool.clone()) {
+                        self.probation_refused(&tool, &format!("{name}: {why}"), now);
+                    }
+                }
+                (Some(e), _) => self.apply(&name, Event::SpawnFailed(e.why), now),
                 (None, Some(exit)) => self.apply(&name, Event::Exited(exit), now),
                 (None, None) => {}
             }
@@ -1054,6 +1062,38 @@ impl Supervisor {
         }
     }
 
+    /// What a start refused for want of permission says: which path, which user, the
+    /// first directory or file on the way that refuses it (looked at now), and what to
+    /// do. Such a start is not retried and counts as no crash (a version is never marked
+    /// bad for it): the service is `failed` until an operator mends it and starts it.
+    fn denied_reason(&self, name: &str, why: &str) -> String {
+        let Some(slot) = self.slots.get(name) else {
+            return why.to_string();
+        };
+        let plan = launch::plan(&slot.cfg, &self.cfg.supd, None);
+        let found = match (&slot.cfg.user, plan) {
+            (Some(user), Ok(p)) => {
+                let program = std::path::Path::new(&p.program);
+                let program = program.is_absolute().then_some(program);
+                match program {
+                    Some(prog) => {
+                        crate::access::may_run(user, slot.cfg.group.as_deref(), prog, Some(&p.cwd))
+                            .err()
+                    }
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        // The refusal found on the way names the directory or file to mend; the child's
+        // own report names only the path it was given.
+        let what = found.unwrap_or_else(|| why.to_string());
+        format!(
+            "cannot start: permission denied: {what}; a permission problem, not a crash: it is \
+             not retried and no version is marked bad; fix it, then supctl start {name}"
+        )
+    }
+
     /// Reads the report of a service's exec.
     pub fn on_exec_report(&mut self, name: &str, now: Mono) {
         if self.slots.get_mut(name).is_some_and(read_exec_report) {
@@ -1211,9 +1251,9 @@ fn read_exec_report(slot: &mut Slot) -> bool {
             slot.exec = None;
             true
         }
-        Some(Err(why)) => {
+        Some(Err(failure)) => {
             slot.exec = None;
-            slot.exec_error = Some(why);
+            slot.exec_error = Some(failure);
             false
         }
     }

@@ -117,12 +117,21 @@ pub fn spawn(spec: SpawnSpec) -> Result<i32, String> {
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
     );
     match exec.outcome() {
-        Some(Err(why)) => {
+        Some(Err(failure)) => {
             reap_now(pid);
-            Err(why)
+            Err(failure.why)
         }
         _ => Ok(pid),
     }
+}
+
+/// Why a child could not run its program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecFailure {
+    pub why: String,
+    /// Refused for want of permission (EACCES) to enter its directory or run its
+    /// program, as its user: not the program's fault, and no retry will mend it.
+    pub denied: bool,
 }
 
 /// A child between its release and its exec: the report pipe tells how the exec went
@@ -140,7 +149,7 @@ pub struct Exec {
 impl Exec {
     /// How the exec went: `None` while it is under way; `Some(Ok)` once the program
     /// runs; `Some(Err(why))` when the child could not run it (it then exits with 127).
-    pub fn outcome(&mut self) -> Option<Result<(), String>> {
+    pub fn outcome(&mut self) -> Option<Result<(), ExecFailure>> {
         let mut report = [0u8; 8];
         let mut got = 0;
         while got < report.len() {
@@ -151,10 +160,10 @@ impl Exec {
                 Err(nix::errno::Errno::EAGAIN) if got == 0 => return None,
                 Err(nix::errno::Errno::EAGAIN) => continue,
                 Err(e) => {
-                    return Some(Err(format!(
-                        "{}: reading how its exec went: {e}",
-                        self.program
-                    )))
+                    return Some(Err(ExecFailure {
+                        why: format!("{}: reading how its exec went: {e}", self.program),
+                        denied: false,
+                    }))
                 }
             }
         }
@@ -163,7 +172,15 @@ impl Exec {
         }
         let stage = u32::from_ne_bytes([report[0], report[1], report[2], report[3]]);
         let errno = i32::from_ne_bytes([report[4], report[5], report[6], report[7]]);
-        Some(Err(self.describe(stage, errno)))
+        Some(Err(ExecFailure {
+            why: self.describe(stage, errno),
+            denied: errno == libc::EACCES && (stage == STAGE_EXEC || stage == STAGE_CWD),
+        }))
+    }
+
+    /// The user the child runs as, for messages ("root" when it keeps supd's).
+    pub fn user(&self) -> Option<&str> {
+        self.creds.as_ref().and_then(|c| c.user.as_deref())
     }
 
     fn describe(&self, stage: u32, errno: i32) -> String {
@@ -178,7 +195,14 @@ impl Exec {
             .as_ref()
             .and_then(|c| c.group.as_deref())
             .unwrap_or("");
+        let who = if user.is_empty() { "root" } else { user };
         match (stage, errno) {
+            (STAGE_CWD, libc::EACCES) => {
+                format!("user '{who}' may not enter its cwd {}", self.cwd)
+            }
+            (STAGE_EXEC, libc::EACCES) => {
+                format!("user '{who}' may not execute {}", self.program)
+            }
             (STAGE_CWD, _) => format!("cwd {}: {err}", self.cwd),
             (STAGE_NO_USER, 0) => format!("unknown user '{user}'"),
             (STAGE_NO_USER, _) => format!("cannot look up user '{user}': {err}"),
@@ -202,8 +226,9 @@ impl Exec {
 /// Forks `spec`; the child gets its own session and process group, then waits until
 /// `admit(pid)` has run in the parent (it writes the pid record and puts the child in
 /// its cgroup), and only then clears its signal mask, takes its fds, looks up its user,
-/// enters its directory, drops root and execs. So a service's program never runs before
-/// it is recorded: if supd dies before `admit` is done, the child reads end-of-file
+/// drops root, enters its directory as its user and execs. So a service's program never
+/// runs before it is recorded: if supd dies before `admit` is done, the child reads
+/// end-of-file
 /// instead of the go-ahead and exits without running anything. An `Err` from `admit`
 /// ends the child the same way. Returns at once after the go-ahead, with the pid and
 /// the `Exec` whose report says how the exec went: nothing the child does after its
@@ -561,9 +586,6 @@ fn child_main(
                 fail(report, STAGE_FDS);
             }
         }
-        if libc::chdir(p.cwd.as_ptr()) < 0 {
-            fail(report, STAGE_CWD);
-        }
         let ids = account(p, report);
         let mut envp = p.envp_ptrs.as_ptr();
         let with_home: Vec<*const libc::c_char>;
@@ -590,6 +612,11 @@ fn child_main(
             if libc::setuid(uid) < 0 {
                 fail(report, STAGE_CREDS);
             }
+        }
+        // Entered as the service's user: a directory it may not enter is refused here,
+        // not left as a cwd it cannot use.
+        if libc::chdir(p.cwd.as_ptr()) < 0 {
+            fail(report, STAGE_CWD);
         }
         // As execvp: the first candidate that runs wins; one that exists but may not be
         // run (EACCES) is reported over the ones that do not exist.
@@ -932,6 +959,30 @@ pub fn cloexec_inherited() {
             }
         }
     }
+}
+
+/// The POSIX access ACL of `path` (its `system.posix_acl_access` extended attribute,
+/// following symbolic links), raw; `None` when it has none or it cannot be read.
+pub fn posix_acl(path: &std::path::Path) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = CString::new(path.as_os_str().as_bytes()).ok()?;
+    let name = c"system.posix_acl_access";
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: getxattr reads two NUL-terminated strings that live across the call and
+    // writes at most `buf.len()` bytes into `buf`, which is that long.
+    let n = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n <= 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(buf)
 }
 
 /// A pidfd for `pid`: readable once that process has exited, whoever its parent is.

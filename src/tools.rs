@@ -69,6 +69,9 @@ pub enum Op {
         version: String,
         to: Option<String>,
         why: String,
+        /// The version was marked bad (not when its start was refused for want of
+        /// permission).
+        marked: bool,
     },
     OpRollback {
         from: String,
@@ -339,14 +342,21 @@ impl Supervisor {
                 version,
                 to: Some(to),
                 why,
+                marked,
             } => {
-                log::warn!("{tool}: {version} failed its probation ({why}); rolled back to {to}, {version} marked bad");
+                let mark = if *marked {
+                    "marked bad"
+                } else {
+                    "not marked bad"
+                };
+                log::warn!("{tool}: {version} failed its probation ({why}); rolled back to {to}, {version} {mark}");
                 self.emit_rollback(tool, version, to, why);
             }
             Op::Rollback {
                 version,
                 to: None,
                 why,
+                ..
             } => {
                 log::error!("{tool}: {version} failed its probation ({why}) and is not rolled back (irreversible, or nothing to go back to)");
             }
@@ -438,7 +448,10 @@ impl Supervisor {
             .unwrap_or(Duration::from_secs(300))
     }
 
-    /// Why a service of the tool could not run `version`, if it could not.
+    /// Why a service of the tool could not run `version`, if it could not: its program
+    /// must be there and executable, and a service run as a `user` must be able to
+    /// reach and run it, and enter the version directory when that is its cwd, as that
+    /// user (its uid, its group and its supplementary groups).
     fn not_executable(&self, tool: &str, version: &str) -> Option<String> {
         let dir = versions::tool_dir(&self.cfg.supd.tools_dir, tool).join(version);
         for s in self
@@ -446,19 +459,46 @@ impl Supervisor {
             .values()
             .filter(|s| s.cfg.tool.as_deref() == Some(tool))
         {
-            let Some(argv0) = s.cfg.command.first().filter(|a| !a.starts_with('/')) else {
+            let program = s
+                .cfg
+                .command
+                .first()
+                .filter(|a| !a.starts_with('/'))
+                .map(|argv0| dir.join(argv0));
+            if let Some(path) = &program {
+                let why = match std::fs::metadata(path) {
+                    Err(e) => Some(e.to_string()),
+                    Ok(m) if !m.is_file() => Some("not a file".to_string()),
+                    Ok(_) => nix::unistd::access(path, nix::unistd::AccessFlags::X_OK)
+                        .err()
+                        .map(|e| e.desc().to_string()),
+                };
+                if let Some(why) = why {
+                    return Some(format!("service {}: {}: {why}", s.cfg.name, path.display()));
+                }
+            }
+            let Some(user) = s.cfg.user.as_deref() else {
                 continue;
             };
-            let path = dir.join(argv0);
-            let why = match std::fs::metadata(&path) {
-                Err(e) => Some(e.to_string()),
-                Ok(m) if !m.is_file() => Some("not a file".to_string()),
-                Ok(_) => nix::unistd::access(&path, nix::unistd::AccessFlags::X_OK)
-                    .err()
-                    .map(|e| e.desc().to_string()),
+            let cwd = s.cfg.cwd.is_none().then_some(dir.as_path());
+            let checked = match &program {
+                Some(path) => crate::access::may_run(user, s.cfg.group.as_deref(), path, cwd),
+                None => match cwd {
+                    Some(d) => {
+                        crate::access::lookup(user, s.cfg.group.as_deref()).and_then(|who| {
+                            crate::access::stat_chain(d).and_then(|chain| {
+                                crate::access::check(&chain, &who, crate::access::Want::Enter)
+                            })
+                        })
+                    }
+                    None => Ok(()),
+                },
             };
-            if let Some(why) = why {
-                return Some(format!("service {}: {}: {why}", s.cfg.name, path.display()));
+            if let Err(why) = checked {
+                return Some(format!(
+                    "service {}: {why}; nothing was switched",
+                    s.cfg.name
+                ));
             }
         }
         None
@@ -558,13 +598,28 @@ impl Supervisor {
     /// it was a probation's end (the service's own crash-loop outcome is then moot). When
     /// the record cannot be written, nothing is switched: the end waits, retried.
     pub fn probation_failed(&mut self, tool: &str, why: &str, now: Mono) -> bool {
+        self.end_probation(tool, why, true, now)
+    }
+
+    /// A service of a tool in probation could not start for want of permission: the
+    /// probation ends as for a failure (rolled back, or staying with nothing to go back
+    /// to), but the version is not marked bad.
+    pub fn probation_refused(&mut self, tool: &str, why: &str, now: Mono) -> bool {
+        self.end_probation(tool, why, false, now)
+    }
+
+    fn end_probation(&mut self, tool: &str, why: &str, mark: bool, now: Mono) -> bool {
         let Some(state) = self.tools.get(tool) else {
             return false;
         };
         if state.record.phase != Phase::Probation {
             return false;
         }
-        let (new, outcome) = upgrade::probation_failed(&state.record, why, unix_ms());
+        let (new, outcome) = if mark {
+            upgrade::probation_failed(&state.record, why, unix_ms())
+        } else {
+            upgrade::probation_refused(&state.record, why)
+        };
         let version = new.proposed.clone().unwrap_or_default();
         let (change, to) = match outcome {
             Outcome::RollBack(to) => (Change::switch(new, &to), Some(to)),
@@ -574,6 +629,7 @@ impl Supervisor {
             version,
             to,
             why: why.to_string(),
+            marked: mark,
         };
         self.change_or_retry(tool, change, op, now);
         true

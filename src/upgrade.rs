@@ -309,6 +309,19 @@ fn clear_probation(n: &mut Record) {
 
 /// The probation failed (a crash loop, a ready timeout): roll back or stay.
 pub fn probation_failed(r: &Record, reason: &str, now_ms: u64) -> (Record, Outcome) {
+    end_probation(r, reason, Some(now_ms))
+}
+
+/// A probation ended by a start the kernel refused for want of permission (the
+/// service's user may not enter its directory or run its program): rolled back, or
+/// staying, as for a failure, but the version is not marked bad. It is not at fault,
+/// and once the modes are mended it may be tried again without `--force`.
+pub fn probation_refused(r: &Record, reason: &str) -> (Record, Outcome) {
+    end_probation(r, reason, None)
+}
+
+/// The end of a failed probation; the version is marked bad at `bad_at` (ms) if given.
+fn end_probation(r: &Record, reason: &str, bad_at: Option<u64>) -> (Record, Outcome) {
     let mut n = r.clone();
     let Some(v) = r.proposed.clone() else {
         return (n, Outcome::Stay);
@@ -317,13 +330,15 @@ pub fn probation_failed(r: &Record, reason: &str, now_ms: u64) -> (Record, Outco
     n.reason = Some(reason.to_string());
     match (&r.from, r.irreversible_upgrade) {
         (Some(from), false) => {
-            n.bad.insert(
-                v,
-                BadMark {
-                    reason: reason.to_string(),
-                    time_ms: now_ms,
-                },
-            );
+            if let Some(time_ms) = bad_at {
+                n.bad.insert(
+                    v,
+                    BadMark {
+                        reason: reason.to_string(),
+                        time_ms,
+                    },
+                );
+            }
             n.phase = Phase::RolledBack;
             n.current = Some(from.clone());
             n.from = None;
@@ -332,13 +347,15 @@ pub fn probation_failed(r: &Record, reason: &str, now_ms: u64) -> (Record, Outco
         (None, false) => {
             // The first version: nothing to go back to. It stays, marked bad, so it is
             // not tried again by accident.
-            n.bad.insert(
-                v,
-                BadMark {
-                    reason: reason.to_string(),
-                    time_ms: now_ms,
-                },
-            );
+            if let Some(time_ms) = bad_at {
+                n.bad.insert(
+                    v,
+                    BadMark {
+                        reason: reason.to_string(),
+                        time_ms,
+                    },
+                );
+            }
             n.phase = Phase::Failed;
             (n, Outcome::Stay)
         }

@@ -12,6 +12,10 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// The mode of the directories supd makes in `tools_dir`: services run as a user must
+/// reach and run their versions.
+pub const PUBLIC_DIR: u32 = 0o755;
+
 /// The name of the link to the version in use.
 pub const CURRENT: &str = "current";
 /// The optional manifest of a version.
@@ -149,7 +153,8 @@ pub fn set_aside(state_dir: &Path, tool: &str) {
 /// Replaces a tool's record, durably.
 pub fn save_record(state_dir: &Path, tool: &str, r: &Record) -> io::Result<()> {
     let dir = records_dir(state_dir);
-    fs::create_dir_all(&dir)?;
+    // By default this is tools_dir too: services' users pass through it.
+    crate::records::create_dirs(&dir, PUBLIC_DIR)?;
     let bytes = serde_json::to_vec_pretty(r).map_err(io::Error::other)?;
     atomic_write(&dir.join(format!("{tool}.json")), &bytes, true)
 }
@@ -179,7 +184,7 @@ pub fn prepare_install(
         return Err(format!("version {version} of {tool} is already installed"));
     }
     let tmp = install_tmp(tools_dir, tool, version);
-    fs::create_dir_all(tool_dir(tools_dir, tool))
+    crate::records::create_dirs(&tool_dir(tools_dir, tool), PUBLIC_DIR)
         .map_err(|e| format!("{}: {e}", tools_dir.display()))?;
     let leftover =
         hide_leftover(&tmp).map_err(|e| format!("cannot move {} aside: {e}", tmp.display()))?;
@@ -217,9 +222,11 @@ pub fn hide_leftover(p: &Path) -> io::Result<Option<PathBuf>> {
 }
 
 /// The copy itself, run as a helper process so a large tree never blocks supd: copies
-/// modes, links and times, then flushes the file system that holds the copy.
+/// modes, links and times, makes every file readable and every directory searchable by
+/// all (exec bits are kept: a service run as any user can run its version), then
+/// flushes the file system that holds the copy.
 pub fn install_command(src: &Path, tmp: &Path) -> Vec<String> {
-    let script = "cp -a -- \"$1/.\" \"$2\" && sync -f \"$2\"";
+    let script = "cp -a -- \"$1/.\" \"$2\" && chmod -R a+rX -- \"$2\" && sync -f \"$2\"";
     vec![
         "/bin/sh".into(),
         "-c".into(),

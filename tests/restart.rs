@@ -248,7 +248,7 @@ on_crash_loop = "stop"
         st["reason"]
             .as_str()
             .unwrap_or("")
-            .contains("Permission denied"),
+            .contains("permission denied: user 'root' may not execute"),
         "{st}"
     );
     let st = sb.wait_state("nobody", "failed");

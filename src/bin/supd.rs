@@ -297,9 +297,10 @@ type Edges = (
 /// A first start: the lock, the end of what a killed supd left, the sockets.
 fn fresh(cfg: &Config) -> Result<Edges, String> {
     // log_dir is made by the log writer (a hung one must not block supd).
-    if let Err(e) = std::fs::create_dir_all(&cfg.supd.state_dir) {
+    if let Err(e) = sup::records::create_dirs(&cfg.supd.state_dir, sup::records::STATE_DIR) {
         log::warn!("cannot create {}: {e}", cfg.supd.state_dir.display());
     }
+    sup::statedir::make_private(&cfg.supd.state_dir);
     let lock = sup::statedir::lock(&cfg.supd.state_dir, std::time::Duration::from_secs(1))?;
     let group = cfg.supd.socket_group.as_deref();
     let server = match Server::bind(&cfg.supd.socket, group) {

@@ -96,7 +96,7 @@ impl FileStore {
         let out = f(&mut data);
         let after = serde_json::to_vec(&data).map_err(err)?;
         if after != before || !expired.is_empty() {
-            crate::records::atomic_write(&self.path, &after, false)
+            crate::records::atomic_write_mode(&self.path, &after, false, 0o666)
                 .map_err(|e| err(format!("{}: {e}", self.path.display())))?;
         }
         Ok(out)

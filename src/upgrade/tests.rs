@@ -239,6 +239,29 @@ fn probation_outcomes() {
 }
 
 #[test]
+fn a_probation_ended_by_a_refused_start_marks_nothing_bad() {
+    let base = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("upgrade");
+    let (rb, out) = probation_refused(&base, "agent: cannot start: permission denied");
+    assert_eq!(out, Outcome::RollBack("1.0.0".into()));
+    assert_eq!(
+        (rb.phase, rb.current.as_deref(), rb.reason.as_deref()),
+        (
+            Phase::RolledBack,
+            Some("1.0.0"),
+            Some("agent: cannot start: permission denied")
+        )
+    );
+    assert!(rb.bad.is_empty(), "not the version's fault: {:?}", rb.bad);
+    // Mended, it may be tried again without --force.
+    assert!(begin_upgrade("agent", &rb, &req("2.0.0"), &facts()).is_ok());
+
+    let first = begin_upgrade("agent", &Record::default(), &req("1.0.0"), &facts()).expect("first");
+    let (f, out) = probation_refused(&first, "permission denied");
+    assert_eq!((f.phase, out), (Phase::Failed, Outcome::Stay));
+    assert!(f.bad.is_empty());
+}
+
+#[test]
 fn operator_rollbacks() {
     let mut r = probation_passed(
         &begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up"),
