@@ -6,7 +6,9 @@
 //! `reexec` (handed over with the other fds). Each run of a leader-only service gets a
 //! guard (`sys::spawn_guard`), forked before the run's program may start: a small
 //! process outside the service that holds the read end, a pidfd of the run's leader and
-//! the run's `cgroup.kill`. When the last supd image holding the write end is gone, the
+//! the run's `cgroup.kill` (on kernels without pidfds, before 5.3, the leader's
+//! `/proc/PID` directory instead of the pidfd; without `cgroup.kill`, before 5.14, the
+//! process group alone). When the last supd image holding the write end is gone, the
 //! guard reads end-of-file and SIGKILLs the run, at once: a supd that is gone renews
 //! nothing, and its successor would end the run anyway. When the run is over, supd kills
 //! its guard.
@@ -51,8 +53,17 @@ impl Deadman {
     /// Forks the guard of the run led by `pid` (supd's child, not yet reaped, so the
     /// pidfd names it exactly), in `cgroup` if it has one. Returns the guard's pid.
     pub fn arm(&self, pid: i32, cgroup: Option<&Path>) -> Result<i32, String> {
-        let leader =
-            sys::pidfd_open(pid).map_err(|e| format!("cannot open a pidfd of {pid}: {e}"))?;
+        // Without pidfds (Linux before 5.3), the leader's /proc directory names it as
+        // exactly while it is not reaped (`sys::guard_main`).
+        let (leader, leader_is_pidfd) = match sys::pidfd_open(pid) {
+            Ok(fd) => (fd, true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                let dir = std::fs::File::open(format!("/proc/{pid}"))
+                    .map_err(|e| format!("cannot open /proc/{pid}: {e}"))?;
+                (OwnedFd::from(dir), false)
+            }
+            Err(e) => return Err(format!("cannot open a pidfd of {pid}: {e}")),
+        };
         // Without `cgroup.kill` (Linux before 5.14), the process group alone.
         let cgroup_kill = cgroup.and_then(|d| {
             std::fs::OpenOptions::new()
@@ -65,6 +76,7 @@ impl Deadman {
             deadman: self.read.as_raw_fd(),
             deadman_write: self.write.as_raw_fd(),
             leader: &leader,
+            leader_is_pidfd,
             cgroup_kill: cgroup_kill.as_ref(),
             pgid: pid,
         })

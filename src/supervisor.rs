@@ -170,8 +170,9 @@ pub struct Supervisor {
     pub lock_lost: bool,
     /// Services whose leader was reaped while other processes of that run remain.
     pub draining: BTreeSet<String>,
-    /// Fires at the earliest grant's end on CLOCK_BOOTTIME (a resume from suspend too).
-    pub grant_timer: Option<nix::sys::timerfd::TimerFd>,
+    /// Fires at the earliest grant's end on CLOCK_BOOTTIME (a resume from suspend too);
+    /// `None` until the first grant.
+    pub grant_timer: Option<crate::leases::GrantTimer>,
     /// The control socket could not be bound: when to try again, and the step after.
     pub socket_retry: Option<(Mono, Duration)>,
     /// What a previous supd left, being ended: no service starts until it is over.
@@ -743,7 +744,7 @@ impl Supervisor {
         if self.socket_retry.is_some_and(|(at, _)| at <= now) {
             self.retry_socket(now);
         }
-        if self.cleanup.as_ref().is_some_and(|c| c.deadline <= now) {
+        if self.cleanup.as_ref().is_some_and(|c| c.wake() <= now) {
             self.cleanup_step(now);
         }
         if let Some((at, step)) = self.drain_retry.filter(|(at, _)| *at <= now) {
@@ -798,7 +799,7 @@ impl Supervisor {
             .chain(now_if_more)
             .chain(shutdown)
             .chain(self.drain_retry.map(|(at, _)| at))
-            .chain(self.cleanup.as_ref().map(|c| c.deadline))
+            .chain(self.cleanup.as_ref().map(|c| c.wake()))
             .chain(self.socket_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())
