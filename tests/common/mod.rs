@@ -7,6 +7,7 @@ pub mod clock;
 pub mod cluster;
 pub mod etcd;
 pub mod files;
+pub mod oldkernel;
 pub mod scenarios;
 
 /// A duration from the tests' TTL strings ("900ms", "1s").
