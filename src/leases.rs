@@ -296,7 +296,10 @@ impl Supervisor {
                 let wall = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME)
                     .map(|ts| Duration::from(ts).as_nanos() as u64)
                     .unwrap_or(0);
-                (t, wall.saturating_add(end.since(Boot::now()).as_nanos() as u64))
+                (
+                    t,
+                    wall.saturating_add(end.since(Boot::now()).as_nanos() as u64),
+                )
             }
             GrantTimer::Missing => return,
         };

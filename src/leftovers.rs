@@ -253,10 +253,9 @@ fn open(found: &[(i32, String)]) -> Vec<Member> {
 /// pidfds, by pid while its start time is still the one found.
 fn signal(members: &[Member], sig: Signal) {
     for m in members {
-        let sent = m
-            .fd
-            .as_ref()
-            .is_some_and(|fd| crate::sys::pidfd_send_signal(fd, sig as i32).is_ok());
+        let sent =
+            m.fd.as_ref()
+                .is_some_and(|fd| crate::sys::pidfd_send_signal(fd, sig as i32).is_ok());
         if !sent {
             crate::proc::kill_if_same(m.pid, m.start_time, sig);
         }

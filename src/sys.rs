@@ -1,5 +1,6 @@
 //! The thin edge to the kernel that needs `unsafe`: what runs in a forked child before
-//! `exec`, and `pidfd_open`. Everything else uses nix's safe wrappers. Each `unsafe`
+//! `exec`, and `pidfd_open`; and what the kernel lacks (a probe, once), with the
+//! fallbacks of old kernels. Everything else uses nix's safe wrappers. Each `unsafe`
 //! block says why it is sound.
 #![allow(unsafe_code)]
 
@@ -869,14 +870,6 @@ pub fn probe_kernel() {
     }
 }
 
-/// Whether the kernel has pidfds (`pidfd_open`, Linux 5.3); probed on first use.
-pub fn has_pidfds() -> bool {
-    if PIDFD.load(Ordering::Relaxed) == UNKNOWN {
-        probe_kernel();
-    }
-    PIDFD.load(Ordering::Relaxed) == PRESENT
-}
-
 /// Closes fds `low..=high`: `close_range` where the kernel has it, else (Linux before
 /// 5.9) each fd `/proc/self/fd` lists in the range, else (no /proc: an init before it
 /// mounts it) every number up to the open-files limit. Async-signal-safe: raw system
@@ -954,11 +947,7 @@ fn close_listed(low: RawFd, high: RawFd) {
                 }
                 // Closing fds below the directory's position does not disturb it: it
                 // lists fds by number.
-                if digits > 0
-                    && fd >= low as i64
-                    && fd <= high as i64
-                    && fd != dir as i64
-                {
+                if digits > 0 && fd >= low as i64 && fd <= high as i64 && fd != dir as i64 {
                     libc::close(fd as RawFd);
                 }
                 if reclen == 0 {
@@ -1145,12 +1134,10 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     if fd < 0 {
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
-            Some(libc::ENOSYS) => {
-                if PIDFD.swap(MISSING, Ordering::Relaxed) != MISSING {
-                    log::info!(
-                        "no pidfds (Linux before 5.3): processes are told apart by pid and start time, and awaited by a timer"
-                    );
-                }
+            Some(libc::ENOSYS) if PIDFD.swap(MISSING, Ordering::Relaxed) != MISSING => {
+                log::info!(
+                    "no pidfds (Linux before 5.3): processes are told apart by pid and start time, and awaited by a timer"
+                );
             }
             Some(libc::ESRCH) => PIDFD.store(PRESENT, Ordering::Relaxed),
             // Another refusal (EMFILE) says nothing about the kernel.

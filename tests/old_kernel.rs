@@ -159,7 +159,9 @@ fn a_stop_ends_a_daemonized_grandchild_without_cgroup_kill() {
                 g = gc.display()
             ),
         );
-        sb.config(&format!("[service.svc]\ncommand = [\"{svc}\"]\nstop_timeout = \"1s\"\n"));
+        sb.config(&format!(
+            "[service.svc]\ncommand = [\"{svc}\"]\nstop_timeout = \"1s\"\n"
+        ));
         let shim = hide_files_shim(&sb);
         start_old(
             &mut sb,

@@ -52,7 +52,13 @@ fn program() -> Vec<libc::sock_filter> {
         /* 3 */ stmt(BPF_LD | BPF_W | BPF_ABS, 0),
         /* 4 */ jump(BPF_JMP | BPF_JGE | BPF_K, FIRST_AFTER_3_10, 0, 1),
         /* 5 */ stmt(BPF_RET | BPF_K, enosys),
-        /* 6 */ jump(BPF_JMP | BPF_JEQ | BPF_K, libc::SYS_timerfd_create as u32, 1, 0),
+        /* 6 */
+        jump(
+            BPF_JMP | BPF_JEQ | BPF_K,
+            libc::SYS_timerfd_create as u32,
+            1,
+            0,
+        ),
         /* 7 */ stmt(BPF_RET | BPF_K, allow),
         /* 8 */ stmt(BPF_LD | BPF_W | BPF_ABS, 16),
         /* 9 */ jump(BPF_JMP | BPF_JEQ | BPF_K, CLOCK_BOOTTIME, 2, 0),
@@ -169,7 +175,8 @@ int openat64(int d, const char *p, int flags, ...) {
 /// process's cgroup.
 pub fn has_cgroup2() -> bool {
     super::is_root()
-        && fs::read_to_string("/proc/self/cgroup").is_ok_and(|t| t.lines().any(|l| l.starts_with("0::")))
+        && fs::read_to_string("/proc/self/cgroup")
+            .is_ok_and(|t| t.lines().any(|l| l.starts_with("0::")))
         && fs::read_to_string("/proc/self/mountinfo")
             .is_ok_and(|t| t.lines().any(|l| l.contains(" - cgroup2 ")))
 }
