@@ -261,3 +261,68 @@ fn signal(members: &[Member], sig: Signal) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cleanup(members: Vec<Member>) -> Cleanup {
+        Cleanup {
+            state_dir: PathBuf::from("/nonexistent/sup-test"),
+            recs: Vec::new(),
+            cgroups: Vec::new(),
+            services: vec!["svc".into()],
+            members,
+            deadline: Mono(0).plus(Duration::from_secs(10)),
+            kills: 0,
+            recheck: None,
+        }
+    }
+
+    fn this_process() -> (i32, u64) {
+        let me = std::process::id() as i32;
+        (me, crate::proc::stat(me).expect("own stat").start_time)
+    }
+
+    #[test]
+    fn without_pidfds_members_are_looked_at_again_on_a_backoff_timer() {
+        let (pid, start_time) = this_process();
+        let mut c = cleanup(vec![Member {
+            pid,
+            start_time,
+            fd: None,
+        }]);
+        c.plan_recheck(Mono(0), true);
+        assert_eq!(c.wake(), Mono(0).plus(RECHECK_FIRST));
+        let mut steps = Vec::new();
+        for _ in 0..8 {
+            let now = c.wake();
+            assert!(!c.step(now), "this process is alive: not over");
+            let (at, step) = c.recheck.expect("a re-check");
+            assert_eq!(at, now.plus(step));
+            steps.push(step.as_millis());
+        }
+        assert_eq!(steps, [40, 80, 160, 320, 640, 1000, 1000, 1000]);
+        // Never past the phase's deadline.
+        c.recheck = Some((c.deadline.plus(RECHECK_MAX), RECHECK_MAX));
+        assert_eq!(c.wake(), c.deadline);
+        // Its pid with another start time is another process: this one is gone.
+        c.members[0].start_time += 1;
+        assert!(c.step(Mono(1)), "nothing left to end: over");
+    }
+
+    #[test]
+    fn with_pidfds_nothing_is_looked_at_on_a_timer() {
+        let (pid, start_time) = this_process();
+        let Ok(fd) = crate::sys::pidfd_open(pid) else {
+            return; // a kernel without pidfds: the other test is the one that applies
+        };
+        let mut c = cleanup(vec![Member {
+            pid,
+            start_time,
+            fd: Some(fd),
+        }]);
+        c.plan_recheck(Mono(0), true);
+        assert_eq!((c.recheck, c.wake()), (None, c.deadline));
+    }
+}

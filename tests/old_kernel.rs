@@ -109,6 +109,58 @@ fn a_leftover_that_ignores_term_is_ended_before_the_service_starts_again() {
     );
 }
 
+/// The same with cgroups but neither `cgroup.kill` nor `cgroup.freeze` (Linux 4.19):
+/// the leftover is a daemon that left the service's session, holds the lock and
+/// ignores SIGTERM; only its cgroup names it.
+#[test]
+fn a_daemonized_leftover_is_ended_by_its_cgroup_without_cgroup_kill() {
+    if skip() {
+        return;
+    }
+    if !has_cgroup2() {
+        eprintln!("skipped: needs root and a cgroup2 hierarchy");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let gc = sb.path("grandchild");
+    let svc = locking_service(
+        &sb,
+        &format!(
+            "setsid sh -c 'trap \"\" TERM; echo $$ > {g}.tmp; mv {g}.tmp {g}; exec sleep 3600' &\n\
+             exec 9>&-\nexec sleep 3600",
+            g = gc.display()
+        ),
+    );
+    sb.config(&format!(
+        "[service.svc]\ncommand = [\"{svc}\"]\nstop_timeout = \"1s\"\n"
+    ));
+    let shim = hide_files_shim(&sb);
+    let hidden = [
+        ("LD_PRELOAD", shim.as_os_str()),
+        (
+            "SUP_TEST_HIDE",
+            std::ffi::OsStr::new("cgroup.kill,cgroup.freeze"),
+        ),
+    ];
+    start_old(&mut sb, &hidden);
+    let old = pid_of(&sb.wait_state("svc", "running"));
+    let daemon: i32 = common::files::wait_file(&gc, |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .expect("a pid");
+    sb.stop_supd(Signal::SIGKILL);
+    // The leader is ended by the group; the daemon, which holds the lock, by its
+    // cgroup alone.
+    start_old(&mut sb, &hidden);
+    second_run(&sb);
+    assert!(
+        !alive(daemon) && !alive(old),
+        "the old run's daemon runs beside the new run\n{}",
+        sb.supd_log()
+    );
+    assert!(lines(&sb, "dups").is_empty(), "{:?}", lines(&sb, "dups"));
+}
+
 /// A leftover that obeys SIGTERM is seen gone by the re-check timer: the service starts
 /// again long before the grace (a minute) is over.
 #[test]
