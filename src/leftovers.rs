@@ -109,10 +109,11 @@ impl Cleanup {
         }
     }
 
-    /// Sets the next re-check while a member has no pidfd to poll (kernels before 5.3):
-    /// from the first step after a signal, else doubling up to [`RECHECK_MAX`].
+    /// Sets the next re-check while a member has no pidfd to poll (kernels before 5.3),
+    /// or when there is none to poll (all gone between the scan and the signal): from
+    /// the first step after a signal, else doubling up to [`RECHECK_MAX`].
     fn plan_recheck(&mut self, now: Mono, fresh: bool) {
-        if self.members.iter().all(|m| m.fd.is_some()) {
+        if !self.members.is_empty() && self.members.iter().all(|m| m.fd.is_some()) {
             self.recheck = None;
             return;
         }
@@ -324,5 +325,13 @@ mod tests {
         }]);
         c.plan_recheck(Mono(0), true);
         assert_eq!((c.recheck, c.wake()), (None, c.deadline));
+    }
+
+    #[test]
+    fn nothing_to_await_is_over_at_the_first_look_not_at_the_deadline() {
+        let mut c = cleanup(Vec::new());
+        c.plan_recheck(Mono(0), true);
+        assert_eq!(c.wake(), Mono(0).plus(RECHECK_FIRST));
+        assert!(c.step(c.wake()));
     }
 }
