@@ -7,8 +7,8 @@
 //! guard (`sys::spawn_guard`), forked before the run's program may start: a small
 //! process outside the service that holds the read end, a pidfd of the run's leader and
 //! the run's `cgroup.kill` (on kernels without pidfds, before 5.3, the leader's
-//! `/proc/PID` directory instead of the pidfd; without `cgroup.kill`, before 5.14, the
-//! process group alone). When the last supd image holding the write end is gone, the
+//! `/proc/PID` directory instead of the pidfd; without `cgroup.kill`, before 5.14, its
+//! `cgroup.procs`, whose members it kills one by one). When the last supd image holding the write end is gone, the
 //! guard reads end-of-file and SIGKILLs the run, at once: a supd that is gone renews
 //! nothing, and its successor would end the run anyway. When the run is over, supd kills
 //! its guard.
@@ -64,11 +64,17 @@ impl Deadman {
             }
             Err(e) => return Err(format!("cannot open a pidfd of {pid}: {e}")),
         };
-        // Without `cgroup.kill` (Linux before 5.14), the process group alone.
         let cgroup_kill = cgroup.and_then(|d| {
             std::fs::OpenOptions::new()
                 .write(true)
                 .open(d.join("cgroup.kill"))
+                .ok()
+                .map(OwnedFd::from)
+        });
+        // Without `cgroup.kill` (Linux before 5.14), the guard kills each member
+        // `cgroup.procs` lists.
+        let cgroup_procs = cgroup.filter(|_| cgroup_kill.is_none()).and_then(|d| {
+            std::fs::File::open(d.join("cgroup.procs"))
                 .ok()
                 .map(OwnedFd::from)
         });
@@ -78,6 +84,7 @@ impl Deadman {
             leader: &leader,
             leader_is_pidfd,
             cgroup_kill: cgroup_kill.as_ref(),
+            cgroup_procs: cgroup_procs.as_ref(),
             pgid: pid,
         })
         .map_err(|e| format!("cannot fork its dead-man guard: {e}"))

@@ -721,6 +721,9 @@ pub struct GuardTarget<'a> {
     pub leader_is_pidfd: bool,
     /// The run's `cgroup.kill`, opened for writing, where it has one.
     pub cgroup_kill: Option<&'a OwnedFd>,
+    /// Without `cgroup.kill` (Linux before 5.14): the run's `cgroup.procs`, opened for
+    /// reading, whose members the guard SIGKILLs one by one.
+    pub cgroup_procs: Option<&'a OwnedFd>,
     /// The run's process group (the leader's pid).
     pub pgid: i32,
 }
@@ -728,7 +731,8 @@ pub struct GuardTarget<'a> {
 /// Forks a guard for `t`: a process of its own session that holds nothing but the fds of
 /// `t`, blocks in `read` on the dead-man pipe, and at its end-of-file (every supd image
 /// holding the write end is gone: killed, crashed, exited) SIGKILLs the run: its leader
-/// through the pidfd, its cgroup, and its process group while the leader is still there
+/// through the pidfd, its cgroup (`cgroup.kill`, else each member of `cgroup.procs`),
+/// and its process group while the leader is still there
 /// (alive or an unreaped zombie, so the group's id cannot name another group). supd kills
 /// the guard (its own child) when the run is over. Returns the guard's pid.
 pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
@@ -736,11 +740,13 @@ pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
         t.deadman,
         t.leader.as_raw_fd(),
         t.cgroup_kill.map_or(-1, |f| f.as_raw_fd()),
+        t.cgroup_procs.map_or(-1, |f| f.as_raw_fd()),
     ];
     keep.sort_unstable();
     let guards = GUARDS.each_ref().map(|g| g.load(Ordering::Relaxed));
     let close_first = [t.deadman_write, guards[0], guards[1]];
     let kill_fd = t.cgroup_kill.map_or(-1, |f| f.as_raw_fd());
+    let procs_fd = t.cgroup_procs.map_or(-1, |f| f.as_raw_fd());
     let leader = t.leader.as_raw_fd();
     // SAFETY: supd is single-threaded, so the child holds no lock another thread could
     // own; it runs `guard_main` only: raw system calls on integers and a static byte,
@@ -753,7 +759,7 @@ pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
             &keep,
             t.deadman,
             (leader, t.leader_is_pidfd),
-            kill_fd,
+            (kill_fd, procs_fd),
             t.pgid,
         ),
         child => Ok(child),
@@ -765,10 +771,10 @@ pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
 /// wait for end-of-file, kill, exit.
 fn guard_main(
     close_first: &[RawFd; 3],
-    keep: &[RawFd; 3],
+    keep: &[RawFd; 4],
     deadman: RawFd,
     (leader, is_pidfd): (RawFd, bool),
-    kill_fd: RawFd,
+    (kill_fd, procs_fd): (RawFd, RawFd),
     pgid: i32,
 ) -> ! {
     // SAFETY (whole function): plain system calls on integers and on a byte on the
@@ -814,8 +820,60 @@ fn guard_main(
         }
         if kill_fd >= 0 {
             libc::write(kill_fd, b"1".as_ptr().cast(), 1);
+        } else if procs_fd >= 0 {
+            kill_listed(procs_fd);
         }
         libc::_exit(0)
+    }
+}
+
+/// How many times a guard without `cgroup.kill` reads the run's `cgroup.procs`.
+const GUARD_KILL_PASSES: usize = 16;
+
+/// `cgroup.kill` by hand, in the guard (Linux before 5.14): SIGKILLs every pid the
+/// open `cgroup.procs` lists, and reads it again, until a pass finds nobody or
+/// [`GUARD_KILL_PASSES`] are done (a member that forked meanwhile is caught by a later
+/// pass; one that cannot die yet is listed again and harmlessly killed again). A pid
+/// listed there names a process of the run. Raw system calls and a stack buffer only.
+fn kill_listed(procs: RawFd) {
+    // SAFETY: lseek, read and kill on integers and on a buffer on this stack, read
+    // within the length `read` returned.
+    unsafe {
+        for _ in 0..GUARD_KILL_PASSES {
+            if libc::lseek(procs, 0, libc::SEEK_SET) < 0 {
+                return;
+            }
+            let mut buf = [0u8; 4096];
+            let mut pid: i32 = 0;
+            let mut found = 0usize;
+            loop {
+                let n = libc::read(procs, buf.as_mut_ptr().cast(), buf.len());
+                if n < 0 && errno_now() == libc::EINTR {
+                    continue;
+                }
+                if n <= 0 {
+                    break;
+                }
+                for &b in &buf[..n as usize] {
+                    if b.is_ascii_digit() {
+                        pid = pid.saturating_mul(10).saturating_add((b - b'0') as i32);
+                    } else {
+                        if pid > 1 {
+                            libc::kill(pid, libc::SIGKILL);
+                            found += 1;
+                        }
+                        pid = 0;
+                    }
+                }
+            }
+            if pid > 1 {
+                libc::kill(pid, libc::SIGKILL);
+                found += 1;
+            }
+            if found == 0 {
+                return;
+            }
+        }
     }
 }
 

@@ -377,3 +377,64 @@ fn a_grant_ends_without_boottime_timers() {
         sb.supd_log()
     );
 }
+
+/// With cgroups but without `cgroup.kill` (Linux 4.19), a killed supd's guard ends a
+/// leader-only run's daemon, which left the run's session, through `cgroup.procs`.
+#[test]
+fn a_guard_ends_a_leader_only_runs_daemon_without_cgroup_kill() {
+    if skip() {
+        return;
+    }
+    if !has_cgroup2() {
+        eprintln!("skipped: needs root and a cgroup2 hierarchy");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let daemon = sb.path("daemon");
+    let engine = sb.script(
+        "engine.sh",
+        &format!(
+            "setsid sh -c 'echo $$ > {d}.tmp; mv {d}.tmp {d}; exec sleep 3600' &\necho >&3\nexec sleep 3600",
+            d = daemon.display()
+        ),
+    );
+    sb.config(&format!(
+        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nready = \"fd:3\"\n\
+         leader_only = \"engine\"\nstop_timeout = \"10s\"\n"
+    ));
+    let shim = hide_files_shim(&sb);
+    start_old(
+        &mut sb,
+        &[
+            ("LD_PRELOAD", shim.as_os_str()),
+            (
+                "SUP_TEST_HIDE",
+                std::ffi::OsStr::new("cgroup.kill,cgroup.freeze"),
+            ),
+        ],
+    );
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
+    let leader = pid_of(&sb.wait_state("engine", "running"));
+    let daemon: i32 = common::files::wait_file(&daemon, |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert_ne!(sup::proc::stat(daemon).expect("the daemon").session, leader);
+    sb.stop_supd(Signal::SIGKILL);
+    let end = Instant::now() + Duration::from_secs(2);
+    for pid in [leader, daemon] {
+        let gone = wait_exit(pid, end.saturating_duration_since(Instant::now())).is_some();
+        if !gone {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon), Signal::SIGKILL);
+        }
+        assert!(gone, "{pid} outlived supd's death");
+    }
+    // No supd is left to remove the run's (now empty) cgroups.
+    if let Ok(root) = fs::read_to_string(sb.path("state/cgroup")) {
+        let root = std::path::Path::new(root.trim());
+        for e in fs::read_dir(root).into_iter().flatten().flatten() {
+            let _ = fs::remove_dir(e.path());
+        }
+        let _ = fs::remove_dir(root);
+    }
+}
