@@ -26,7 +26,7 @@ use crate::time::Mono;
 use crate::tools::{Task, ToolState};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -124,7 +124,7 @@ pub struct Supervisor {
     /// Errors of the config at start or of the last failed reload, for `status`.
     pub config_errors: Vec<String>,
     pub slots: BTreeMap<String, Slot>,
-    pub(crate) pids: HashMap<i32, String>,
+    pub(crate) pids: BTreeMap<i32, String>,
     pub server: Server,
     /// The one socket of a supd from before per-service sockets, handed over by its
     /// `reexec` (the services it started still send there).
@@ -145,7 +145,7 @@ pub struct Supervisor {
     /// Versioned tools, by name.
     pub tools: BTreeMap<String, ToolState>,
     /// Helper processes (installs, prunes), by pid.
-    pub tasks: HashMap<i32, Task>,
+    pub tasks: BTreeMap<i32, Task>,
     /// Leadership granted by sup-lease, by lease.
     pub grants: BTreeMap<String, Grant>,
     /// The dead-man pipe of leader-only services, made at the first such start.
@@ -208,7 +208,7 @@ impl Supervisor {
             config_path,
             config_errors: Vec::new(),
             slots: BTreeMap::new(),
-            pids: HashMap::new(),
+            pids: BTreeMap::new(),
             server,
             legacy_notify,
             signals,
@@ -221,7 +221,7 @@ impl Supervisor {
             started: Mono::now(),
             buf: vec![0; READ_MAX],
             tools: BTreeMap::new(),
-            tasks: HashMap::new(),
+            tasks: BTreeMap::new(),
             grants: BTreeMap::new(),
             deadman: None,
             lock: None,

@@ -46,16 +46,24 @@ fn pid_of(v: &serde_json::Value) -> i32 {
     v["pid"].as_i64().expect("a pid") as i32
 }
 
-/// A service that holds `lock` (recording in `dups` a start that finds it held), then
-/// runs `then`.
-fn locking_service(sb: &Sandbox, then: &str) -> String {
+/// A service that runs `pre`, holds `lock` (recording in `dups` a start that finds it
+/// held), appends its pid to `starts`, then runs `then`.
+fn locking_service(sb: &Sandbox, pre: &str, then: &str) -> String {
     let d = sb.dir.display();
     sb.script(
         "svc",
         &format!(
-            "exec 9>>{d}/lock\nflock -n 9 || {{ echo \"dup $$\" >> {d}/dups; exit 1; }}\necho $$ >> {d}/starts\n{then}"
+            "{pre}\nexec 9>>{d}/lock\nflock -n 9 || {{ echo \"dup $$\" >> {d}/dups; exit 1; }}\necho $$ >> {d}/starts\n{then}"
         ),
     )
+}
+
+/// Waits until the first run has taken the lock (`running` comes at the fork, before
+/// the script got that far), and returns its pid.
+fn first_run(sb: &Sandbox) -> i32 {
+    let pid = pid_of(&sb.wait_state("svc", "running"));
+    common::files::wait_file(&sb.path("starts"), |t| t.ends_with('\n'));
+    pid
 }
 
 /// Waits for the service's second start (`starts` has two lines) and returns the
@@ -84,13 +92,13 @@ fn a_leftover_that_ignores_term_is_ended_before_the_service_starts_again() {
         return;
     }
     let mut sb = Sandbox::new();
-    let svc = locking_service(&sb, "trap '' TERM\nexec sleep 3600");
+    let svc = locking_service(&sb, "trap '' TERM", "exec sleep 3600");
     sb.config_with(
         "cgroups = \"off\"",
         &format!("[service.svc]\ncommand = [\"{svc}\"]\nstop_timeout = \"1s\"\n"),
     );
     sb.start();
-    let old = pid_of(&sb.wait_state("svc", "running"));
+    let old = first_run(&sb);
     sb.stop_supd(Signal::SIGKILL);
     assert!(alive(old), "the leftover is there");
     start_old(&mut sb, &[]);
@@ -125,6 +133,7 @@ fn a_daemonized_leftover_is_ended_by_its_cgroup_without_cgroup_kill() {
     let gc = sb.path("grandchild");
     let svc = locking_service(
         &sb,
+        "",
         &format!(
             "setsid sh -c 'trap \"\" TERM; echo $$ > {g}.tmp; mv {g}.tmp {g}; exec sleep 3600' &\n\
              exec 9>&-\nexec sleep 3600",
@@ -169,13 +178,13 @@ fn a_leftover_that_obeys_term_is_awaited_by_a_timer_not_the_grace() {
         return;
     }
     let mut sb = Sandbox::new();
-    let svc = locking_service(&sb, "exec sleep 3600");
+    let svc = locking_service(&sb, "", "exec sleep 3600");
     sb.config_with(
         "cgroups = \"off\"",
         &format!("[service.svc]\ncommand = [\"{svc}\"]\nstop_timeout = \"60s\"\n"),
     );
     sb.start();
-    let old = pid_of(&sb.wait_state("svc", "running"));
+    let old = first_run(&sb);
     sb.stop_supd(Signal::SIGKILL);
     let restarted = Instant::now();
     start_old(&mut sb, &[]);
@@ -437,4 +446,34 @@ fn a_guard_ends_a_leader_only_runs_daemon_without_cgroup_kill() {
         }
         let _ = fs::remove_dir(root);
     }
+}
+
+/// Before /dev is there (an init's first moments) on a kernel without getrandom (before
+/// 3.17), nothing in supd may need random numbers (std's HashMap keys would panic when
+/// /dev/urandom cannot be read): it serves and runs its services.
+#[test]
+fn supd_runs_without_getrandom_before_dev_exists() {
+    if skip() {
+        return;
+    }
+    if !is_root() {
+        eprintln!("skipped: needs root for a mount namespace");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.config("[service.svc]\ncommand = [\"/bin/sleep\", \"3600\"]\n");
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount -t tmpfs none /dev && exec \"$0\" \"$@\"",
+        SUPD,
+    ]);
+    linux_3_10(&mut cmd);
+    sb.start_with(cmd, &["-c"]);
+    let st = sb.wait_state("svc", "running");
+    assert!(alive(pid_of(&st)), "{st}");
 }
