@@ -134,6 +134,8 @@ fn check(path: &std::path::Path) -> ExitCode {
 }
 
 fn run(args: Args, signals: Signals) -> Result<i32, String> {
+    // Which newer system calls the kernel has, learned once before any fork.
+    sup::sys::probe_kernel();
     if std::process::id() != 1 {
         if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
             log::warn!("cannot become a child subreaper ({e}): orphans of services go to init");
