@@ -47,7 +47,7 @@ fn parse_args() -> Result<Args, String> {
                 )
             }
             "--version" | "-V" => {
-                println!("supd {}", env!("CARGO_PKG_VERSION"));
+                println!("supd {}", sup::VERSION);
                 std::process::exit(0);
             }
             "-h" | "--help" => {
@@ -173,7 +173,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     let socket = cfg.supd.socket.clone();
     log::info!(
         "supd {} serving {} ({} services)",
-        env!("CARGO_PKG_VERSION"),
+        sup::VERSION,
         socket.display(),
         cfg.services.len()
     );
