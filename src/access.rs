@@ -63,7 +63,7 @@ pub fn parse_acl(bytes: &[u8]) -> Option<Vec<AclEntry>> {
 
 /// Who a service runs as: its uid, and every gid it holds (its primary group and its
 /// supplementary groups).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Who {
     pub name: String,
     pub uid: u32,

@@ -610,7 +610,7 @@ impl Client {
 /// `socket_group`, looked up once, when supd starts (before its loop: a user database
 /// that hangs then delays the start, never the loop; binding the socket again later
 /// uses what was found then).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SocketGroup {
     pub name: String,
     pub gid: u32,

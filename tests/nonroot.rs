@@ -543,12 +543,16 @@ fn supd_never_reads_the_user_database_itself() {
         eprintln!("skipped: needs root to run a service as nobody");
         return;
     }
+    // A socket_group that exists: looked up once, before the loop, and handed over
+    // by a reexec.
     let mut sb = package_layout(AGENT);
+    let cfg = fs::read_to_string(sb.path("sup.toml")).expect("config");
+    let cfg = cfg.replace("[supd]\n", "[supd]\nsocket_group = \"root\"\n");
+    fs::write(sb.path("sup.toml"), cfg).expect("write config");
     let shim = nss_trap(&sb);
     let trap = sb.path("nss-trap");
     let mut cmd = std::process::Command::new(SUPD);
     cmd.env("LD_PRELOAD", &shim).env("SUP_TEST_NSS_TRAP", &trap);
-    // socket_group is looked up once, before the loop; from then on, never.
     sb.start_with(cmd, &["-c"]);
     let loaded = fs::read_to_string(sb.path("nss-trap.loaded")).unwrap_or_default();
     assert_eq!(
@@ -570,6 +574,16 @@ fn supd_never_reads_the_user_database_itself() {
     sb.upgrade_wait("1.0.0", true);
     sb.wait_state("agent", "running");
     wait_file(&sb.path("out/agent-1.0.0"), |t| t.ends_with('\n'));
+    alive(&sb);
+    // A new image takes what the old one knew (socket_group, the uid and groups taken).
+    let out = sb.supctl(&["reexec"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "reexec: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sb.supd_log()
+    );
     alive(&sb);
 
     // An upgrade nobody could not run is refused, checked against what the child took;

@@ -342,11 +342,18 @@ fn fresh(cfg: &Config) -> Result<Edges, String> {
 fn take_over(h: &sup::handoff::Handoff, cfg: &Config) -> Result<Edges, String> {
     let listener =
         sup::sys::adopt_fd(h.listener_fd).map_err(|e| format!("the handed-over socket: {e}"))?;
-    let group = cfg
-        .supd
+    // As the previous image looked it up, when it is the same group (else looked up
+    // here, before the loop).
+    let handed = h
         .socket_group
-        .as_deref()
-        .and_then(|g| SocketGroup::lookup(&cfg.supd.socket, g));
+        .clone()
+        .filter(|g| cfg.supd.socket_group.as_deref() == Some(g.name.as_str()));
+    let group = handed.or_else(|| {
+        cfg.supd
+            .socket_group
+            .as_deref()
+            .and_then(|g| SocketGroup::lookup(&cfg.supd.socket, g))
+    });
     let server = Server::adopt(listener, &cfg.supd.socket, group.as_ref())
         .map_err(|e| format!("the handed-over socket: {e}"))?;
     let notify = h.notify.as_ref().and_then(|(fd, path)| {
