@@ -79,18 +79,46 @@ pub fn join(dir: &Path, pid: i32) -> io::Result<()> {
     fs::write(dir.join("cgroup.procs"), pid.to_string())
 }
 
-/// SIGKILLs every process of the cgroup: `cgroup.kill` (Linux 5.14), else each member.
+/// SIGKILLs every process of the cgroup: `cgroup.kill` (Linux 5.14), else [`kill_each`].
 pub fn kill(dir: &Path) {
     if fs::write(dir.join("cgroup.kill"), "1").is_ok() {
         return;
     }
-    // Older kernels: one kill per member. A member forking meanwhile is caught by the
-    // next check (`populated`), which kills again.
-    for pid in members(dir) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+    kill_each(dir);
+}
+
+/// How many times [`kill_each`] reads `cgroup.procs` for members it has not killed yet.
+const KILL_PASSES: usize = 16;
+
+/// `cgroup.kill` without the file (Linux before 5.14): the cgroup is frozen where the
+/// kernel can (`cgroup.freeze`, 5.2: a frozen process cannot fork, and SIGKILL still
+/// ends it), then every member `cgroup.procs` lists is SIGKILLed, and the list read
+/// again until it names no process not killed yet, and thawed. A member that forked
+/// before the freeze took hold is caught by a later pass, or by the caller's next
+/// check (`populated`), which kills again: the run is over only once the cgroup is
+/// empty. A pid in the cgroup names a process of the cgroup: the kill is exact.
+pub fn kill_each(dir: &Path) {
+    let frozen = fs::write(dir.join("cgroup.freeze"), "1").is_ok();
+    let mut killed: Vec<i32> = Vec::new();
+    for _ in 0..KILL_PASSES {
+        let fresh: Vec<i32> = members(dir)
+            .into_iter()
+            .filter(|p| !killed.contains(p))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for pid in fresh {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            killed.push(pid);
+        }
+    }
+    if frozen {
+        // The next run of the service joins this cgroup: it must not start frozen.
+        let _ = fs::write(dir.join("cgroup.freeze"), "0");
     }
 }
 

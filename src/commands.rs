@@ -66,7 +66,7 @@ impl Supervisor {
             }
             Command::Hello {} => Ok(Outcome::Answer(json!({
                 "protocol": protocol::PROTOCOL_VERSION,
-                "version": env!("CARGO_PKG_VERSION"),
+                "version": crate::VERSION,
                 "pid": std::process::id(),
                 "image_uptime_ms": now.since(self.image_started).as_millis() as u64,
             }))),
@@ -96,7 +96,7 @@ impl Supervisor {
                         "services": c.services,
                         "processes": c.left(),
                     })),
-                    "supd": {"version": env!("CARGO_PKG_VERSION"), "pid": std::process::id(), "uptime_ms": now.since(self.started).as_millis() as u64},
+                    "supd": {"version": crate::VERSION, "pid": std::process::id(), "uptime_ms": now.since(self.started).as_millis() as u64},
                 })))
             }
             Command::Start { service, services } => {

@@ -6,7 +6,9 @@
 //! `reexec` (handed over with the other fds). Each run of a leader-only service gets a
 //! guard (`sys::spawn_guard`), forked before the run's program may start: a small
 //! process outside the service that holds the read end, a pidfd of the run's leader and
-//! the run's `cgroup.kill`. When the last supd image holding the write end is gone, the
+//! the run's `cgroup.kill` (on kernels without pidfds, before 5.3, the leader's
+//! `/proc/PID` directory instead of the pidfd; without `cgroup.kill`, before 5.14, its
+//! `cgroup.procs`, whose members it kills one by one). When the last supd image holding the write end is gone, the
 //! guard reads end-of-file and SIGKILLs the run, at once: a supd that is gone renews
 //! nothing, and its successor would end the run anyway. When the run is over, supd kills
 //! its guard.
@@ -51,9 +53,17 @@ impl Deadman {
     /// Forks the guard of the run led by `pid` (supd's child, not yet reaped, so the
     /// pidfd names it exactly), in `cgroup` if it has one. Returns the guard's pid.
     pub fn arm(&self, pid: i32, cgroup: Option<&Path>) -> Result<i32, String> {
-        let leader =
-            sys::pidfd_open(pid).map_err(|e| format!("cannot open a pidfd of {pid}: {e}"))?;
-        // Without `cgroup.kill` (Linux before 5.14), the process group alone.
+        // Without pidfds (Linux before 5.3), the leader's /proc directory names it as
+        // exactly while it is not reaped (`sys::guard_main`).
+        let (leader, leader_is_pidfd) = match sys::pidfd_open(pid) {
+            Ok(fd) => (fd, true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                let dir = std::fs::File::open(format!("/proc/{pid}"))
+                    .map_err(|e| format!("cannot open /proc/{pid}: {e}"))?;
+                (OwnedFd::from(dir), false)
+            }
+            Err(e) => return Err(format!("cannot open a pidfd of {pid}: {e}")),
+        };
         let cgroup_kill = cgroup.and_then(|d| {
             std::fs::OpenOptions::new()
                 .write(true)
@@ -61,11 +71,20 @@ impl Deadman {
                 .ok()
                 .map(OwnedFd::from)
         });
+        // Without `cgroup.kill` (Linux before 5.14), the guard kills each member
+        // `cgroup.procs` lists.
+        let cgroup_procs = cgroup.filter(|_| cgroup_kill.is_none()).and_then(|d| {
+            std::fs::File::open(d.join("cgroup.procs"))
+                .ok()
+                .map(OwnedFd::from)
+        });
         sys::spawn_guard(&sys::GuardTarget {
             deadman: self.read.as_raw_fd(),
             deadman_write: self.write.as_raw_fd(),
             leader: &leader,
+            leader_is_pidfd,
             cgroup_kill: cgroup_kill.as_ref(),
+            cgroup_procs: cgroup_procs.as_ref(),
             pgid: pid,
         })
         .map_err(|e| format!("cannot fork its dead-man guard: {e}"))

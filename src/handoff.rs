@@ -230,7 +230,7 @@ impl Supervisor {
         });
         let h = Handoff {
             format: FORMAT,
-            from: env!("CARGO_PKG_VERSION").into(),
+            from: crate::VERSION.into(),
             config_path: self.config_path.clone(),
             listener_fd: self.server.fd().as_raw_fd(),
             notify,

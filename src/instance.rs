@@ -58,14 +58,15 @@ impl Instance {
         }
         signal_group(self.pid, Signal::SIGKILL);
         if self.cgroup.is_none() {
-            for pid in session_members(self.pid) {
-                match crate::sys::pidfd_open(pid) {
-                    Ok(fd) => {
-                        let _ = crate::sys::pidfd_send_signal(&fd, Signal::SIGKILL as i32);
-                    }
-                    Err(_) => {
-                        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
-                    }
+            for s in session_stats(self.pid) {
+                // Exact through a pidfd; without pidfds (Linux before 5.3), by pid while
+                // it is still the process the scan found.
+                let sent = crate::sys::pidfd_open(s.pid).is_ok_and(|fd| {
+                    crate::proc::is_same(s.pid, s.start_time)
+                        && crate::sys::pidfd_send_signal(&fd, Signal::SIGKILL as i32).is_ok()
+                });
+                if !sent {
+                    crate::proc::kill_if_same(s.pid, s.start_time, Signal::SIGKILL);
                 }
             }
         }
@@ -111,10 +112,14 @@ impl Instance {
 
 /// The live processes of session `sid` (a scan of /proc: only without cgroups).
 fn session_members(sid: i32) -> Vec<i32> {
+    session_stats(sid).into_iter().map(|s| s.pid).collect()
+}
+
+/// The same, with what /proc says of each (its start time).
+fn session_stats(sid: i32) -> Vec<crate::proc::Stat> {
     crate::proc::all()
         .into_iter()
         .filter(|s| s.session == sid && s.state != 'Z')
-        .map(|s| s.pid)
         .collect()
 }
 

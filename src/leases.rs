@@ -274,41 +274,41 @@ impl Supervisor {
         }
     }
 
-    /// The earliest end of a grant, as a CLOCK_MONOTONIC deadline for the poll.
-    /// Arms the grant timer (CLOCK_BOOTTIME, absolute) at the earliest grant's end, or
-    /// disarms it: a machine that resumes from suspend past a grant's end wakes supd at
-    /// once, where the poll timeout (CLOCK_MONOTONIC, which stops while suspended) would
-    /// not. Returns the fd to poll while a grant is held.
+    /// Arms the grant timer at the earliest grant's end, or disarms it: a machine that
+    /// resumes from suspend past a grant's end wakes supd at once, where the poll
+    /// timeout (CLOCK_MONOTONIC, which stops while suspended) would not.
     pub fn arm_grant_timer(&mut self) {
         let end = self.grants.values().map(|g| g.until).min();
         let Some(end) = end else {
-            if let Some(t) = &self.grant_timer {
+            if let Some(t) = self.grant_timer.as_ref().and_then(GrantTimer::fd) {
                 let _ = t.unset();
             }
             return;
         };
-        if self.grant_timer.is_none() {
-            use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
-            match TimerFd::new(
-                ClockId::CLOCK_BOOTTIME,
-                TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
-            ) {
-                Ok(t) => self.grant_timer = Some(t),
-                Err(e) => {
-                    return log::warn!(
-                    "cannot make a CLOCK_BOOTTIME timer: {e}; grants end on the poll timeout only"
+        let timer = self.grant_timer.get_or_insert_with(GrantTimer::new);
+        let (t, at) = match timer {
+            GrantTimer::Boot(t) => (t, end.0),
+            // The same instant on the wall clock, which runs on through a suspend. A
+            // step of the wall clock only moves this wake-up: the grant ends when
+            // CLOCK_BOOTTIME says (`expire_grants`), the poll timeout wakes supd
+            // without a suspend, and every wake-up arms the timer again.
+            GrantTimer::Wall(t) => {
+                let wall = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME)
+                    .map(|ts| Duration::from(ts).as_nanos() as u64)
+                    .unwrap_or(0);
+                (
+                    t,
+                    wall.saturating_add(end.since(Boot::now()).as_nanos() as u64),
                 )
-                }
             }
-        }
-        if let Some(t) = &self.grant_timer {
-            // A zero expiration disarms: the earliest instant is one nanosecond.
-            let at = nix::sys::time::TimeSpec::from_duration(Duration::from_nanos(end.0.max(1)));
-            let _ = t.set(
-                nix::sys::timerfd::Expiration::OneShot(at),
-                nix::sys::timerfd::TimerSetTimeFlags::TFD_TIMER_ABSTIME,
-            );
-        }
+            GrantTimer::Missing => return,
+        };
+        // A zero expiration disarms: the earliest instant is one nanosecond.
+        let at = nix::sys::time::TimeSpec::from_duration(Duration::from_nanos(at.max(1)));
+        let _ = t.set(
+            nix::sys::timerfd::Expiration::OneShot(at),
+            nix::sys::timerfd::TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+        );
     }
 
     /// The grant timer's fd, while a grant is held.
@@ -316,18 +316,20 @@ impl Supervisor {
         use std::os::fd::AsFd;
         self.grant_timer
             .as_ref()
+            .and_then(GrantTimer::fd)
             .filter(|_| !self.grants.is_empty())
             .map(|t| t.as_fd())
     }
 
     /// The grant timer fired: clear it (the loop then expires what has ended).
     pub fn on_grant_timer(&mut self) {
-        if let Some(t) = &self.grant_timer {
+        if let Some(t) = self.grant_timer.as_ref().and_then(GrantTimer::fd) {
             let mut buf = [0u8; 8];
             let _ = nix::unistd::read(t, &mut buf);
         }
     }
 
+    /// The earliest end of a grant, as a CLOCK_MONOTONIC deadline for the poll.
     pub fn next_grant_deadline(&self) -> Option<Mono> {
         let boot = Boot::now();
         let end = self.grants.values().map(|g| g.until).min()?;
@@ -353,5 +355,49 @@ impl Supervisor {
         let e = json!({"event": "lease", "lease": lease, "what": what, "term": term,
                        "valid_for_ms": valid_for.map(|d| d.as_millis() as u64), "time": unix_ms()});
         self.server.broadcast(&crate::protocol::line(e));
+    }
+}
+
+/// The timer that wakes supd at a grant's end.
+pub enum GrantTimer {
+    /// A CLOCK_BOOTTIME timerfd (Linux 3.15).
+    Boot(nix::sys::timerfd::TimerFd),
+    /// Older kernels refuse CLOCK_BOOTTIME timers (EINVAL): a CLOCK_REALTIME one, armed
+    /// at the same instant on the wall clock, which also runs on through a suspend.
+    Wall(nix::sys::timerfd::TimerFd),
+    /// No timerfd at all: grants end on the poll timeout only.
+    Missing,
+}
+
+impl GrantTimer {
+    /// Made once, at the first grant; says once what it falls back to.
+    fn new() -> GrantTimer {
+        use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
+        let flags = TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC;
+        let boot_error = match TimerFd::new(ClockId::CLOCK_BOOTTIME, flags) {
+            Ok(t) => return GrantTimer::Boot(t),
+            Err(e) => e,
+        };
+        match TimerFd::new(ClockId::CLOCK_REALTIME, flags) {
+            Ok(t) => {
+                log::info!(
+                    "no CLOCK_BOOTTIME timers ({boot_error}; Linux before 3.15): a grant's end after a suspend is noticed by a wall-clock timer, and checked on CLOCK_BOOTTIME"
+                );
+                GrantTimer::Wall(t)
+            }
+            Err(e) => {
+                log::warn!(
+                    "cannot make a timer for grants ({boot_error}; {e}): grants end on the poll timeout only, late by the time the machine was suspended"
+                );
+                GrantTimer::Missing
+            }
+        }
+    }
+
+    fn fd(&self) -> Option<&nix::sys::timerfd::TimerFd> {
+        match self {
+            GrantTimer::Boot(t) | GrantTimer::Wall(t) => Some(t),
+            GrantTimer::Missing => None,
+        }
     }
 }

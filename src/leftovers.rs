@@ -11,7 +11,11 @@
 //!   environment names the service (`SUP_SERVICE`, which supd gives every service).
 //!
 //! Signals go through pidfds, so a member that exits meanwhile, and whose pid is taken by
-//! another process, is never signalled by mistake.
+//! another process, is never signalled by mistake. On kernels without pidfds (before
+//! 5.3) each member is named by its pid and start time: it is signalled only while
+//! `/proc` still shows that start time, and its exit is noticed by a re-check on a timer
+//! that backs off (20ms, doubling to 1s) until the phase's deadline: no service starts
+//! before the last of them is gone, as with pidfds.
 
 use crate::cgroup;
 use crate::proc::Stat;
@@ -38,12 +42,17 @@ pub struct Cleanup {
     pub deadline: Mono,
     /// KILL rounds so far (0: still in the TERM grace).
     kills: u32,
+    /// Without pidfds: when to look at the members again, and the step after that.
+    recheck: Option<(Mono, Duration)>,
 }
 
 /// How long each KILL round waits for its processes to die.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 /// KILL rounds before supd says what is still there and goes on.
 const KILL_ROUNDS: u32 = 3;
+/// Without pidfds: the first re-check of the members, and the longest step between two.
+const RECHECK_FIRST: Duration = Duration::from_millis(20);
+const RECHECK_MAX: Duration = Duration::from_secs(1);
 
 impl Cleanup {
     /// Looks for what a previous supd of `state_dir` left and sends it TERM; `None` when
@@ -77,7 +86,7 @@ impl Cleanup {
         let members = open(&found);
         signal(&members, Signal::SIGTERM);
         signal(&members, Signal::SIGCONT);
-        Some(Cleanup {
+        let mut c = Cleanup {
             state_dir: state_dir.to_path_buf(),
             recs,
             cgroups,
@@ -85,7 +94,34 @@ impl Cleanup {
             members,
             deadline: now.plus(grace),
             kills: 0,
-        })
+            recheck: None,
+        };
+        c.plan_recheck(now, true);
+        Some(c)
+    }
+
+    /// When the loop must call [`Cleanup::step`] at the latest: the phase's deadline, or
+    /// sooner the next re-check of members that have no pidfd.
+    pub fn wake(&self) -> Mono {
+        match self.recheck {
+            Some((at, _)) => at.min(self.deadline),
+            None => self.deadline,
+        }
+    }
+
+    /// Sets the next re-check while a member has no pidfd to poll (kernels before 5.3),
+    /// or when there is none to poll (all gone between the scan and the signal): from
+    /// the first step after a signal, else doubling up to [`RECHECK_MAX`].
+    fn plan_recheck(&mut self, now: Mono, fresh: bool) {
+        if !self.members.is_empty() && self.members.iter().all(|m| m.fd.is_some()) {
+            self.recheck = None;
+            return;
+        }
+        let step = match self.recheck {
+            Some((_, step)) if !fresh => (step * 2).min(RECHECK_MAX),
+            _ => RECHECK_FIRST,
+        };
+        self.recheck = Some((now.plus(step), step));
     }
 
     /// The pidfds to poll: each is readable once its process has exited.
@@ -105,10 +141,12 @@ impl Cleanup {
     pub fn step(&mut self, now: Mono) -> bool {
         self.members.retain(|m| match &m.fd {
             Some(f) => !has_exited(f),
-            // No pidfds (Linux before 5.3): alive while /proc has it, not a zombie.
-            None => crate::proc::stat(m.pid).is_some_and(|s| s.state != 'Z'),
+            // No pidfds (Linux before 5.3): alive while /proc shows its start time and
+            // it is not a zombie.
+            None => crate::proc::is_same(m.pid, m.start_time),
         });
         if !self.members.is_empty() && self.deadline > now {
+            self.plan_recheck(now, false);
             return false;
         }
         // The TERM grace is over, or a KILL round is: KILL whatever is there now.
@@ -130,6 +168,7 @@ impl Cleanup {
         signal(&self.members, Signal::SIGKILL);
         self.kills += 1;
         self.deadline = now.plus(KILL_WAIT);
+        self.plan_recheck(now, true);
         false
     }
 
@@ -188,33 +227,111 @@ fn names_service(s: &Stat, service: &str) -> bool {
         .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
 }
 
-/// A process to end: its pid and, where the kernel has them, a pidfd.
+/// A process to end: its pid and start time and, where the kernel has them, a pidfd.
 struct Member {
     pid: i32,
+    start_time: u64,
     fd: Option<OwnedFd>,
 }
 
+/// The members found, each with its start time (one that is gone already is left out)
+/// and a pidfd where the kernel has them.
 fn open(found: &[(i32, String)]) -> Vec<Member> {
     found
         .iter()
-        .map(|(pid, _)| Member {
-            pid: *pid,
-            fd: crate::sys::pidfd_open(*pid).ok(),
+        .filter_map(|(pid, _)| {
+            let start_time = crate::proc::stat(*pid)?.start_time;
+            Some(Member {
+                pid: *pid,
+                start_time,
+                fd: crate::sys::pidfd_open(*pid).ok(),
+            })
         })
         .collect()
 }
 
-/// Sends `sig` to each member: through its pidfd (exact), or by pid on kernels without
-/// pidfds.
+/// Sends `sig` to each member: through its pidfd (exact), or, on kernels without
+/// pidfds, by pid while its start time is still the one found.
 fn signal(members: &[Member], sig: Signal) {
     for m in members {
-        match &m.fd {
-            Some(fd) => {
-                let _ = crate::sys::pidfd_send_signal(fd, sig as i32);
-            }
-            None => {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(m.pid), sig);
-            }
+        let sent =
+            m.fd.as_ref()
+                .is_some_and(|fd| crate::sys::pidfd_send_signal(fd, sig as i32).is_ok());
+        if !sent {
+            crate::proc::kill_if_same(m.pid, m.start_time, sig);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cleanup(members: Vec<Member>) -> Cleanup {
+        Cleanup {
+            state_dir: PathBuf::from("/nonexistent/sup-test"),
+            recs: Vec::new(),
+            cgroups: Vec::new(),
+            services: vec!["svc".into()],
+            members,
+            deadline: Mono(0).plus(Duration::from_secs(10)),
+            kills: 0,
+            recheck: None,
+        }
+    }
+
+    fn this_process() -> (i32, u64) {
+        let me = std::process::id() as i32;
+        (me, crate::proc::stat(me).expect("own stat").start_time)
+    }
+
+    #[test]
+    fn without_pidfds_members_are_looked_at_again_on_a_backoff_timer() {
+        let (pid, start_time) = this_process();
+        let mut c = cleanup(vec![Member {
+            pid,
+            start_time,
+            fd: None,
+        }]);
+        c.plan_recheck(Mono(0), true);
+        assert_eq!(c.wake(), Mono(0).plus(RECHECK_FIRST));
+        let mut steps = Vec::new();
+        for _ in 0..8 {
+            let now = c.wake();
+            assert!(!c.step(now), "this process is alive: not over");
+            let (at, step) = c.recheck.expect("a re-check");
+            assert_eq!(at, now.plus(step));
+            steps.push(step.as_millis());
+        }
+        assert_eq!(steps, [40, 80, 160, 320, 640, 1000, 1000, 1000]);
+        // Never past the phase's deadline.
+        c.recheck = Some((c.deadline.plus(RECHECK_MAX), RECHECK_MAX));
+        assert_eq!(c.wake(), c.deadline);
+        // Its pid with another start time is another process: this one is gone.
+        c.members[0].start_time += 1;
+        assert!(c.step(Mono(1)), "nothing left to end: over");
+    }
+
+    #[test]
+    fn with_pidfds_nothing_is_looked_at_on_a_timer() {
+        let (pid, start_time) = this_process();
+        let Ok(fd) = crate::sys::pidfd_open(pid) else {
+            return; // a kernel without pidfds: the other test is the one that applies
+        };
+        let mut c = cleanup(vec![Member {
+            pid,
+            start_time,
+            fd: Some(fd),
+        }]);
+        c.plan_recheck(Mono(0), true);
+        assert_eq!((c.recheck, c.wake()), (None, c.deadline));
+    }
+
+    #[test]
+    fn nothing_to_await_is_over_at_the_first_look_not_at_the_deadline() {
+        let mut c = cleanup(Vec::new());
+        c.plan_recheck(Mono(0), true);
+        assert_eq!(c.wake(), Mono(0).plus(RECHECK_FIRST));
+        assert!(c.step(c.wake()));
     }
 }

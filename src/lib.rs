@@ -1,6 +1,14 @@
 //! sup: a small, synchronous, PID-1-capable process supervisor.
 #![deny(unsafe_code)]
 
+/// The version the programs report (`--version`, `hello`, `status`, the log): the one
+/// given at build time in `SUP_BUILD_VERSION` (packaging/build sets it to the package's
+/// version), else the crate's.
+pub const VERSION: &str = match option_env!("SUP_BUILD_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
 pub mod access;
 pub mod cgroup;
 pub mod commands;

@@ -28,7 +28,7 @@
 use crate::logs::LogFile;
 use crate::time::Mono;
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -584,7 +584,7 @@ impl Drop for LogWriter {
 
 /// Where the writer sends lines: the files by service, and the console.
 struct Sinks {
-    files: HashMap<String, LogFile>,
+    files: BTreeMap<String, LogFile>,
     /// A console stream failed (said once, until a write works again).
     console_failing: [bool; 2],
 }
@@ -618,7 +618,7 @@ pub fn serve(parent: &str) -> u8 {
     };
     let mut report = Reporter(sock);
     let mut sinks = Sinks {
-        files: HashMap::new(),
+        files: BTreeMap::new(),
         console_failing: [false; 2],
     };
     let mut frames = Decoder::default();
@@ -825,7 +825,7 @@ mod tests {
     #[test]
     fn a_failed_write_is_reported_by_service() {
         let mut sinks = Sinks {
-            files: HashMap::new(),
+            files: BTreeMap::new(),
             console_failing: [false; 2],
         };
         let mut report = Vec::new();

@@ -51,6 +51,21 @@ pub fn all() -> Vec<Stat> {
         .collect()
 }
 
+/// Sends `sig` to `pid` if it is still the process that started at `start_time` (and
+/// not a zombie): the stand-in for a pidfd's exact signal on kernels without pidfds
+/// (before 5.3). The pid could be taken by another process between the check and the
+/// kill only if the checked process were reaped in between; ESRCH is not an error.
+pub fn kill_if_same(pid: i32, start_time: u64, sig: nix::sys::signal::Signal) {
+    if is_same(pid, start_time) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+    }
+}
+
+/// Whether `pid` is still the process that started at `start_time`, and not a zombie.
+pub fn is_same(pid: i32, start_time: u64) -> bool {
+    stat(pid).is_some_and(|s| s.start_time == start_time && s.state != 'Z')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ use crate::time::Mono;
 use crate::tools::{Task, ToolState};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -128,7 +128,7 @@ pub struct Supervisor {
     /// Errors of the config at start or of the last failed reload, for `status`.
     pub config_errors: Vec<String>,
     pub slots: BTreeMap<String, Slot>,
-    pub(crate) pids: HashMap<i32, String>,
+    pub(crate) pids: BTreeMap<i32, String>,
     pub server: Server,
     /// The one socket of a supd from before per-service sockets, handed over by its
     /// `reexec` (the services it started still send there).
@@ -149,7 +149,7 @@ pub struct Supervisor {
     /// Versioned tools, by name.
     pub tools: BTreeMap<String, ToolState>,
     /// Helper processes (installs, prunes), by pid.
-    pub tasks: HashMap<i32, Task>,
+    pub tasks: BTreeMap<i32, Task>,
     /// Leadership granted by sup-lease, by lease.
     pub grants: BTreeMap<String, Grant>,
     /// The dead-man pipe of leader-only services, made at the first such start.
@@ -174,8 +174,9 @@ pub struct Supervisor {
     pub lock_lost: bool,
     /// Services whose leader was reaped while other processes of that run remain.
     pub draining: BTreeSet<String>,
-    /// Fires at the earliest grant's end on CLOCK_BOOTTIME (a resume from suspend too).
-    pub grant_timer: Option<nix::sys::timerfd::TimerFd>,
+    /// Fires at the earliest grant's end on CLOCK_BOOTTIME (a resume from suspend too);
+    /// `None` until the first grant.
+    pub grant_timer: Option<crate::leases::GrantTimer>,
     /// The control socket could not be bound: when to try again, and the step after.
     pub socket_retry: Option<(Mono, Duration)>,
     /// What a previous supd left, being ended: no service starts until it is over.
@@ -211,7 +212,7 @@ impl Supervisor {
             config_path,
             config_errors: Vec::new(),
             slots: BTreeMap::new(),
-            pids: HashMap::new(),
+            pids: BTreeMap::new(),
             server,
             legacy_notify,
             signals,
@@ -224,7 +225,7 @@ impl Supervisor {
             started: Mono::now(),
             buf: vec![0; READ_MAX],
             tools: BTreeMap::new(),
-            tasks: HashMap::new(),
+            tasks: BTreeMap::new(),
             grants: BTreeMap::new(),
             deadman: None,
             lock: None,
@@ -751,7 +752,7 @@ impl Supervisor {
         if self.socket_retry.is_some_and(|(at, _)| at <= now) {
             self.retry_socket(now);
         }
-        if self.cleanup.as_ref().is_some_and(|c| c.deadline <= now) {
+        if self.cleanup.as_ref().is_some_and(|c| c.wake() <= now) {
             self.cleanup_step(now);
         }
         if let Some((at, step)) = self.drain_retry.filter(|(at, _)| *at <= now) {
@@ -806,7 +807,7 @@ impl Supervisor {
             .chain(now_if_more)
             .chain(shutdown)
             .chain(self.drain_retry.map(|(at, _)| at))
-            .chain(self.cleanup.as_ref().map(|c| c.deadline))
+            .chain(self.cleanup.as_ref().map(|c| c.wake()))
             .chain(self.socket_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())

@@ -1,5 +1,6 @@
 //! The thin edge to the kernel that needs `unsafe`: what runs in a forked child before
-//! `exec`, and `pidfd_open`. Everything else uses nix's safe wrappers. Each `unsafe`
+//! `exec`, and `pidfd_open`; and what the kernel lacks (a probe, once), with the
+//! fallbacks of old kernels. Everything else uses nix's safe wrappers. Each `unsafe`
 //! block says why it is sound.
 #![allow(unsafe_code)]
 
@@ -7,7 +8,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 
 /// Who the child runs as: names, looked up by the child itself after the fork (supd is
 /// single-threaded, so its forked child may allocate and read the user database), so a
@@ -806,10 +807,17 @@ pub struct GuardTarget<'a> {
     pub deadman: RawFd,
     /// The dead-man pipe's write end, which the guard must not keep.
     pub deadman_write: RawFd,
-    /// A pidfd of the run's leader, taken while it is supd's unreaped child.
+    /// A pidfd of the run's leader, taken while it is supd's unreaped child; on kernels
+    /// without pidfds (before 5.3), its `/proc/PID` directory, opened likewise (see
+    /// `leader_is_pidfd`).
     pub leader: &'a OwnedFd,
+    /// Whether `leader` is a pidfd (else the `/proc/PID` directory).
+    pub leader_is_pidfd: bool,
     /// The run's `cgroup.kill`, opened for writing, where it has one.
     pub cgroup_kill: Option<&'a OwnedFd>,
+    /// Without `cgroup.kill` (Linux before 5.14): the run's `cgroup.procs`, opened for
+    /// reading, whose members the guard SIGKILLs one by one.
+    pub cgroup_procs: Option<&'a OwnedFd>,
     /// The run's process group (the leader's pid).
     pub pgid: i32,
 }
@@ -817,7 +825,8 @@ pub struct GuardTarget<'a> {
 /// Forks a guard for `t`: a process of its own session that holds nothing but the fds of
 /// `t`, blocks in `read` on the dead-man pipe, and at its end-of-file (every supd image
 /// holding the write end is gone: killed, crashed, exited) SIGKILLs the run: its leader
-/// through the pidfd, its cgroup, and its process group while the leader is still there
+/// through the pidfd, its cgroup (`cgroup.kill`, else each member of `cgroup.procs`),
+/// and its process group while the leader is still there
 /// (alive or an unreaped zombie, so the group's id cannot name another group). supd kills
 /// the guard (its own child) when the run is over. Returns the guard's pid.
 pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
@@ -825,11 +834,13 @@ pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
         t.deadman,
         t.leader.as_raw_fd(),
         t.cgroup_kill.map_or(-1, |f| f.as_raw_fd()),
+        t.cgroup_procs.map_or(-1, |f| f.as_raw_fd()),
     ];
     keep.sort_unstable();
     let guards = GUARDS.each_ref().map(|g| g.load(Ordering::Relaxed));
     let close_first = [t.deadman_write, guards[0], guards[1]];
     let kill_fd = t.cgroup_kill.map_or(-1, |f| f.as_raw_fd());
+    let procs_fd = t.cgroup_procs.map_or(-1, |f| f.as_raw_fd());
     let leader = t.leader.as_raw_fd();
     // SAFETY: supd is single-threaded, so the child holds no lock another thread could
     // own; it runs `guard_main` only: raw system calls on integers and a static byte,
@@ -837,7 +848,14 @@ pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
     let pid = unsafe { libc::fork() };
     match pid {
         -1 => Err(io::Error::last_os_error()),
-        0 => guard_main(&close_first, &keep, t.deadman, leader, kill_fd, t.pgid),
+        0 => guard_main(
+            &close_first,
+            &keep,
+            t.deadman,
+            (leader, t.leader_is_pidfd),
+            (kill_fd, procs_fd),
+            t.pgid,
+        ),
         child => Ok(child),
     }
 }
@@ -847,10 +865,10 @@ pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
 /// wait for end-of-file, kill, exit.
 fn guard_main(
     close_first: &[RawFd; 3],
-    keep: &[RawFd; 3],
+    keep: &[RawFd; 4],
     deadman: RawFd,
-    leader: RawFd,
-    kill_fd: RawFd,
+    (leader, is_pidfd): (RawFd, bool),
+    (kill_fd, procs_fd): (RawFd, RawFd),
     pgid: i32,
 ) -> ! {
     // SAFETY (whole function): plain system calls on integers and on a byte on the
@@ -875,20 +893,81 @@ fn guard_main(
             }
             break; // end-of-file, or an error: either way nobody is left to stop the run
         }
-        let leader_there = libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            leader,
-            libc::SIGKILL,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        ) == 0;
+        let leader_there = if is_pidfd {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                leader,
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            ) == 0
+        } else {
+            // The directory of /proc/PID opened while the leader was supd's unreaped
+            // child names that process, not its pid: once it is reaped, nothing in the
+            // directory can be looked up any more, even if the pid was taken again. A
+            // zombie's can. The group is the leader's own (a session leader cannot
+            // leave it), so the group's SIGKILL below ends the leader too.
+            libc::faccessat(leader, c"stat".as_ptr(), libc::F_OK, 0) == 0
+        };
         if leader_there && pgid > 1 {
             libc::kill(-pgid, libc::SIGKILL);
         }
         if kill_fd >= 0 {
             libc::write(kill_fd, b"1".as_ptr().cast(), 1);
+        } else if procs_fd >= 0 {
+            kill_listed(procs_fd);
         }
         libc::_exit(0)
+    }
+}
+
+/// How many times a guard without `cgroup.kill` reads the run's `cgroup.procs`.
+const GUARD_KILL_PASSES: usize = 16;
+
+/// `cgroup.kill` by hand, in the guard (Linux before 5.14): SIGKILLs every pid the
+/// open `cgroup.procs` lists, and reads it again, until a pass finds nobody or
+/// [`GUARD_KILL_PASSES`] are done (a member that forked meanwhile is caught by a later
+/// pass; one that cannot die yet is listed again and harmlessly killed again). A pid
+/// listed there names a process of the run. Raw system calls and a stack buffer only.
+fn kill_listed(procs: RawFd) {
+    // SAFETY: lseek, read and kill on integers and on a buffer on this stack, read
+    // within the length `read` returned.
+    unsafe {
+        for _ in 0..GUARD_KILL_PASSES {
+            if libc::lseek(procs, 0, libc::SEEK_SET) < 0 {
+                return;
+            }
+            let mut buf = [0u8; 4096];
+            let mut pid: i32 = 0;
+            let mut found = 0usize;
+            loop {
+                let n = libc::read(procs, buf.as_mut_ptr().cast(), buf.len());
+                if n < 0 && errno_now() == libc::EINTR {
+                    continue;
+                }
+                if n <= 0 {
+                    break;
+                }
+                for &b in &buf[..n as usize] {
+                    if b.is_ascii_digit() {
+                        pid = pid.saturating_mul(10).saturating_add((b - b'0') as i32);
+                    } else {
+                        if pid > 1 {
+                            libc::kill(pid, libc::SIGKILL);
+                            found += 1;
+                        }
+                        pid = 0;
+                    }
+                }
+            }
+            if pid > 1 {
+                libc::kill(pid, libc::SIGKILL);
+                found += 1;
+            }
+            if found == 0 {
+                return;
+            }
+        }
     }
 }
 
@@ -904,17 +983,132 @@ fn close_all_but(from: RawFd, keep: &[RawFd]) {
     close_range(low, RawFd::MAX);
 }
 
-/// Closes fds `low..=high`; on kernels before 5.9 (no close_range) nothing is done: the
-/// guards and the pipe ends were closed one by one already, and exec closes the rest.
+/// What this kernel lacks, learned once by a probe and remembered (a forked child reads
+/// its parent's answer, so the probe runs in the parent: `probe_kernel`).
+const UNKNOWN: u8 = 0;
+const PRESENT: u8 = 1;
+const MISSING: u8 = 2;
+static CLOSE_RANGE: AtomicU8 = AtomicU8::new(UNKNOWN);
+static PIDFD: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// Learns once which of the newer system calls this kernel has (`close_range`, Linux
+/// 5.9; pidfds, 5.3), so that forked children, which must not probe and log, take the
+/// right path at once. Cheap: two system calls that change nothing. Called first thing
+/// by supd (before any fork); says once what is missing.
+pub fn probe_kernel() {
+    if CLOSE_RANGE.load(Ordering::Relaxed) == UNKNOWN {
+        // SAFETY: close_range on an empty range (from the largest fd number) closes
+        // nothing; it takes integers only. It fails with ENOSYS where it is missing.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                libc::c_uint::MAX,
+                libc::c_uint::MAX,
+                0 as libc::c_uint,
+            )
+        };
+        let missing = r < 0 && errno_now() == libc::ENOSYS;
+        CLOSE_RANGE.store(if missing { MISSING } else { PRESENT }, Ordering::Relaxed);
+        if missing {
+            log::info!(
+                "no close_range (Linux before 5.9): children close their fds as /proc/self/fd lists them"
+            );
+        }
+    }
+    if PIDFD.load(Ordering::Relaxed) == UNKNOWN {
+        if let Ok(fd) = pidfd_open(std::process::id() as i32) {
+            drop(fd);
+        }
+    }
+}
+
+/// Closes fds `low..=high`: `close_range` where the kernel has it, else (Linux before
+/// 5.9) each fd `/proc/self/fd` lists in the range, else (no /proc: an init before it
+/// mounts it) every number up to the open-files limit. Async-signal-safe: raw system
+/// calls and a buffer on the stack, for forked children.
 fn close_range(low: RawFd, high: RawFd) {
-    // SAFETY: close_range takes integers and only closes this process's fds.
+    if low > high {
+        return;
+    }
+    if CLOSE_RANGE.load(Ordering::Relaxed) != MISSING {
+        // SAFETY: close_range takes integers and only closes this process's fds.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                low as libc::c_uint,
+                high as libc::c_uint,
+                0 as libc::c_uint,
+            )
+        };
+        if r == 0 {
+            return;
+        }
+    }
+    close_listed(low, high);
+}
+
+/// `close_range` without the system call: the fds `/proc/self/fd` lists (read with
+/// `getdents64` into a stack buffer, no allocation), or every number up to the soft
+/// open-files limit where /proc is not there.
+fn close_listed(low: RawFd, high: RawFd) {
+    // SAFETY (whole function): open, getdents64, close and getrlimit on integers, a
+    // static C string, and buffers on this stack that outlive each call; the records
+    // getdents64 wrote are read within the `n` bytes it reported, each record's length
+    // taken from its own header.
     unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            low as libc::c_uint,
-            high as libc::c_uint,
-            0 as libc::c_uint,
+        let dir = libc::open(
+            c"/proc/self/fd".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
         );
+        if dir < 0 {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            let top = (lim.rlim_cur.min(1 << 20) as RawFd).min(high.saturating_add(1));
+            for fd in low..top {
+                libc::close(fd);
+            }
+            return;
+        }
+        // u64s: the records' 8-byte fields are aligned.
+        let mut buf = [0u64; 512];
+        loop {
+            let n = libc::syscall(
+                libc::SYS_getdents64,
+                dir,
+                buf.as_mut_ptr(),
+                std::mem::size_of_val(&buf),
+            );
+            if n <= 0 {
+                break;
+            }
+            let bytes = buf.as_ptr().cast::<u8>();
+            let mut off = 0usize;
+            // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, name.
+            while off + 19 < n as usize {
+                let reclen = u16::from_ne_bytes([*bytes.add(off + 16), *bytes.add(off + 17)]);
+                let mut fd: i64 = 0;
+                let mut digits = 0;
+                let mut i = off + 19;
+                while i < off + reclen as usize && (*bytes.add(i)).is_ascii_digit() {
+                    fd = fd * 10 + (*bytes.add(i) - b'0') as i64;
+                    digits += 1;
+                    i += 1;
+                }
+                // Closing fds below the directory's position does not disturb it: it
+                // lists fds by number.
+                if digits > 0 && fd >= low as i64 && fd <= high as i64 && fd != dir as i64 {
+                    libc::close(fd as RawFd);
+                }
+                if reclen == 0 {
+                    break;
+                }
+                off += reclen as usize;
+            }
+        }
+        libc::close(dir);
     }
 }
 
@@ -1118,13 +1312,30 @@ pub fn posix_acl(path: &std::path::Path) -> Option<Vec<u8>> {
 }
 
 /// A pidfd for `pid`: readable once that process has exited, whoever its parent is.
+/// Fails with ENOSYS, without a system call once the kernel said so, on kernels before
+/// 5.3 (callers then go by pid and start time: `proc::kill_if_same`).
 pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    if PIDFD.load(Ordering::Relaxed) == MISSING {
+        return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+    }
     // SAFETY: pidfd_open takes two integers and returns a new fd or -1; nothing is
     // borrowed.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENOSYS) if PIDFD.swap(MISSING, Ordering::Relaxed) != MISSING => {
+                log::info!(
+                    "no pidfds (Linux before 5.3): processes are told apart by pid and start time, and awaited by a timer"
+                );
+            }
+            Some(libc::ESRCH) => PIDFD.store(PRESENT, Ordering::Relaxed),
+            // Another refusal (EMFILE) says nothing about the kernel.
+            _ => {}
+        }
+        return Err(e);
     }
+    PIDFD.store(PRESENT, Ordering::Relaxed);
     // SAFETY: the kernel just returned this fd to us and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }

@@ -121,11 +121,16 @@ fn r9_6_a_rollback_that_cannot_be_written_switches_nothing_and_is_retried() {
     let disk = Tmpfs::mount(&sb.path("state"), "1m");
     agent_config(&sb, "1h");
     let go = sb.path("go");
+    let past = sb.path("past-the-check");
     place(&sb, "1.0.0", GOOD);
     place(
         &sb,
         "2.0.0",
-        &format!("[ -e {} ] && exit 3\n{GOOD}", go.display()),
+        &format!(
+            "[ -e {} ] && exit 3\n: > {}\n{GOOD}",
+            go.display(),
+            past.display()
+        ),
     );
     place_current(&sb, "1.0.0");
     sb.start();
@@ -137,6 +142,9 @@ fn r9_6_a_rollback_that_cannot_be_written_switches_nothing_and_is_retried() {
         e["event"] == "state" && e["to"] == "running" && e["version"] == "2.0.0"
     });
 
+    // "running" comes at exec of the script, before it looks for `go`: wait until it is
+    // past that look, so the kill below finds it running.
+    common::files::wait_file(&past, |_| past.exists());
     // The disk fills up, then 2.0.0 crash-loops in its probation.
     disk.fill();
     fs::write(&go, "").expect("go");

@@ -67,7 +67,7 @@ fn parse() -> Result<Args, String> {
                 std::process::exit(0);
             }
             "--version" => {
-                let _ = emit(&format!("sup-lease {}\n", env!("CARGO_PKG_VERSION")));
+                let _ = emit(&format!("sup-lease {}\n", sup::VERSION));
                 std::process::exit(0);
             }
             other if other.starts_with("--") => return Err(format!("unknown option '{other}'")),

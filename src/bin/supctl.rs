@@ -154,7 +154,7 @@ fn parse_args() -> Result<Opts, Failure> {
                 std::process::exit(0);
             }
             "--version" if words.is_empty() => {
-                emit(&format!("supctl {}\n", env!("CARGO_PKG_VERSION")))?;
+                emit(&format!("supctl {}\n", sup::VERSION))?;
                 std::process::exit(0);
             }
             o if words.is_empty() && o.starts_with('-') => {

@@ -47,7 +47,7 @@ fn parse_args() -> Result<Args, String> {
                 )
             }
             "--version" | "-V" => {
-                println!("supd {}", env!("CARGO_PKG_VERSION"));
+                println!("supd {}", sup::VERSION);
                 std::process::exit(0);
             }
             "-h" | "--help" => {
@@ -134,6 +134,8 @@ fn check(path: &std::path::Path) -> ExitCode {
 }
 
 fn run(args: Args, signals: Signals) -> Result<i32, String> {
+    // Which newer system calls the kernel has, learned once before any fork.
+    sup::sys::probe_kernel();
     if std::process::id() != 1 {
         if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
             log::warn!("cannot become a child subreaper ({e}): orphans of services go to init");
@@ -171,7 +173,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     let socket = cfg.supd.socket.clone();
     log::info!(
         "supd {} serving {} ({} services)",
-        env!("CARGO_PKG_VERSION"),
+        sup::VERSION,
         socket.display(),
         cfg.services.len()
     );

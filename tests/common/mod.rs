@@ -7,6 +7,7 @@ pub mod clock;
 pub mod cluster;
 pub mod etcd;
 pub mod files;
+pub mod oldkernel;
 pub mod scenarios;
 
 /// A duration from the tests' TTL strings ("900ms", "1s").
@@ -130,9 +131,14 @@ impl Sandbox {
         self.dir.join(name)
     }
 
-    /// Starts supd on the sandbox's config and waits until it says it is ready.
+    /// Starts supd on the sandbox's config and waits until it says it is ready. With
+    /// `SUP_TEST_LINUX_3_10` set, supd runs under the system calls of Linux 3.10
+    /// (`oldkernel::linux_3_10`): `.ci/run` runs the tests of one instance that way.
     pub fn start(&mut self) {
-        let cmd = Command::new(SUPD);
+        let mut cmd = Command::new(SUPD);
+        if std::env::var_os("SUP_TEST_LINUX_3_10").is_some() && oldkernel::supported() {
+            oldkernel::linux_3_10(&mut cmd);
+        }
         self.start_with(cmd, &["-c"]);
     }
 
