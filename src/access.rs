@@ -3,7 +3,9 @@
 //! function over what `stat` says of each path component and over the user's ids, so
 //! that an upgrade can be refused before anything is switched (a version its user cannot
 //! run would otherwise fail every start and look like a crash loop). The edge stats the
-//! path and looks the user up; an operator's `upgrade` waits for that lookup.
+//! path. supd itself never reads the user database (a slow LDAP or sssd must not stall
+//! its loop): a service's child looks its user up, reports the uid and groups it took
+//! (remembered for `upgrade`'s check), and, refused, says why with `diagnose`, as its user.
 
 use std::path::{Path, PathBuf};
 
@@ -61,7 +63,7 @@ pub fn parse_acl(bytes: &[u8]) -> Option<Vec<AclEntry>> {
 
 /// Who a service runs as: its uid, and every gid it holds (its primary group and its
 /// supplementary groups).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Who {
     pub name: String,
     pub uid: u32,
@@ -121,14 +123,9 @@ fn describe(n: &Node) -> String {
     format!("mode {:04o}, owner {}", n.mode & 0o7777, n.owner)
 }
 
-/// Whether `who` may reach and use the last of `chain` (each component from `/` down,
-/// symbolic links resolved), or the first refusal, said for a person: which path, which
-/// user, what to change.
-pub fn check(chain: &[Node], who: &Who, want: Want) -> Result<(), String> {
+/// Whether `who` may search every directory of `dirs` (from `/` down).
+fn search(dirs: &[Node], who: &Who) -> Result<(), String> {
     let root = who.uid == 0;
-    let Some((last, dirs)) = chain.split_last() else {
-        return Err("no path to check".into());
-    };
     for d in dirs {
         if !d.is_dir {
             return Err(format!("{} is not a directory", d.path.display()));
@@ -143,6 +140,18 @@ pub fn check(chain: &[Node], who: &Who, want: Want) -> Result<(), String> {
             ));
         }
     }
+    Ok(())
+}
+
+/// Whether `who` may reach and use the last of `chain` (each component from `/` down,
+/// symbolic links resolved), or the first refusal, said for a person: which path, which
+/// user, what to change.
+pub fn check(chain: &[Node], who: &Who, want: Want) -> Result<(), String> {
+    let root = who.uid == 0;
+    let Some((last, dirs)) = chain.split_last() else {
+        return Err("no path to check".into());
+    };
+    search(dirs, who)?;
     match want {
         Want::Enter => {
             if !last.is_dir {
@@ -192,31 +201,42 @@ pub fn check(chain: &[Node], who: &Who, want: Want) -> Result<(), String> {
 }
 
 /// The components of `path` from `/` down, as `stat` sees them (symbolic links resolved
-/// first). The edge of `check`.
-pub fn stat_chain(path: &Path) -> Result<Vec<Node>, String> {
-    use std::os::unix::fs::MetadataExt;
+/// first), each owner said by `owner`. The edge of `check`.
+pub fn stat_chain(path: &Path, owner: fn(u32, u32) -> String) -> Result<Vec<Node>, String> {
     let real = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut chain = Vec::new();
     let mut at = PathBuf::new();
     for part in real.components() {
         at.push(part);
-        let m = std::fs::metadata(&at).map_err(|e| format!("{}: {e}", at.display()))?;
-        let script = m.is_file() && starts_with_shebang(&at);
-        chain.push(Node {
-            path: at.clone(),
-            mode: m.mode() & 0o7777,
-            uid: m.uid(),
-            gid: m.gid(),
-            owner: owner_names(m.uid(), m.gid()),
-            acl: crate::sys::posix_acl(&at).and_then(|b| parse_acl(&b)),
-            is_dir: m.is_dir(),
-            script,
-        });
+        chain.push(node(&at, owner).map_err(|e| format!("{}: {e}", at.display()))?);
     }
     Ok(chain)
 }
 
-fn owner_names(uid: u32, gid: u32) -> String {
+fn node(at: &Path, owner: fn(u32, u32) -> String) -> std::io::Result<Node> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(at)?;
+    Ok(Node {
+        path: at.to_path_buf(),
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        owner: owner(m.uid(), m.gid()),
+        acl: crate::sys::posix_acl(at).and_then(|b| parse_acl(&b)),
+        is_dir: m.is_dir(),
+        script: m.is_file() && starts_with_shebang(at),
+    })
+}
+
+/// An owner as numbers ("0:0"): what supd says, since it never reads the user
+/// database itself.
+pub fn numeric_owner(uid: u32, gid: u32) -> String {
+    format!("{uid}:{gid}")
+}
+
+/// An owner by name ("root:sup"; numbers where a name is unknown). Reads the user
+/// database: only in a service's forked child, never in supd.
+pub fn owner_names(uid: u32, gid: u32) -> String {
     use nix::unistd::{Gid, Group, Uid, User};
     let user = User::from_uid(Uid::from_raw(uid))
         .ok()
@@ -229,6 +249,29 @@ fn owner_names(uid: u32, gid: u32) -> String {
     format!("{user}:{group}")
 }
 
+/// Why `who` was refused `path` (made absolute against `cwd`), told by the service's
+/// child after its `chdir` or `execve` failed with EACCES, as its user, owners named.
+/// As that user, a path below a directory it may not search cannot be resolved or
+/// stated: then the components are stated as far as they can be, and the last one
+/// reached is the directory that refuses. `None` when nothing on the way refuses (a
+/// `noexec` mount, a security module): the caller says what the kernel said.
+pub fn diagnose(path: &Path, cwd: &Path, who: &Who, want: Want) -> Option<String> {
+    let path = cwd.join(path);
+    if let Ok(chain) = stat_chain(&path, owner_names) {
+        return check(&chain, who, want).err();
+    }
+    let mut chain = Vec::new();
+    let mut at = PathBuf::new();
+    for part in path.components() {
+        at.push(part);
+        match node(&at, owner_names) {
+            Ok(n) => chain.push(n),
+            Err(_) => return search(&chain, who).err(),
+        }
+    }
+    check(&chain, who, want).err()
+}
+
 fn starts_with_shebang(p: &Path) -> bool {
     use std::io::Read;
     let mut head = [0u8; 2];
@@ -236,53 +279,6 @@ fn starts_with_shebang(p: &Path) -> bool {
         .and_then(|mut f| f.read_exact(&mut head))
         .is_ok()
         && head == *b"#!"
-}
-
-/// Looks up `user` (and `group`, which replaces its primary group): its uid and every
-/// gid it would hold, as the service's child takes them.
-pub fn lookup(user: &str, group: Option<&str>) -> Result<Who, String> {
-    use nix::unistd::{Group, User};
-    let u = match User::from_name(user) {
-        Ok(Some(u)) => u,
-        Ok(None) => return Err(format!("unknown user '{user}'")),
-        Err(e) => return Err(format!("cannot look up user '{user}': {e}")),
-    };
-    let gid = match group {
-        Some(g) => match Group::from_name(g) {
-            Ok(Some(g)) => g.gid,
-            Ok(None) => return Err(format!("unknown group '{g}'")),
-            Err(e) => return Err(format!("cannot look up group '{g}': {e}")),
-        },
-        None => u.gid,
-    };
-    let name = std::ffi::CString::new(user).map_err(|_| format!("bad user name '{user}'"))?;
-    let mut gids: Vec<u32> = nix::unistd::getgrouplist(&name, gid)
-        .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
-        .unwrap_or_default();
-    if !gids.contains(&gid.as_raw()) {
-        gids.push(gid.as_raw());
-    }
-    Ok(Who {
-        name: user.to_string(),
-        uid: u.uid.as_raw(),
-        gids,
-    })
-}
-
-/// Whether `user` (with `group`) may run `program` and enter `cwd`: the first refusal,
-/// or why it could not be told.
-pub fn may_run(
-    user: &str,
-    group: Option<&str>,
-    program: &Path,
-    cwd: Option<&Path>,
-) -> Result<(), String> {
-    let who = lookup(user, group)?;
-    check(&stat_chain(program)?, &who, Want::Exec)?;
-    if let Some(dir) = cwd {
-        check(&stat_chain(dir)?, &who, Want::Enter)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -467,6 +463,19 @@ mod tests {
         );
         assert_eq!(parse_acl(&raw[..7]), None);
         assert_eq!(parse_acl(&[1, 0, 0, 0]), None);
+    }
+
+    #[test]
+    fn a_chain_stated_as_far_as_the_user_could_names_the_directory_that_stopped_it() {
+        // As nobody, nothing below /var/lib/sup (0750) can be stated: the chain ends
+        // there, and that directory is the refusal.
+        let chain = &package_chain(0o750, 0o755)[..4];
+        let e = search(chain, &nobody()).unwrap_err();
+        assert!(
+            e.contains("cannot search the directory /var/lib/sup "),
+            "{e}"
+        );
+        assert_eq!(search(&package_chain(0o751, 0o755)[..4], &nobody()), Ok(()));
     }
 
     #[test]

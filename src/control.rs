@@ -89,7 +89,7 @@ pub struct Server {
     pub path: PathBuf,
     pub clients: BTreeMap<u64, Client>,
     next_id: u64,
-    group: Option<u32>,
+    group: Option<SocketGroup>,
     /// Descriptors kept from clients (dups of the listener), given up at the limit.
     reserve: Vec<OwnedFd>,
     /// Accepting is paused at the open-files limit; try again at this instant.
@@ -135,12 +135,17 @@ pub fn in_use(path: &Path) -> bool {
 impl Server {
     /// `socket_group`'s id, when supd could look it up.
     pub fn group(&self) -> Option<u32> {
-        self.group
+        self.group.as_ref().map(|g| g.gid)
     }
 
-    /// Binds the socket (replacing a stale file), mode 0660, group `group` when it can.
-    /// Refuses when a live supd already answers there.
-    pub fn bind(path: &Path, group: Option<&str>) -> io::Result<Server> {
+    /// `socket_group` as it was looked up when supd started (to bind again with it).
+    pub fn socket_group(&self) -> Option<&SocketGroup> {
+        self.group.as_ref()
+    }
+
+    /// Binds the socket (replacing a stale file), mode 0660, given to `group` when it
+    /// can. Refuses when a live supd already answers there.
+    pub fn bind(path: &Path, group: Option<&SocketGroup>) -> io::Result<Server> {
         if in_use(path) {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
@@ -170,8 +175,10 @@ impl Server {
         listener.set_nonblocking(true)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
             .map_err(step(format!("cannot set the mode of {}", path.display())))?;
-        let gid = group.and_then(|g| lookup_group(path, g));
-        Ok(Server::new(listener, path, gid))
+        if let Some(g) = group {
+            g.give(path);
+        }
+        Ok(Server::new(listener, path, group.cloned()))
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
@@ -180,16 +187,17 @@ impl Server {
 
     /// The listening socket of a previous supd image: never closed, so clients that
     /// connect meanwhile wait in its backlog.
-    pub fn adopt(fd: std::os::fd::OwnedFd, path: &Path, group: Option<&str>) -> io::Result<Server> {
+    pub fn adopt(
+        fd: std::os::fd::OwnedFd,
+        path: &Path,
+        group: Option<&SocketGroup>,
+    ) -> io::Result<Server> {
         let listener = UnixListener::from(fd);
         listener.set_nonblocking(true)?;
-        let gid = group
-            .and_then(|g| nix::unistd::Group::from_name(g).ok().flatten())
-            .map(|g| g.gid.as_raw());
-        Ok(Server::new(listener, path, gid))
+        Ok(Server::new(listener, path, group.cloned()))
     }
 
-    fn new(listener: UnixListener, path: &Path, group: Option<u32>) -> Server {
+    fn new(listener: UnixListener, path: &Path, group: Option<SocketGroup>) -> Server {
         let mut server = Server {
             listener,
             path: path.to_path_buf(),
@@ -213,14 +221,13 @@ impl Server {
     /// A stand-in while `path` cannot be bound: a listener on an abstract address nobody
     /// knows, so supd goes on supervising (as PID 1 it must not exit) and binds `path`
     /// again later (`Supervisor::retry_socket`).
-    pub fn stand_in(path: &Path, group: Option<&str>) -> io::Result<Server> {
+    pub fn stand_in(path: &Path, group: Option<&SocketGroup>) -> io::Result<Server> {
         use std::os::linux::net::SocketAddrExt;
         let name = format!("sup-unbound-{}", std::process::id());
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
         let listener = UnixListener::bind_addr(&addr)?;
         listener.set_nonblocking(true)?;
-        let gid = group.and_then(|g| lookup_group(path, g));
-        let mut server = Server::new(listener, path, gid);
+        let mut server = Server::new(listener, path, group.cloned());
         server.stand_in = true;
         Ok(server)
     }
@@ -401,7 +408,7 @@ impl Server {
         if uid == 0 || uid == nix::unistd::geteuid().as_raw() {
             return Access::Full;
         }
-        let Some(g) = self.group else {
+        let Some(g) = self.group() else {
             return Access::None;
         };
         if gid == g || peer_groups(pid).contains(&g) {
@@ -600,23 +607,42 @@ impl Client {
     }
 }
 
-/// Gives the socket to `group` when supd may (it is root); otherwise says why not.
-fn lookup_group(path: &Path, group: &str) -> Option<u32> {
-    let g = match nix::unistd::Group::from_name(group) {
-        Ok(Some(g)) => g,
-        _ => {
-            log::info!(
-                "socket_group '{group}' does not exist; only root and supd's own user may use {}",
-                path.display()
-            );
-            return None;
+/// `socket_group`, looked up once, when supd starts (before its loop: a user database
+/// that hangs then delays the start, never the loop; binding the socket again later
+/// uses what was found then).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SocketGroup {
+    pub name: String,
+    pub gid: u32,
+}
+
+impl SocketGroup {
+    /// Looks `name` up; `None` (and said) when it does not exist.
+    pub fn lookup(path: &Path, name: &str) -> Option<SocketGroup> {
+        match nix::unistd::Group::from_name(name) {
+            Ok(Some(g)) => Some(SocketGroup {
+                name: name.to_string(),
+                gid: g.gid.as_raw(),
+            }),
+            _ => {
+                log::info!(
+                    "socket_group '{name}' does not exist; only root and supd's own user may use {}",
+                    path.display()
+                );
+                None
+            }
         }
-    };
-    if let Err(e) = nix::unistd::chown(path, None, Some(g.gid)) {
-        log::warn!(
-            "cannot give {} to group '{group}': {e}; its members cannot connect",
-            path.display()
-        );
     }
-    Some(g.gid.as_raw())
+
+    /// Gives the socket at `path` to the group when supd may (it is root); otherwise
+    /// says why not.
+    fn give(&self, path: &Path) {
+        if let Err(e) = nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(self.gid))) {
+            log::warn!(
+                "cannot give {} to group '{}': {e}; its members cannot connect",
+                path.display(),
+                self.name
+            );
+        }
+    }
 }

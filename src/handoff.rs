@@ -56,6 +56,10 @@ pub struct Handoff {
     /// that their guards do not fire across the exec.
     #[serde(default)]
     pub deadman: Option<(RawFd, RawFd)>,
+    /// `socket_group` as the first image looked it up: the new one takes it rather
+    /// than read the user database again.
+    #[serde(default)]
+    pub socket_group: Option<crate::control::SocketGroup>,
 }
 
 /// A helper process carried across `exec` (it stays a child of the same pid).
@@ -92,6 +96,9 @@ pub struct ServiceState {
     /// Its notify socket and the socket's path (format 2).
     #[serde(default)]
     pub notify: Option<(RawFd, PathBuf)>,
+    /// The uid and groups its last child took as its user (older images: none).
+    #[serde(default)]
+    pub ran_as: Option<(Option<String>, crate::access::Who)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -175,6 +182,7 @@ impl Supervisor {
                 svc: slot.svc.clone(),
                 version: slot.version.clone(),
                 status_text: slot.status_text.clone(),
+                ran_as: slot.ran_as.clone(),
                 output,
                 output_err,
                 ready_fd,
@@ -234,6 +242,7 @@ impl Supervisor {
             system: self.system,
             tasks,
             log_writer,
+            socket_group: self.server.socket_group().cloned(),
             deadman,
         };
         (h, fds)
@@ -351,6 +360,7 @@ impl Supervisor {
             slot.notify = notify;
             slot.version = s.version;
             slot.status_text = s.status_text;
+            slot.ran_as = s.ran_as;
             if let Some(pid) = s.svc.pid {
                 self.pids.insert(pid, s.name.clone());
             }

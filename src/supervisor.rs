@@ -52,6 +52,10 @@ pub struct Slot {
     pub exec: Option<sys::Exec>,
     /// Why its last child could not run its program (given when that child is reaped).
     pub exec_error: Option<sys::ExecFailure>,
+    /// The uid and groups its last child took as its `user` (with the `group` it was
+    /// configured with), as the child reported them: supd never reads the user
+    /// database itself. `upgrade` checks a new version against them.
+    pub ran_as: Option<(Option<String>, crate::access::Who)>,
     /// Removed by a reload: dropped once it is down.
     pub removed: bool,
 }
@@ -281,6 +285,7 @@ impl Supervisor {
             instance: None,
             exec: None,
             exec_error: None,
+            ran_as: None,
             removed: false,
         };
         self.slots.insert(slot.cfg.name.clone(), slot);
@@ -662,7 +667,10 @@ impl Supervisor {
             return;
         };
         let path = self.server.path().to_path_buf();
-        match Server::bind(&path, self.cfg.supd.socket_group.as_deref()) {
+        // socket_group as looked up at the start: supd's loop never reads the user
+        // database.
+        let group = self.server.socket_group().cloned();
+        match Server::bind(&path, group.as_ref()) {
             Ok(server) => {
                 log::info!("serving {} at last", path.display());
                 crate::sys::set_listener_fd(std::os::fd::AsRawFd::as_raw_fd(&server.fd()));
@@ -719,7 +727,7 @@ impl Supervisor {
             let exec_error = slot.exec_error.take();
             match (exec_error, exit) {
                 (Some(e), _) if e.denied => {
-                    let why = self.denied_reason(&name, &e.why);
+                    let why = Self::denied_reason(&name, &e.why);
                     self.apply(&name, Event::Unavailable(why.clone()), now);
                     // A probation ends (rolled back where it can be), the version unmarked.
                     if let Some(tool) = self.slots.get(&name).and_then(|s| s.cfg.tool.clone()) {
@@ -1064,33 +1072,13 @@ impl Supervisor {
     }
 
     /// What a start refused for want of permission says: which path, which user, the
-    /// first directory or file on the way that refuses it (looked at now), and what to
-    /// do. Such a start is not retried and counts as no crash (a version is never marked
-    /// bad for it): the service is `failed` until an operator mends it and starts it.
-    fn denied_reason(&self, name: &str, why: &str) -> String {
-        let Some(slot) = self.slots.get(name) else {
-            return why.to_string();
-        };
-        let plan = launch::plan(&slot.cfg, &self.cfg.supd, None);
-        let found = match (&slot.cfg.user, plan) {
-            (Some(user), Ok(p)) => {
-                let program = std::path::Path::new(&p.program);
-                let program = program.is_absolute().then_some(program);
-                match program {
-                    Some(prog) => {
-                        crate::access::may_run(user, slot.cfg.group.as_deref(), prog, Some(&p.cwd))
-                            .err()
-                    }
-                    None => None,
-                }
-            }
-            _ => None,
-        };
-        // The refusal found on the way names the directory or file to mend; the child's
-        // own report names only the path it was given.
-        let what = found.unwrap_or_else(|| why.to_string());
+    /// first directory or file on the way that refuses it (as the child found it, as its
+    /// user, when it was refused), and what to do. Such a start is not retried and
+    /// counts as no crash (a version is never marked bad for it): the service is
+    /// `failed` until an operator mends it and starts it.
+    fn denied_reason(name: &str, why: &str) -> String {
         format!(
-            "cannot start: permission denied: {what}; a permission problem, not a crash: it is \
+            "cannot start: permission denied: {why}; a permission problem, not a crash: it is \
              not retried and no version is marked bad; fix it, then supctl start {name}"
         )
     }
@@ -1246,7 +1234,11 @@ fn read_exec_report(slot: &mut Slot) -> bool {
     let Some(exec) = slot.exec.as_mut() else {
         return false;
     };
-    match exec.outcome() {
+    let outcome = exec.outcome();
+    if let Some(took) = exec.took() {
+        slot.ran_as = Some(took);
+    }
+    match outcome {
         None => false,
         Some(Ok(())) => {
             slot.exec = None;

@@ -7,6 +7,7 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 
 /// Who the child runs as: names, looked up by the child itself after the fork (supd is
@@ -135,8 +136,11 @@ pub struct ExecFailure {
     pub denied: bool,
 }
 
-/// A child between its release and its exec: the report pipe tells how the exec went
-/// (end-of-file: it ran; a record: what failed), read by the loop when it is readable.
+/// A child between its release and its exec: the report pipe tells how the exec went,
+/// read by the loop when it is readable. The child writes records (a kind, a length,
+/// that many bytes): the uid and groups it took (`REPORT_TOOK`, when it has a user),
+/// what failed (`REPORT_FAILED`: stage, errno, and what it found as its user when it
+/// was refused); end-of-file without a failure: its program runs.
 pub struct Exec {
     pub report: OwnedFd,
     program: String,
@@ -145,21 +149,33 @@ pub struct Exec {
     /// The names of the limits the child sets, in order (a failed one is reported by
     /// its index).
     limits: Vec<String>,
+    /// What the child wrote so far (read until end-of-file).
+    got: Vec<u8>,
+    /// The uid and groups the child took, once reported.
+    took: Option<(u32, Vec<u32>)>,
 }
+
+/// A report record: the uid, then each gid the child holds.
+const REPORT_TOOK: u32 = 1;
+/// A report record: the stage that failed, its errno, then what the child found.
+const REPORT_FAILED: u32 = 2;
+/// The most of a report supd keeps (65536 groups and a message fit).
+const REPORT_MAX: usize = 1 << 20;
 
 impl Exec {
     /// How the exec went: `None` while it is under way; `Some(Ok)` once the program
     /// runs; `Some(Err(why))` when the child could not run it (it then exits with 127).
     pub fn outcome(&mut self) -> Option<Result<(), ExecFailure>> {
-        let mut report = [0u8; 8];
-        let mut got = 0;
-        while got < report.len() {
-            match nix::unistd::read(&self.report, &mut report[got..]) {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match nix::unistd::read(&self.report, &mut chunk) {
                 Ok(0) => break,
-                Ok(n) => got += n,
+                Ok(n) => {
+                    let room = REPORT_MAX.saturating_sub(self.got.len());
+                    self.got.extend_from_slice(&chunk[..n.min(room)]);
+                }
                 Err(nix::errno::Errno::EINTR) => continue,
-                Err(nix::errno::Errno::EAGAIN) if got == 0 => return None,
-                Err(nix::errno::Errno::EAGAIN) => continue,
+                Err(nix::errno::Errno::EAGAIN) => return None,
                 Err(e) => {
                     return Some(Err(ExecFailure {
                         why: format!("{}: reading how its exec went: {e}", self.program),
@@ -168,15 +184,49 @@ impl Exec {
                 }
             }
         }
-        if got < report.len() {
-            return Some(Ok(()));
+        let got = std::mem::take(&mut self.got);
+        let mut rest = got.as_slice();
+        let mut failed = None;
+        while let Some((kind, body, next)) = record(rest) {
+            rest = next;
+            let words: Vec<u32> = body
+                .chunks_exact(4)
+                .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
+                .collect();
+            match (kind, words.split_first()) {
+                (REPORT_TOOK, Some((&uid, gids))) => self.took = Some((uid, gids.to_vec())),
+                (REPORT_FAILED, _) if body.len() >= 8 => {
+                    let stage = words[0];
+                    let errno = words[1] as i32;
+                    let found = String::from_utf8_lossy(&body[8..]).into_owned();
+                    let why = if found.is_empty() {
+                        self.describe(stage, errno)
+                    } else {
+                        found
+                    };
+                    failed = Some(ExecFailure {
+                        why,
+                        denied: errno == libc::EACCES
+                            && (stage == STAGE_EXEC || stage == STAGE_CWD),
+                    });
+                }
+                _ => {}
+            }
         }
-        let stage = u32::from_ne_bytes([report[0], report[1], report[2], report[3]]);
-        let errno = i32::from_ne_bytes([report[4], report[5], report[6], report[7]]);
-        Some(Err(ExecFailure {
-            why: self.describe(stage, errno),
-            denied: errno == libc::EACCES && (stage == STAGE_EXEC || stage == STAGE_CWD),
-        }))
+        Some(failed.map_or(Ok(()), Err))
+    }
+
+    /// Who the child became, once it said (a service with a user): its user's name
+    /// and the uid and groups it took, with the group it was configured with.
+    pub fn took(&self) -> Option<(Option<String>, crate::access::Who)> {
+        let creds = self.creds.as_ref()?;
+        let (uid, gids) = self.took.clone()?;
+        let who = crate::access::Who {
+            name: creds.user.clone()?,
+            uid,
+            gids,
+        };
+        Some((creds.group.clone(), who))
     }
 
     /// The user the child runs as, for messages ("root" when it keeps supd's).
@@ -293,8 +343,20 @@ pub fn spawn_service(
             cwd,
             creds,
             limits,
+            got: Vec::new(),
+            took: None,
         },
     ))
+}
+
+/// The first record of a report and what follows it; `None` at its end (or at a record
+/// cut short).
+fn record(bytes: &[u8]) -> Option<(u32, &[u8], &[u8])> {
+    let (head, rest) = bytes.split_at_checked(8)?;
+    let kind = u32::from_ne_bytes([head[0], head[1], head[2], head[3]]);
+    let len = u32::from_ne_bytes([head[4], head[5], head[6], head[7]]) as usize;
+    let (body, rest) = rest.split_at_checked(len)?;
+    Some((kind, body, rest))
 }
 
 const STAGE_EXEC: u32 = 0;
@@ -529,7 +591,9 @@ fn child_main(
     // SAFETY (whole function): each call is a plain async-signal-safe system call on
     // integers or on pointers into memory prepared before the fork, which this child's
     // copy of the address space still holds; the child ends in execve or _exit and never
-    // returns into Rust code of the parent.
+    // returns into Rust code of the parent. After its go-ahead it also allocates, reads
+    // the user database and (refused) stats its path: sound because supd has one
+    // thread, so no lock in this copy of it is held by another.
     unsafe {
         for &fd in guards.iter().chain(own) {
             if fd >= 0 {
@@ -614,26 +678,56 @@ fn child_main(
                 fail(report, STAGE_CREDS);
             }
         }
+        // Who it became, for supd to remember (it never reads the user database).
+        let who = p.user.as_ref().zip(ids.uid).map(|(name, uid)| {
+            let mut gids = ids.groups.clone();
+            gids.extend(ids.gid.filter(|g| !ids.groups.contains(g)));
+            crate::access::Who {
+                name: name.to_string_lossy().into_owned(),
+                uid,
+                gids,
+            }
+        });
+        if let Some(who) = &who {
+            let mut body = Vec::with_capacity(4 * (who.gids.len() + 1));
+            for id in std::iter::once(who.uid).chain(who.gids.iter().copied()) {
+                body.extend_from_slice(&id.to_ne_bytes());
+            }
+            write_record(report, REPORT_TOOK, &body);
+        }
         // Entered as the service's user: a directory it may not enter is refused here,
         // not left as a cwd it cannot use.
+        let cwd = std::path::Path::new(std::ffi::OsStr::from_bytes(p.cwd.to_bytes()));
         if libc::chdir(p.cwd.as_ptr()) < 0 {
-            fail(report, STAGE_CWD);
+            let errno = errno_now();
+            if let (libc::EACCES, Some(who)) = (errno, &who) {
+                let found = crate::access::diagnose(cwd, cwd, who, crate::access::Want::Enter);
+                fail_found(report, STAGE_CWD, errno, found);
+            }
+            fail_with(report, STAGE_CWD, errno);
         }
         // As execvp: the first candidate that runs wins; one that exists but may not be
         // run (EACCES) is reported over the ones that do not exist.
-        let mut denied = false;
+        let mut denied = None;
         let mut errno = libc::ENOENT;
         for path in &p.candidates {
             libc::execve(path.as_ptr(), p.argv_ptrs.as_ptr(), envp);
             errno = errno_now();
             match errno {
-                libc::EACCES => denied = true,
+                libc::EACCES => denied = denied.or(Some(path)),
                 libc::ENOENT | libc::ENOTDIR => {}
                 _ => break,
             }
         }
-        if denied && (errno == libc::ENOENT || errno == libc::ENOTDIR) {
+        if denied.is_some() && (errno == libc::ENOENT || errno == libc::ENOTDIR) {
             errno = libc::EACCES;
+        }
+        if let (libc::EACCES, Some(path), Some(who)) = (errno, denied, &who) {
+            // As its user, what on the way refuses it (names of owners looked up here,
+            // in the child, never in supd).
+            let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+            let found = crate::access::diagnose(path, cwd, who, crate::access::Want::Exec);
+            fail_found(report, STAGE_EXEC, errno, found);
         }
         fail_with(report, STAGE_EXEC, errno)
     }
@@ -1029,16 +1123,55 @@ fn fail(report: RawFd, stage: u32) -> ! {
     fail_with(report, stage, errno_now())
 }
 
-/// Writes `stage` and `errno` to the report pipe and exits (in the child).
+/// Writes `stage` and `errno` to the report pipe and exits (in the child; no
+/// allocation).
 fn fail_with(report: RawFd, stage: u32, errno: i32) -> ! {
-    let mut msg = [0u8; 8];
-    msg[..4].copy_from_slice(&stage.to_ne_bytes());
-    msg[4..].copy_from_slice(&errno.to_ne_bytes());
-    // SAFETY: writes 8 bytes from the stack, then exits without running any destructor
-    // of the parent's (async-signal-safe calls only).
-    unsafe {
-        libc::write(report, msg.as_ptr().cast(), msg.len());
-        libc::_exit(127)
+    let mut msg = [0u8; 16];
+    msg[..4].copy_from_slice(&REPORT_FAILED.to_ne_bytes());
+    msg[4..8].copy_from_slice(&8u32.to_ne_bytes());
+    msg[8..12].copy_from_slice(&stage.to_ne_bytes());
+    msg[12..].copy_from_slice(&errno.to_ne_bytes());
+    write_all(report, &msg);
+    // SAFETY: exits without running any destructor of the parent's.
+    unsafe { libc::_exit(127) }
+}
+
+/// Writes `stage`, `errno` and what the child found as its user (when it found
+/// something) to the report pipe and exits (in the child, which may allocate here).
+fn fail_found(report: RawFd, stage: u32, errno: i32, found: Option<String>) -> ! {
+    let Some(found) = found else {
+        fail_with(report, stage, errno)
+    };
+    let mut body = Vec::with_capacity(8 + found.len());
+    body.extend_from_slice(&stage.to_ne_bytes());
+    body.extend_from_slice(&errno.to_ne_bytes());
+    body.extend_from_slice(found.as_bytes());
+    write_record(report, REPORT_FAILED, &body);
+    // SAFETY: exits without running any destructor of the parent's.
+    unsafe { libc::_exit(127) }
+}
+
+/// Writes one record (its kind, its length, `body`) to the report pipe (in the child).
+fn write_record(report: RawFd, kind: u32, body: &[u8]) {
+    let mut msg = Vec::with_capacity(8 + body.len());
+    msg.extend_from_slice(&kind.to_ne_bytes());
+    msg.extend_from_slice(&(body.len() as u32).to_ne_bytes());
+    msg.extend_from_slice(body);
+    write_all(report, &msg);
+}
+
+/// Writes all of `bytes` to `fd` (a pipe that may take a large record in parts).
+fn write_all(fd: RawFd, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: writes at most `bytes.len()` bytes from a live slice.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 && errno_now() == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        bytes = &bytes[n as usize..];
     }
 }
 
@@ -1158,7 +1291,6 @@ pub fn cloexec_inherited() {
 /// The POSIX access ACL of `path` (its `system.posix_acl_access` extended attribute,
 /// following symbolic links), raw; `None` when it has none or it cannot be read.
 pub fn posix_acl(path: &std::path::Path) -> Option<Vec<u8>> {
-    use std::os::unix::ffi::OsStrExt;
     let p = CString::new(path.as_os_str().as_bytes()).ok()?;
     let name = c"system.posix_acl_access";
     let mut buf = vec![0u8; 4096];

@@ -451,8 +451,13 @@ impl Supervisor {
     /// Why a service of the tool could not run `version`, if it could not: its program
     /// must be there and executable, and a service run as a `user` must be able to
     /// reach and run it, and enter the version directory when that is its cwd, as that
-    /// user (its uid, its group and its supplementary groups).
+    /// user: the uid and groups its child took at its last start (or another service's
+    /// of the same user and group), as the child reported them, for supd never reads
+    /// the user database itself (a slow one must not stall it). A service whose user
+    /// never started is not checked here: its start is then refused for permission,
+    /// which rolls the upgrade back and marks no version bad.
     fn not_executable(&self, tool: &str, version: &str) -> Option<String> {
+        use crate::access::{check, numeric_owner, stat_chain, Want};
         let dir = versions::tool_dir(&self.cfg.supd.tools_dir, tool).join(version);
         for s in self
             .slots
@@ -480,20 +485,30 @@ impl Supervisor {
             let Some(user) = s.cfg.user.as_deref() else {
                 continue;
             };
-            let cwd = s.cfg.cwd.is_none().then_some(dir.as_path());
-            let checked = match &program {
-                Some(path) => crate::access::may_run(user, s.cfg.group.as_deref(), path, cwd),
-                None => match cwd {
-                    Some(d) => {
-                        crate::access::lookup(user, s.cfg.group.as_deref()).and_then(|who| {
-                            crate::access::stat_chain(d).and_then(|chain| {
-                                crate::access::check(&chain, &who, crate::access::Want::Enter)
-                            })
-                        })
-                    }
-                    None => Ok(()),
-                },
+            let took = self.slots.values().find_map(|o| {
+                o.ran_as
+                    .as_ref()
+                    .filter(|(group, who)| who.name == user && *group == s.cfg.group)
+                    .map(|(_, who)| who)
+            });
+            let Some(who) = took else {
+                log::info!(
+                    "{}: user '{user}' is not checked against {tool} {version}: it has not started as that user yet",
+                    s.cfg.name
+                );
+                continue;
             };
+            let cwd = s.cfg.cwd.is_none().then_some(dir.as_path());
+            let checked = program
+                .as_deref()
+                .map_or(Ok(()), |p| {
+                    check(&stat_chain(p, numeric_owner)?, who, Want::Exec)
+                })
+                .and_then(|()| {
+                    cwd.map_or(Ok(()), |d| {
+                        check(&stat_chain(d, numeric_owner)?, who, Want::Enter)
+                    })
+                });
             if let Err(why) = checked {
                 return Some(format!(
                     "service {}: {why}; nothing was switched",

@@ -460,3 +460,179 @@ fn a_user_let_through_a_private_state_dir_by_an_acl_may_upgrade() {
         "the ACL, not the mode, lets nobody through: {said}"
     );
 }
+
+/// An LD_PRELOAD library for supd that aborts it when its own process (not a forked
+/// child, whose pid differs) reads the user database once the file named by
+/// `SUP_TEST_NSS_TRAP` exists: a user database that hangs (LDAP, sssd) would stall supd
+/// there. It writes supd's pid into `TRAP.loaded` when it loads, to show it is in place.
+fn nss_trap(sb: &Sandbox) -> PathBuf {
+    let src = sb.path("nss_trap.c");
+    fs::write(
+        &src,
+        r#"#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static pid_t supd;
+__attribute__((constructor)) static void loaded(void) {
+    const char *trap = getenv("SUP_TEST_NSS_TRAP");
+    if (!trap || strcmp(program_invocation_short_name, "supd") != 0) return;
+    supd = getpid();
+    char path[4096], pid[32];
+    snprintf(path, sizeof path, "%s.loaded", trap);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) { write(fd, pid, snprintf(pid, sizeof pid, "%d\n", (int)supd)); close(fd); }
+}
+static void trap(const char *what) {
+    const char *armed = getenv("SUP_TEST_NSS_TRAP");
+    if (!supd || getpid() != supd || !armed || access(armed, F_OK) != 0) return;
+    char msg[256];
+    int n = snprintf(msg, sizeof msg, "NSS TRAP: supd's own process called %s\n", what);
+    write(2, msg, n);
+    abort();
+}
+#define REAL(name) static __typeof__(name) *real; if (!real) real = dlsym(RTLD_NEXT, #name)
+struct passwd *getpwnam(const char *a) { trap("getpwnam"); REAL(getpwnam); return real(a); }
+struct passwd *getpwuid(uid_t a) { trap("getpwuid"); REAL(getpwuid); return real(a); }
+struct group *getgrnam(const char *a) { trap("getgrnam"); REAL(getgrnam); return real(a); }
+struct group *getgrgid(gid_t a) { trap("getgrgid"); REAL(getgrgid); return real(a); }
+int getpwnam_r(const char *a, struct passwd *b, char *c, size_t d, struct passwd **e) {
+    trap("getpwnam_r"); REAL(getpwnam_r); return real(a, b, c, d, e);
+}
+int getpwuid_r(uid_t a, struct passwd *b, char *c, size_t d, struct passwd **e) {
+    trap("getpwuid_r"); REAL(getpwuid_r); return real(a, b, c, d, e);
+}
+int getgrnam_r(const char *a, struct group *b, char *c, size_t d, struct group **e) {
+    trap("getgrnam_r"); REAL(getgrnam_r); return real(a, b, c, d, e);
+}
+int getgrgid_r(gid_t a, struct group *b, char *c, size_t d, struct group **e) {
+    trap("getgrgid_r"); REAL(getgrgid_r); return real(a, b, c, d, e);
+}
+int getgrouplist(const char *a, gid_t b, gid_t *c, int *d) {
+    trap("getgrouplist"); REAL(getgrouplist); return real(a, b, c, d);
+}
+int initgroups(const char *a, gid_t b) { trap("initgroups"); REAL(initgroups); return real(a, b); }
+"#,
+    )
+    .expect("write shim");
+    let so = sb.path("nss_trap.so");
+    let out = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .arg("-ldl")
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    so
+}
+
+#[test]
+fn supd_never_reads_the_user_database_itself() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run a service as nobody");
+        return;
+    }
+    // A socket_group that exists: looked up once, before the loop, and handed over
+    // by a reexec.
+    let mut sb = package_layout(AGENT);
+    let cfg = fs::read_to_string(sb.path("sup.toml")).expect("config");
+    let cfg = cfg.replace("[supd]\n", "[supd]\nsocket_group = \"root\"\n");
+    fs::write(sb.path("sup.toml"), cfg).expect("write config");
+    let shim = nss_trap(&sb);
+    let trap = sb.path("nss-trap");
+    let mut cmd = std::process::Command::new(SUPD);
+    cmd.env("LD_PRELOAD", &shim).env("SUP_TEST_NSS_TRAP", &trap);
+    sb.start_with(cmd, &["-c"]);
+    let loaded = fs::read_to_string(sb.path("nss-trap.loaded")).unwrap_or_default();
+    assert_eq!(
+        loaded.trim(),
+        sb.supd_pid().to_string(),
+        "the trap is loaded into supd"
+    );
+    fs::write(&trap, "").expect("arm the trap");
+    let alive = |sb: &Sandbox| {
+        assert!(
+            !sb.supd_log().contains("NSS TRAP"),
+            "supd looked a user up itself:\n{}",
+            sb.supd_log()
+        );
+    };
+
+    // The children look nobody up; supd remembers the uid and groups they took.
+    install(&sb, "1.0.0");
+    sb.upgrade_wait("1.0.0", true);
+    sb.wait_state("agent", "running");
+    wait_file(&sb.path("out/agent-1.0.0"), |t| t.ends_with('\n'));
+    alive(&sb);
+    // A new image takes what the old one knew (socket_group, the uid and groups taken).
+    let out = sb.supctl(&["reexec"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "reexec: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sb.supd_log()
+    );
+    alive(&sb);
+
+    // An upgrade nobody could not run is refused, checked against what the child took;
+    // owners by number (supd names nobody).
+    install(&sb, "2.0.0");
+    let v2 = sb.path("state/tools/agent/2.0.0");
+    chmod(&v2, 0o700);
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    alive(&sb);
+    assert_ne!(out.status.code(), Some(0), "refused: {err}");
+    for part in [
+        "user 'nobody'",
+        &format!("cannot search the directory {}", v2.display()),
+        "mode 0700, owner 0:0",
+        "nothing was switched",
+    ] {
+        assert!(err.contains(part), "the refusal lacks {part:?}: {err}");
+    }
+    assert_eq!(link(&sb), "1.0.0", "current is unchanged");
+
+    // A start refused for permission: the child says why, owners by name.
+    let bin = sb.path("state/tools/agent/1.0.0/bin/agent");
+    chmod(&bin, 0o700);
+    kill_agent(&sb);
+    let st = sb.wait_state("agent", "failed");
+    alive(&sb);
+    let reason = st["reason"].as_str().unwrap_or_default().to_string();
+    for part in [
+        "permission denied",
+        &format!("user 'nobody' cannot execute {}", bin.display()),
+        "mode 0700, owner root:",
+        "supctl start agent",
+    ] {
+        assert!(reason.contains(part), "reason lacks {part:?}: {reason}");
+    }
+    // Mended, both go through, and supd answers all along.
+    chmod(&bin, 0o755);
+    chmod(&v2, 0o755);
+    let out = sb.supctl(&["start", "agent"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sb.upgrade_wait("2.0.0", true);
+    assert_eq!(link(&sb), "2.0.0");
+    alive(&sb);
+    assert!(common::alive(sb.supd_pid()), "supd runs");
+    sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+}

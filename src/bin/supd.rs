@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use sup::config::{self, Config};
-use sup::control::Server;
+use sup::control::{Server, SocketGroup};
 use sup::notify::NotifySocket;
 use sup::signals::Signals;
 use sup::supervisor::Supervisor;
@@ -304,7 +304,13 @@ fn fresh(cfg: &Config) -> Result<Edges, String> {
     }
     sup::statedir::make_private(&cfg.supd.state_dir);
     let lock = sup::statedir::lock(&cfg.supd.state_dir, std::time::Duration::from_secs(1))?;
-    let group = cfg.supd.socket_group.as_deref();
+    // Looked up here, before the loop, once (the loop never reads the user database).
+    let group = cfg
+        .supd
+        .socket_group
+        .as_deref()
+        .and_then(|g| SocketGroup::lookup(&cfg.supd.socket, g));
+    let group = group.as_ref();
     let server = match Server::bind(&cfg.supd.socket, group) {
         Ok(s) => s,
         // Another supd serving there is a reason to leave, except for an init.
@@ -338,7 +344,19 @@ fn fresh(cfg: &Config) -> Result<Edges, String> {
 fn take_over(h: &sup::handoff::Handoff, cfg: &Config) -> Result<Edges, String> {
     let listener =
         sup::sys::adopt_fd(h.listener_fd).map_err(|e| format!("the handed-over socket: {e}"))?;
-    let server = Server::adopt(listener, &cfg.supd.socket, cfg.supd.socket_group.as_deref())
+    // As the previous image looked it up, when it is the same group (else looked up
+    // here, before the loop).
+    let handed = h
+        .socket_group
+        .clone()
+        .filter(|g| cfg.supd.socket_group.as_deref() == Some(g.name.as_str()));
+    let group = handed.or_else(|| {
+        cfg.supd
+            .socket_group
+            .as_deref()
+            .and_then(|g| SocketGroup::lookup(&cfg.supd.socket, g))
+    });
+    let server = Server::adopt(listener, &cfg.supd.socket, group.as_ref())
         .map_err(|e| format!("the handed-over socket: {e}"))?;
     let notify = h.notify.as_ref().and_then(|(fd, path)| {
         sup::sys::adopt_fd(*fd)
