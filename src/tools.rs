@@ -651,9 +651,15 @@ impl Supervisor {
             })
             .collect();
         for tool in due {
+            // Ready, and healthy where it has a check: a check that has not passed yet
+            // holds the commit until it passes, or fails `failures` times (which ends the
+            // probation). An unhealthy verdict during probation has ended it already.
             let ready = self.tool_services(&tool).iter().all(|n| {
                 let s = &self.slots[n];
-                s.svc.want == crate::service::Want::Down || s.svc.is_ready(&s.cfg)
+                s.svc.want == crate::service::Want::Down
+                    || (s.svc.is_ready(&s.cfg)
+                        && (s.cfg.health.is_none()
+                            || s.check.health == crate::health::Health::Healthy))
             });
             if !ready {
                 continue;
@@ -975,6 +981,7 @@ impl Supervisor {
             give: None,
             ready_fd: None,
             tuning: Default::default(),
+            own_pid_env: None,
         })
     }
 
