@@ -288,7 +288,7 @@ restart_delay = "10ms"
 crash_loop = {{ restarts = 2, window = "1m" }}
 on_crash_loop = "stop"
 stop_timeout = "2s"
-health = {{ command = ["{check}"], interval = "100ms", timeout = "1s", failures = 2 }}
+health = {{ command = ["{check}"], interval = "100ms", timeout = "1s", failures = 2, start_delay = "300ms" }}
 "#
     ));
     let mut w = {
@@ -314,4 +314,57 @@ health = {{ command = ["{check}"], interval = "100ms", timeout = "1s", failures 
     let mut lines = text.lines();
     assert!(lines.next().unwrap_or("").contains("HEALTH"), "{text}");
     assert!(text.contains("a     failed  unhealthy"), "{text}");
+}
+
+/// supd's context switches so far.
+fn switches(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("ctxt_switches"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn without_checks_supd_stays_idle_and_with_one_it_wakes_per_run_only() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let mut sb = Sandbox::new();
+    sb.config(&format!(
+        r#"
+[service.plain]
+command = ["/bin/sleep", "3600"]
+
+[service.checked]
+command = ["/bin/sleep", "3600"]
+autostart = false
+health = {{ tcp = "{addr}", interval = "200ms", timeout = "1s" }}
+"#
+    ));
+    sb.start();
+    sb.wait_state("plain", "running");
+    let pid = sb.supd_pid();
+    // Nothing is due: supd sleeps in poll. A window of one second with no wake-up at
+    // all, among five (what the requests above set going may take a moment to end).
+    let quiet = (0..5).any(|_| {
+        let before = switches(pid);
+        std::thread::sleep(Duration::from_secs(1));
+        switches(pid) == before
+    });
+    assert!(quiet, "an idle supd kept waking up");
+
+    sb.ok(json!({"cmd": "start", "service": "checked"}));
+    let mut w = sb.watch();
+    if sb.status("checked")["health"] != "healthy" {
+        w.until(&sb, |e| e["event"] == "health" && e["to"] == "healthy");
+    }
+    drop(w);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = switches(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let woke = switches(pid) - before;
+    // About ten runs: each is one wake-up when due and one when its connect is done.
+    assert!((5..=25).contains(&woke), "{woke} wake-ups for ten runs");
+    drop(listener);
 }
