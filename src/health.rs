@@ -128,7 +128,11 @@ impl CheckState {
             crate::config::Check::Command(_) => {
                 format!("check command timed out after {}", Human(cfg.timeout))
             }
-            c => format!("no answer from {} within {}", c.target(), Human(cfg.timeout)),
+            c => format!(
+                "no answer from {} within {}",
+                c.target(),
+                Human(cfg.timeout)
+            ),
         }
     }
 

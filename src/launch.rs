@@ -94,7 +94,9 @@ pub fn plan(
         env.push(("SUP_VERSION".into(), v.clone()));
     }
     // A notify service's socket, or a watchdog's (given only to those).
-    if let Some(sock) = notify_socket.filter(|_| cfg.ready == Ready::Notify || cfg.watchdog.is_some()) {
+    if let Some(sock) =
+        notify_socket.filter(|_| cfg.ready == Ready::Notify || cfg.watchdog.is_some())
+    {
         env.push(("NOTIFY_SOCKET".into(), sock.to_string_lossy().into_owned()));
     }
     // As systemd: the timeout in microseconds; WATCHDOG_PID (the main pid) is set by

@@ -348,10 +348,14 @@ impl Supervisor {
             match k.as_str() {
                 "READY" if v == "1" && self.is_notify(name) => self.apply(name, Event::Ready, now),
                 "WATCHDOG" if v == "1" => self.watchdog_ping(name, now),
-                "WATCHDOG" if v == "trigger" => {
-                    if self.slots.get(name).is_some_and(|s| s.cfg.watchdog.is_some()) {
-                        self.watchdog_failed(name, "watchdog: WATCHDOG=trigger".into(), now);
-                    }
+                "WATCHDOG"
+                    if v == "trigger"
+                        && self
+                            .slots
+                            .get(name)
+                            .is_some_and(|s| s.cfg.watchdog.is_some()) =>
+                {
+                    self.watchdog_failed(name, "watchdog: WATCHDOG=trigger".into(), now);
                 }
                 "STATUS" => {
                     if let Some(s) = self.slots.get_mut(name) {

@@ -1120,6 +1120,10 @@ impl Supervisor {
             "pending": state.pending.as_ref().map(|p| p.op.describe(&p.change.record)),
             "write_error": state.pending.as_ref().map(|p| p.error.clone()),
             "retry_in_ms": state.pending.as_ref().map(|p| p.retry_at.since(now).as_millis() as u64),
+            "health": self.tool_services(tool).iter().filter_map(|n| {
+                let h = self.health_of(n)?;
+                Some(json!({"service": n, "health": h.health.as_str()}))
+            }).collect::<Vec<Value>>(),
             "versions": list,
         })
     }

@@ -102,10 +102,7 @@ fn the_watchdog_catches_a_version_that_hangs_after_ready_and_it_is_rolled_back()
     agent(&sb, "watchdog = \"400ms\"");
     sb.start();
     let env_file = sb.path("wd-env");
-    sb.install_version(
-        "1.0.0",
-        &format!("exec {py} ping {}", env_file.display()),
-    );
+    sb.install_version("1.0.0", &format!("exec {py} ping {}", env_file.display()));
     sb.upgrade_wait("1.0.0", true);
     // As systemd: the timeout in microseconds and the main pid.
     let st = sb.wait_state("agent", "running");
@@ -119,7 +116,12 @@ fn the_watchdog_catches_a_version_that_hangs_after_ready_and_it_is_rolled_back()
     sb.install_version("1.1.0", &format!("exec {py} hang {}", env_file.display()));
     let mut w = sb.watch();
     sb.upgrade_wait("1.1.0", false);
-    assert_rolled_back(&sb, "1.1.0", "1.0.0", "watchdog: no WATCHDOG=1 within 400ms");
+    assert_rolled_back(
+        &sb,
+        "1.1.0",
+        "1.0.0",
+        "watchdog: no WATCHDOG=1 within 400ms",
+    );
     let e = w.until(&sb, |e| e["event"] == "health" && e["to"] == "unhealthy");
     assert_eq!(e["service"], "agent");
     assert_eq!(e["reason"], "watchdog: no WATCHDOG=1 within 400ms");
@@ -160,8 +162,7 @@ fn a_command_check_catches_a_version_that_hangs_and_its_hung_checks_are_killed()
 }
 
 #[test]
-fn an_http_check_catches_a_version_that_answers_500_and_a_healthy_one_commits_only_once_checked()
-{
+fn an_http_check_catches_a_version_that_answers_500_and_a_healthy_one_commits_only_once_checked() {
     let mut sb = Sandbox::new();
     let py = sb.file("serve-status.py", HTTP_SERVER);
     let port = etcd::free_port();
@@ -187,18 +188,36 @@ fn an_http_check_catches_a_version_that_answers_500_and_a_healthy_one_commits_on
 
     sb.install_version("1.1.0", &format!("exec {py} {port} 500"));
     let mut w = sb.watch();
-    sb.upgrade_wait("1.1.0", false);
+    let out = sb.supctl(&["upgrade", "agent", "1.1.0"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // In probation, before the first check: its health is shown as unknown.
+    let v = versions(&sb);
+    assert_eq!(v["phase"], "probation", "{v:#}");
+    assert_eq!(
+        v["health"],
+        json!([{"service": "agent", "health": "unknown"}]),
+        "{v:#}"
+    );
     let want = format!("health: 3 failures: HTTP 500 from 127.0.0.1:{port}/healthz");
-    assert_rolled_back(&sb, "1.1.0", "1.0.0", &want);
     let e = w.until(&sb, |e| e["event"] == "health" && e["to"] == "unhealthy");
     assert_eq!(e["reason"], want.as_str());
+    w.until(&sb, |e| e["event"] == "rollback" && e["from"] == "1.1.0");
+    assert_rolled_back(&sb, "1.1.0", "1.0.0", &want);
     // The old version is healthy again once checked.
     let mut w = sb.watch();
     if sb.status("agent")["health"] != "healthy" {
         w.until(&sb, |e| e["event"] == "health" && e["to"] == "healthy");
     }
     let st = sb.status("agent");
-    assert_eq!(st["health_last_failure"]["reason"], want.replace("health: 3 failures: ", ""));
+    assert_eq!(
+        st["health_last_failure"]["reason"],
+        want.replace("health: 3 failures: ", "")
+    );
 }
 
 #[test]
@@ -252,7 +271,11 @@ health = {{ command = ["{check}"], interval = "5s", timeout = "1500ms", failures
     for _ in 0..5 {
         let t = Instant::now();
         let st = sb.status("a");
-        assert!(t.elapsed() < Duration::from_millis(500), "status took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "status took {:?}",
+            t.elapsed()
+        );
         assert_eq!(st["health"], "unknown", "{st}");
     }
     while !processes_with_cmdline(&["sleep", &mark]).is_empty() {
@@ -264,8 +287,7 @@ health = {{ command = ["{check}"], interval = "5s", timeout = "1500ms", failures
         let st = sb.status("a");
         if st["health_failures"] == 1 {
             assert_eq!(
-                st["health_last_failure"]["reason"],
-                "check command timed out after 1500ms",
+                st["health_last_failure"]["reason"], "check command timed out after 1500ms",
                 "{st}"
             );
             assert_eq!(st["state"], "running");
@@ -297,7 +319,10 @@ health = {{ command = ["{check}"], interval = "100ms", timeout = "1s", failures 
     };
     let e = w.until(&sb, |e| e["event"] == "health" && e["to"] == "unhealthy");
     assert_eq!(e["service"], "a");
-    assert_eq!(e["reason"], "health: 2 failures: check command exited with code 1");
+    assert_eq!(
+        e["reason"],
+        "health: 2 failures: check command exited with code 1"
+    );
     let st = sb.wait_state("a", "failed");
     let reason = st["reason"].as_str().unwrap_or("");
     assert!(
@@ -367,4 +392,38 @@ health = {{ tcp = "{addr}", interval = "200ms", timeout = "1s" }}
     // About ten runs: each is one wake-up when due and one when its connect is done.
     assert!((5..=25).contains(&woke), "{woke} wake-ups for ten runs");
     drop(listener);
+}
+
+#[test]
+fn watchdog_trigger_is_a_failure_at_once_and_the_service_is_restarted() {
+    let mut sb = Sandbox::new();
+    let py = sb.file(
+        "trigger.py",
+        "#!/usr/bin/python3\nimport os, socket, time\n\
+         socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b\"WATCHDOG=trigger\", os.environ[\"NOTIFY_SOCKET\"])\n\
+         time.sleep(3600)\n",
+    );
+    sb.config(&format!(
+        r#"
+[service.a]
+command = ["{py}"]
+watchdog = "1h"
+restart_delay = "10ms"
+"#
+    ));
+    let mut w = {
+        sb.start();
+        sb.watch()
+    };
+    let e = w.until(&sb, |e| e["event"] == "health" && e["to"] == "unhealthy");
+    assert_eq!(e["reason"], "watchdog: WATCHDOG=trigger");
+    w.until(&sb, |e| e["event"] == "state" && e["to"] == "stopping");
+    let e = w.until(&sb, |e| e["event"] == "state" && e["to"] == "backoff");
+    assert!(
+        e["reason"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("watchdog: WATCHDOG=trigger"),
+        "{e}"
+    );
 }

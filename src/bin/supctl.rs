@@ -779,6 +779,21 @@ fn print_versions(o: &mut String, d: &Value) {
             s("proposed"),
             s("from")
         );
+        let health: Vec<String> = d["health"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|h| {
+                format!(
+                    "{} {}",
+                    h["service"].as_str().unwrap_or("?"),
+                    h["health"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        if !health.is_empty() {
+            outln!(o, "  health: {}", health.join(", "));
+        }
     }
     if let Some(r) = d["reason"].as_str() {
         outln!(o, "  last: {r}");

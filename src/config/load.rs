@@ -742,7 +742,11 @@ fn read_health(ctx: &mut FileCtx, v: &Value, key: &str) -> Option<HealthConfig> 
             "start_delay" => set(&mut h.start_delay, ctx.duration(item, f)),
             "failures" => match ctx.integer(item, f) {
                 Some(n) if (1..=1000).contains(&n) => h.failures = n as u32,
-                Some(_) => ctx.err(item.span(), f, "expected a number of failures from 1 to 1000"),
+                Some(_) => ctx.err(
+                    item.span(),
+                    f,
+                    "expected a number of failures from 1 to 1000",
+                ),
                 None => {}
             },
             _ => ctx.unknown(k.span(), f, HEALTH_KEYS),
@@ -804,11 +808,13 @@ fn parse_http(s: &str) -> Result<(std::net::SocketAddr, String), String> {
         None => (rest, "/"),
     };
     if path.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-        return Err(format!("'{s}': the path must not hold spaces or control characters"));
+        return Err(format!(
+            "'{s}': the path must not hold spaces or control characters"
+        ));
     }
-    let addr = host.parse().map_err(|_| {
-        format!("'{s}': '{host}' is not an address: expected {NUMERIC}")
-    })?;
+    let addr = host
+        .parse()
+        .map_err(|_| format!("'{s}': '{host}' is not an address: expected {NUMERIC}"))?;
     Ok((addr, path.to_string()))
 }
 

@@ -162,22 +162,24 @@ impl Probe {
                         }
                         Err(why) => return Some(Err(why)),
                     },
-                    HttpPhase::Writing(buf, off) => match nix::unistd::write(&*sock, &buf[*off..]) {
-                        Ok(n) => {
-                            *off += n;
-                            if *off >= buf.len() {
-                                *phase = HttpPhase::Reading(Vec::new());
+                    HttpPhase::Writing(buf, off) => {
+                        match nix::unistd::write(&*sock, &buf[*off..]) {
+                            Ok(n) => {
+                                *off += n;
+                                if *off >= buf.len() {
+                                    *phase = HttpPhase::Reading(Vec::new());
+                                }
+                            }
+                            Err(Errno::EINTR) => {}
+                            Err(Errno::EAGAIN) => return None,
+                            Err(e) => {
+                                return Some(Err(format!(
+                                    "cannot send the request to {addr}: {}",
+                                    e.desc()
+                                )))
                             }
                         }
-                        Err(Errno::EINTR) => {}
-                        Err(Errno::EAGAIN) => return None,
-                        Err(e) => {
-                            return Some(Err(format!(
-                                "cannot send the request to {addr}: {}",
-                                e.desc()
-                            )))
-                        }
-                    },
+                    }
                     HttpPhase::Reading(got) => {
                         let mut buf = [0u8; 1024];
                         let room = (HTTP_READ_MAX - got.len()).min(buf.len());
@@ -235,7 +237,7 @@ impl Supervisor {
     /// lease rule: a leader-only service that is unhealthy makes its node ineligible.
     pub fn health_of(&self, name: &str) -> Option<HealthView> {
         let s = self.slots.get(name)?;
-        (s.cfg.health.is_some() || s.cfg.watchdog.is_some()).then(|| HealthView {
+        (s.cfg.health.is_some() || s.cfg.watchdog.is_some()).then_some(HealthView {
             health: s.check.health,
             unhealthy_since_ms: s.check.unhealthy_since_ms,
         })
@@ -569,6 +571,9 @@ mod tests {
             }
         };
         let why = outcome.expect_err("refused");
-        assert!(why.contains(&addr.to_string()) && why.contains("refused"), "{why}");
+        assert!(
+            why.contains(&addr.to_string()) && why.contains("refused"),
+            "{why}"
+        );
     }
 }

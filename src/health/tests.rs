@@ -25,7 +25,10 @@ fn the_first_run_comes_after_the_start_delay_then_every_interval() {
     assert!(s.due(at(105)));
     s.begin(&c, at(105));
     assert_eq!(s.deadline(), Some(at(107)), "the run's timeout comes first");
-    assert_eq!(s.finish(&c, Ok(()), at(106), 1).map(|c| c.to), Some(Health::Healthy));
+    assert_eq!(
+        s.finish(&c, Ok(()), at(106), 1).map(|c| c.to),
+        Some(Health::Healthy)
+    );
     assert_eq!(s.deadline(), Some(at(115)));
     assert!(!s.due(at(114)));
     assert!(s.due(at(115)));
@@ -51,7 +54,7 @@ fn failures_count_consecutively_and_the_threshold_gives_one_verdict() {
     let c = cfg();
     let mut s = CheckState::default();
     s.start(&c, at(0));
-    let mut run = |s: &mut CheckState, t: u64, r: Result<(), String>| {
+    let run = |s: &mut CheckState, t: u64, r: Result<(), String>| {
         s.begin(&c, at(t));
         s.finish(&c, r, at(t + 1), t * 1000)
     };
@@ -61,7 +64,10 @@ fn failures_count_consecutively_and_the_threshold_gives_one_verdict() {
     assert_eq!(run(&mut s, 15, Err("HTTP 500 from x".into())), None);
     let v = run(&mut s, 25, Err("HTTP 500 from x".into())).expect("verdict");
     assert_eq!(v.to, Health::Unhealthy);
-    assert_eq!(v.reason.as_deref(), Some("health: 3 failures: HTTP 500 from x"));
+    assert_eq!(
+        v.reason.as_deref(),
+        Some("health: 3 failures: HTTP 500 from x")
+    );
     assert_eq!(s.unhealthy_since_ms, Some(25_000));
     assert_eq!(s.last_failure.as_ref().map(|f| f.time_ms), Some(25_000));
     // No second verdict while it stays unhealthy.
@@ -85,7 +91,10 @@ fn a_flaky_failure_below_the_threshold_keeps_it_healthy_and_is_forgotten_on_succ
     s.begin(&c, at(25));
     assert_eq!(s.finish(&c, Ok(()), at(25), 0), None);
     assert_eq!(s.failures, 0);
-    assert_eq!(s.last_failure.as_ref().map(|f| f.reason.as_str()), Some("refused"));
+    assert_eq!(
+        s.last_failure.as_ref().map(|f| f.reason.as_str()),
+        Some("refused")
+    );
 }
 
 #[test]

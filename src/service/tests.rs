@@ -495,7 +495,10 @@ fn an_unhealthy_service_is_stopped_then_restarted_as_a_failure_counted_for_the_c
     let actions = s.step(&c, Event::Unhealthy(why.clone()), at(500));
     assert_eq!(
         actions,
-        vec![Action::Signal(c.stop_signal), Action::Unhealthy(why.clone())]
+        vec![
+            Action::Signal(c.stop_signal),
+            Action::Unhealthy(why.clone())
+        ]
     );
     assert_eq!(s.state, State::Stopping);
     assert_eq!(s.deadline, Some(at(800)), "SIGKILL after stop_timeout");
@@ -503,7 +506,11 @@ fn an_unhealthy_service_is_stopped_then_restarted_as_a_failure_counted_for_the_c
     assert_eq!(s.state, State::Backoff);
     assert_eq!(s.history.streak, 1);
     assert_eq!(s.restarts, 1);
-    assert!(s.reason.as_deref().unwrap_or("").starts_with(&why), "{:?}", s.reason);
+    assert!(
+        s.reason.as_deref().unwrap_or("").starts_with(&why),
+        "{:?}",
+        s.reason
+    );
     // Not up: a late verdict changes nothing.
     assert_eq!(s.step(&c, Event::Unhealthy(why), at(520)), vec![]);
     assert_eq!(s.state, State::Backoff);

@@ -490,14 +490,23 @@ health = { command = ["bin/c", "check"], timeout = "1s", start_delay = "3s" }
             path: "/healthz".into()
         }
     );
-    assert_eq!((h.interval, h.timeout, h.failures), (Duration::from_secs(5), Duration::from_secs(2), 2));
+    assert_eq!(
+        (h.interval, h.timeout, h.failures),
+        (Duration::from_secs(5), Duration::from_secs(2), 2)
+    );
     let b = cfg.services["b"].health.as_ref().expect("health");
     assert_eq!(b.check, Check::Tcp("[::1]:9000".parse().expect("addr")));
     assert_eq!(b.start_delay, Duration::ZERO);
     assert_eq!(cfg.services["b"].watchdog, None);
     let c = cfg.services["c"].health.as_ref().expect("health");
-    assert_eq!(c.check, Check::Command(vec!["bin/c".into(), "check".into()]));
-    assert_eq!((c.timeout, c.start_delay), (Duration::from_secs(1), Duration::from_secs(3)));
+    assert_eq!(
+        c.check,
+        Check::Command(vec!["bin/c".into(), "check".into()])
+    );
+    assert_eq!(
+        (c.timeout, c.start_delay),
+        (Duration::from_secs(1), Duration::from_secs(3))
+    );
 }
 
 #[test]
@@ -528,10 +537,22 @@ watchdog = "0s"
             && all.contains("supd looks up no host names"),
         "{all}"
     );
-    assert!(all.contains("service.b.health: expected exactly one of command, tcp and http"), "{all}");
+    assert!(
+        all.contains("service.b.health: expected exactly one of command, tcp and http"),
+        "{all}"
+    );
     assert!(all.contains("service.c.health: missing the check"), "{all}");
-    assert!(all.contains("service.d.health.http: 'https://127.0.0.1/' is not an http:// URL"), "{all}");
+    assert!(
+        all.contains("service.d.health.http: 'https://127.0.0.1/' is not an http:// URL"),
+        "{all}"
+    );
     assert!(all.contains("service.d.health.bogus: unknown key"), "{all}");
-    assert!(all.contains("service.d.health.failures: expected a number of failures"), "{all}");
-    assert!(all.contains("service.d.watchdog: expected a duration longer than 0"), "{all}");
+    assert!(
+        all.contains("service.d.health.failures: expected a number of failures"),
+        "{all}"
+    );
+    assert!(
+        all.contains("service.d.watchdog: expected a duration longer than 0"),
+        "{all}"
+    );
 }
