@@ -1120,9 +1120,13 @@ impl Supervisor {
             "pending": state.pending.as_ref().map(|p| p.op.describe(&p.change.record)),
             "write_error": state.pending.as_ref().map(|p| p.error.clone()),
             "retry_in_ms": state.pending.as_ref().map(|p| p.retry_at.since(now).as_millis() as u64),
+            // The health of each run on the version in probation ("unknown" until then).
             "health": self.tool_services(tool).iter().filter_map(|n| {
                 let h = self.health_of(n)?;
-                Some(json!({"service": n, "health": h.health.as_str()}))
+                let slot = &self.slots[n];
+                let this_run = slot.health_pid.is_some() && slot.version == r.proposed;
+                let health = if this_run { h.health } else { crate::health::Health::Unknown };
+                Some(json!({"service": n, "health": health.as_str()}))
             }).collect::<Vec<Value>>(),
             "versions": list,
         })

@@ -248,11 +248,10 @@ impl Supervisor {
     pub fn sync_health(&mut self, now: Mono) {
         let mut ended = Vec::new();
         for slot in self.slots.values_mut() {
-            if slot.cfg.health.is_none() && slot.cfg.watchdog.is_none() {
-                continue;
-            }
+            // A reload may have taken the check away from a service being restarted.
+            let checked = slot.cfg.health.is_some() || slot.cfg.watchdog.is_some();
             let up = matches!(slot.svc.state, State::Starting | State::Running);
-            let pid = slot.svc.pid.filter(|_| up);
+            let pid = slot.svc.pid.filter(|_| up && checked);
             if pid == slot.health_pid {
                 continue;
             }
@@ -310,13 +309,17 @@ impl Supervisor {
             let Some(slot) = self.slots.get_mut(&name) else {
                 continue;
             };
-            if let Some(d) = slot.cfg.watchdog {
-                if let Some(why) = slot.watchdog.expired(d, now) {
-                    self.watchdog_failed(&name, why, now);
-                    continue;
+            match slot.cfg.watchdog {
+                Some(d) => {
+                    if let Some(why) = slot.watchdog.expired(d, now) {
+                        self.watchdog_failed(&name, why, now);
+                        continue;
+                    }
                 }
+                None => slot.watchdog.stop(),
             }
             let Some(h) = slot.cfg.health.clone() else {
+                slot.check.stop();
                 continue;
             };
             if slot.check.timed_out(now) {
