@@ -427,3 +427,40 @@ restart_delay = "10ms"
         "{e}"
     );
 }
+
+#[test]
+fn a_check_command_runs_as_the_service_user_in_its_cwd_and_env() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run a service as another user");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let work = sb.path("work");
+    std::fs::create_dir(&work).expect("mkdir");
+    let check = sb.script(
+        "as-user-check",
+        &format!(
+            "[ \"$(id -un)\" = nobody ] && [ \"$(pwd)\" = {} ] && [ \"$MODE\" = checked ] && [ \"$SUP_SERVICE\" = a ]",
+            work.display()
+        ),
+    );
+    sb.config(&format!(
+        r#"
+[service.a]
+command = ["/bin/sleep", "3600"]
+user = "nobody"
+cwd = "{}"
+env = {{ MODE = "checked" }}
+health = {{ command = ["{check}"], interval = "100ms", timeout = "2s", failures = 1 }}
+"#,
+        work.display()
+    ));
+    let mut w = {
+        sb.start();
+        sb.watch()
+    };
+    if sb.status("a")["health"] != "healthy" {
+        let e = w.until(&sb, |e| e["event"] == "health");
+        assert_eq!(e["to"], "healthy", "{e}");
+    }
+}
