@@ -890,7 +890,8 @@ fn print_status(o: &mut String, list: &[ServiceStatus]) {
             reason = format!("{reason} [{} log lines dropped]", s.log_dropped);
         }
         if let Some(f) = s.health_last_failure.as_ref().filter(|_| {
-            s.health.as_deref() == Some("unhealthy") || s.health_failures.unwrap_or(0) > 0
+            // Not mended yet: no passing check since (such as the one it was restarted for).
+            s.health.as_deref() != Some("healthy") || s.health_failures.unwrap_or(0) > 0
         }) {
             let when = sup::time::utc_stamp(
                 std::time::UNIX_EPOCH + std::time::Duration::from_millis(f.time_ms),

@@ -261,8 +261,10 @@ impl Supervisor {
             slot.health_pid = pid;
             match pid {
                 Some(_) => {
-                    if let Some(h) = &slot.cfg.health {
-                        slot.check.start(h, now);
+                    match &slot.cfg.health {
+                        Some(h) => slot.check.start(h, now),
+                        // A watchdog alone: unknown until the first ping of this run.
+                        None => slot.check.health = Health::Unknown,
                     }
                     if let Some(d) = slot.cfg.watchdog {
                         slot.watchdog.start(d, now);
