@@ -548,6 +548,7 @@ fn event_line(e: &Value, offset_s: i64) -> String {
             line.push(s("service").unwrap_or_else(|| "?".into()));
             line.push("health".into());
             line.push(s("to").unwrap_or_else(|| "?".into()));
+            detail(&mut line, "version", s("version"));
             detail(&mut line, "from", s("from"));
         }
         Some("rollback") => {

@@ -529,12 +529,14 @@ impl Supervisor {
                 change.to.as_str()
             ),
         }
+        let version = self.slots.get(name).and_then(|s| s.version.clone());
         let e = json!({
             "event": "health",
             "service": name,
             "from": change.from.as_str(),
             "to": change.to.as_str(),
             "reason": change.reason,
+            "version": version,
             "time": unix_ms(),
         });
         self.server.broadcast(&crate::protocol::line(e));
