@@ -25,6 +25,8 @@ enum Token {
     Client(u64),
     /// Index of the service in name order, and which of its fds.
     Service(usize, ServiceFd),
+    /// The socket of a health check under way, by index of its service in name order.
+    Health(usize),
 }
 
 /// Runs until the supervisor sets its exit status; returns it.
@@ -124,6 +126,10 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::Service(index, kind));
         fds.push(PollFd::new(fd, input));
     }
+    for (index, fd, flags) in sup.health_fds() {
+        tokens.push(Token::Health(index));
+        fds.push(PollFd::new(fd, flags));
+    }
     match poll(&mut fds, timeout) {
         Ok(_) => {}
         Err(nix::errno::Errno::EINTR) => return Ok(Vec::new()),
@@ -158,6 +164,11 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
             if flags.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
                 sup.server.read(id);
                 sup.serve(id, now);
+            }
+        }
+        Token::Health(index) => {
+            if let Some(name) = sup.slots.keys().nth(index).cloned() {
+                sup.on_health_fd(&name, now);
             }
         }
         Token::Service(index, kind) => {

@@ -252,6 +252,14 @@ impl Supervisor {
     /// was (the fds close-on-exec again, the handoff file removed).
     pub fn exec_handoff(&mut self, binary: &Path) -> String {
         let path = self.cfg.supd.state_dir.join("handoff.json");
+        // Health checks under way end here (the new image knows nothing of them and
+        // starts its own): a check command's group is killed, a socket closed.
+        for slot in self.slots.values_mut() {
+            if let Some(p) = slot.probe.take() {
+                p.cancel();
+            }
+            slot.health_pid = None;
+        }
         // What has exited is reaped here, its group killed, by the image that knows it.
         self.reap(Mono::now());
         // What this image logged goes to its log file before the exec (the writer and

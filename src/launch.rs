@@ -34,6 +34,8 @@ pub struct Plan {
     pub version: Option<String>,
     /// umask, nice and resource limits, set by the child.
     pub tuning: Tuning,
+    /// The child sets `WATCHDOG_PID` to its own pid (a `watchdog` is configured).
+    pub watchdog_pid: bool,
 }
 
 /// Resolves a service's start.
@@ -91,8 +93,16 @@ pub fn plan(
     if let Some(v) = &version {
         env.push(("SUP_VERSION".into(), v.clone()));
     }
-    if let (Ready::Notify, Some(sock)) = (cfg.ready, notify_socket) {
+    // A notify service's socket, or a watchdog's (given only to those).
+    if let Some(sock) =
+        notify_socket.filter(|_| cfg.ready == Ready::Notify || cfg.watchdog.is_some())
+    {
         env.push(("NOTIFY_SOCKET".into(), sock.to_string_lossy().into_owned()));
+    }
+    // As systemd: the timeout in microseconds; WATCHDOG_PID (the main pid) is set by
+    // the child itself.
+    if let Some(d) = cfg.watchdog {
+        env.push(("WATCHDOG_USEC".into(), d.as_micros().to_string()));
     }
     if let Some(user) = &cfg.user {
         // HOME comes from the user database, in the child, unless `env` sets it.
@@ -132,6 +142,7 @@ pub fn plan(
             nice: cfg.nice,
             limits: cfg.limits.clone(),
         },
+        watchdog_pid: cfg.watchdog.is_some(),
     })
 }
 

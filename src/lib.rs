@@ -18,6 +18,7 @@ pub mod deadman;
 pub mod event_loop;
 pub mod failpoint;
 pub mod handoff;
+pub mod health;
 pub mod instance;
 pub mod launch;
 pub mod lease;

@@ -492,6 +492,7 @@ impl LogWriter {
             give: None,
             ready_fd: Some((theirs.as_raw_fd(), 3)),
             tuning: Default::default(),
+            own_pid_env: None,
         })?;
         Ok(Link {
             pid,

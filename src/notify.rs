@@ -234,7 +234,7 @@ impl Supervisor {
     /// The socket path a `ready = "notify"` service gets, `None` for other services.
     pub fn notify_path(&self, name: &str) -> Result<Option<PathBuf>, String> {
         match self.slots.get(name) {
-            Some(s) if s.cfg.ready == crate::config::Ready::Notify => {
+            Some(s) if s.cfg.ready == crate::config::Ready::Notify || s.cfg.watchdog.is_some() => {
                 socket_path(&dir_for(&self.cfg.supd.socket), name).map(Some)
             }
             _ => Ok(None),
@@ -347,6 +347,16 @@ impl Supervisor {
         for (k, v) in fields {
             match k.as_str() {
                 "READY" if v == "1" && self.is_notify(name) => self.apply(name, Event::Ready, now),
+                "WATCHDOG" if v == "1" => self.watchdog_ping(name, now),
+                "WATCHDOG"
+                    if v == "trigger"
+                        && self
+                            .slots
+                            .get(name)
+                            .is_some_and(|s| s.cfg.watchdog.is_some()) =>
+                {
+                    self.watchdog_failed(name, "watchdog: WATCHDOG=trigger".into(), now);
+                }
                 "STATUS" => {
                     if let Some(s) = self.slots.get_mut(name) {
                         s.status_text = Some(v);

@@ -375,6 +375,26 @@ pub struct ServiceStatus {
     /// is "exited".
     #[serde(default)]
     pub up: bool,
+    /// "healthy", "unhealthy" or "unknown" for a service with a `health` check or a
+    /// `watchdog`; `None` for one with neither.
+    #[serde(default)]
+    pub health: Option<String>,
+    /// Consecutive failures of its check.
+    #[serde(default)]
+    pub health_failures: Option<u32>,
+    /// Its last failure of a check or the watchdog: why, and when.
+    #[serde(default)]
+    pub health_last_failure: Option<HealthFailure>,
+    /// When it last became unhealthy (Unix milliseconds).
+    #[serde(default)]
+    pub unhealthy_since_ms: Option<u64>,
+}
+
+/// A failed health check or watchdog, in `status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthFailure {
+    pub reason: String,
+    pub time_ms: u64,
 }
 
 /// Builds an object from pairs, skipping nothing; for event payloads.

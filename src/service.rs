@@ -105,6 +105,9 @@ pub enum Event {
     Exited(Exit),
     /// The service's deadline has come.
     Timer,
+    /// Its health check or watchdog failed (the reason says which): a failure. It is
+    /// stopped and then restarted under the restart policy, counted for the crash loop.
+    Unhealthy(String),
     /// A reload changed its definition while it has no process: one waiting out a
     /// backoff or a cooldown, or failed, starts again at once with a fresh history (the
     /// fix it waited for may be this one). A running one gets `Restart` instead.
@@ -122,6 +125,8 @@ pub enum Action {
     CrashLoop(String),
     /// A start was not ready in time, for this reason (likewise).
     NotReady(String),
+    /// A health check or the watchdog failed, for this reason (likewise).
+    Unhealthy(String),
 }
 
 /// The state of one service, owned by the supervisor.
@@ -293,6 +298,15 @@ impl Service {
                 let mut actions = self.begin_stop(cfg, AfterStop::Failure(why.clone()), now);
                 actions.push(Action::NotReady(why));
                 actions
+            }
+            (Starting | Running, Event::Unhealthy(why)) => {
+                let mut actions = self.begin_stop(cfg, AfterStop::Failure(why.clone()), now);
+                self.reason = Some(format!("{why}; stopping it"));
+                actions.push(Action::Unhealthy(why));
+                actions
+            }
+            (Stopped | Stopping | Backoff | Cooldown | Failed | Exited, Event::Unhealthy(_)) => {
+                vec![]
             }
             (Stopping, Event::Timer) => {
                 self.deadline = None;

@@ -58,6 +58,14 @@ pub struct Slot {
     pub ran_as: Option<(Option<String>, crate::access::Who)>,
     /// Removed by a reload: dropped once it is down.
     pub removed: bool,
+    /// Its health check's state (`health`), kept across its runs for `status`.
+    pub check: crate::health::CheckState,
+    /// The check's run under way.
+    pub probe: Option<crate::health::run::Probe>,
+    /// Its watchdog's deadline (`watchdog`).
+    pub watchdog: crate::health::Watchdog,
+    /// The run (main pid) its checks and watchdog belong to; `None` while it is not up.
+    pub health_pid: Option<i32>,
 }
 
 /// Which of a service's fds is ready.
@@ -188,6 +196,8 @@ pub struct Supervisor {
     drain_retry: Option<(Mono, Duration)>,
     /// A reload's helper reading the config (`reload.rs`).
     pub reload_job: Option<crate::reload::Job>,
+    /// Health check commands under way: pid to service.
+    pub check_pids: BTreeMap<i32, String>,
 }
 
 impl Slot {
@@ -255,6 +265,7 @@ impl Supervisor {
             grant_timer: None,
             cleanup: None,
             reload_job: None,
+            check_pids: BTreeMap::new(),
         };
         let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
         for def in defs {
@@ -287,6 +298,10 @@ impl Supervisor {
             exec_error: None,
             ran_as: None,
             removed: false,
+            check: Default::default(),
+            probe: None,
+            watchdog: Default::default(),
+            health_pid: None,
         };
         self.slots.insert(slot.cfg.name.clone(), slot);
     }
@@ -311,7 +326,7 @@ impl Supervisor {
                         i.signal(sig);
                     }
                 }
-                Action::CrashLoop(why) | Action::NotReady(why) => {
+                Action::CrashLoop(why) | Action::NotReady(why) | Action::Unhealthy(why) => {
                     if let Some(t) = &tool {
                         probation_ended |= self.probation_failed(t, &format!("{name}: {why}"), now);
                     }
@@ -491,6 +506,7 @@ impl Supervisor {
             ready_fd: ready_write.as_ref().map(|(w, n)| (sys::raw(w), *n)),
             give,
             tuning: plan.tuning,
+            own_pid_env: plan.watchdog_pid.then(|| "WATCHDOG_PID".to_string()),
         };
         let mut instance = None;
         // The record is written, and the child put in its cgroup, before its program
@@ -581,6 +597,11 @@ impl Supervisor {
                     break;
                 }
             };
+            if self.check_pids.contains_key(&pid.as_raw()) {
+                // What is left of a check goes with it; its zombie still holds the pid,
+                // so the group is the check's own.
+                let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+            }
             let service = self.pids.get(&pid.as_raw()).cloned();
             if let Some(i) = service
                 .as_ref()
@@ -602,6 +623,10 @@ impl Supervisor {
             let pid = pid.as_raw();
             if let Some(task) = self.tasks.remove(&pid) {
                 self.task_done(task, exit, now);
+                continue;
+            }
+            if self.check_pids.contains_key(&pid) {
+                self.check_reaped(pid, exit, now);
                 continue;
             }
             let Some(name) = self.pids.remove(&pid) else {
@@ -783,6 +808,7 @@ impl Supervisor {
         for name in due {
             self.apply(&name, Event::Timer, now);
         }
+        self.fire_health(now);
         if let Some(sd) = self.shutdown.as_mut() {
             if sd.deadline <= now && !sd.killed {
                 sd.killed = true;
@@ -811,6 +837,7 @@ impl Supervisor {
             .chain(self.socket_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())
+            .chain(self.next_health_deadline())
             .chain(self.waiters.iter().filter_map(|w| match w.what {
                 WaitFor::LeaseDown { by, .. } | WaitFor::Started { by, .. } => Some(by),
                 _ => None,
@@ -844,6 +871,8 @@ impl Supervisor {
             }
             keep
         });
+        // Checks begin and end with their service's run (spawned or stopped above).
+        self.sync_health(now);
         self.answer_waiters(now);
     }
 
@@ -1146,6 +1175,17 @@ impl Supervisor {
             log_dropped: slot.output.as_ref().map(|o| o.dropped).unwrap_or(0),
             next_ms: svc.deadline.map(|d| d.since(now).as_millis() as u64),
             up: svc.is_ready(&slot.cfg),
+            health: self
+                .health_of(&slot.cfg.name)
+                .map(|h| h.health.as_str().to_string()),
+            health_failures: slot.cfg.health.as_ref().map(|_| slot.check.failures),
+            health_last_failure: slot.check.last_failure.as_ref().map(|f| {
+                crate::protocol::HealthFailure {
+                    reason: f.reason.clone(),
+                    time_ms: f.time_ms,
+                }
+            }),
+            unhealthy_since_ms: slot.check.unhealthy_since_ms,
         }
     }
 

@@ -93,6 +93,8 @@ pub struct SpawnSpec {
     pub give: Option<std::path::PathBuf>,
     /// umask, nice and resource limits.
     pub tuning: Tuning,
+    /// An environment variable the child sets to its own pid (`WATCHDOG_PID`).
+    pub own_pid_env: Option<String>,
 }
 
 /// The fds that keep a second supd out (the state lock, the listening socket): a forked
@@ -417,6 +419,8 @@ struct ChildPlan {
     give: Option<CString>,
     /// `env` sets HOME already (else the user's home directory is added).
     has_home: bool,
+    /// `NAME=` of a variable set to the child's own pid.
+    own_pid_env: Option<String>,
     nofile: Option<libc::rlimit>,
     umask: Option<libc::mode_t>,
     nice: Option<libc::c_int>,
@@ -504,6 +508,7 @@ impl ChildPlan {
                 None => None,
             },
             has_home: spec.env.iter().any(|(k, _)| k == "HOME"),
+            own_pid_env: spec.own_pid_env.as_ref().map(|k| format!("{k}=")),
             nofile: CHILD_NOFILE.get().copied(),
             umask: spec.tuning.umask.map(|m| m as libc::mode_t),
             nice: spec.tuning.nice,
@@ -654,14 +659,21 @@ fn child_main(
         let ids = account(p, report);
         let mut envp = p.envp_ptrs.as_ptr();
         let with_home: Vec<*const libc::c_char>;
-        if let Some(home) = ids.home.as_ref().filter(|_| !p.has_home) {
-            // Allocating here is sound: supd has one thread, so no lock of the
-            // allocator can be held by another in this copy of it.
+        // Allocating here is sound: supd has one thread, so no lock of the allocator
+        // can be held by another in this copy of it.
+        let own_pid: Option<CString> = p
+            .own_pid_env
+            .as_ref()
+            .and_then(|k| CString::new(format!("{k}{}", libc::getpid())).ok());
+        let home = ids.home.as_ref().filter(|_| !p.has_home);
+        if home.is_some() || own_pid.is_some() {
             let n = p.envp_ptrs.len() - 1;
             with_home = p.envp_ptrs[..n]
                 .iter()
                 .copied()
-                .chain([home.as_ptr(), std::ptr::null()])
+                .chain(home.map(|h| h.as_ptr()))
+                .chain(own_pid.as_ref().map(|c| c.as_ptr()))
+                .chain([std::ptr::null()])
                 .collect();
             envp = with_home.as_ptr();
         }

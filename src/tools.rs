@@ -666,9 +666,15 @@ impl Supervisor {
             })
             .collect();
         for tool in due {
+            // Ready, and healthy where it has a check: a check that has not passed yet
+            // holds the commit until it passes, or fails `failures` times (which ends the
+            // probation). An unhealthy verdict during probation has ended it already.
             let ready = self.tool_services(&tool).iter().all(|n| {
                 let s = &self.slots[n];
-                s.svc.want == crate::service::Want::Down || s.svc.is_ready(&s.cfg)
+                s.svc.want == crate::service::Want::Down
+                    || (s.svc.is_ready(&s.cfg)
+                        && (s.cfg.health.is_none()
+                            || s.check.health == crate::health::Health::Healthy))
             });
             if !ready {
                 continue;
@@ -990,6 +996,7 @@ impl Supervisor {
             give: None,
             ready_fd: None,
             tuning: Default::default(),
+            own_pid_env: None,
         })
     }
 
@@ -1128,6 +1135,14 @@ impl Supervisor {
             "pending": state.pending.as_ref().map(|p| p.op.describe(&p.change.record)),
             "write_error": state.pending.as_ref().map(|p| p.error.clone()),
             "retry_in_ms": state.pending.as_ref().map(|p| p.retry_at.since(now).as_millis() as u64),
+            // The health of each run on the version in probation ("unknown" until then).
+            "health": self.tool_services(tool).iter().filter_map(|n| {
+                let h = self.health_of(n)?;
+                let slot = &self.slots[n];
+                let this_run = slot.health_pid.is_some() && slot.version == r.proposed;
+                let health = if this_run { h.health } else { crate::health::Health::Unknown };
+                Some(json!({"service": n, "health": health.as_str()}))
+            }).collect::<Vec<Value>>(),
             "versions": list,
         })
     }

@@ -544,6 +544,13 @@ fn event_line(e: &Value, offset_s: i64) -> String {
                 reason = Some(reason.map_or(waits.clone(), |r| format!("{r}; {waits}")));
             }
         }
+        Some("health") => {
+            line.push(s("service").unwrap_or_else(|| "?".into()));
+            line.push("health".into());
+            line.push(s("to").unwrap_or_else(|| "?".into()));
+            detail(&mut line, "version", s("version"));
+            detail(&mut line, "from", s("from"));
+        }
         Some("rollback") => {
             line.push(s("tool").unwrap_or_else(|| "?".into()));
             line.push("rollback".into());
@@ -773,6 +780,21 @@ fn print_versions(o: &mut String, d: &Value) {
             s("proposed"),
             s("from")
         );
+        let health: Vec<String> = d["health"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|h| {
+                format!(
+                    "{} {}",
+                    h["service"].as_str().unwrap_or("?"),
+                    h["health"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        if !health.is_empty() {
+            outln!(o, "  health: {}", health.join(", "));
+        }
     }
     if let Some(r) = d["reason"].as_str() {
         outln!(o, "  last: {r}");
@@ -829,9 +851,12 @@ fn print_versions(o: &mut String, d: &Value) {
 
 /// The aligned table of `status`.
 fn print_status(o: &mut String, list: &[ServiceStatus]) {
+    // A HEALTH column only where some service has a check or a watchdog.
+    let checked = list.iter().any(|s| s.health.is_some());
     let mut rows = vec![[
         "NAME",
         "STATE",
+        "HEALTH",
         "PID",
         "UPTIME",
         "VERSION",
@@ -865,9 +890,24 @@ fn print_status(o: &mut String, list: &[ServiceStatus]) {
         if s.log_dropped > 0 {
             reason = format!("{reason} [{} log lines dropped]", s.log_dropped);
         }
+        if let Some(f) = s.health_last_failure.as_ref().filter(|_| {
+            // Not mended yet: no passing check since (such as the one it was restarted for).
+            s.health.as_deref() != Some("healthy") || s.health_failures.unwrap_or(0) > 0
+        }) {
+            let when = sup::time::utc_stamp(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(f.time_ms),
+            );
+            let h = format!("last health failure at {when}: {}", f.reason);
+            reason = if reason.is_empty() {
+                h
+            } else {
+                format!("{reason}; {h}")
+            };
+        }
         rows.push(vec![
             s.name.clone(),
             s.state.clone(),
+            s.health.clone().unwrap_or_else(|| "-".into()),
             s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             s.uptime_ms
                 .map(|ms| Human(std::time::Duration::from_secs(ms / 1000)).to_string())
@@ -878,13 +918,19 @@ fn print_status(o: &mut String, list: &[ServiceStatus]) {
             reason,
         ]);
     }
-    let widths: Vec<usize> = (0..8)
+    if !checked {
+        for r in rows.iter_mut() {
+            r.remove(2);
+        }
+    }
+    let last = rows[0].len() - 1;
+    let widths: Vec<usize> = (0..=last)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
     for r in rows {
         let mut line = String::new();
         for (i, cell) in r.iter().enumerate() {
-            if i == 7 {
+            if i == last {
                 line.push_str(cell);
             } else {
                 line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
@@ -917,6 +963,10 @@ mod tests {
             (
                 json!({"event": "rollback", "tool": "agent", "from": "1.2.0", "to": "1.1.0", "reason": "crash loop", "time": t}),
                 "17:20:01.123 agent rollback from 1.2.0 to 1.1.0: crash loop",
+            ),
+            (
+                json!({"event": "health", "service": "web", "from": "healthy", "to": "unhealthy", "reason": "health: 3 failures: HTTP 500 from 127.0.0.1:8080/healthz", "time": t}),
+                "17:20:01.123 web health unhealthy from healthy: health: 3 failures: HTTP 500 from 127.0.0.1:8080/healthz",
             ),
             (
                 json!({"event": "install", "tool": "agent", "version": "1.3.0", "ok": false, "error": "exists", "time": t}),

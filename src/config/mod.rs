@@ -217,6 +217,65 @@ pub struct ServiceConfig {
     /// Which instance of an `instances = N` table this service is (N > 1).
     #[serde(default)]
     pub instance: Option<Instance>,
+    /// `watchdog = "30s"`: sd_notify `WATCHDOG=1` must come this often.
+    #[serde(default)]
+    pub watchdog: Option<Duration>,
+    /// `health = { ... }`: a check supd runs itself.
+    #[serde(default)]
+    pub health: Option<HealthConfig>,
+}
+
+/// `health = { command | tcp | http, interval, timeout, failures, start_delay }`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthConfig {
+    pub check: Check,
+    /// From the start of one run to the start of the next.
+    pub interval: Duration,
+    /// A run longer than this is a failure (its process group killed, its socket closed).
+    pub timeout: Duration,
+    /// This many consecutive failures make the service unhealthy.
+    pub failures: u32,
+    /// The first run comes this long after the start (exec) of the service.
+    pub start_delay: Duration,
+}
+
+impl HealthConfig {
+    /// A check with the default interval, timeout, failures and start delay.
+    pub fn new(check: Check) -> HealthConfig {
+        HealthConfig {
+            check,
+            interval: Duration::from_secs(10),
+            timeout: Duration::from_secs(2),
+            failures: 3,
+            start_delay: Duration::ZERO,
+        }
+    }
+}
+
+/// What a health check does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Check {
+    /// A program run like the service (its user, cwd, env; a relative argv[0] inside
+    /// its version directory): exit 0 is healthy.
+    Command(Vec<String>),
+    /// A TCP connect to a numeric address.
+    Tcp(std::net::SocketAddr),
+    /// `GET path HTTP/1.0` to a numeric address: a 2xx status is healthy.
+    Http {
+        addr: std::net::SocketAddr,
+        path: String,
+    },
+}
+
+impl Check {
+    /// What the check looks at, for messages: "127.0.0.1:8080/healthz".
+    pub fn target(&self) -> String {
+        match self {
+            Check::Command(argv) => argv.first().cloned().unwrap_or_default(),
+            Check::Tcp(a) => a.to_string(),
+            Check::Http { addr, path } => format!("{addr}{path}"),
+        }
+    }
 }
 
 /// Instance `index` of table `table`: the service `table@index`, run with
@@ -281,6 +340,8 @@ impl ServiceConfig {
             limits: Vec::new(),
             env_file: Vec::new(),
             instance: None,
+            watchdog: None,
+            health: None,
         }
     }
 }

@@ -486,3 +486,32 @@ fn readiness_for_dependents() {
     c.ready = Ready::Exited;
     assert!(in_state(State::Exited).is_ready(&c));
 }
+
+#[test]
+fn an_unhealthy_service_is_stopped_then_restarted_as_a_failure_counted_for_the_crash_loop() {
+    let c = cfg();
+    let mut s = in_state(State::Running);
+    let why = "health: 3 failures: HTTP 500 from 127.0.0.1:8080/healthz".to_string();
+    let actions = s.step(&c, Event::Unhealthy(why.clone()), at(500));
+    assert_eq!(
+        actions,
+        vec![
+            Action::Signal(c.stop_signal),
+            Action::Unhealthy(why.clone())
+        ]
+    );
+    assert_eq!(s.state, State::Stopping);
+    assert_eq!(s.deadline, Some(at(800)), "SIGKILL after stop_timeout");
+    s.step(&c, Event::Exited(Exit::Signal(15)), at(510));
+    assert_eq!(s.state, State::Backoff);
+    assert_eq!(s.history.streak, 1);
+    assert_eq!(s.restarts, 1);
+    assert!(
+        s.reason.as_deref().unwrap_or("").starts_with(&why),
+        "{:?}",
+        s.reason
+    );
+    // Not up: a late verdict changes nothing.
+    assert_eq!(s.step(&c, Event::Unhealthy(why), at(520)), vec![]);
+    assert_eq!(s.state, State::Backoff);
+}

@@ -459,3 +459,100 @@ fn env_files_resolve_relative_to_their_config_and_may_be_optional() {
         got[1]
     );
 }
+
+#[test]
+fn watchdog_and_health_checks_parse_with_their_defaults() {
+    let (_, r) = load_text(
+        r#"
+[service.a]
+command = ["/bin/a"]
+watchdog = "30s"
+health = { http = "http://127.0.0.1:8080/healthz", interval = "5s", failures = 2 }
+
+[service.b]
+command = ["/bin/b"]
+health = { tcp = "[::1]:9000" }
+
+[service.c]
+tool = "c"
+command = ["bin/c"]
+health = { command = ["bin/c", "check"], timeout = "1s", start_delay = "3s" }
+"#,
+    );
+    let cfg = r.expect("valid");
+    let a = &cfg.services["a"];
+    assert_eq!(a.watchdog, Some(Duration::from_secs(30)));
+    let h = a.health.as_ref().expect("health");
+    assert_eq!(
+        h.check,
+        Check::Http {
+            addr: "127.0.0.1:8080".parse().expect("addr"),
+            path: "/healthz".into()
+        }
+    );
+    assert_eq!(
+        (h.interval, h.timeout, h.failures),
+        (Duration::from_secs(5), Duration::from_secs(2), 2)
+    );
+    let b = cfg.services["b"].health.as_ref().expect("health");
+    assert_eq!(b.check, Check::Tcp("[::1]:9000".parse().expect("addr")));
+    assert_eq!(b.start_delay, Duration::ZERO);
+    assert_eq!(cfg.services["b"].watchdog, None);
+    let c = cfg.services["c"].health.as_ref().expect("health");
+    assert_eq!(
+        c.check,
+        Check::Command(vec!["bin/c".into(), "check".into()])
+    );
+    assert_eq!(
+        (c.timeout, c.start_delay),
+        (Duration::from_secs(1), Duration::from_secs(3))
+    );
+}
+
+#[test]
+fn a_health_check_needs_exactly_one_numeric_target() {
+    let errs = errors_of(
+        r#"
+[service.a]
+command = ["/bin/a"]
+health = { http = "http://localhost:8080/healthz" }
+
+[service.b]
+command = ["/bin/b"]
+health = { tcp = "127.0.0.1:1", http = "http://127.0.0.1:1/" }
+
+[service.c]
+command = ["/bin/c"]
+health = { interval = "1s" }
+
+[service.d]
+command = ["/bin/d"]
+health = { http = "https://127.0.0.1/", bogus = 1, failures = 0 }
+watchdog = "0s"
+"#,
+    );
+    let all = errs.join("\n");
+    assert!(
+        all.contains("sup.toml:4:19: service.a.health.http: 'http://localhost:8080/healthz': 'localhost:8080' is not an address")
+            && all.contains("supd looks up no host names"),
+        "{all}"
+    );
+    assert!(
+        all.contains("service.b.health: expected exactly one of command, tcp and http"),
+        "{all}"
+    );
+    assert!(all.contains("service.c.health: missing the check"), "{all}");
+    assert!(
+        all.contains("service.d.health.http: 'https://127.0.0.1/' is not an http:// URL"),
+        "{all}"
+    );
+    assert!(all.contains("service.d.health.bogus: unknown key"), "{all}");
+    assert!(
+        all.contains("service.d.health.failures: expected a number of failures"),
+        "{all}"
+    );
+    assert!(
+        all.contains("service.d.watchdog: expected a duration longer than 0"),
+        "{all}"
+    );
+}
