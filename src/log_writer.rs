@@ -493,6 +493,7 @@ impl LogWriter {
             ready_fd: Some((theirs.as_raw_fd(), 3)),
             tuning: Default::default(),
             own_pid_env: None,
+            dies_with_supd: false,
         })?;
         Ok(Link {
             pid,

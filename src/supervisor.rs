@@ -507,6 +507,7 @@ impl Supervisor {
             give,
             tuning: plan.tuning,
             own_pid_env: plan.watchdog_pid.then(|| "WATCHDOG_PID".to_string()),
+            dies_with_supd: false,
         };
         let mut instance = None;
         // The record is written, and the child put in its cgroup, before its program

@@ -95,6 +95,9 @@ pub struct SpawnSpec {
     pub tuning: Tuning,
     /// An environment variable the child sets to its own pid (`WATCHDOG_PID`).
     pub own_pid_env: Option<String>,
+    /// The child is killed when supd dies (a health check: it has no pid record, so a
+    /// new supd could not end it; a service must outlive supd, and does not set this).
+    pub dies_with_supd: bool,
 }
 
 /// The fds that keep a second supd out (the state lock, the listening socket): a forked
@@ -421,6 +424,8 @@ struct ChildPlan {
     has_home: bool,
     /// `NAME=` of a variable set to the child's own pid.
     own_pid_env: Option<String>,
+    /// supd's pid when it dies with supd (see `SpawnSpec::dies_with_supd`).
+    dies_with: Option<libc::pid_t>,
     nofile: Option<libc::rlimit>,
     umask: Option<libc::mode_t>,
     nice: Option<libc::c_int>,
@@ -509,6 +514,10 @@ impl ChildPlan {
             },
             has_home: spec.env.iter().any(|(k, _)| k == "HOME"),
             own_pid_env: spec.own_pid_env.as_ref().map(|k| format!("{k}=")),
+            dies_with: spec
+                .dies_with_supd
+                .then(std::process::id)
+                .map(|p| p as libc::pid_t),
             nofile: CHILD_NOFILE.get().copied(),
             umask: spec.tuning.umask.map(|m| m as libc::mode_t),
             nice: spec.tuning.nice,
@@ -688,6 +697,14 @@ fn child_main(
         if let Some(uid) = ids.uid {
             if libc::setuid(uid) < 0 {
                 fail(report, STAGE_CREDS);
+            }
+        }
+        // Set after the change of user, which clears it; a supd that died before this
+        // line is seen in the parent pid, which is then no longer its.
+        if let Some(supd) = p.dies_with {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != supd {
+                libc::_exit(127);
             }
         }
         // Who it became, for supd to remember (it never reads the user database).

@@ -997,6 +997,7 @@ impl Supervisor {
             ready_fd: None,
             tuning: Default::default(),
             own_pid_env: None,
+            dies_with_supd: false,
         })
     }
 

@@ -464,3 +464,37 @@ health = {{ command = ["{check}"], interval = "100ms", timeout = "2s", failures 
         assert_eq!(e["to"], "healthy", "{e}");
     }
 }
+
+/// A check has no pid record, so a new supd could not end it: one that hangs when supd is
+/// killed must die with supd rather than stay behind forever.
+#[test]
+fn a_hung_check_dies_with_a_killed_supd() {
+    let mut sb = Sandbox::new();
+    let mark = format!("{}", sb.tag + 2_000_000);
+    let check = sb.script("hang-check", &format!("exec sleep {mark}"));
+    sb.config(&format!(
+        r#"
+[service.a]
+command = ["/bin/sleep", "3600"]
+health = {{ command = ["{check}"], interval = "1h", timeout = "1h" }}
+"#
+    ));
+    sb.start();
+    let end = Instant::now() + DEADLINE;
+    while processes_with_cmdline(&["sleep", &mark]).is_empty() {
+        assert!(Instant::now() < end, "the check never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    sb.stop_supd(nix::sys::signal::Signal::SIGKILL);
+    let end = Instant::now() + DEADLINE;
+    while let Some(&pid) = processes_with_cmdline(&["sleep", &mark]).first() {
+        if Instant::now() >= end {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("the check {pid} outlived supd");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -388,6 +388,7 @@ impl Supervisor {
             give: None,
             tuning: plan.tuning,
             own_pid_env: None,
+            dies_with_supd: true,
         };
         let (pid, exec) = sys::spawn_service(spec, |_| Ok(()))
             .map_err(|e| format!("check command: cannot start: {e}"))?;
