@@ -466,9 +466,9 @@ fn a_user_let_through_a_private_state_dir_by_an_acl_may_upgrade() {
 /// `SUP_TEST_NSS_TRAP` exists: a user database that hangs (LDAP, sssd) would stall supd
 /// there. It writes supd's pid into `TRAP.loaded` when it loads, to show it is in place.
 fn nss_trap(sb: &Sandbox) -> PathBuf {
-    let src = sb.path("nss_trap.c");
-    fs::write(
-        &src,
+    common::preload::build(
+        sb,
+        "nss_trap",
         r#"#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -520,21 +520,6 @@ int getgrouplist(const char *a, gid_t b, gid_t *c, int *d) {
 int initgroups(const char *a, gid_t b) { trap("initgroups"); REAL(initgroups); return real(a, b); }
 "#,
     )
-    .expect("write shim");
-    let so = sb.path("nss_trap.so");
-    let out = std::process::Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&src)
-        .arg("-ldl")
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    so
 }
 
 #[test]

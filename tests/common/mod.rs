@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod files;
 pub mod oldkernel;
+pub mod preload;
 pub mod scenarios;
 
 /// A duration from the tests' TTL strings ("900ms", "1s").
