@@ -305,25 +305,11 @@ fn log_files_belong_to_the_socket_group() {
 #[test]
 fn stderr_apart_is_kept_across_reexec() {
     let mut sb = Sandbox::new();
-    let go = sb.path("go");
-    nix::unistd::mkfifo(&go, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
-    let script = sb.script(
-        "talk.sh",
-        &format!(
-            "echo first >&2\nexec 3<>{}\nwhile read x <&3; do echo \"said $x\" >&2; done",
-            go.display()
-        ),
-    );
-    sb.config(&format!("[service.talk]\ncommand = [\"{script}\"]\n"));
-    sb.start();
+    common::talk::start_talk(&mut sb, " >&2");
     let log = sb.path("log/talk.log");
     wait_file(&log, |t| t.contains(" [stderr] first\n"));
     ok(&sb.supctl(&["reexec"]));
-    let mut talk = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&go)
-        .expect("open go");
-    std::io::Write::write_all(&mut talk, b"after\n").expect("write");
+    common::talk::say(&sb, "after");
     wait_file(&log, |t| t.contains(" [stderr] said after\n"));
     let only = ok(&sb.supctl(&["log", "talk", "--stderr"]));
     assert!(

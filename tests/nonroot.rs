@@ -35,6 +35,53 @@ fn package_mode(path: &str) -> u32 {
     deb
 }
 
+fn skip() -> bool {
+    if !is_root() {
+        eprintln!("skipped: needs root to run a service as nobody");
+        return true;
+    }
+    false
+}
+
+/// Runs supctl with `args` and fails unless it succeeds.
+fn supctl_ok(sb: &Sandbox, args: &[&str]) {
+    let out = sb.supctl(args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "supctl {}: {}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr),
+        sb.supd_log()
+    );
+}
+
+/// Runs supctl with `args`, fails unless it is refused, and returns what it said.
+fn supctl_refused(sb: &Sandbox, args: &[&str]) -> String {
+    let out = sb.supctl(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_ne!(out.status.code(), Some(0), "refused: {err}");
+    err
+}
+
+/// Fails unless `text` (a refusal, a reason) says every one of `parts`.
+fn assert_says(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "{part:?} is not said in: {text}");
+    }
+}
+
+/// Waits until `service` has failed and returns the reason given.
+fn failed_reason(sb: &Sandbox, service: &str) -> String {
+    let st = sb.wait_state(service, "failed");
+    st["reason"].as_str().unwrap_or_default().to_string()
+}
+
+/// What version `v` of the agent wrote when it started (see [`stage_private`]).
+fn agent_said(sb: &Sandbox, v: &str) -> String {
+    wait_file(&sb.path(&format!("out/agent-{v}")), |t| t.ends_with('\n'))
+}
+
 fn nobody() -> nix::unistd::User {
     nix::unistd::User::from_name("nobody")
         .ok()
@@ -108,13 +155,7 @@ fn stage_private(sb: &Sandbox, v: &str) -> PathBuf {
 
 fn install(sb: &Sandbox, v: &str) {
     let src = stage_private(sb, v);
-    let out = sb.supctl(&["install", "agent", v, &src.to_string_lossy()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "install {v}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    supctl_ok(sb, &["install", "agent", v, &src.to_string_lossy()]);
 }
 
 fn versions(sb: &Sandbox) -> Value {
@@ -149,12 +190,11 @@ fn running_1_0_0() -> Sandbox {
 
 #[test]
 fn a_versioned_tool_runs_as_its_user_from_the_package_layout() {
-    if !is_root() {
-        eprintln!("skipped: needs root to run a service as nobody");
+    if skip() {
         return;
     }
     let sb = running_1_0_0();
-    let said = wait_file(&sb.path("out/agent-1.0.0"), |t| t.ends_with('\n'));
+    let said = agent_said(&sb, "1.0.0");
     let dir = fs::canonicalize(sb.path("state/tools/agent/1.0.0")).expect("version dir");
     assert_eq!(
         said.trim(),
@@ -182,8 +222,7 @@ fn a_versioned_tool_runs_as_its_user_from_the_package_layout() {
 
 #[test]
 fn an_unversioned_service_of_a_user_starts_in_a_directory_it_can_read() {
-    if !is_root() {
-        eprintln!("skipped: needs root to run a service as nobody");
+    if skip() {
         return;
     }
     let sb = package_layout("");
@@ -216,16 +255,16 @@ fn an_unversioned_service_of_a_user_starts_in_a_directory_it_can_read() {
     assert_eq!(said.trim(), format!("{} / readable", nobody().uid));
     // A cwd the user may not enter is refused at the start, as that user, and said so;
     // not left as a directory it cannot use.
-    let st = sb.wait_state("walled", "failed");
-    let reason = st["reason"].as_str().unwrap_or_default();
-    for part in [
-        "permission denied",
-        "user 'nobody'",
-        &format!("cannot enter the directory {}", private.display()),
-        "supctl start walled",
-    ] {
-        assert!(reason.contains(part), "reason lacks {part:?}: {reason}");
-    }
+    let reason = failed_reason(&sb, "walled");
+    assert_says(
+        &reason,
+        &[
+            "permission denied",
+            "user 'nobody'",
+            &format!("cannot enter the directory {}", private.display()),
+            "supctl start walled",
+        ],
+    );
     assert!(
         sb.supd_log().contains("permission denied: user 'nobody'"),
         "supd's log says it:\n{}",
@@ -235,8 +274,7 @@ fn an_unversioned_service_of_a_user_starts_in_a_directory_it_can_read() {
 
 #[test]
 fn an_upgrade_its_user_cannot_run_is_refused_before_anything_is_switched() {
-    if !is_root() {
-        eprintln!("skipped: needs root to run a service as nobody");
+    if skip() {
         return;
     }
     let sb = running_1_0_0();
@@ -245,24 +283,21 @@ fn an_upgrade_its_user_cannot_run_is_refused_before_anything_is_switched() {
     let v2 = sb.path("state/tools/agent/2.0.0");
     // A version directory only root may enter: root could run it, nobody cannot.
     chmod(&v2, 0o700);
-    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "refused: {err}");
-    for part in [
-        "user 'nobody'",
-        &format!("cannot search the directory {}", v2.display()),
-        "mode 0700",
-        "nothing was switched",
-    ] {
-        assert!(err.contains(part), "the refusal lacks {part:?}: {err}");
-    }
+    let err = supctl_refused(&sb, &["upgrade", "agent", "2.0.0"]);
+    assert_says(
+        &err,
+        &[
+            "user 'nobody'",
+            &format!("cannot search the directory {}", v2.display()),
+            "mode 0700",
+            "nothing was switched",
+        ],
+    );
     // A program only its owner may run.
     chmod(&v2, 0o755);
     let bin = v2.join("bin/agent");
     chmod(&bin, 0o744);
-    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "refused: {err}");
+    let err = supctl_refused(&sb, &["upgrade", "agent", "2.0.0"]);
     assert!(
         err.contains(&format!("user 'nobody' cannot execute {}", bin.display())),
         "the refusal names the program: {err}"
@@ -313,8 +348,7 @@ fn runs(sb: &Sandbox, w: &mut Watch, version: &str) {
 
 #[test]
 fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
-    if !is_root() {
-        eprintln!("skipped: needs root to run a service as nobody");
+    if skip() {
         return;
     }
     let mut sb = package_layout(
@@ -325,30 +359,24 @@ fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
     sb.start();
     install(&sb, "1.0.0");
     // The first version, in probation (nothing to roll back to).
-    let out = sb.supctl(&["upgrade", "agent", "1.0.0"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    supctl_ok(&sb, &["upgrade", "agent", "1.0.0"]);
     sb.wait_state("agent", "running");
     // Its program is then made root's alone (a careless chmod), and it dies.
     let bin = sb.path("state/tools/agent/1.0.0/bin/agent");
     chmod(&bin, 0o700);
     kill_agent(&sb);
-    let st = sb.wait_state("agent", "failed");
-    let reason = st["reason"].as_str().unwrap_or_default().to_string();
-    for part in [
-        "permission denied",
-        "user 'nobody' cannot execute",
-        &bin.display().to_string(),
-        "mode 0700, owner root:",
-        "not a crash",
-        "supctl start agent",
-    ] {
-        assert!(reason.contains(part), "reason lacks {part:?}: {reason}");
-    }
+    let reason = failed_reason(&sb, "agent");
+    assert_says(
+        &reason,
+        &[
+            "permission denied",
+            "user 'nobody' cannot execute",
+            &bin.display().to_string(),
+            "mode 0700, owner root:",
+            "not a crash",
+            "supctl start agent",
+        ],
+    );
     let v = versions(&sb);
     assert_eq!(bad(&sb, "1.0.0"), json!(false), "not marked bad: {v}");
     assert_eq!(
@@ -359,13 +387,7 @@ fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
     // Not retried meanwhile: it stays failed until started.
     let restarts = sb.status("agent")["restarts"].clone();
     chmod(&bin, 0o755);
-    let out = sb.supctl(&["start", "agent"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    supctl_ok(&sb, &["start", "agent"]);
     let st = sb.wait_state("agent", "running");
     assert_eq!(st["version"], "1.0.0");
     assert_eq!(st["restarts"], restarts, "the refused start was no crash");
@@ -373,13 +395,7 @@ fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
     // An upgrade whose version is then made unrunnable: rolled back, not marked bad.
     install(&sb, "2.0.0");
     let mut w = sb.watch();
-    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    supctl_ok(&sb, &["upgrade", "agent", "2.0.0"]);
     runs(&sb, &mut w, "2.0.0");
     chmod(&sb.path("state/tools/agent/2.0.0"), 0o700);
     kill_agent(&sb);
@@ -440,8 +456,7 @@ fn let_through(dir: &Path, uid: u32) -> bool {
 
 #[test]
 fn a_user_let_through_a_private_state_dir_by_an_acl_may_upgrade() {
-    if !is_root() {
-        eprintln!("skipped: needs root to run a service as nobody");
+    if skip() {
         return;
     }
     let mut sb = package_layout(AGENT);
@@ -454,7 +469,7 @@ fn a_user_let_through_a_private_state_dir_by_an_acl_may_upgrade() {
     sb.start();
     install(&sb, "1.0.0");
     sb.upgrade_wait("1.0.0", true);
-    let said = wait_file(&sb.path("out/agent-1.0.0"), |t| t.ends_with('\n'));
+    let said = agent_said(&sb, "1.0.0");
     assert!(
         said.starts_with(&format!("{} ", nobody().uid)),
         "the ACL, not the mode, lets nobody through: {said}"
@@ -466,9 +481,9 @@ fn a_user_let_through_a_private_state_dir_by_an_acl_may_upgrade() {
 /// `SUP_TEST_NSS_TRAP` exists: a user database that hangs (LDAP, sssd) would stall supd
 /// there. It writes supd's pid into `TRAP.loaded` when it loads, to show it is in place.
 fn nss_trap(sb: &Sandbox) -> PathBuf {
-    let src = sb.path("nss_trap.c");
-    fs::write(
-        &src,
+    common::preload::build(
+        sb,
+        "nss_trap",
         r#"#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -520,27 +535,11 @@ int getgrouplist(const char *a, gid_t b, gid_t *c, int *d) {
 int initgroups(const char *a, gid_t b) { trap("initgroups"); REAL(initgroups); return real(a, b); }
 "#,
     )
-    .expect("write shim");
-    let so = sb.path("nss_trap.so");
-    let out = std::process::Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&src)
-        .arg("-ldl")
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    so
 }
 
 #[test]
 fn supd_never_reads_the_user_database_itself() {
-    if !is_root() {
-        eprintln!("skipped: needs root to run a service as nobody");
+    if skip() {
         return;
     }
     // A socket_group that exists: looked up once, before the loop, and handed over
@@ -573,17 +572,10 @@ fn supd_never_reads_the_user_database_itself() {
     install(&sb, "1.0.0");
     sb.upgrade_wait("1.0.0", true);
     sb.wait_state("agent", "running");
-    wait_file(&sb.path("out/agent-1.0.0"), |t| t.ends_with('\n'));
+    agent_said(&sb, "1.0.0");
     alive(&sb);
     // A new image takes what the old one knew (socket_group, the uid and groups taken).
-    let out = sb.supctl(&["reexec"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "reexec: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        sb.supd_log()
-    );
+    supctl_ok(&sb, &["reexec"]);
     alive(&sb);
 
     // An upgrade nobody could not run is refused, checked against what the child took;
@@ -595,41 +587,36 @@ fn supd_never_reads_the_user_database_itself() {
     let err = String::from_utf8_lossy(&out.stderr);
     alive(&sb);
     assert_ne!(out.status.code(), Some(0), "refused: {err}");
-    for part in [
-        "user 'nobody'",
-        &format!("cannot search the directory {}", v2.display()),
-        "mode 0700, owner 0:0",
-        "nothing was switched",
-    ] {
-        assert!(err.contains(part), "the refusal lacks {part:?}: {err}");
-    }
+    assert_says(
+        &err,
+        &[
+            "user 'nobody'",
+            &format!("cannot search the directory {}", v2.display()),
+            "mode 0700, owner 0:0",
+            "nothing was switched",
+        ],
+    );
     assert_eq!(link(&sb), "1.0.0", "current is unchanged");
 
     // A start refused for permission: the child says why, owners by name.
     let bin = sb.path("state/tools/agent/1.0.0/bin/agent");
     chmod(&bin, 0o700);
     kill_agent(&sb);
-    let st = sb.wait_state("agent", "failed");
+    let reason = failed_reason(&sb, "agent");
     alive(&sb);
-    let reason = st["reason"].as_str().unwrap_or_default().to_string();
-    for part in [
-        "permission denied",
-        &format!("user 'nobody' cannot execute {}", bin.display()),
-        "mode 0700, owner root:",
-        "supctl start agent",
-    ] {
-        assert!(reason.contains(part), "reason lacks {part:?}: {reason}");
-    }
+    assert_says(
+        &reason,
+        &[
+            "permission denied",
+            &format!("user 'nobody' cannot execute {}", bin.display()),
+            "mode 0700, owner root:",
+            "supctl start agent",
+        ],
+    );
     // Mended, both go through, and supd answers all along.
     chmod(&bin, 0o755);
     chmod(&v2, 0o755);
-    let out = sb.supctl(&["start", "agent"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    supctl_ok(&sb, &["start", "agent"]);
     sb.upgrade_wait("2.0.0", true);
     assert_eq!(link(&sb), "2.0.0");
     alive(&sb);

@@ -7,22 +7,31 @@
 //! leader-only run, a grant that ends.
 
 mod common;
+use common::locking::{assert_no_dups, lines, locking_service, wait_pid_file};
 use common::oldkernel::{has_cgroup2, hide_files_shim, linux_3_10, supported};
 use common::*;
 use nix::sys::signal::Signal;
 use serde_json::json;
 use std::fs;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Starts supd under the filter (with `env` added).
-fn start_old(sb: &mut Sandbox, env: &[(&str, &std::ffi::OsStr)]) {
+/// Starts supd under the filter.
+fn start_old(sb: &mut Sandbox) {
     let mut cmd = Command::new(SUPD);
     linux_3_10(&mut cmd);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    sb.start_with(cmd, &["-c"]);
+}
+
+/// Starts supd under the filter, with the files `hide` names (comma-separated) hidden
+/// from it and from what it starts.
+fn start_old_hiding(sb: &mut Sandbox, hide: &str) {
+    let shim = hide_files_shim(sb);
+    let mut cmd = Command::new(SUPD);
+    linux_3_10(&mut cmd);
+    cmd.env("LD_PRELOAD", shim).env("SUP_TEST_HIDE", hide);
     sb.start_with(cmd, &["-c"]);
 }
 
@@ -34,28 +43,69 @@ fn skip() -> bool {
     false
 }
 
-fn lines(sb: &Sandbox, name: &str) -> Vec<String> {
-    fs::read_to_string(sb.path(name))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
+/// [`skip`], and skips too where supd would get no cgroups.
+fn skip_without_cgroup2() -> bool {
+    if skip() {
+        return true;
+    }
+    if !has_cgroup2() {
+        eprintln!("skipped: needs root and a cgroup2 hierarchy");
+        return true;
+    }
+    false
 }
 
 fn pid_of(v: &serde_json::Value) -> i32 {
     v["pid"].as_i64().expect("a pid") as i32
 }
 
-/// A service that runs `pre`, holds `lock` (recording in `dups` a start that finds it
-/// held), appends its pid to `starts`, then runs `then`.
-fn locking_service(sb: &Sandbox, pre: &str, then: &str) -> String {
-    let d = sb.dir.display();
-    sb.script(
-        "svc",
-        &format!(
-            "{pre}\nexec 9>>{d}/lock\nflock -n 9 || {{ echo \"dup $$\" >> {d}/dups; exit 1; }}\necho $$ >> {d}/starts\n{then}"
-        ),
+/// A shell line that starts, in the background, a daemon that leaves the session,
+/// writes its pid to `pid_file` and sleeps; `ignore_term` makes it ignore SIGTERM.
+fn daemon(pid_file: &Path, ignore_term: bool) -> String {
+    let trap = if ignore_term { "trap \"\" TERM; " } else { "" };
+    format!(
+        "setsid sh -c '{trap}echo $$ > {g}.tmp; mv {g}.tmp {g}; exec sleep 3600' &",
+        g = pid_file.display()
     )
+}
+
+/// The config of the service `svc` running `command`.
+fn svc_config(command: &str, stop_timeout: &str) -> String {
+    format!("[service.svc]\ncommand = [\"{command}\"]\nstop_timeout = \"{stop_timeout}\"\n")
+}
+
+/// The config of the leader-only service `engine` (ready on fd 3) running `command`.
+fn engine_section(command: &str) -> String {
+    format!(
+        "[lease.engine]\n\n[service.engine]\ncommand = [\"{command}\"]\nready = \"fd:3\"\n\
+         leader_only = \"engine\"\nstop_timeout = \"10s\"\n"
+    )
+}
+
+/// A locking service (running `pre`, then sleeping) under a supd without cgroups, whose
+/// supd is then killed: returns the pid of the run it left behind.
+fn leftover_of_killed_supd(sb: &mut Sandbox, pre: &str, stop_timeout: &str) -> i32 {
+    let svc = locking_service(sb, pre, "exec sleep 3600");
+    sb.config_with("cgroups = \"off\"", &svc_config(&svc, stop_timeout));
+    sb.start();
+    let old = first_run(sb);
+    sb.stop_supd(Signal::SIGKILL);
+    old
+}
+
+/// Fails unless every one of `pids` has ended within `within` (supd was killed); ends
+/// those left before it fails.
+fn assert_all_end(pids: &[i32], within: Duration) {
+    let end = Instant::now() + within;
+    let left: Vec<i32> = pids
+        .iter()
+        .copied()
+        .filter(|&pid| wait_exit(pid, end.saturating_duration_since(Instant::now())).is_none())
+        .collect();
+    for &pid in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    assert!(left.is_empty(), "{left:?} outlived supd's death");
 }
 
 /// Waits until the first run has taken the lock (`running` comes at the fork, before
@@ -92,16 +142,9 @@ fn a_leftover_that_ignores_term_is_ended_before_the_service_starts_again() {
         return;
     }
     let mut sb = Sandbox::new();
-    let svc = locking_service(&sb, "trap '' TERM", "exec sleep 3600");
-    sb.config_with(
-        "cgroups = \"off\"",
-        &format!("[service.svc]\ncommand = [\"{svc}\"]\nstop_timeout = \"1s\"\n"),
-    );
-    sb.start();
-    let old = first_run(&sb);
-    sb.stop_supd(Signal::SIGKILL);
+    let old = leftover_of_killed_supd(&mut sb, "trap '' TERM", "1s");
     assert!(alive(old), "the leftover is there");
-    start_old(&mut sb, &[]);
+    start_old(&mut sb);
     let new = pid_of(&second_run(&sb));
     assert_ne!(new, old);
     assert!(
@@ -109,7 +152,7 @@ fn a_leftover_that_ignores_term_is_ended_before_the_service_starts_again() {
         "the old instance runs beside the new one\n{}",
         sb.supd_log()
     );
-    assert!(lines(&sb, "dups").is_empty(), "{:?}", lines(&sb, "dups"));
+    assert_no_dups(&sb);
     assert!(
         sb.supd_log().contains("no pidfds"),
         "the filter hid pidfds\n{}",
@@ -122,11 +165,7 @@ fn a_leftover_that_ignores_term_is_ended_before_the_service_starts_again() {
 /// ignores SIGTERM; only its cgroup names it.
 #[test]
 fn a_daemonized_leftover_is_ended_by_its_cgroup_without_cgroup_kill() {
-    if skip() {
-        return;
-    }
-    if !has_cgroup2() {
-        eprintln!("skipped: needs root and a cgroup2 hierarchy");
+    if skip_without_cgroup2() {
         return;
     }
     let mut sb = Sandbox::new();
@@ -134,40 +173,23 @@ fn a_daemonized_leftover_is_ended_by_its_cgroup_without_cgroup_kill() {
     let svc = locking_service(
         &sb,
         "",
-        &format!(
-            "setsid sh -c 'trap \"\" TERM; echo $$ > {g}.tmp; mv {g}.tmp {g}; exec sleep 3600' &\n\
-             exec 9>&-\nexec sleep 3600",
-            g = gc.display()
-        ),
+        &format!("{}\nexec 9>&-\nexec sleep 3600", daemon(&gc, true)),
     );
-    sb.config(&format!(
-        "[service.svc]\ncommand = [\"{svc}\"]\nstop_timeout = \"1s\"\n"
-    ));
-    let shim = hide_files_shim(&sb);
-    let hidden = [
-        ("LD_PRELOAD", shim.as_os_str()),
-        (
-            "SUP_TEST_HIDE",
-            std::ffi::OsStr::new("cgroup.kill,cgroup.freeze"),
-        ),
-    ];
-    start_old(&mut sb, &hidden);
+    sb.config(&svc_config(&svc, "1s"));
+    start_old_hiding(&mut sb, "cgroup.kill,cgroup.freeze");
     let old = pid_of(&sb.wait_state("svc", "running"));
-    let daemon: i32 = common::files::wait_file(&gc, |t| t.ends_with('\n'))
-        .trim()
-        .parse()
-        .expect("a pid");
+    let daemon = wait_pid_file(&gc);
     sb.stop_supd(Signal::SIGKILL);
     // The leader is ended by the group; the daemon, which holds the lock, by its
     // cgroup alone.
-    start_old(&mut sb, &hidden);
+    start_old_hiding(&mut sb, "cgroup.kill,cgroup.freeze");
     second_run(&sb);
     assert!(
         !alive(daemon) && !alive(old),
         "the old run's daemon runs beside the new run\n{}",
         sb.supd_log()
     );
-    assert!(lines(&sb, "dups").is_empty(), "{:?}", lines(&sb, "dups"));
+    assert_no_dups(&sb);
 }
 
 /// A leftover that obeys SIGTERM is seen gone by the re-check timer: the service starts
@@ -178,16 +200,9 @@ fn a_leftover_that_obeys_term_is_awaited_by_a_timer_not_the_grace() {
         return;
     }
     let mut sb = Sandbox::new();
-    let svc = locking_service(&sb, "", "exec sleep 3600");
-    sb.config_with(
-        "cgroups = \"off\"",
-        &format!("[service.svc]\ncommand = [\"{svc}\"]\nstop_timeout = \"60s\"\n"),
-    );
-    sb.start();
-    let old = first_run(&sb);
-    sb.stop_supd(Signal::SIGKILL);
+    let old = leftover_of_killed_supd(&mut sb, "", "60s");
     let restarted = Instant::now();
-    start_old(&mut sb, &[]);
+    start_old(&mut sb);
     second_run(&sb);
     assert!(
         restarted.elapsed() < Duration::from_secs(20),
@@ -195,7 +210,7 @@ fn a_leftover_that_obeys_term_is_awaited_by_a_timer_not_the_grace() {
         restarted.elapsed()
     );
     assert!(!alive(old));
-    assert!(lines(&sb, "dups").is_empty(), "{:?}", lines(&sb, "dups"));
+    assert_no_dups(&sb);
 }
 
 /// A stop ends a daemon that left the service's session (its grandchild, which
@@ -203,44 +218,22 @@ fn a_leftover_that_obeys_term_is_awaited_by_a_timer_not_the_grace() {
 /// and without it either (4.18, 4.19).
 #[test]
 fn a_stop_ends_a_daemonized_grandchild_without_cgroup_kill() {
-    if skip() {
-        return;
-    }
-    if !has_cgroup2() {
-        eprintln!("skipped: needs root and a cgroup2 hierarchy");
+    if skip_without_cgroup2() {
         return;
     }
     for hide in ["cgroup.kill", "cgroup.kill,cgroup.freeze"] {
         let mut sb = Sandbox::new();
         let gc = sb.path("grandchild");
-        let svc = sb.script(
-            "svc",
-            &format!(
-                "setsid sh -c 'trap \"\" TERM; echo $$ > {g}.tmp; mv {g}.tmp {g}; exec sleep 3600' &\nexec sleep 3600",
-                g = gc.display()
-            ),
-        );
-        sb.config(&format!(
-            "[service.svc]\ncommand = [\"{svc}\"]\nstop_timeout = \"1s\"\n"
-        ));
-        let shim = hide_files_shim(&sb);
-        start_old(
-            &mut sb,
-            &[
-                ("LD_PRELOAD", shim.as_os_str()),
-                ("SUP_TEST_HIDE", std::ffi::OsStr::new(hide)),
-            ],
-        );
+        let svc = sb.script("svc", &format!("{}\nexec sleep 3600", daemon(&gc, true)));
+        sb.config(&svc_config(&svc, "1s"));
+        start_old_hiding(&mut sb, hide);
         let leader = pid_of(&sb.wait_state("svc", "running"));
         assert!(
             sb.supd_log().contains("services run in cgroups"),
             "{}",
             sb.supd_log()
         );
-        let grandchild: i32 = common::files::wait_file(&gc, |t| t.ends_with('\n'))
-            .trim()
-            .parse()
-            .expect("a pid");
+        let grandchild = wait_pid_file(&gc);
         let st = sup::proc::stat(grandchild).expect("the grandchild runs");
         assert_ne!(st.session, leader, "the grandchild left the session");
         let out = sb.supctl(&["stop", "svc"]);
@@ -310,13 +303,7 @@ fn engine_config(sb: &Sandbox) {
             c = child.display()
         ),
     );
-    sb.config_with(
-        "cgroups = \"off\"",
-        &format!(
-            "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nready = \"fd:3\"\n\
-             leader_only = \"engine\"\nstop_timeout = \"10s\"\n"
-        ),
-    );
+    sb.config_with("cgroups = \"off\"", &engine_section(&engine));
 }
 
 /// Without pidfds a leader-only service still starts, guarded: its guard holds only the
@@ -329,7 +316,7 @@ fn a_leader_only_run_is_guarded_without_pidfds() {
     }
     let mut sb = Sandbox::new();
     engine_config(&sb);
-    start_old(&mut sb, &[]);
+    start_old(&mut sb);
     sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
     let engine = pid_of(&sb.wait_state("engine", "running"));
     let child: i32 = fs::read_to_string(sb.path("child"))
@@ -357,13 +344,7 @@ fn a_leader_only_run_is_guarded_without_pidfds() {
         "the guard holds the leader's /proc directory: {held:?}"
     );
     sb.stop_supd(Signal::SIGKILL);
-    let end = Instant::now() + Duration::from_secs(2);
-    for pid in [engine, child] {
-        assert!(
-            wait_exit(pid, end.saturating_duration_since(Instant::now())).is_some(),
-            "{pid} outlived supd's death"
-        );
-    }
+    assert_all_end(&[engine, child], Duration::from_secs(2));
 }
 
 /// Without CLOCK_BOOTTIME timers (before 3.15) a grant still ends, and supd says its
@@ -375,7 +356,7 @@ fn a_grant_ends_without_boottime_timers() {
     }
     let mut sb = Sandbox::new();
     engine_config(&sb);
-    start_old(&mut sb, &[]);
+    start_old(&mut sb);
     let granted = Instant::now();
     sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1s"}));
     sb.wait_state("engine", "stopped");
@@ -391,53 +372,23 @@ fn a_grant_ends_without_boottime_timers() {
 /// leader-only run's daemon, which left the run's session, through `cgroup.procs`.
 #[test]
 fn a_guard_ends_a_leader_only_runs_daemon_without_cgroup_kill() {
-    if skip() {
-        return;
-    }
-    if !has_cgroup2() {
-        eprintln!("skipped: needs root and a cgroup2 hierarchy");
+    if skip_without_cgroup2() {
         return;
     }
     let mut sb = Sandbox::new();
-    let daemon = sb.path("daemon");
+    let pid_file = sb.path("daemon");
     let engine = sb.script(
         "engine.sh",
-        &format!(
-            "setsid sh -c 'echo $$ > {d}.tmp; mv {d}.tmp {d}; exec sleep 3600' &\necho >&3\nexec sleep 3600",
-            d = daemon.display()
-        ),
+        &format!("{}\necho >&3\nexec sleep 3600", daemon(&pid_file, false)),
     );
-    sb.config(&format!(
-        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nready = \"fd:3\"\n\
-         leader_only = \"engine\"\nstop_timeout = \"10s\"\n"
-    ));
-    let shim = hide_files_shim(&sb);
-    start_old(
-        &mut sb,
-        &[
-            ("LD_PRELOAD", shim.as_os_str()),
-            (
-                "SUP_TEST_HIDE",
-                std::ffi::OsStr::new("cgroup.kill,cgroup.freeze"),
-            ),
-        ],
-    );
+    sb.config(&engine_section(&engine));
+    start_old_hiding(&mut sb, "cgroup.kill,cgroup.freeze");
     sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
     let leader = pid_of(&sb.wait_state("engine", "running"));
-    let daemon: i32 = common::files::wait_file(&daemon, |t| t.ends_with('\n'))
-        .trim()
-        .parse()
-        .expect("a pid");
+    let daemon = wait_pid_file(&pid_file);
     assert_ne!(sup::proc::stat(daemon).expect("the daemon").session, leader);
     sb.stop_supd(Signal::SIGKILL);
-    let end = Instant::now() + Duration::from_secs(2);
-    for pid in [leader, daemon] {
-        let gone = wait_exit(pid, end.saturating_duration_since(Instant::now())).is_some();
-        if !gone {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon), Signal::SIGKILL);
-        }
-        assert!(gone, "{pid} outlived supd's death");
-    }
+    assert_all_end(&[leader, daemon], Duration::from_secs(2));
     // No supd is left to remove the run's (now empty) cgroups.
     if let Ok(root) = fs::read_to_string(sb.path("state/cgroup")) {
         let root = std::path::Path::new(root.trim());

@@ -3,6 +3,7 @@
 //! daemonizes, a state directory that is full or removed.
 
 mod common;
+use common::locking::{assert_no_dups, lines};
 use common::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -13,21 +14,7 @@ use std::time::Duration;
 /// A service script that appends its pid to `starts` and holds `lock`, recording in
 /// `dups` any start that finds another instance holding it.
 fn locking_service(sb: &Sandbox, then: &str) -> String {
-    let d = sb.dir.display();
-    sb.script(
-        "svc",
-        &format!(
-            "exec 9>>{d}/lock\nflock -n 9 || {{ echo \"dup $$\" >> {d}/dups; exit 1; }}\necho $$ >> {d}/starts\n{then}"
-        ),
-    )
-}
-
-fn lines(sb: &Sandbox, name: &str) -> Vec<String> {
-    fs::read_to_string(sb.path(name))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    common::locking::locking_service(sb, "", then)
 }
 
 /// Asks `status` until `pred` holds (each ask a round trip, bounded by the deadline).
@@ -155,11 +142,7 @@ fn a_new_run_starts_only_once_every_process_of_the_old_one_is_gone() {
     let second = pid_of(&w.state(&sb, "one", "running"));
     assert_ne!(second, first);
     assert!(!alive(member), "the old member was gone before the new run");
-    assert!(
-        lines(&sb, "dups").is_empty(),
-        "two instances: {:?}",
-        lines(&sb, "dups")
-    );
+    assert_no_dups(&sb);
 }
 
 #[test]
@@ -278,7 +261,7 @@ fn a_full_state_dir_refuses_the_start_instead_of_running_unrecorded() {
     sb.start();
     sb.wait_state("one", "running");
     assert!(!alive(pid_of(&running)), "the old instance was ended");
-    assert!(lines(&sb, "dups").is_empty(), "two instances");
+    assert_no_dups(&sb);
 }
 
 #[test]
@@ -326,11 +309,7 @@ fn a_removed_state_dir_is_noticed_and_records_written_anew() {
     let third = pid_of(&sb.wait_state("one", "running"));
     assert!(!alive(second), "the killed supd's run was found and ended");
     assert_ne!(third, second);
-    assert!(
-        lines(&sb, "dups").is_empty(),
-        "two instances: {:?}",
-        lines(&sb, "dups")
-    );
+    assert_no_dups(&sb);
     assert!(
         sb.supd_log().contains("removed or replaced"),
         "said:\n{}",
@@ -412,11 +391,7 @@ fn a_service_removed_across_reexec_is_stopped_not_forgotten() {
     sb.ok(serde_json::json!({"cmd": "reload"}));
     let new = pid_of(&sb.wait_state("x", "running"));
     assert_ne!(new, old);
-    assert!(
-        lines(&sb, "dups").is_empty(),
-        "two instances: {:?}",
-        lines(&sb, "dups")
-    );
+    assert_no_dups(&sb);
 }
 
 /// In a PID namespace (so that the next pid can be chosen): a service's leader exits

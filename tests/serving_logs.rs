@@ -141,17 +141,7 @@ crash_loop = { restarts = 100000, window = "1s" }
 #[test]
 fn a_killed_log_writer_is_started_again() {
     let mut sb = Sandbox::new();
-    let go = sb.path("go");
-    nix::unistd::mkfifo(&go, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
-    let script = sb.script(
-        "talk.sh",
-        &format!(
-            "echo first\nexec 3<>{}\nwhile read x <&3; do echo \"said $x\"; done",
-            go.display()
-        ),
-    );
-    sb.config(&format!("[service.talk]\ncommand = [\"{script}\"]\n"));
-    sb.start();
+    common::talk::start_talk(&mut sb, "");
     let log = sb.path("log/talk.log");
     wait_file(&log, |t| t.contains(" first\n"));
     let old = writers(&sb);
@@ -162,11 +152,7 @@ fn a_killed_log_writer_is_started_again() {
     )
     .expect("kill the writer");
     wait_exit(old[0], DEADLINE).expect("the writer is gone");
-    let mut talk = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&go)
-        .expect("open go");
-    writeln!(talk, "again").expect("write");
+    common::talk::say(&sb, "again");
     wait_file(&log, |t| t.contains(" said again\n"));
     let new = writers(&sb);
     assert_eq!(new.len(), 1, "one log writer: {new:?}");
@@ -178,17 +164,7 @@ fn a_killed_log_writer_is_started_again() {
 #[test]
 fn the_log_writer_is_kept_across_reexec() {
     let mut sb = Sandbox::new();
-    let go = sb.path("go");
-    nix::unistd::mkfifo(&go, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
-    let script = sb.script(
-        "talk.sh",
-        &format!(
-            "echo first\nexec 3<>{}\nwhile read x <&3; do echo \"said $x\"; done",
-            go.display()
-        ),
-    );
-    sb.config(&format!("[service.talk]\ncommand = [\"{script}\"]\n"));
-    sb.start();
+    common::talk::start_talk(&mut sb, "");
     let log = sb.path("log/talk.log");
     wait_file(&log, |t| t.contains(" first\n"));
     let before = writers(&sb);
@@ -200,11 +176,7 @@ fn the_log_writer_is_kept_across_reexec() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut talk = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&go)
-        .expect("open go");
-    writeln!(talk, "after").expect("write");
+    common::talk::say(&sb, "after");
     wait_file(&log, |t| t.contains(" said after\n"));
     assert_eq!(writers(&sb), before, "the same writer, and only it");
     // supd ends: so does its writer.

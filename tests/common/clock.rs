@@ -3,16 +3,14 @@
 //! alone), for the tests that no deadline of supd or sup-lease follows it.
 
 use super::Sandbox;
-use std::fs;
 use std::path::PathBuf;
-use std::process::Command;
 
 /// An LD_PRELOAD library that shifts CLOCK_REALTIME (and gettimeofday, time) by
 /// `SUP_TEST_CLOCK_OFFSET_MS` milliseconds; built with `cc` into the sandbox.
 pub fn clock_shim(sb: &Sandbox) -> PathBuf {
-    let src = sb.path("shift.c");
-    fs::write(
-        &src,
+    super::preload::build(
+        sb,
+        "shift",
         r#"#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -48,19 +46,4 @@ time_t time(time_t *t) {
 }
 "#,
     )
-    .expect("write shim");
-    let so = sb.path("shift.so");
-    let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&src)
-        .arg("-ldl")
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    so
 }

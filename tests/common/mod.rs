@@ -7,8 +7,11 @@ pub mod clock;
 pub mod cluster;
 pub mod etcd;
 pub mod files;
+pub mod locking;
 pub mod oldkernel;
+pub mod preload;
 pub mod scenarios;
+pub mod talk;
 
 /// A duration from the tests' TTL strings ("900ms", "1s").
 pub fn parse_ttl(s: &str) -> Duration {

@@ -102,9 +102,9 @@ pub fn linux_3_10(cmd: &mut Command) {
 /// An LD_PRELOAD library, built with `cc` into the sandbox, whose `open` family fails
 /// with ENOENT for a path ending in any name `SUP_TEST_HIDE` lists (comma-separated).
 pub fn hide_files_shim(sb: &Sandbox) -> PathBuf {
-    let src = sb.path("hide.c");
-    fs::write(
-        &src,
+    super::preload::build(
+        sb,
+        "hide",
         r#"#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -154,21 +154,6 @@ int openat64(int d, const char *p, int flags, ...) {
 }
 "#,
     )
-    .expect("write shim");
-    let so = sb.path("hide.so");
-    let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&src)
-        .arg("-ldl")
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    so
 }
 
 /// Whether supd would get cgroups here: root, and a cgroup2 hierarchy holding this
