@@ -46,6 +46,8 @@ pub struct Slot {
     pub notify: Option<NotifySocket>,
     /// Where the current process is recorded, opened at the first start.
     pid_file: Option<PidFile>,
+    /// Where its health check command under way is recorded, opened at its first run.
+    pub check_file: Option<PidFile>,
     /// The current (or finishing) run: from its spawn until its last process is gone.
     pub instance: Option<Instance>,
     /// Its child between release and exec: the report says how the exec went.
@@ -293,6 +295,7 @@ impl Supervisor {
             status_text: None,
             notify: None,
             pid_file: None,
+            check_file: None,
             instance: None,
             exec: None,
             exec_error: None,

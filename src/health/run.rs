@@ -6,6 +6,7 @@
 
 use super::{Change, CheckState, Health};
 use crate::config::{Check, Ready};
+use crate::records::PidFile;
 use crate::service::{Event, Exit, State};
 use crate::supervisor::{unix_ms, Supervisor};
 use crate::sys::{self, Io, SpawnSpec};
@@ -390,10 +391,44 @@ impl Supervisor {
             own_pid_env: None,
             dies_with_supd: true,
         };
-        let (pid, exec) = sys::spawn_service(spec, |_| Ok(()))
-            .map_err(|e| format!("check command: cannot start: {e}"))?;
+        // Recorded before its program runs, as a service is: the command dies with a
+        // killed supd, but what it started would stay; the record lets the next supd
+        // end its process group.
+        let state_dir = self.cfg.supd.state_dir.clone();
+        let slot = self.slots.get_mut(name).ok_or("gone")?;
+        if slot.check_file.as_ref().is_some_and(|f| !f.is_current()) {
+            slot.check_file = None;
+        }
+        if slot.check_file.is_none() {
+            slot.check_file = Some(PidFile::open_check(&state_dir, name).map_err(|e| {
+                format!(
+                    "check command: cannot open its pid record in {}: {e}",
+                    state_dir.display()
+                )
+            })?);
+        }
+        let record = slot.check_file.as_ref().ok_or("no record")?;
+        let (pid, exec) = sys::spawn_service(spec, |pid| {
+            let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
+            record.set(Some((pid, start_time))).map_err(|e| {
+                format!(
+                    "cannot record its pid in {}: {e}; not started",
+                    state_dir.display()
+                )
+            })
+        })
+        .map_err(|e| format!("check command: cannot start: {e}"))?;
         self.check_pids.insert(pid, name.to_string());
         Ok(Probe::Command { pid, exec })
+    }
+
+    /// A check command of `name` is reaped (its group killed): its record is cleared.
+    fn check_unrecorded(&mut self, name: &str) {
+        if let Some(f) = self.slots.get(name).and_then(|s| s.check_file.as_ref()) {
+            if let Err(e) = f.set(None) {
+                log::warn!("{name}: cannot clear the pid record of its check: {e}");
+            }
+        }
     }
 
     /// A check command was reaped: its run's outcome, if it is still the service's run.
@@ -401,6 +436,9 @@ impl Supervisor {
         let Some(name) = self.check_pids.remove(&pid) else {
             return;
         };
+        if !self.check_pids.values().any(|n| *n == name) {
+            self.check_unrecorded(&name);
+        }
         let Some(slot) = self.slots.get_mut(&name) else {
             return;
         };
