@@ -622,4 +622,48 @@ mod tests {
             "{why}"
         );
     }
+
+    /// A connect still under way is not a success, should its fd be looked at before it
+    /// is ready (a stale poll token, a wake-up for another service): the port's accept
+    /// queue is full, so the kernel drops the SYN and the connect stays under way.
+    #[test]
+    fn a_connect_still_under_way_is_not_taken_for_a_success() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        // std listens with a backlog of 128: fill the queue of a listener of backlog 0.
+        let sock = socket::socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        drop(l);
+        socket::setsockopt(&sock, sockopt::ReuseAddr, &true).expect("reuse");
+        socket::bind(
+            std::os::fd::AsRawFd::as_raw_fd(&sock),
+            &socket::SockaddrIn::from(match addr {
+                SocketAddr::V4(a) => a,
+                SocketAddr::V6(_) => unreachable!("bound v4"),
+            }),
+        )
+        .expect("bind again");
+        socket::listen(&sock, socket::Backlog::new(0).expect("backlog")).expect("listen");
+        let _fill: Vec<_> = (0..3)
+            .filter_map(|_| {
+                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200))
+                    .ok()
+            })
+            .collect();
+        for check in [
+            Check::Tcp(addr),
+            Check::Http {
+                addr,
+                path: "/".into(),
+            },
+        ] {
+            let mut p = Probe::begin_socket(&check).expect("under way");
+            assert_eq!(p.progress(), None, "{check:?}: not connected yet");
+        }
+    }
 }
