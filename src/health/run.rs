@@ -76,10 +76,19 @@ fn connect(addr: SocketAddr) -> Result<(OwnedFd, bool), String> {
     }
 }
 
-/// Whether a connect under way has ended: `None` while it goes on.
+/// Whether a connect under way has ended: `None` while it goes on. No pending error
+/// is not enough: a connect under way has none either, and the fd may be looked at
+/// before it is ready (the loop's tokens name services by their index, which a reload
+/// in the same turn may shift), so a peer is asked for.
 fn connected(sock: &OwnedFd, addr: SocketAddr) -> Option<Result<(), String>> {
     match socket::getsockopt(sock, sockopt::SocketError) {
-        Ok(0) => Some(Ok(())),
+        Ok(0) => match socket::getpeername::<socket::SockaddrStorage>(
+            std::os::fd::AsRawFd::as_raw_fd(sock),
+        ) {
+            Ok(_) => Some(Ok(())),
+            Err(Errno::ENOTCONN) => None,
+            Err(e) => Some(Err(format!("cannot connect to {addr}: {}", e.desc()))),
+        },
         Ok(e) if Errno::from_raw(e) == Errno::EINPROGRESS => None,
         Ok(e) => Some(Err(format!(
             "cannot connect to {addr}: {}",
