@@ -608,6 +608,19 @@ mod tests {
             http_verdict(b"SSH-2.0-OpenSSH\r\n", a, "/"),
             Err("no HTTP status line from 127.0.0.1:8080/".into())
         );
+        // A status is three digits: not a sign and two ("HTTP 20" was said), not four.
+        for odd in [
+            &b"HTTP/1.1 +20 X\r\n"[..],
+            b"HTTP/1.1 2000 OK\r\n",
+            b"HTTP/1.1 -99\r\n",
+        ] {
+            assert_eq!(
+                http_verdict(odd, a, "/"),
+                Err("no HTTP status line from 127.0.0.1:8080/".into()),
+                "{}",
+                String::from_utf8_lossy(odd)
+            );
+        }
     }
 
     #[test]
