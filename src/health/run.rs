@@ -104,7 +104,11 @@ pub fn http_verdict(head: &[u8], addr: SocketAddr, path: &str) -> Result<(), Str
     let line = String::from_utf8_lossy(line);
     let mut words = line.split_whitespace();
     let code = match (words.next(), words.next()) {
-        (Some(v), Some(c)) if v.starts_with("HTTP/") && c.len() == 3 => c.parse::<u16>().ok(),
+        (Some(v), Some(c))
+            if v.starts_with("HTTP/") && c.len() == 3 && c.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            c.parse::<u16>().ok()
+        }
         _ => None,
     };
     match code {
