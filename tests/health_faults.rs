@@ -54,3 +54,40 @@ health = {{ command = ["{check}"], interval = "1h", timeout = "1h" }}
     sb.start();
     wait_gone(&["sleep", &mark], "a check's child outlived supd");
 }
+
+/// A wall clock set far ahead (past the year 9999, a typo in `date -s` or a broken RTC)
+/// while checks run and fail: deadlines follow the monotonic clock, and supd must not
+/// die of formatting a date (it did: its logger's stamp panicked on the first line).
+#[test]
+fn a_wall_clock_far_ahead_does_not_kill_supd_while_checks_fail() {
+    let mut sb = Sandbox::new();
+    let shim = common::clock::clock_shim(&sb);
+    // Nobody listens on a port just bound and closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    sb.config(&format!(
+        r#"
+[service.a]
+command = ["/bin/sleep", "3600"]
+restart_delay = "10ms"
+crash_loop = {{ restarts = 1000, window = "1m" }}
+health = {{ tcp = "127.0.0.1:{port}", interval = "50ms", timeout = "1s", failures = 2 }}
+"#
+    ));
+    let mut cmd = std::process::Command::new(SUPD);
+    cmd.env("LD_PRELOAD", &shim)
+        .env("SUP_TEST_CLOCK_OFFSET_MS", "10000000000000000");
+    sb.start_with(cmd, &["-c"]);
+    let mut w = sb.watch();
+    let e = w.until(&sb, |e| e["event"] == "health" && e["to"] == "unhealthy");
+    assert!(
+        e["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("health: 2 failures: cannot connect")),
+        "{e}"
+    );
+    let st = sb.status("a");
+    assert!(st["restarts"].as_u64().is_some(), "{st}");
+}
