@@ -91,3 +91,113 @@ health = {{ tcp = "127.0.0.1:{port}", interval = "50ms", timeout = "1s", failure
     let st = sb.status("a");
     assert!(st["restarts"].as_u64().is_some(), "{st}");
 }
+
+/// A loopback server of rude answers, a port for each of MODES (comma-separated): it
+/// writes the ports, in order, to READY.
+const RUDE_SERVER: &str = r#"#!/usr/bin/python3
+import os, socket, sys, threading, time
+modes, ready = sys.argv[1].split(","), sys.argv[2]
+answers = {
+    "garbage": b"\x00\xff\xfe garbage\r\n",
+    "huge": b"HTTP/1.1 500 " + b"A" * 100000 + b"\r\n\r\n",
+    "http09": b"<html>ok</html>",
+    "2000": b"HTTP/1.1 2000 OK\r\n\r\n",
+    "204": b"HTTP/1.1 204 No Content\r\n\r\n",
+    "301": b"HTTP/1.1 301 Moved\r\nLocation: /x\r\n\r\n",
+    "399": b"HTTP/1.1 399 X\r\n\r\n",
+}
+def serve(l, mode):
+    while True:
+        c, _ = l.accept()
+        def one(c):
+            if mode == "silent":
+                time.sleep(3600)
+            elif mode == "loris":
+                for b in b"HTTP/1.1 200 OK\r\n":
+                    c.send(bytes([b])); time.sleep(1)
+            else:
+                c.sendall(answers[mode])
+            c.close()
+        threading.Thread(target=one, args=(c,), daemon=True).start()
+ports = []
+for m in modes:
+    l = socket.socket()
+    l.bind(("127.0.0.1", 0)); l.listen(64)
+    ports.append(str(l.getsockname()[1]))
+    threading.Thread(target=serve, args=(l, m), daemon=True).start()
+open(ready + ".tmp", "w").write(" ".join(ports) + "\n")
+os.rename(ready + ".tmp", ready)
+while True:
+    time.sleep(3600)
+"#;
+
+/// Rude HTTP servers each fail their check with a reason that says what was wrong, a
+/// 204 passes, and supd answers at once while a silent one and a slow one hang.
+#[test]
+fn rude_http_servers_fail_with_their_reason_and_supd_answers_meanwhile() {
+    let mut sb = Sandbox::new();
+    let modes = [
+        ("silent", "no answer from 127.0.0.1:PORT/h within 600ms"),
+        ("loris", "no answer from 127.0.0.1:PORT/h within 600ms"),
+        ("garbage", "no HTTP status line from 127.0.0.1:PORT/h"),
+        ("huge", "HTTP 500 from 127.0.0.1:PORT/h"),
+        ("http09", "no HTTP status line from 127.0.0.1:PORT/h"),
+        ("2000", "no HTTP status line from 127.0.0.1:PORT/h"),
+        ("204", ""),
+        ("301", "HTTP 301 from 127.0.0.1:PORT/h"),
+        ("399", "HTTP 399 from 127.0.0.1:PORT/h"),
+    ];
+    let server = sb.file("rude.py", RUDE_SERVER);
+    let ready = sb.path("rude.ready");
+    let names: Vec<&str> = modes.iter().map(|(m, _)| *m).collect();
+    let mut srv = std::process::Command::new(&server)
+        .args([names.join(","), ready.to_string_lossy().into_owned()])
+        .spawn()
+        .expect("start the rude server");
+    let ports: Vec<String> = wait_file(&ready, |t| t.ends_with('\n'))
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let services: String = modes
+        .iter()
+        .enumerate()
+        .map(|(i, (m, _))| {
+            format!(
+                "[service.h-{m}]\ncommand = [\"/bin/sleep\", \"3600\"]\nhealth = {{ http = \"http://127.0.0.1:{}/h\", interval = \"100ms\", timeout = \"600ms\", failures = 1000 }}\n",
+                ports[i]
+            )
+        })
+        .collect();
+    sb.config(&services);
+    sb.start();
+    let end = Instant::now() + DEADLINE;
+    for (i, (m, want)) in modes.iter().enumerate() {
+        let want = want.replace("PORT", &ports[i]);
+        loop {
+            let t = Instant::now();
+            let st = sb.status(&format!("h-{m}"));
+            assert!(
+                t.elapsed() < Duration::from_millis(500),
+                "status took {:?}",
+                t.elapsed()
+            );
+            let done = if want.is_empty() {
+                st["health"] == "healthy"
+            } else {
+                st["health_last_failure"]["reason"] == want.as_str()
+            };
+            if done {
+                assert_eq!(st["state"], "running", "{st}");
+                break;
+            }
+            if Instant::now() >= end {
+                let _ = srv.kill();
+                let _ = srv.wait();
+                panic!("{m}: wanted {want:?}: {st}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+}
