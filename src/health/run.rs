@@ -406,29 +406,33 @@ impl Supervisor {
         };
         // Recorded before its program runs, as a service is: the command dies with a
         // killed supd, but what it started would stay; the record lets the next supd
-        // end its process group.
+        // end its process group. A record that cannot be written is said, and the check
+        // runs all the same: it is no service (nothing runs twice), and failing it
+        // would restart a healthy service over a state_dir problem.
         let state_dir = self.cfg.supd.state_dir.clone();
         let slot = self.slots.get_mut(name).ok_or("gone")?;
         if slot.check_file.as_ref().is_some_and(|f| !f.is_current()) {
             slot.check_file = None;
         }
         if slot.check_file.is_none() {
-            slot.check_file = Some(PidFile::open_check(&state_dir, name).map_err(|e| {
-                format!(
-                    "check command: cannot open its pid record in {}: {e}",
+            match PidFile::open_check(&state_dir, name) {
+                Ok(f) => slot.check_file = Some(f),
+                Err(e) => log::warn!(
+                    "{name}: cannot open the pid record of its check in {}: {e}; it runs unrecorded",
                     state_dir.display()
-                )
-            })?);
+                ),
+            }
         }
-        let record = slot.check_file.as_ref().ok_or("no record")?;
+        let record = slot.check_file.as_ref();
         let (pid, exec) = sys::spawn_service(spec, |pid| {
             let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
-            record.set(Some((pid, start_time))).map_err(|e| {
-                format!(
-                    "cannot record its pid in {}: {e}; not started",
+            if let Some(Err(e)) = record.map(|r| r.set(Some((pid, start_time)))) {
+                log::warn!(
+                    "{name}: cannot record the pid of its check in {}: {e}; it runs unrecorded",
                     state_dir.display()
-                )
-            })
+                );
+            }
+            Ok(())
         })
         .map_err(|e| format!("check command: cannot start: {e}"))?;
         self.check_pids.insert(pid, name.to_string());
