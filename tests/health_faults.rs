@@ -201,3 +201,42 @@ fn rude_http_servers_fail_with_their_reason_and_supd_answers_meanwhile() {
     let _ = srv.kill();
     let _ = srv.wait();
 }
+
+/// A check command whose program leaves a daemon behind (a helper that double-forks
+/// into a session of its own, as agents and CLIs with background helpers do): each run
+/// leaves one more, reparented to supd, forever. The check's process group is killed
+/// when it ends, but a new session escapes it; a service is held by its cgroup, a check
+/// is in none. Left failing: the fix is a cgroup per check run (made, joined before
+/// exec, killed and removed when the run ends, found by a new supd), not a small one.
+#[test]
+#[ignore = "a check's daemonized child escapes its process group: needs a cgroup per check"]
+fn a_daemon_left_by_a_check_does_not_outlive_the_check() {
+    let mut sb = Sandbox::new();
+    let mark = format!("{}", sb.tag + 4_000_000);
+    let runs = sb.path("runs");
+    let check = sb.script(
+        "daemonizing-check",
+        &format!(
+            // The check waits until its daemon is in a session of its own.
+            "rm -f {d}\nsetsid sh -c 'echo $$ > {d}; exec sleep {mark}' </dev/null >/dev/null 2>&1 &\n\
+             while [ ! -s {d} ]; do sleep 0.01; done\necho run >> {r}\nexit 0",
+            d = sb.path("daemon.pid").display(),
+            r = runs.display()
+        ),
+    );
+    sb.config(&format!(
+        r#"
+[service.a]
+command = ["/bin/sleep", "3600"]
+health = {{ command = ["{check}"], interval = "100ms", timeout = "1s" }}
+"#
+    ));
+    sb.start();
+    wait_file(&runs, |t| t.lines().count() >= 5);
+    sb.ok(serde_json::json!({"cmd": "stop", "service": "a"}));
+    sb.wait_state("a", "stopped");
+    wait_gone(
+        &["sleep", &mark],
+        "a check's daemon outlived its check and service",
+    );
+}
