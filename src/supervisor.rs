@@ -601,10 +601,18 @@ impl Supervisor {
                     break;
                 }
             };
-            if self.check_pids.contains_key(&pid.as_raw()) {
+            if let Some(name) = self.check_pids.get(&pid.as_raw()) {
                 // What is left of a check goes with it; its zombie still holds the pid,
-                // so the group is the check's own.
+                // so the group is the check's own. Its cgroup holds what left the group,
+                // unless another run of the check is in it already.
                 let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+                let alone = !self
+                    .check_pids
+                    .iter()
+                    .any(|(p, n)| n == name && *p != pid.as_raw());
+                if let Some(c) = self.cgroups.as_ref().filter(|_| alone) {
+                    cgroup::kill(&c.check_dir(name));
+                }
             }
             let service = self.pids.get(&pid.as_raw()).cloned();
             if let Some(i) = service
@@ -871,6 +879,7 @@ impl Supervisor {
                 records::remove_pid_file(state_dir, name);
                 if let Some(c) = &self.cgroups {
                     cgroup::remove(&c.service_dir(name));
+                    cgroup::remove(&c.check_dir(name));
                 }
             }
             keep

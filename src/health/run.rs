@@ -424,6 +424,20 @@ impl Supervisor {
             }
         }
         let record = slot.check_file.as_ref();
+        // Where supd has cgroups, a cgroup holds what the check starts, even a daemon.
+        let cgroup_dir = self.cgroups.as_ref().and_then(|c| {
+            let dir = c.check_dir(name);
+            match crate::cgroup::prepare(&dir) {
+                Ok(()) => Some(dir),
+                Err(e) => {
+                    log::warn!(
+                        "{name}: cannot create the cgroup of its check {}: {e}",
+                        dir.display()
+                    );
+                    None
+                }
+            }
+        });
         let (pid, exec) = sys::spawn_service(spec, |pid| {
             let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
             if let Some(Err(e)) = record.map(|r| r.set(Some((pid, start_time)))) {
@@ -431,6 +445,9 @@ impl Supervisor {
                     "{name}: cannot record the pid of its check in {}: {e}; it runs unrecorded",
                     state_dir.display()
                 );
+            }
+            if let Some(Err(e)) = cgroup_dir.as_ref().map(|d| crate::cgroup::join(d, pid)) {
+                log::warn!("{name}: its check runs in no cgroup: {e}");
             }
             Ok(())
         })
