@@ -254,3 +254,35 @@ health = {{ command = ["{check}"], interval = "100ms", timeout = "1s" }}
         "a check's daemon outlived its check and service",
     );
 }
+
+/// A check under way when supd stops: its daemon (a session of its own, in the check's
+/// cgroup) ends with it, though supd exits before it would reap the check.
+#[test]
+fn a_daemon_of_a_check_under_way_ends_when_supd_stops() {
+    if !common::oldkernel::has_cgroup2() {
+        eprintln!("skipped: needs root and a cgroup2 hierarchy");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let mark = format!("{}", sb.tag + 5_000_000);
+    let daemon = sb.path("daemon.pid");
+    let check = sb.script(
+        "daemonizing-check",
+        &format!(
+            "setsid sh -c 'echo $$ > {d}.tmp; mv {d}.tmp {d}; exec sleep {mark}' </dev/null >/dev/null 2>&1 &\n\
+             exec sleep 3600",
+            d = daemon.display()
+        ),
+    );
+    sb.config(&format!(
+        r#"
+[service.a]
+command = ["/bin/sleep", "3600"]
+health = {{ command = ["{check}"], interval = "1h", timeout = "1h" }}
+"#
+    ));
+    sb.start();
+    wait_file(&daemon, |t| t.ends_with('\n'));
+    sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+    wait_gone(&["sleep", &mark], "a check's daemon outlived supd's stop");
+}
