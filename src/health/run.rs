@@ -270,6 +270,11 @@ impl Supervisor {
                 continue;
             }
             if let Some(p) = slot.probe.take() {
+                // The run ends with the service's: what it started too (a supd that
+                // exits next would not see it reaped).
+                if let (Probe::Command { .. }, Some(c)) = (&p, self.cgroups.as_ref()) {
+                    crate::cgroup::kill(&c.check_dir(&slot.cfg.name));
+                }
                 p.cancel();
             }
             slot.health_pid = pid;
