@@ -57,6 +57,13 @@ impl Cgroups {
         self.root.join(format!("{service}.service"))
     }
 
+    /// The cgroup of the health check commands of `service` ('+' is in no service's
+    /// name): what a check leaves, even a daemon in a session of its own, is killed
+    /// when it ends, and found by a later supd as a service's is.
+    pub fn check_dir(&self, service: &str) -> PathBuf {
+        self.root.join(format!("{service}+check.service"))
+    }
+
     /// Removes the root once its services' cgroups are gone (supd's clean exit).
     pub fn remove(&self) {
         for dir in children(&self.root) {

@@ -32,7 +32,14 @@ fn builder() -> env_logger::Builder {
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "info".into());
     let mut b = env_logger::Builder::new();
-    b.parse_filters(&level).format_target(false);
+    b.parse_filters(&level).format(|buf, record| {
+        use std::io::Write;
+        // env_logger's own stamp panics past the year 9999 (a clock set wrong): ours
+        // writes any year. "[2026-11-29T17:20:01Z INFO ] text", as env_logger did.
+        let stamp = crate::time::utc_stamp(std::time::SystemTime::now());
+        let secs = stamp.get(..stamp.len().saturating_sub(5)).unwrap_or(&stamp);
+        writeln!(buf, "[{secs}Z {:<5}] {}", record.level(), record.args())
+    });
     b
 }
 

@@ -25,6 +25,10 @@ pub struct PidRecord {
 
 /// The directory of pid records: one small file per service.
 const PIDS: &str = "pids";
+/// The directory of the records of health check commands: one small file per service,
+/// naming the process group of its check under way (a check's leader dies with supd,
+/// but what it started would stay behind unrecorded).
+const CHECKS: &str = "checks";
 const DOWN: &str = "down.json";
 /// Every record has this size, so a rewrite is one `pwrite` at offset 0: a killed supd
 /// leaves either the old record or the new one, never half of each.
@@ -39,8 +43,17 @@ pub struct PidFile {
 impl PidFile {
     /// Opens (creating) the record of `service`.
     pub fn open(state_dir: &Path, service: &str) -> io::Result<PidFile> {
+        PidFile::open_in(state_dir, PIDS, service)
+    }
+
+    /// Opens (creating) the record of the health check command of `service`.
+    pub fn open_check(state_dir: &Path, service: &str) -> io::Result<PidFile> {
+        PidFile::open_in(state_dir, CHECKS, service)
+    }
+
+    fn open_in(state_dir: &Path, sub: &str, service: &str) -> io::Result<PidFile> {
         use std::os::unix::fs::OpenOptionsExt;
-        let dir = state_dir.join(PIDS);
+        let dir = state_dir.join(sub);
         create_dirs(&dir, PRIVATE_DIR)?;
         let path = dir.join(service);
         let file = fs::OpenOptions::new()
@@ -97,13 +110,25 @@ pub fn create_dirs(dir: &Path, mode: u32) -> io::Result<()> {
 
 /// Removes the record of a service that is gone from the config.
 pub fn remove_pid_file(state_dir: &Path, service: &str) {
-    let _ = fs::remove_file(state_dir.join(PIDS).join(service));
+    for sub in [PIDS, CHECKS] {
+        let _ = fs::remove_file(state_dir.join(sub).join(service));
+    }
 }
 
-/// Reads the records a previous supd left: every service's file that names a process.
+/// Reads the records a previous supd left: every service's file that names a process,
+/// of its runs and of its health checks (each `service` is the service's name).
 /// Unreadable or malformed files are skipped (and said).
 pub fn read_pids(state_dir: &Path) -> Vec<PidRecord> {
-    let Ok(dir) = fs::read_dir(state_dir.join(PIDS)) else {
+    let mut out: Vec<PidRecord> = [PIDS, CHECKS]
+        .into_iter()
+        .flat_map(|sub| read_dir_pids(&state_dir.join(sub)))
+        .collect();
+    out.sort_by_key(|r| r.pid);
+    out
+}
+
+fn read_dir_pids(dir: &Path) -> Vec<PidRecord> {
+    let Ok(dir) = fs::read_dir(dir) else {
         return Vec::new();
     };
     let mut out = Vec::new();
@@ -126,15 +151,16 @@ pub fn read_pids(state_dir: &Path) -> Vec<PidRecord> {
             _ => log::warn!("{} is corrupt; ignoring it", entry.path().display()),
         }
     }
-    out.sort_by_key(|r| r.pid);
     out
 }
 
 /// Forgets every record (after their processes were ended).
 pub fn clear_pids(state_dir: &Path) {
-    for r in read_pids(state_dir) {
-        if let Ok(f) = PidFile::open(state_dir, &r.service) {
-            let _ = f.set(None);
+    for sub in [PIDS, CHECKS] {
+        for r in read_dir_pids(&state_dir.join(sub)) {
+            if let Ok(f) = PidFile::open_in(state_dir, sub, &r.service) {
+                let _ = f.set(None);
+            }
         }
     }
 }

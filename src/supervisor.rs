@@ -46,6 +46,8 @@ pub struct Slot {
     pub notify: Option<NotifySocket>,
     /// Where the current process is recorded, opened at the first start.
     pid_file: Option<PidFile>,
+    /// Where its health check command under way is recorded, opened at its first run.
+    pub check_file: Option<PidFile>,
     /// The current (or finishing) run: from its spawn until its last process is gone.
     pub instance: Option<Instance>,
     /// Its child between release and exec: the report says how the exec went.
@@ -293,6 +295,7 @@ impl Supervisor {
             status_text: None,
             notify: None,
             pid_file: None,
+            check_file: None,
             instance: None,
             exec: None,
             exec_error: None,
@@ -598,10 +601,18 @@ impl Supervisor {
                     break;
                 }
             };
-            if self.check_pids.contains_key(&pid.as_raw()) {
+            if let Some(name) = self.check_pids.get(&pid.as_raw()) {
                 // What is left of a check goes with it; its zombie still holds the pid,
-                // so the group is the check's own.
+                // so the group is the check's own. Its cgroup holds what left the group,
+                // unless another run of the check is in it already.
                 let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+                let alone = !self
+                    .check_pids
+                    .iter()
+                    .any(|(p, n)| n == name && *p != pid.as_raw());
+                if let Some(c) = self.cgroups.as_ref().filter(|_| alone) {
+                    cgroup::kill(&c.check_dir(name));
+                }
             }
             let service = self.pids.get(&pid.as_raw()).cloned();
             if let Some(i) = service
@@ -868,6 +879,7 @@ impl Supervisor {
                 records::remove_pid_file(state_dir, name);
                 if let Some(c) = &self.cgroups {
                     cgroup::remove(&c.service_dir(name));
+                    cgroup::remove(&c.check_dir(name));
                 }
             }
             keep

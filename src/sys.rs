@@ -95,8 +95,9 @@ pub struct SpawnSpec {
     pub tuning: Tuning,
     /// An environment variable the child sets to its own pid (`WATCHDOG_PID`).
     pub own_pid_env: Option<String>,
-    /// The child is killed when supd dies (a health check: it has no pid record, so a
-    /// new supd could not end it; a service must outlive supd, and does not set this).
+    /// The child is killed when supd dies (a health check: there is nothing for it to
+    /// do without supd, and what it started is ended by the next supd from its record
+    /// in `state_dir/checks`; a service must outlive supd, and does not set this).
     pub dies_with_supd: bool,
 }
 

@@ -465,8 +465,8 @@ health = {{ command = ["{check}"], interval = "100ms", timeout = "2s", failures 
     }
 }
 
-/// A check has no pid record, so a new supd could not end it: one that hangs when supd is
-/// killed must die with supd rather than stay behind forever.
+/// A check that hangs when supd is killed dies with supd (what it started is ended by
+/// the next supd from its record: health_faults.rs).
 #[test]
 fn a_hung_check_dies_with_a_killed_supd() {
     let mut sb = Sandbox::new();

@@ -6,6 +6,7 @@
 
 use super::{Change, CheckState, Health};
 use crate::config::{Check, Ready};
+use crate::records::PidFile;
 use crate::service::{Event, Exit, State};
 use crate::supervisor::{unix_ms, Supervisor};
 use crate::sys::{self, Io, SpawnSpec};
@@ -75,10 +76,19 @@ fn connect(addr: SocketAddr) -> Result<(OwnedFd, bool), String> {
     }
 }
 
-/// Whether a connect under way has ended: `None` while it goes on.
+/// Whether a connect under way has ended: `None` while it goes on. No pending error
+/// is not enough: a connect under way has none either, and the fd may be looked at
+/// before it is ready (the loop's tokens name services by their index, which a reload
+/// in the same turn may shift), so a peer is asked for.
 fn connected(sock: &OwnedFd, addr: SocketAddr) -> Option<Result<(), String>> {
     match socket::getsockopt(sock, sockopt::SocketError) {
-        Ok(0) => Some(Ok(())),
+        Ok(0) => match socket::getpeername::<socket::SockaddrStorage>(
+            std::os::fd::AsRawFd::as_raw_fd(sock),
+        ) {
+            Ok(_) => Some(Ok(())),
+            Err(Errno::ENOTCONN) => None,
+            Err(e) => Some(Err(format!("cannot connect to {addr}: {}", e.desc()))),
+        },
         Ok(e) if Errno::from_raw(e) == Errno::EINPROGRESS => None,
         Ok(e) => Some(Err(format!(
             "cannot connect to {addr}: {}",
@@ -94,7 +104,11 @@ pub fn http_verdict(head: &[u8], addr: SocketAddr, path: &str) -> Result<(), Str
     let line = String::from_utf8_lossy(line);
     let mut words = line.split_whitespace();
     let code = match (words.next(), words.next()) {
-        (Some(v), Some(c)) if v.starts_with("HTTP/") && c.len() == 3 => c.parse::<u16>().ok(),
+        (Some(v), Some(c))
+            if v.starts_with("HTTP/") && c.len() == 3 && c.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            c.parse::<u16>().ok()
+        }
         _ => None,
     };
     match code {
@@ -256,6 +270,11 @@ impl Supervisor {
                 continue;
             }
             if let Some(p) = slot.probe.take() {
+                // The run ends with the service's: what it started too (a supd that
+                // exits next would not see it reaped).
+                if let (Probe::Command { .. }, Some(c)) = (&p, self.cgroups.as_ref()) {
+                    crate::cgroup::kill(&c.check_dir(&slot.cfg.name));
+                }
                 p.cancel();
             }
             slot.health_pid = pid;
@@ -390,10 +409,65 @@ impl Supervisor {
             own_pid_env: None,
             dies_with_supd: true,
         };
-        let (pid, exec) = sys::spawn_service(spec, |_| Ok(()))
-            .map_err(|e| format!("check command: cannot start: {e}"))?;
+        // Recorded before its program runs, as a service is: the command dies with a
+        // killed supd, but what it started would stay; the record lets the next supd
+        // end its process group. A record that cannot be written is said, and the check
+        // runs all the same: it is no service (nothing runs twice), and failing it
+        // would restart a healthy service over a state_dir problem.
+        let state_dir = self.cfg.supd.state_dir.clone();
+        let slot = self.slots.get_mut(name).ok_or("gone")?;
+        if slot.check_file.as_ref().is_some_and(|f| !f.is_current()) {
+            slot.check_file = None;
+        }
+        if slot.check_file.is_none() {
+            match PidFile::open_check(&state_dir, name) {
+                Ok(f) => slot.check_file = Some(f),
+                Err(e) => log::warn!(
+                    "{name}: cannot open the pid record of its check in {}: {e}; it runs unrecorded",
+                    state_dir.display()
+                ),
+            }
+        }
+        let record = slot.check_file.as_ref();
+        // Where supd has cgroups, a cgroup holds what the check starts, even a daemon.
+        let cgroup_dir = self.cgroups.as_ref().and_then(|c| {
+            let dir = c.check_dir(name);
+            match crate::cgroup::prepare(&dir) {
+                Ok(()) => Some(dir),
+                Err(e) => {
+                    log::warn!(
+                        "{name}: cannot create the cgroup of its check {}: {e}",
+                        dir.display()
+                    );
+                    None
+                }
+            }
+        });
+        let (pid, exec) = sys::spawn_service(spec, |pid| {
+            let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
+            if let Some(Err(e)) = record.map(|r| r.set(Some((pid, start_time)))) {
+                log::warn!(
+                    "{name}: cannot record the pid of its check in {}: {e}; it runs unrecorded",
+                    state_dir.display()
+                );
+            }
+            if let Some(Err(e)) = cgroup_dir.as_ref().map(|d| crate::cgroup::join(d, pid)) {
+                log::warn!("{name}: its check runs in no cgroup: {e}");
+            }
+            Ok(())
+        })
+        .map_err(|e| format!("check command: cannot start: {e}"))?;
         self.check_pids.insert(pid, name.to_string());
         Ok(Probe::Command { pid, exec })
+    }
+
+    /// A check command of `name` is reaped (its group killed): its record is cleared.
+    fn check_unrecorded(&mut self, name: &str) {
+        if let Some(f) = self.slots.get(name).and_then(|s| s.check_file.as_ref()) {
+            if let Err(e) = f.set(None) {
+                log::warn!("{name}: cannot clear the pid record of its check: {e}");
+            }
+        }
     }
 
     /// A check command was reaped: its run's outcome, if it is still the service's run.
@@ -401,6 +475,9 @@ impl Supervisor {
         let Some(name) = self.check_pids.remove(&pid) else {
             return;
         };
+        if !self.check_pids.values().any(|n| *n == name) {
+            self.check_unrecorded(&name);
+        }
         let Some(slot) = self.slots.get_mut(&name) else {
             return;
         };
@@ -561,6 +638,19 @@ mod tests {
             http_verdict(b"SSH-2.0-OpenSSH\r\n", a, "/"),
             Err("no HTTP status line from 127.0.0.1:8080/".into())
         );
+        // A status is three digits: not a sign and two ("HTTP 20" was said), not four.
+        for odd in [
+            &b"HTTP/1.1 +20 X\r\n"[..],
+            b"HTTP/1.1 2000 OK\r\n",
+            b"HTTP/1.1 -99\r\n",
+        ] {
+            assert_eq!(
+                http_verdict(odd, a, "/"),
+                Err("no HTTP status line from 127.0.0.1:8080/".into()),
+                "{}",
+                String::from_utf8_lossy(odd)
+            );
+        }
     }
 
     #[test]
@@ -583,5 +673,49 @@ mod tests {
             why.contains(&addr.to_string()) && why.contains("refused"),
             "{why}"
         );
+    }
+
+    /// A connect still under way is not a success, should its fd be looked at before it
+    /// is ready (a stale poll token, a wake-up for another service): the port's accept
+    /// queue is full, so the kernel drops the SYN and the connect stays under way.
+    #[test]
+    fn a_connect_still_under_way_is_not_taken_for_a_success() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        // std listens with a backlog of 128: fill the queue of a listener of backlog 0.
+        let sock = socket::socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        drop(l);
+        socket::setsockopt(&sock, sockopt::ReuseAddr, &true).expect("reuse");
+        socket::bind(
+            std::os::fd::AsRawFd::as_raw_fd(&sock),
+            &socket::SockaddrIn::from(match addr {
+                SocketAddr::V4(a) => a,
+                SocketAddr::V6(_) => unreachable!("bound v4"),
+            }),
+        )
+        .expect("bind again");
+        socket::listen(&sock, socket::Backlog::new(0).expect("backlog")).expect("listen");
+        let _fill: Vec<_> = (0..3)
+            .filter_map(|_| {
+                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200))
+                    .ok()
+            })
+            .collect();
+        for check in [
+            Check::Tcp(addr),
+            Check::Http {
+                addr,
+                path: "/".into(),
+            },
+        ] {
+            let mut p = Probe::begin_socket(&check).expect("under way");
+            assert_eq!(p.progress(), None, "{check:?}: not connected yet");
+        }
     }
 }
