@@ -299,6 +299,7 @@ impl Supervisor {
         else {
             return;
         };
+        let mut refused: Option<(usize, i32, i32)> = None;
         for msg in msgs {
             let Some(leader) = self.slots.get(name).and_then(|s| s.svc.pid) else {
                 log::debug!(
@@ -309,13 +310,43 @@ impl Supervisor {
             };
             match place(msg.pid, leader, crate::proc::stat) {
                 Sender::Inside | Sender::Gone => self.notified(name, msg.fields, now),
-                Sender::Outside => log::warn!(
-                    "{name}: notify message refused: its sender, pid {}, is not a process of \
-                     the service (main pid {leader}; not in its process group or session)",
-                    msg.pid
-                ),
+                Sender::Outside => {
+                    let n = refused.map_or(0, |(n, _, _)| n);
+                    refused = Some((n + 1, msg.pid, leader));
+                }
             }
         }
+        if let Some((n, pid, leader)) = refused {
+            self.tell_refused(name, n, pid, leader, now);
+        }
+    }
+
+    /// Tells refused notify messages at most once a second per service, with how many
+    /// there were since: a flood from outside the service (a process of its user) must
+    /// not flood supd's log in turn.
+    fn tell_refused(&mut self, name: &str, n: usize, pid: i32, leader: i32, now: Mono) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        let (count, told) = &mut slot.refused;
+        *count += n;
+        if told.is_some_and(|t| now.since(t) < std::time::Duration::from_secs(1)) {
+            return;
+        }
+        let who = if *count > 1 {
+            format!(
+                "{count} notify messages refused: their senders (the last, pid {pid}) are not \
+                 processes"
+            )
+        } else {
+            format!("notify message refused: its sender, pid {pid}, is not a process")
+        };
+        log::warn!(
+            "{name}: {who} of the service (main pid {leader}; not in its process group or \
+             session)"
+        );
+        *count = 0;
+        *told = Some(now);
     }
 
     /// Reads the single socket of a supd from before per-service sockets, handed over by

@@ -68,6 +68,9 @@ pub struct Slot {
     pub watchdog: crate::health::Watchdog,
     /// The run (main pid) its checks and watchdog belong to; `None` while it is not up.
     pub health_pid: Option<i32>,
+    /// Notify messages refused and not told yet, and when refusals were last told: at
+    /// most once a second, so that a flood cannot flood supd's log in turn.
+    pub refused: (usize, Option<Mono>),
 }
 
 /// Which of a service's fds is ready.
@@ -305,6 +308,7 @@ impl Supervisor {
             probe: None,
             watchdog: Default::default(),
             health_pid: None,
+            refused: (0, None),
         };
         self.slots.insert(slot.cfg.name.clone(), slot);
     }
