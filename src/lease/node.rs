@@ -377,10 +377,18 @@ impl Node {
                 {
                     Ok(Some(rev)) => {
                         log::info!(
-                            "{}: {} takes the empty leader key (term {rev})",
+                            "{}: {} takes the empty leader key (term {rev}); it leads in T",
                             self.lease,
                             self.name
                         );
+                        // T from now, as after a takeover: an empty key does not prove
+                        // that the last holder's grant is over. etcd may revoke a lease
+                        // early (an old etcd leader that stalled, on resuming, revokes
+                        // the leases it counted out meanwhile, though they were kept
+                        // alive through the new one), and the holder's last grant rests
+                        // on a keepalive sent before the revoke: it ends, with its kill
+                        // grace, within 3T/4 of it.
+                        self.memory.lead_from = Some(Boot::now().plus(self.ttl));
                         self.tick_again(me);
                     }
                     Ok(None) => self.note("another node took the leader key first".into()),
