@@ -285,6 +285,9 @@ impl Node {
                 versioned: !c["tool"].is_null(),
                 committed: c["committed"] == true,
                 irreversible: c["irreversible"] == true,
+                // An older supd does not answer it: healthy, as before.
+                healthy: c["healthy"] != false,
+                reason: c["reason"].as_str().map(str::to_string),
             },
             Err(e) => {
                 self.note(format!("candidacy: {e}"));
@@ -294,6 +297,8 @@ impl Node {
                     versioned: true,
                     committed: false,
                     irreversible: false,
+                    healthy: true,
+                    reason: None,
                 }
             }
         }
