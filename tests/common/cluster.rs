@@ -24,6 +24,10 @@ pub struct Options {
     pub no_tool: bool,
     /// The sup-leases are started by the test (`start_lease_with`), not at once.
     pub hold_leases: bool,
+    /// More lines of the engine's `[service.engine]` table (a `health` check, say);
+    /// `{shared}` in them is the shared directory, and the engine has `NODE` in its
+    /// environment, as its check does.
+    pub engine: String,
 }
 
 pub struct Cluster {
@@ -81,6 +85,7 @@ impl Cluster {
         opts: Options,
     ) -> Cluster {
         let stop_secs = opts.stop_secs;
+        let more = opts.engine.clone();
         let dir = Sandbox::new();
         let shared = dir.dir.clone();
         let store =
@@ -95,6 +100,7 @@ impl Cluster {
                 s = shared.display()
             ),
         );
+        let more = more.replace("{shared}", &shared.display().to_string());
         let mut nodes = Vec::new();
         for (i, v) in versions.iter().enumerate() {
             let name = format!("n{}", i + 1);
@@ -108,7 +114,7 @@ impl Cluster {
                 "[lease.engine]\n{tool}\n\
                  [service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nrestart_delay = \"10ms\"\n\
                  crash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\nprobation = \"1s\"\n\n\
-                 [service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nenv = {{ NODE = \"{name}\" }}\nstop_timeout = \"{stop}s\"\n",
+                 [service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nenv = {{ NODE = \"{name}\" }}\nstop_timeout = \"{stop}s\"\n{more}",
                 stop = stop_secs as u32 + 2
             ));
             nodes.push(Node {
