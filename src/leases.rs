@@ -139,19 +139,25 @@ impl Supervisor {
         self.grants.get(lease).is_some_and(|g| g.until > now)
     }
 
+    /// A service turned unhealthy (its check failed `failures` times, or its watchdog
+    /// was missed): remembered for the candidacy of its lease.
+    pub fn note_unhealthy(&mut self, name: &str, why: &str, now: Mono) {
+        self.unhealthy_at
+            .insert(name.to_string(), (now, why.to_string()));
+    }
+
     /// The health of the leader-only services of `lease`, for a candidacy.
     fn leader_only_health(&self, lease: &str) -> Vec<ServiceHealth> {
         self.leader_only(lease)
             .into_iter()
             .map(|name| {
                 let hold = self.slots[&name].cfg.policy.cooldown;
-                // STAND-IN until supd's health checks land (branch `health`): no
-                // service is ever unhealthy.
+                let last = self.unhealthy_at.get(&name);
                 ServiceHealth {
-                    name,
                     unhealthy: false,
-                    since: None,
-                    failure: None,
+                    since: last.map(|(at, _)| *at),
+                    failure: last.map(|(_, why)| why.clone()),
+                    name,
                     hold,
                 }
             })
