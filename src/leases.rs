@@ -153,8 +153,18 @@ impl Supervisor {
             .map(|name| {
                 let hold = self.slots[&name].cfg.policy.cooldown;
                 let last = self.unhealthy_at.get(&name);
+                // A verdict about the run under way: a stopped service keeps its last
+                // one, which the hold below speaks for.
+                let up = matches!(
+                    self.slots[&name].svc.state,
+                    State::Starting | State::Running
+                );
+                let unhealthy = up
+                    && self
+                        .health_of(&name)
+                        .is_some_and(|h| h.health == crate::health::Health::Unhealthy);
                 ServiceHealth {
-                    unhealthy: false,
+                    unhealthy,
                     since: last.map(|(at, _)| *at),
                     failure: last.map(|(_, why)| why.clone()),
                     name,

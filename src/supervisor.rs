@@ -331,6 +331,9 @@ impl Supervisor {
         }
         let mut probation_ended = false;
         for a in actions {
+            if let Action::Unhealthy(why) = &a {
+                self.note_unhealthy(name, why, now);
+            }
             match a {
                 Action::Signal(sig) => {
                     if let Some(i) = instance.as_ref().filter(|i| !i.leader_gone()) {
