@@ -217,3 +217,28 @@ fn i13_an_unhealthy_leader_only_service_holds_the_node_out_for_its_cooldown() {
     );
     assert_eq!(candidacy()["reason"], json!(null));
 }
+
+/// Issue 13: a missed watchdog holds the node out too, and says so.
+#[test]
+fn i13_a_leader_only_service_that_stops_pinging_its_watchdog_holds_the_node_out() {
+    let mut sb = Sandbox::new();
+    let engine = sb.script("engine.sh", "exec /bin/sleep 3600");
+    sb.config(&format!(
+        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\n\
+         watchdog = \"300ms\"\ncooldown = \"1h\"\n"
+    ));
+    sb.start();
+    let mut w = sb.watch();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
+    w.state(&sb, "engine", "stopping");
+    sb.ok(json!({"cmd": "lease-release", "lease": "engine"}));
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    assert_eq!(c["healthy"], false, "{c}");
+    let why = c["reason"].as_str().unwrap_or("");
+    assert!(
+        why.starts_with("engine was unhealthy")
+            && why.contains("watchdog: no WATCHDOG=1 within 300ms")
+            && why.contains("; a candidate again in "),
+        "{c}"
+    );
+}
