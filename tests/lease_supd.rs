@@ -218,7 +218,7 @@ fn i13_an_unhealthy_leader_only_service_holds_the_node_out_for_its_cooldown() {
     assert_eq!(candidacy()["reason"], json!(null));
 }
 
-/// Issue 13: a missed watchdog holds the node out too, and says so.
+/// Issue 13: a missed watchdog holds the node out too, and says so; a reexec keeps it.
 #[test]
 fn i13_a_leader_only_service_that_stops_pinging_its_watchdog_holds_the_node_out() {
     let mut sb = Sandbox::new();
@@ -241,4 +241,13 @@ fn i13_a_leader_only_service_that_stops_pinging_its_watchdog_holds_the_node_out(
             && why.contains("; a candidate again in "),
         "{c}"
     );
+    // A reexec keeps the hold.
+    let out = sb.supctl(&["reexec"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    assert_eq!(c["healthy"], false, "after a reexec: {c}");
 }
