@@ -60,6 +60,10 @@ pub struct Handoff {
     /// than read the user database again.
     #[serde(default)]
     pub socket_group: Option<crate::control::SocketGroup>,
+    /// When each service last turned unhealthy, and why: a leader-only one keeps its
+    /// node out of its lease for its cooldown, across the exec too.
+    #[serde(default)]
+    pub unhealthy_at: std::collections::BTreeMap<String, (Mono, String)>,
 }
 
 /// A helper process carried across `exec` (it stays a child of the same pid).
@@ -244,6 +248,7 @@ impl Supervisor {
             log_writer,
             socket_group: self.server.socket_group().cloned(),
             deadman,
+            unhealthy_at: self.unhealthy_at.clone(),
         };
         (h, fds)
     }
@@ -398,6 +403,7 @@ impl Supervisor {
         if let Some(w) = h.log_writer {
             self.log_writer.adopt(w);
         }
+        self.unhealthy_at = h.unhealthy_at;
         for g in h.grants {
             self.grants.insert(
                 g.lease,

@@ -22,6 +22,67 @@ use std::time::Duration;
 /// normally exits within milliseconds; tearing down a very large one takes longer.
 pub const RELEASE_GRACE: Duration = Duration::from_secs(1);
 
+/// What a candidacy needs to know of one leader-only service's health.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceHealth {
+    pub name: String,
+    /// Unhealthy now (its failed checks reached `failures`, or its watchdog was missed).
+    pub unhealthy: bool,
+    /// When it last became unhealthy, if ever since supd started.
+    pub since: Option<Mono>,
+    /// Its last failure, as `status` says it.
+    pub failure: Option<String>,
+    /// How long the node stays out after that: the service's `cooldown`.
+    pub hold: Duration,
+}
+
+/// Whether a node whose leader-only services of a lease are `services` may lead: `None`
+/// when it may, else why not (the service and its last failure).
+///
+/// A leader-only service runs on the holder alone: once the holder stepped down, its
+/// service is stopped and its health is unknown, which proves nothing. So the node stays
+/// out for the service's `cooldown` after its last unhealthy verdict (the wait the
+/// crash-loop rule gives a service that keeps failing), and leadership does not come
+/// straight back to where the service just failed; then it is a candidate again like
+/// any other, and its next run is checked again.
+pub fn health_hold(services: &[ServiceHealth], now: Mono) -> Option<String> {
+    let failure = |s: &ServiceHealth| {
+        s.failure
+            .as_deref()
+            .map(|f| format!(": {f}"))
+            .unwrap_or_default()
+    };
+    if let Some(s) = services.iter().find(|s| s.unhealthy) {
+        return Some(format!("{} is unhealthy{}", s.name, failure(s)));
+    }
+    services
+        .iter()
+        .filter_map(|s| {
+            let since = s.since?;
+            let end = since.plus(s.hold);
+            (end > now).then_some((end, s, since))
+        })
+        .max_by_key(|(end, _, _)| *end)
+        .map(|(end, s, since)| {
+            format!(
+                "{} was unhealthy {} ago{}; a candidate again in {}",
+                s.name,
+                crate::time::Human(round_s(now.since(since))),
+                failure(s),
+                crate::time::Human(round_s(end.since(now)))
+            )
+        })
+}
+
+/// A duration to the nearest second above a second, for people.
+fn round_s(d: Duration) -> Duration {
+    if d < Duration::from_secs(1) {
+        Duration::from_millis(d.as_millis() as u64)
+    } else {
+        Duration::from_secs(d.as_secs_f64().round() as u64)
+    }
+}
+
 /// Leadership granted by sup-lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
@@ -78,9 +139,55 @@ impl Supervisor {
         self.grants.get(lease).is_some_and(|g| g.until > now)
     }
 
+    /// A service turned unhealthy (its check failed `failures` times, or its watchdog
+    /// was missed): remembered for the candidacy of its lease.
+    pub fn note_unhealthy(&mut self, name: &str, why: &str, now: Mono) {
+        self.unhealthy_at
+            .insert(name.to_string(), (now, why.to_string()));
+    }
+
+    /// The health of the leader-only services of `lease`, for a candidacy.
+    fn leader_only_health(&self, lease: &str) -> Vec<ServiceHealth> {
+        self.leader_only(lease)
+            .into_iter()
+            .map(|name| {
+                let hold = self.slots[&name].cfg.policy.cooldown;
+                let last = self.unhealthy_at.get(&name);
+                // A verdict about the run under way: a stopped service keeps its last
+                // one, which the hold below speaks for.
+                let up = matches!(
+                    self.slots[&name].svc.state,
+                    State::Starting | State::Running
+                );
+                let unhealthy = up
+                    && self
+                        .health_of(&name)
+                        .is_some_and(|h| h.health == crate::health::Health::Unhealthy);
+                ServiceHealth {
+                    unhealthy,
+                    since: last.map(|(at, _)| *at),
+                    failure: last.map(|(_, why)| why.clone()),
+                    name,
+                    hold,
+                }
+            })
+            .collect()
+    }
+
     /// `lease-candidacy`: this node's version of the lease's tool, and whether it may lead.
+    /// `healthy` is false (with the `reason`) while a leader-only service of the lease is
+    /// unhealthy, or was so less than its `cooldown` ago ([`health_hold`]).
     pub fn candidacy(&mut self, lease: &str, now: Mono) -> Result<Value, Error> {
         self.known_lease(lease)?;
+        let hold = health_hold(&self.leader_only_health(lease), now);
+        let mut c = self.candidacy_of_tool(lease, now)?;
+        c["healthy"] = json!(hold.is_none());
+        c["reason"] = json!(hold);
+        Ok(c)
+    }
+
+    /// The candidacy's version, and whether it is committed, running and irreversible.
+    fn candidacy_of_tool(&mut self, lease: &str, now: Mono) -> Result<Value, Error> {
         let tool = self.cfg.leases[lease].tool.clone();
         let Some(tool) = tool else {
             return Ok(
@@ -399,5 +506,52 @@ impl GrantTimer {
             GrantTimer::Boot(t) | GrantTimer::Wall(t) => Some(t),
             GrantTimer::Missing => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(name: &str, unhealthy: bool, since_ms: Option<u64>) -> ServiceHealth {
+        ServiceHealth {
+            name: name.into(),
+            unhealthy,
+            since: since_ms.map(|ms| Mono(ms * 1_000_000)),
+            failure: since_ms.map(|_| "health: 3 failures: HTTP 500 from 127.0.0.1:8080/".into()),
+            hold: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn a_node_is_held_out_while_unhealthy_and_for_the_cooldown_after() {
+        let at = |ms: u64| Mono(ms * 1_000_000);
+        // Never unhealthy, or no leader-only service at all: a candidate.
+        assert_eq!(health_hold(&[], at(0)), None);
+        assert_eq!(health_hold(&[s("engine", false, None)], at(0)), None);
+        // Unhealthy now: out, naming the service and its failure.
+        assert_eq!(
+            health_hold(
+                &[s("web", false, None), s("engine", true, Some(1000))],
+                at(2000)
+            )
+            .as_deref(),
+            Some("engine is unhealthy: health: 3 failures: HTTP 500 from 127.0.0.1:8080/")
+        );
+        // Stopped (its health unknown) or healthy again: out until the cooldown ends.
+        let held = health_hold(&[s("engine", false, Some(1000))], at(21_000));
+        assert_eq!(
+            held.as_deref(),
+            Some("engine was unhealthy 20s ago: health: 3 failures: HTTP 500 from 127.0.0.1:8080/; a candidate again in 40s")
+        );
+        assert!(health_hold(&[s("engine", false, Some(1000))], at(60_999)).is_some());
+        assert_eq!(
+            health_hold(&[s("engine", false, Some(1000))], at(61_000)),
+            None
+        );
+        // The longest hold of several services wins.
+        let two = [s("a", false, Some(1000)), s("b", false, Some(30_000))];
+        let why = health_hold(&two, at(61_000)).expect("b holds");
+        assert!(why.starts_with("b was unhealthy 31s ago"), "{why}");
     }
 }

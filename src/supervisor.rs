@@ -165,6 +165,9 @@ pub struct Supervisor {
     pub tasks: BTreeMap<i32, Task>,
     /// Leadership granted by sup-lease, by lease.
     pub grants: BTreeMap<String, Grant>,
+    /// When each service last turned unhealthy, and why: a leader-only one holds its
+    /// node out of its lease for its `cooldown` (`leases.rs`).
+    pub unhealthy_at: BTreeMap<String, (Mono, String)>,
     /// The dead-man pipe of leader-only services, made at the first such start.
     pub deadman: Option<crate::deadman::Deadman>,
     /// The state directory's lock, held for the whole life of supd (and its re-executions).
@@ -242,6 +245,7 @@ impl Supervisor {
             tools: BTreeMap::new(),
             tasks: BTreeMap::new(),
             grants: BTreeMap::new(),
+            unhealthy_at: BTreeMap::new(),
             deadman: None,
             lock: None,
             log_writer: LogWriter::new(
@@ -327,6 +331,9 @@ impl Supervisor {
         }
         let mut probation_ended = false;
         for a in actions {
+            if let Action::Unhealthy(why) = &a {
+                self.note_unhealthy(name, why, now);
+            }
             match a {
                 Action::Signal(sig) => {
                     if let Some(i) = instance.as_ref().filter(|i| !i.leader_gone()) {

@@ -79,3 +79,9 @@ fn i11_a_fractional_ttl_is_rounded_up_for_etcd() {
     let ttl = post("lease/timetolive", serde_json::json!({ "ID": lease }));
     assert_eq!(ttl["grantedTTL"], "3", "{ttl}");
 }
+
+#[test]
+fn i13_leadership_leaves_a_node_whose_leader_only_service_turned_unhealthy() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::unhealthy_holder(Some(e.store()), TTL, "6s");
+}

@@ -113,3 +113,13 @@ fn i11_a_wall_clock_step_ends_no_store_lease() {
         c.status_text()
     );
 }
+
+// Issue 13 -------------------------------------------------------------------------
+
+/// Issue 13: leadership leaves a node whose leader-only service turned unhealthy, never
+/// two engines at once, and does not come straight back (the node is out for the
+/// engine's cooldown, 5 s here); then the preferred node leads again.
+#[test]
+fn i13_leadership_leaves_a_node_whose_leader_only_service_turned_unhealthy() {
+    scenarios::unhealthy_holder(None, TTL, "5s");
+}

@@ -4,6 +4,7 @@
 mod common;
 use common::*;
 use serde_json::json;
+use std::time::Duration;
 
 fn config(sb: &Sandbox) {
     let out = sb.path("term");
@@ -150,4 +151,103 @@ fn an_expired_grant_kills_a_slow_service_within_half_its_validity() {
         "stopped {took}ms after the grant ran out, not within half the validity (300ms) + slack"
     );
     assert_eq!(sb.status("engine")["last_exit"], json!({"signal": "KILL"}));
+}
+
+/// Issue 13: a leader-only service that turns unhealthy makes the candidacy unhealthy,
+/// naming the service and its failure; after a release (the service stopped, its health
+/// unknown) the node stays out for the service's cooldown, then is healthy again.
+#[test]
+fn i13_an_unhealthy_leader_only_service_holds_the_node_out_for_its_cooldown() {
+    let mut sb = Sandbox::new();
+    let sick = sb.path("sick");
+    let engine = sb.script("engine.sh", "exec /bin/sleep 3600");
+    sb.config(&format!(
+        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\n\
+         restart_delay = \"10ms\"\ncooldown = \"2s\"\n\
+         health = {{ command = [\"/bin/sh\", \"-c\", \"! test -e {sick}\"], interval = \"100ms\", timeout = \"2s\", failures = 2 }}\n",
+        sick = sick.display()
+    ));
+    sb.start();
+    let candidacy = || sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    let c = candidacy();
+    assert_eq!(
+        (c["healthy"].clone(), c["reason"].clone()),
+        (json!(true), json!(null)),
+        "never ran, never unhealthy: {c}"
+    );
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
+    sb.wait_state("engine", "running");
+    assert_eq!(candidacy()["healthy"], true);
+    let mut w = sb.watch();
+    std::fs::write(&sick, "").expect("sick");
+    // Unhealthy: supd stops it (to restart it).
+    w.state(&sb, "engine", "stopping");
+    let verdict = std::time::Instant::now();
+    std::fs::remove_file(&sick).expect("well again");
+    let c = candidacy();
+    assert_eq!(c["healthy"], false, "{c}");
+    let why = c["reason"].as_str().unwrap_or("");
+    assert!(why.starts_with("engine "), "names the service: {c}");
+    assert!(why.contains("health"), "and its failure: {c}");
+    // Released: it no longer runs, its health is unknown; the node is still out.
+    sb.ok(json!({"cmd": "lease-release", "lease": "engine"}));
+    let c = candidacy();
+    assert_eq!(c["healthy"], false, "{c}");
+    assert!(
+        c["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("a candidate again in"),
+        "{c}"
+    );
+    // The cooldown over, it may lead again.
+    let end = std::time::Instant::now() + DEADLINE;
+    while candidacy()["healthy"] != true {
+        assert!(
+            std::time::Instant::now() < end,
+            "still out: {}",
+            candidacy()
+        );
+        w.next_within(Duration::from_millis(50));
+    }
+    assert!(
+        verdict.elapsed() >= Duration::from_millis(1500),
+        "out for {:?} only, not its cooldown (2s)",
+        verdict.elapsed()
+    );
+    assert_eq!(candidacy()["reason"], json!(null));
+}
+
+/// Issue 13: a missed watchdog holds the node out too, and says so; a reexec keeps it.
+#[test]
+fn i13_a_leader_only_service_that_stops_pinging_its_watchdog_holds_the_node_out() {
+    let mut sb = Sandbox::new();
+    let engine = sb.script("engine.sh", "exec /bin/sleep 3600");
+    sb.config(&format!(
+        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\n\
+         watchdog = \"300ms\"\ncooldown = \"1h\"\n"
+    ));
+    sb.start();
+    let mut w = sb.watch();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
+    w.state(&sb, "engine", "stopping");
+    sb.ok(json!({"cmd": "lease-release", "lease": "engine"}));
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    assert_eq!(c["healthy"], false, "{c}");
+    let why = c["reason"].as_str().unwrap_or("");
+    assert!(
+        why.starts_with("engine was unhealthy")
+            && why.contains("watchdog: no WATCHDOG=1 within 300ms")
+            && why.contains("; a candidate again in "),
+        "{c}"
+    );
+    // A reexec keeps the hold.
+    let out = sb.supctl(&["reexec"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    assert_eq!(c["healthy"], false, "after a reexec: {c}");
 }

@@ -186,10 +186,16 @@ fn status(mut store: Box<dyn store::Store>, lease: &str) -> ExitCode {
     o.push_str(&policy_line(&snap.policy));
     let eligible = |m| sup::lease::rule::eligible(m, &snap.policy);
     for m in &snap.members {
+        let unhealthy = format!(
+            "unhealthy: {}",
+            m.reason.as_deref().unwrap_or("no reason given")
+        );
         let marks = [
             (m.committed, "committed"),
             (!m.committed, "in probation"),
             (m.irreversible, "irreversible"),
+            (m.healthy, "healthy"),
+            (!m.healthy, unhealthy.as_str()),
             (eligible(m), "eligible"),
         ];
         let marks: Vec<&str> = marks.iter().filter(|(b, _)| *b).map(|(_, s)| *s).collect();

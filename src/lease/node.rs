@@ -244,6 +244,8 @@ pub struct Node {
     /// A step-down under way.
     releasing: Option<Release>,
     last_note: String,
+    /// Why this node was unhealthy at the last tick, to say when that changes.
+    unhealthy: Option<String>,
 }
 
 impl Node {
@@ -267,6 +269,7 @@ impl Node {
             leading: None,
             releasing: None,
             last_note: String::new(),
+            unhealthy: None,
         }
     }
 
@@ -285,6 +288,9 @@ impl Node {
                 versioned: !c["tool"].is_null(),
                 committed: c["committed"] == true,
                 irreversible: c["irreversible"] == true,
+                // An older supd does not answer it: healthy, as before.
+                healthy: c["healthy"] != false,
+                reason: c["reason"].as_str().map(str::to_string),
             },
             Err(e) => {
                 self.note(format!("candidacy: {e}"));
@@ -294,9 +300,30 @@ impl Node {
                     versioned: true,
                     committed: false,
                     irreversible: false,
+                    healthy: true,
+                    reason: None,
                 }
             }
         }
+    }
+
+    /// Says when this node becomes ineligible for its health, and when it recovers.
+    fn say_health(&mut self, me: &Member) {
+        let now = (!me.healthy).then(|| me.reason.clone().unwrap_or_default());
+        match (&self.unhealthy, &now) {
+            (None, Some(why)) => log::warn!(
+                "{}: {} is not eligible to lead: {why}",
+                self.lease,
+                self.name
+            ),
+            (Some(_), None) => log::info!(
+                "{}: {} is healthy again: eligible to lead",
+                self.lease,
+                self.name
+            ),
+            _ => {}
+        }
+        self.unhealthy = now;
     }
 
     /// Renews (or gets) this node's store lease and writes its member key. The renewal
@@ -336,6 +363,7 @@ impl Node {
     /// after the last store call that a decision rests on.
     pub fn tick(&mut self) {
         let me = self.candidacy();
+        self.say_health(&me);
         if let Err(e) = self.renew(&me) {
             // Unreachable store: nothing is renewed, the grant runs out by itself; the
             // next tick tries again.

@@ -22,6 +22,15 @@ pub struct Member {
     /// Past probation.
     pub committed: bool,
     pub irreversible: bool,
+    /// None of the lease's leader-only services on that node is unhealthy, or was so
+    /// recently (supd holds a node out for the service's `cooldown` after its last
+    /// unhealthy verdict). Absent in records of older sup-leases, which knew nothing of
+    /// health: true.
+    #[serde(default = "yes")]
+    pub healthy: bool,
+    /// Why it is not healthy: the service and its last failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 fn yes() -> bool {

@@ -2,7 +2,8 @@
 //! the store and what it remembers from its earlier ticks, with `now`, in; what it must
 //! do out. T is the store lease's TTL.
 //!
-//! - eligible: committed, not below the floor, and the target when pinned;
+//! - eligible: healthy (no leader-only service of the lease unhealthy on that node, as
+//!   its supd says), committed, not below the floor, and the target when pinned;
 //! - preferred: the highest eligible version (`newest`), the lowest (`oldest`), or the
 //!   target (`pinned`);
 //! - a holder leads while the keepalive of its last renewal was *sent* less than
@@ -49,7 +50,7 @@ pub fn margin(ttl: Duration) -> Duration {
 /// What a node remembers between ticks, in its own clock.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Memory {
-    /// Since when each member has been seen without a break.
+    /// Since when each member has been seen, healthy, without a break.
     pub first_seen: BTreeMap<String, Boot>,
     /// Since when `leader` has been seen empty.
     pub empty_since: Option<Boot>,
@@ -105,15 +106,43 @@ pub enum Decision {
 
 /// Whether `m` may lead under `p`. A member of a lease without a tool has no version:
 /// it is eligible while live, unless the policy speaks of versions (a floor or a pin),
-/// which it cannot meet.
+/// which it cannot meet. An unhealthy member (a leader-only service of the lease is
+/// unhealthy on that node, or was so recently) is never eligible.
 pub fn eligible(m: &Member, p: &Policy) -> bool {
-    if !m.versioned {
-        return m.committed && p.floor().is_none() && p.strategy != Strategy::Pinned;
+    ineligible(m, p).is_none()
+}
+
+/// Why `m` may not lead under `p`, or `None` when it may.
+pub fn ineligible(m: &Member, p: &Policy) -> Option<String> {
+    if !m.healthy {
+        let why = m.reason.as_deref().unwrap_or("a leader-only service");
+        return Some(format!("unhealthy ({why})"));
     }
-    let Some(v) = m.semver() else { return false };
-    m.committed
-        && p.floor().is_none_or(|f| v >= f)
-        && (p.strategy != Strategy::Pinned || p.target().as_ref() == Some(&v))
+    if !m.versioned {
+        return if !m.committed {
+            Some("no candidacy from supd".into())
+        } else if let Some(f) = p.floor() {
+            Some(format!("no version, and the floor is {f}"))
+        } else if p.strategy == Strategy::Pinned {
+            Some("no version, and the policy is pinned".into())
+        } else {
+            None
+        };
+    }
+    let Some(v) = m.semver() else {
+        return Some("no version".into());
+    };
+    if !m.committed {
+        return Some(format!("{v} is not committed (in probation)"));
+    }
+    if let Some(f) = p.floor().filter(|f| &v < f) {
+        return Some(format!("{v} is below the floor {f}"));
+    }
+    if p.strategy == Strategy::Pinned && p.target().as_ref() != Some(&v) {
+        let t = p.target.as_deref().unwrap_or("?");
+        return Some(format!("{v} is not the pinned version {t}"));
+    }
+    None
 }
 
 /// The preferred version among the eligible members.
@@ -171,7 +200,13 @@ pub fn decide(v: &View, mem: &Memory) -> (Decision, Memory) {
                 return (Decision::Fence(why.into()), mem);
             }
             let Some(me) = me.filter(|m| eligible(m, p)) else {
-                return (Decision::StepDown("this node is not eligible".into()), mem);
+                let why = me
+                    .and_then(|m| ineligible(m, p))
+                    .unwrap_or_else(|| "it is not a member".into());
+                return (
+                    Decision::StepDown(format!("this node is not eligible: {why}")),
+                    mem,
+                );
             };
             if !is_preferred(me, p, &pref) && live_preferred_other(&mem) {
                 let want = pref.map(|v| v.to_string()).unwrap_or_default();
@@ -251,12 +286,14 @@ fn live_preferred_other_than(v: &View, mem: &Memory, pref: &Option<Version>, hol
     })
 }
 
-/// Updates when each member was first seen (a member that vanished starts again).
+/// Updates since when each member has been seen live and healthy (one that vanished, or
+/// was unhealthy, starts again): a holder steps down for a preferred member only once it
+/// has been healthy for T, not at its first healthy tick after a hold.
 fn remember(v: &View, mem: &Memory) -> Memory {
     let mut n = mem.clone();
     n.first_seen
-        .retain(|node, _| v.members.iter().any(|m| &m.node == node));
-    for m in v.members {
+        .retain(|node, _| v.members.iter().any(|m| &m.node == node && m.healthy));
+    for m in v.members.iter().filter(|m| m.healthy) {
         n.first_seen.entry(m.node.clone()).or_insert(v.now);
     }
     n

@@ -179,3 +179,61 @@ pub fn slow_step_down(store: Option<String>, ttl: &'static str, ttls: f32) {
     c.wait_leader(&other.name.clone());
     settle(&c);
 }
+
+/// Issue 13: n1 (0.8.1, preferred) leads; its engine turns unhealthy (its health check
+/// finds `sick-n1`): n1 steps down and n2 (0.6.2) leads, never both at once. n1 stays
+/// out for the engine's cooldown (`hold`) although nothing runs there to be unhealthy
+/// any more: leadership does not flap straight back. Then n1, healthy and preferred,
+/// leads again.
+pub fn unhealthy_holder(store: Option<String>, ttl: &'static str, hold: &str) {
+    let opts = Options {
+        engine: format!(
+            "health = {{ command = [\"/bin/sh\", \"-c\", \"! test -e {{shared}}/sick-$NODE\"], interval = \"100ms\", timeout = \"2s\", failures = 2 }}\ncooldown = \"{hold}\"\n"
+        ),
+        ..Options::default()
+    };
+    let c = Cluster::with(&["0.8.1", "0.6.2"], store, ttl, opts);
+    c.wait_leader("n1");
+    let st = c.status_text();
+    assert!(
+        st.contains("member n1: 0.8.1 (committed, healthy, eligible)"),
+        "{st}"
+    );
+    std::fs::write(c.shared.join("sick-n1"), "").expect("sick");
+    c.wait_leader("n2");
+    let moved = std::time::Instant::now();
+    // The file goes: n1's engine would be healthy if it ran, but it does not run there.
+    std::fs::remove_file(c.shared.join("sick-n1")).expect("well");
+    let st = c.status_text();
+    assert!(st.contains("leader: n2 (0.6.2)"), "{st}");
+    assert!(
+        st.contains("member n1: 0.8.1 (committed, unhealthy: engine "),
+        "n1 is out for its health, and says why: {st}"
+    );
+    // No flap: n2 keeps leading while n1's hold lasts (T = 900ms: without the hold, n1,
+    // preferred, would be back within about 2T).
+    let hold_d = crate::common::parse_ttl(hold);
+    c.wait("most of the hold", |c| {
+        assert_eq!(
+            c.running_engines(),
+            ["n2"],
+            "leadership came back before the hold ended\n{}",
+            c.status_text()
+        );
+        moved.elapsed() >= hold_d * 2 / 3
+    });
+    // Then n1 is a candidate again, preferred: it leads.
+    c.wait_leader("n1");
+    assert!(
+        moved.elapsed() >= hold_d * 2 / 3,
+        "n1 was back after {:?}",
+        moved.elapsed()
+    );
+    let logs = c.logs();
+    assert!(
+        logs.contains("n1 is not eligible to lead: engine"),
+        "{logs}"
+    );
+    assert!(logs.contains("n1 is healthy again"), "{logs}");
+    settle(&c);
+}

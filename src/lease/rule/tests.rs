@@ -9,6 +9,8 @@ fn m(node: &str, version: &str, committed: bool) -> Member {
         versioned: true,
         committed,
         irreversible: false,
+        healthy: true,
+        reason: None,
     }
 }
 
@@ -81,7 +83,9 @@ fn eligibility_and_preference() {
             version: None,
             versioned: true,
             committed: true,
-            irreversible: false
+            irreversible: false,
+            healthy: true,
+            reason: None,
         },
         &Policy::default()
     ));
@@ -317,7 +321,17 @@ impl Sim {
                 versioned: true,
                 committed,
                 irreversible,
+                healthy: n.1.healthy,
+                reason: n.1.reason.clone(),
             };
+        }
+    }
+
+    /// The node's supd says its leader-only services are healthy, or not (and why).
+    fn health(&mut self, node: &str, healthy: bool) {
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.0 == node) {
+            n.1.healthy = healthy;
+            n.1.reason = (!healthy).then(|| "engine: health: 3 failures".into());
         }
     }
 
@@ -581,6 +595,8 @@ fn plain(node: &str) -> Member {
         versioned: false,
         committed: true,
         irreversible: false,
+        healthy: true,
+        reason: None,
     }
 }
 
@@ -660,6 +676,169 @@ fn nodes_without_a_tool_elect_exactly_one_in_the_simulation() {
     s.wedge(&first);
     s.run(15);
     assert!(s.holder().is_some_and(|h| h != first), "{:?}", s.leads);
+}
+
+// Issue 13: health ------------------------------------------------------------------
+
+fn sick(node: &str, version: &str) -> Member {
+    Member {
+        healthy: false,
+        reason: Some("engine: health: 3 failures: HTTP 500".into()),
+        ..m(node, version, true)
+    }
+}
+
+#[test]
+fn an_unhealthy_member_is_not_eligible_and_says_why() {
+    let p = Policy::default();
+    assert!(!eligible(&sick("a", "1.0.0"), &p));
+    assert_eq!(
+        ineligible(&sick("a", "1.0.0"), &p).as_deref(),
+        Some("unhealthy (engine: health: 3 failures: HTTP 500)")
+    );
+    let plain_sick = Member {
+        healthy: false,
+        ..plain("p")
+    };
+    assert!(!eligible(&plain_sick, &p), "without a tool too");
+    // The healthy version is preferred, however old.
+    let members = [sick("a", "2.0.0"), m("b", "1.0.0", true)];
+    assert_eq!(
+        preferred(&members, &p).map(|v| v.to_string()).as_deref(),
+        Some("1.0.0")
+    );
+    // Records of older sup-leases know nothing of health: healthy.
+    let old: Member = serde_json::from_str(
+        r#"{"node":"a","version":"1.0.0","committed":true,"irreversible":false}"#,
+    )
+    .expect("an older record");
+    assert!(old.healthy && old.reason.is_none() && eligible(&old, &p));
+    let text = serde_json::to_string(&m("a", "1.0.0", true)).expect("json");
+    assert!(!text.contains("reason"), "no reason when healthy: {text}");
+}
+
+#[test]
+fn a_holder_that_turns_unhealthy_steps_down_at_once() {
+    let p = Policy::default();
+    let at = |ms: u64| Boot(ms * 1_000_000);
+    let la = Leader {
+        node: "a".into(),
+        version: Some("1.0.0".into()),
+        epoch: 1,
+    };
+    let healthy = [m("a", "1.0.0", true), m("b", "1.0.0", true)];
+    let (d, mem) = decide(
+        &view("a", &healthy, Some((&la, 5)), &p, at(0), true),
+        &Memory::default(),
+    );
+    assert!(matches!(d, Decision::Lead { .. }), "{d:?}");
+    let turned = [sick("a", "1.0.0"), m("b", "1.0.0", true)];
+    let (d, _) = decide(&view("a", &turned, Some((&la, 5)), &p, at(300), true), &mem);
+    match d {
+        Decision::StepDown(why) => assert!(why.contains("unhealthy (engine: health"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Once the key is given up, the healthy member takes it at once (it is the preferred
+    // one now), and the unhealthy one does not, however long it waits.
+    let (d, _) = decide(
+        &view("b", &turned, None, &p, at(600), false),
+        &Memory::default(),
+    );
+    assert_eq!(d, Decision::Acquire);
+    let (_, mut mem) = decide(
+        &view("a", &turned, None, &p, at(600), false),
+        &Memory::default(),
+    );
+    for t in [900, 1800, 5000] {
+        let (d, m2) = decide(&view("a", &turned, None, &p, at(t), false), &mem);
+        assert!(matches!(d, Decision::Follow(_)), "at {t}: {d:?}");
+        mem = m2;
+    }
+    // An unhealthy holder that does not step down (its sup-lease is wedged) is taken
+    // over after 2T, as any holder that is not eligible.
+    let (_, mem) = decide(
+        &view("b", &turned, Some((&la, 5)), &p, at(0), false),
+        &Memory::default(),
+    );
+    assert_eq!(
+        decide(
+            &view("b", &turned, Some((&la, 5)), &p, at(1800), false),
+            &mem
+        )
+        .0,
+        Decision::TakeOver { revision: 5 }
+    );
+}
+
+#[test]
+fn a_preferred_member_back_from_unhealthy_waits_t_healthy_before_the_holder_steps_down() {
+    let p = Policy::default();
+    let at = |ms: u64| Boot(ms * 1_000_000);
+    let la = Leader {
+        node: "a".into(),
+        version: Some("1.0.0".into()),
+        epoch: 1,
+    };
+    // b has the newer version but was unhealthy (held out) all along.
+    let held = [m("a", "1.0.0", true), sick("b", "2.0.0")];
+    let (_, mut mem) = decide(
+        &view("a", &held, Some((&la, 5)), &p, at(0), true),
+        &Memory::default(),
+    );
+    for t in [900, 1800] {
+        let (d, m2) = decide(&view("a", &held, Some((&la, 5)), &p, at(t), true), &mem);
+        assert!(matches!(d, Decision::Lead { .. }), "at {t}: {d:?}");
+        mem = m2;
+    }
+    // b's hold ends: a steps down for it only after b was healthy for T.
+    let back = [m("a", "1.0.0", true), m("b", "2.0.0", true)];
+    for t in [2100, 2700] {
+        let (d, m2) = decide(&view("a", &back, Some((&la, 5)), &p, at(t), true), &mem);
+        assert!(matches!(d, Decision::Lead { .. }), "at {t}: {d:?}");
+        mem = m2;
+    }
+    let (d, _) = decide(&view("a", &back, Some((&la, 5)), &p, at(3000), true), &mem);
+    assert!(matches!(d, Decision::StepDown(_)), "{d:?}");
+}
+
+#[test]
+fn leadership_leaves_an_unhealthy_holder_without_overlap_and_stays_away() {
+    let mut s = Sim::new(&[("n1", "0.6.2"), ("n2", "0.6.2"), ("n3", "0.6.2")]);
+    s.run(10);
+    let first = s.holder().expect("someone leads");
+    s.health(&first, false);
+    s.run(3);
+    let second = s.holder().expect("another one leads within a tick or two");
+    assert_ne!(second, first);
+    // Healthy again (its hold over): leadership stays where it is, no flap back.
+    s.health(&first, true);
+    s.run(20);
+    assert_eq!(s.holder(), Some(second.clone()));
+    assert_eq!(s.leads, vec![first.clone(), second.clone()]);
+    // Every member unhealthy: nobody leads.
+    for n in ["n1", "n2", "n3"] {
+        s.health(n, false);
+    }
+    s.run(5);
+    assert_eq!(s.holder(), None, "{:?}", s.leads);
+    s.health(&first, true);
+    s.run(5);
+    assert_eq!(s.holder(), Some(first));
+}
+
+#[test]
+fn an_unhealthy_newer_version_does_not_take_leadership_until_it_recovers() {
+    let mut s = Sim::new(&[("n1", "0.6.2"), ("n2", "0.6.2")]);
+    s.run(10);
+    let first = s.holder().expect("someone leads");
+    let other = if first == "n1" { "n2" } else { "n1" };
+    s.set(other, "0.8.1", true, false);
+    s.health(other, false);
+    s.run(15);
+    assert_eq!(s.holder().as_deref(), Some(first.as_str()));
+    s.health(other, true);
+    s.run(15);
+    assert_eq!(s.holder().as_deref(), Some(other), "{:?}", s.leads);
 }
 
 mod faults;

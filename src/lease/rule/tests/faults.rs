@@ -75,6 +75,8 @@ struct World {
     ttl: u64,
     rng: Rng,
     faults: bool,
+    /// While faults last, members turn unhealthy and healthy again at random.
+    flaky_health: bool,
     nodes: Vec<Node>,
     leases: BTreeMap<u64, u64>,
     next_lease: u64,
@@ -109,6 +111,7 @@ impl World {
             ttl,
             rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
             faults: true,
+            flaky_health: false,
             nodes,
             leases: BTreeMap::new(),
             next_lease: 0,
@@ -284,6 +287,11 @@ impl World {
         if self.faults && self.rng.chance(2) {
             self.nodes[i].offset += self.rng.below(self.ttl); // the clock steps forward
         }
+        if self.faults && self.flaky_health && self.rng.chance(10) {
+            let m = &mut self.nodes[i].member;
+            m.healthy = !m.healthy;
+            m.reason = (!m.healthy).then(|| "engine: watchdog missed".into());
+        }
         let now = self.clock(i, t);
         let n = &self.nodes[i];
         let (members, leader) = &n.snap;
@@ -378,11 +386,20 @@ fn leader_record(node: &str) -> Leader {
 /// Many seeds of 60 T with faults, then 30 T without: never two nodes' services at once,
 /// and in the calm that follows, exactly one node's run.
 fn under_faults(members: impl Fn() -> Vec<Member>) {
+    under(members, false);
+}
+
+fn under(members: impl Fn() -> Vec<Member>, flaky_health: bool) {
     let ttl = T.as_millis() as u64;
     for seed in 1..=150 {
         let mut w = World::new(seed, members());
+        w.flaky_health = flaky_health;
         w.run_until(60 * ttl);
         w.faults = false;
+        for n in &mut w.nodes {
+            n.member.healthy = true;
+            n.member.reason = None;
+        }
         w.run_until(90 * ttl);
         let running = w.running();
         assert_eq!(running.len(), 1, "seed {seed}: {running:?} after the calm");
@@ -404,4 +421,18 @@ fn no_overlap_under_delays_pauses_and_clock_steps() {
 #[test]
 fn no_overlap_without_a_tool_under_delays_pauses_and_clock_steps() {
     under_faults(|| vec![plain("n1"), plain("n2"), plain("n3")]);
+}
+
+#[test]
+fn no_overlap_when_health_comes_and_goes_under_faults() {
+    under(
+        || {
+            vec![
+                m("n1", "1.0.0", true),
+                m("n2", "1.0.0", true),
+                m("n3", "1.1.0", true),
+            ]
+        },
+        true,
+    );
 }
