@@ -201,12 +201,16 @@ impl CheckState {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Watchdog {
     pub deadline: Option<Mono>,
+    /// A `WATCHDOG=1` came in this run: a probation commits only after one, so that a
+    /// version that never pings is not committed before its deadline tells.
+    pub pinged: bool,
 }
 
 impl Watchdog {
     /// Armed at the start of the service.
     pub fn start(&mut self, timeout: Duration, now: Mono) {
         self.deadline = Some(now.plus(timeout));
+        self.pinged = false;
     }
 
     /// Disarmed while the service is not up.
@@ -218,6 +222,7 @@ impl Watchdog {
     pub fn ping(&mut self, timeout: Duration, now: Mono) {
         if self.deadline.is_some() {
             self.deadline = Some(now.plus(timeout));
+            self.pinged = true;
         }
     }
 

@@ -668,13 +668,16 @@ impl Supervisor {
         for tool in due {
             // Ready, and healthy where it has a check: a check that has not passed yet
             // holds the commit until it passes, or fails `failures` times (which ends the
-            // probation). An unhealthy verdict during probation has ended it already.
+            // probation). An unhealthy verdict during probation has ended it already. A
+            // watchdog likewise holds it until the run's first WATCHDOG=1, or until its
+            // deadline fails the probation.
             let ready = self.tool_services(&tool).iter().all(|n| {
                 let s = &self.slots[n];
                 s.svc.want == crate::service::Want::Down
                     || (s.svc.is_ready(&s.cfg)
                         && (s.cfg.health.is_none()
-                            || s.check.health == crate::health::Health::Healthy))
+                            || s.check.health == crate::health::Health::Healthy)
+                        && (s.cfg.watchdog.is_none() || s.watchdog.pinged))
             });
             if !ready {
                 continue;

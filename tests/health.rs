@@ -498,3 +498,19 @@ health = {{ command = ["{check}"], interval = "1h", timeout = "1h" }}
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A watchdog longer than the probation: a version that never pings is not committed when
+/// the probation's time is up, but held until its watchdog fails it, then rolled back.
+#[test]
+fn a_version_that_never_pings_is_not_committed_before_its_watchdog_tells() {
+    let mut sb = Sandbox::new();
+    let py = sb.file("wd-agent.py", WATCHDOG_AGENT);
+    agent(&sb, "watchdog = \"4s\"");
+    sb.start();
+    let env_file = sb.path("wd-env");
+    sb.install_version("1.0.0", &format!("exec {py} ping {}", env_file.display()));
+    sb.upgrade_wait("1.0.0", true);
+    sb.install_version("1.1.0", "exec /bin/sleep 3600");
+    sb.upgrade_wait("1.1.0", false);
+    assert_rolled_back(&sb, "1.1.0", "1.0.0", "watchdog: no WATCHDOG=1 within 4s");
+}
