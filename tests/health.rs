@@ -154,11 +154,7 @@ fn a_command_check_catches_a_version_that_hangs_and_its_hung_checks_are_killed()
         "agent: health: 3 failures: check command timed out after 300ms",
     );
     // Each hung check was killed at its timeout, none left behind.
-    let end = Instant::now() + DEADLINE;
-    while !processes_with_cmdline(&["sleep", &mark]).is_empty() {
-        assert!(Instant::now() < end, "a hung check outlived its timeout");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_gone(&["sleep", &mark], "a hung check outlived its timeout");
 }
 
 #[test]
@@ -262,11 +258,7 @@ health = {{ command = ["{check}"], interval = "5s", timeout = "1500ms", failures
 "#
     ));
     sb.start();
-    let end = Instant::now() + DEADLINE;
-    while processes_with_cmdline(&["sleep", &mark]).is_empty() {
-        assert!(Instant::now() < end, "the check never ran");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_present(&["sleep", &mark], "the check never ran");
     // The check hangs: supd answers at once all the same.
     for _ in 0..5 {
         let t = Instant::now();
@@ -278,10 +270,7 @@ health = {{ command = ["{check}"], interval = "5s", timeout = "1500ms", failures
         );
         assert_eq!(st["health"], "unknown", "{st}");
     }
-    while !processes_with_cmdline(&["sleep", &mark]).is_empty() {
-        assert!(Instant::now() < end, "the hung check was never killed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_gone(&["sleep", &mark], "the hung check was never killed");
     let end = Instant::now() + DEADLINE;
     loop {
         let st = sb.status("a");
@@ -480,23 +469,9 @@ health = {{ command = ["{check}"], interval = "1h", timeout = "1h" }}
 "#
     ));
     sb.start();
-    let end = Instant::now() + DEADLINE;
-    while processes_with_cmdline(&["sleep", &mark]).is_empty() {
-        assert!(Instant::now() < end, "the check never ran");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_present(&["sleep", &mark], "the check never ran");
     sb.stop_supd(nix::sys::signal::Signal::SIGKILL);
-    let end = Instant::now() + DEADLINE;
-    while let Some(&pid) = processes_with_cmdline(&["sleep", &mark]).first() {
-        if Instant::now() >= end {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            panic!("the check {pid} outlived supd");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_gone(&["sleep", &mark], "the check outlived supd");
 }
 
 /// A watchdog longer than the probation: a version that never pings is not committed when

@@ -6,24 +6,6 @@ use common::files::wait_file;
 use common::*;
 use std::time::{Duration, Instant};
 
-/// Waits until no process has `argv` (by pid, with the deadline); on the deadline, kills
-/// what is left by its pid and panics with `what`.
-fn wait_gone(argv: &[&str], what: &str) {
-    let end = Instant::now() + DEADLINE;
-    while let Some(&pid) = processes_with_cmdline(argv).first() {
-        if Instant::now() >= end {
-            for p in processes_with_cmdline(argv) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(p),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            panic!("{what}: {argv:?} (pid {pid}) is still there");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A check command dies with a killed supd (PR_SET_PDEATHSIG), but what it started does
 /// not: a check that runs `sleep` under a shell left the `sleep` behind forever, and a
 /// new supd on the same state_dir did not end it (a check had no pid record).

@@ -365,6 +365,37 @@ pub fn processes_with_cmdline(argv: &[&str]) -> Vec<i32> {
         .collect()
 }
 
+/// Waits (with the deadline) until some process has exactly `argv`; returns its pid.
+/// No event tells that a process appeared, so /proc is looked at every 10 ms.
+pub fn wait_present(argv: &[&str], what: &str) -> i32 {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(&pid) = processes_with_cmdline(argv).first() {
+            return pid;
+        }
+        assert!(Instant::now() < end, "{what}: no process {argv:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits (with the deadline) until no process has exactly `argv`; on the deadline, kills
+/// what is left by its pid and panics with `what`.
+pub fn wait_gone(argv: &[&str], what: &str) {
+    let end = Instant::now() + DEADLINE;
+    while let Some(&pid) = processes_with_cmdline(argv).first() {
+        if Instant::now() >= end {
+            for p in processes_with_cmdline(argv) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            panic!("{what}: {argv:?} (pid {pid}) is still there");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A connection to supd.
 pub struct Client {
     pub reader: BufReader<UnixStream>,
