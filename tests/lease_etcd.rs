@@ -33,6 +33,12 @@ fn pinning_an_older_version_moves_leadership_and_keeps_it() {
 }
 
 #[test]
+fn a_store_lease_revoked_early_gives_no_overlap() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::early_revoke(Some(e.store()), TTL);
+}
+
+#[test]
 fn a_killed_or_paused_holder_is_replaced_without_overlap() {
     let Some(e) = Etcd::start() else { return };
     scenarios::killed_or_paused(Some(e.store()), TTL);

@@ -32,6 +32,11 @@ fn a_killed_or_paused_holder_is_replaced_without_overlap() {
 }
 
 #[test]
+fn a_store_lease_revoked_early_gives_no_overlap() {
+    scenarios::early_revoke(None, TTL);
+}
+
+#[test]
 fn a_holder_whose_engine_is_slow_to_stop_keeps_the_key_until_it_has() {
     scenarios::slow_step_down(None, TTL, 1.3);
 }

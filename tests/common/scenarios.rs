@@ -237,3 +237,29 @@ pub fn unhealthy_holder(store: Option<String>, ttl: &'static str, hold: &str) {
     assert!(logs.contains("n1 is healthy again"), "{logs}");
     settle(&c);
 }
+
+/// The store revokes the holder's store lease before its TTL, as etcd does when a stalled
+/// etcd leader resumes: the holder (its sup-lease paused, so that it cannot take the key
+/// back) may still run its last grant, so the node that takes the empty key must not lead
+/// before that grant is over. Without the wait after taking the key, the engines overlap.
+pub fn early_revoke(store: Option<String>, ttl: &'static str) {
+    let mut c = Cluster::new(&["0.6.2", "0.6.2"], store, ttl);
+    let first = c.wait_any_leader();
+    let i = c
+        .nodes
+        .iter()
+        .position(|n| n.name == first)
+        .expect("holder");
+    c.nodes[i].signal_lease(Signal::SIGSTOP);
+    let mut s =
+        sup::lease::store::open(&c.store, std::time::Duration::from_secs(5)).expect("store");
+    let snap = sup::lease::node::snapshot(s.as_mut(), "engine").expect("snapshot");
+    let (_, _, id) = snap.leader.expect("a leader key");
+    s.revoke(id).expect("revoke the holder's store lease");
+    c.wait("another leader after an early revoke", |c| {
+        let e = c.running_engines();
+        e.len() == 1 && e[0] != first
+    });
+    c.nodes[i].signal_lease(Signal::SIGCONT);
+    settle(&c);
+}
