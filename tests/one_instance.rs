@@ -273,7 +273,10 @@ fn a_removed_state_dir_is_noticed_and_records_written_anew() {
     ));
     sb.start();
     let first = pid_of(&sb.wait_state("one", "running"));
-    fs::remove_dir_all(sb.path("state")).expect("remove state_dir");
+    // Moved away in one step, then removed: supd makes the directory anew as soon as it
+    // sees it go, so an `rm -rf` of it in place can race that and fail with ENOTEMPTY.
+    fs::rename(sb.path("state"), sb.path("state.removed")).expect("move state_dir away");
+    fs::remove_dir_all(sb.path("state.removed")).expect("remove state_dir");
     // One round trip: supd reads its state dir's watch before it reads a new client.
     sb.status("one");
     let mut second = Command::new(SUPD)
