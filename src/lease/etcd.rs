@@ -157,18 +157,18 @@ impl Store for EtcdStore {
         Ok(out)
     }
 
-    fn put(
+    fn put_when(
         &mut self,
         key: &str,
         value: &str,
         lease: LeaseId,
-        cond: Option<Cond>,
+        conds: &[(&str, Cond)],
     ) -> Result<Option<u64>, StoreError> {
         let mut put = json!({"key": b64(key.as_bytes()), "value": b64(value.as_bytes())});
         if lease != 0 {
             put["lease"] = json!(lease.to_string());
         }
-        let compare: Vec<Value> = cond.map(|c| Self::compare(key, c)).into_iter().collect();
+        let compare: Vec<Value> = conds.iter().map(|(k, c)| Self::compare(k, *c)).collect();
         let (ok, v) = self.txn(compare, vec![json!({"request_put": put})])?;
         Ok(ok.then(|| num(&v["header"]["revision"])))
     }

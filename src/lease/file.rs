@@ -161,15 +161,15 @@ impl Store for FileStore {
         })
     }
 
-    fn put(
+    fn put_when(
         &mut self,
         key: &str,
         value: &str,
         lease: LeaseId,
-        cond: Option<Cond>,
+        conds: &[(&str, Cond)],
     ) -> Result<Option<u64>, StoreError> {
         self.with(|d| {
-            if cond.is_some_and(|c| !holds(d, key, c)) {
+            if conds.iter().any(|(k, c)| !holds(d, k, *c)) {
                 return Err(None);
             }
             if lease != 0 && !d.leases.contains_key(&lease) {

@@ -57,6 +57,18 @@ pub trait Store {
         value: &str,
         lease: LeaseId,
         cond: Option<Cond>,
+    ) -> Result<Option<u64>, StoreError> {
+        let conds: Vec<(&str, Cond)> = cond.map(|c| (key, c)).into_iter().collect();
+        self.put_when(key, value, lease, &conds)
+    }
+    /// Writes `key` if every condition holds, each on its own key, in one transaction:
+    /// the revision of the write, or `None` when a condition failed.
+    fn put_when(
+        &mut self,
+        key: &str,
+        value: &str,
+        lease: LeaseId,
+        conds: &[(&str, Cond)],
     ) -> Result<Option<u64>, StoreError>;
     /// Deletes `key` if `cond` holds; whether it did.
     fn delete(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;

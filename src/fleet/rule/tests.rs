@@ -1,0 +1,387 @@
+use super::*;
+use crate::fleet::record::{Halt, Mark};
+
+fn target(v: &str) -> Target {
+    Target {
+        epoch: 1,
+        version: Some(v.into()),
+        url: "file:///a.tar.gz".into(),
+        sha256: "0".repeat(64),
+        canary: 1,
+        max_parallel: 1,
+        ..Target::default()
+    }
+}
+
+fn local(current: &str, installed: &[&str]) -> Local {
+    Local {
+        current: Some(current.into()),
+        phase: LocalPhase::Committed,
+        installed: installed
+            .iter()
+            .map(|v| (v.to_string(), Installed::default()))
+            .collect(),
+        ..Local::default()
+    }
+}
+
+fn status(node: &str, running: &str, phase: Phase) -> Status {
+    Status {
+        node: node.into(),
+        running: Some(running.into()),
+        phase,
+        epoch: 1,
+        ..Status::default()
+    }
+}
+
+fn live(s: Status) -> Peer {
+    Peer {
+        node: s.node.clone(),
+        live: Some(s.clone()),
+        last: Some(s),
+    }
+}
+
+fn gone(s: Status) -> Peer {
+    Peer {
+        node: s.node.clone(),
+        live: None,
+        last: Some(s),
+    }
+}
+
+fn slot(node: &str, version: &str, before: u32) -> Slot {
+    Slot {
+        node: node.into(),
+        version: version.into(),
+        attempts_before: before,
+    }
+}
+
+struct Case {
+    me: &'static str,
+    target: Target,
+    local: Local,
+    peers: Vec<Peer>,
+    slots: Vec<(u32, Slot)>,
+    leader: bool,
+    fetch: Fetch,
+}
+
+impl Case {
+    fn new(me: &'static str, t: Target, l: Local) -> Case {
+        Case {
+            me,
+            target: t,
+            local: l,
+            peers: Vec::new(),
+            slots: Vec::new(),
+            leader: false,
+            fetch: Fetch::Idle,
+        }
+    }
+
+    fn decide(&self) -> Decision {
+        decide(&View {
+            me: self.me,
+            target: &self.target,
+            local: &self.local,
+            peers: &self.peers,
+            slots: &self.slots,
+            leader: self.leader,
+            fetch: &self.fetch,
+        })
+    }
+}
+
+/// Four nodes on 1.0.0, all with 2.0.0 installed and waiting.
+fn four_waiting(me: &'static str) -> Case {
+    let mut c = Case::new(me, target("2.0.0"), local("1.0.0", &["1.0.0", "2.0.0"]));
+    c.peers = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| live(status(n, "1.0.0", Phase::Waiting)))
+        .collect();
+    c
+}
+
+#[test]
+fn no_target_is_idle_and_a_missing_version_is_fetched() {
+    let c = Case::new("a", Target::default(), local("1.0.0", &["1.0.0"]));
+    assert_eq!(c.decide().phase, Phase::Idle);
+    assert_eq!(c.decide().action, Action::Nothing);
+    let mut c = Case::new("a", target("2.0.0"), local("1.0.0", &["1.0.0"]));
+    let d = c.decide();
+    assert_eq!(
+        (d.phase, d.action),
+        (Phase::Downloading, Action::Fetch("2.0.0".into()))
+    );
+    c.fetch = Fetch::Running;
+    assert_eq!(c.decide().action, Action::Nothing, "one fetch at a time");
+    c.fetch = Fetch::Failed {
+        reason: "sha256 mismatch".into(),
+        retry: false,
+    };
+    let d = c.decide();
+    assert_eq!(d.action, Action::Nothing, "backing off");
+    assert_eq!(d.result.as_deref(), Some("download failed"));
+    assert_eq!(d.reason.as_deref(), Some("sha256 mismatch"));
+    c.fetch = Fetch::Failed {
+        reason: "x".into(),
+        retry: true,
+    };
+    assert_eq!(c.decide().action, Action::Fetch("2.0.0".into()));
+}
+
+#[test]
+fn an_installed_version_is_never_fetched_again() {
+    let c = Case::new("a", target("2.0.0"), local("1.0.0", &["1.0.0", "2.0.0"]));
+    assert!(matches!(
+        c.decide().action,
+        Action::TakeSlot { index: 0, .. }
+    ));
+}
+
+#[test]
+fn the_first_node_in_order_is_the_canary_and_the_rest_wait_for_its_commit() {
+    let a = four_waiting("a");
+    assert_eq!(
+        a.decide().action,
+        Action::TakeSlot {
+            index: 0,
+            attempts_before: 0
+        }
+    );
+    let b = four_waiting("b");
+    let d = b.decide();
+    assert_eq!(d.action, Action::Nothing);
+    assert_eq!(d.phase, Phase::Waiting);
+    // a holds the slot: b waits for its probation, whatever max_parallel says of slots.
+    let mut b = four_waiting("b");
+    b.target.max_parallel = 2;
+    b.slots = vec![(0, slot("a", "2.0.0", 0))];
+    b.peers[0] = live(status("a", "2.0.0", Phase::Probation));
+    let d = b.decide();
+    assert_eq!(d.action, Action::Nothing, "the canary has not committed");
+    assert!(d.reason.unwrap_or_default().contains("canary"));
+}
+
+#[test]
+fn after_the_canary_commits_the_next_in_order_goes_one_at_a_time() {
+    let mut b = four_waiting("b");
+    b.peers[0] = live(status("a", "2.0.0", Phase::Committed));
+    assert!(matches!(
+        b.decide().action,
+        Action::TakeSlot { index: 0, .. }
+    ));
+    let mut c = four_waiting("c");
+    c.peers[0] = live(status("a", "2.0.0", Phase::Committed));
+    let d = c.decide();
+    assert_eq!(d.action, Action::Nothing, "b is ahead in the order");
+    assert!(d.reason.unwrap_or_default().contains("behind b"));
+    c.slots = vec![(0, slot("b", "2.0.0", 0))];
+    assert_eq!(c.decide().action, Action::Nothing, "the one slot is held");
+    // Two slots: the next two go together, each to its own slot.
+    c.slots.clear();
+    c.target.max_parallel = 2;
+    assert!(matches!(
+        c.decide().action,
+        Action::TakeSlot { index: 1, .. }
+    ));
+}
+
+#[test]
+fn a_node_that_is_gone_or_not_ready_is_passed_over() {
+    let mut c = four_waiting("c");
+    c.peers[0] = live(status("a", "2.0.0", Phase::Committed));
+    c.peers[1] = gone(status("b", "1.0.0", Phase::Waiting));
+    assert!(
+        matches!(c.decide().action, Action::TakeSlot { .. }),
+        "b is gone"
+    );
+    c.peers[1] = live(status("b", "1.0.0", Phase::Downloading));
+    assert!(
+        matches!(c.decide().action, Action::TakeSlot { .. }),
+        "b is not ready"
+    );
+    // A gone node's last commit still counts for the canary.
+    c.peers[0] = gone(status("a", "2.0.0", Phase::Committed));
+    assert!(matches!(c.decide().action, Action::TakeSlot { .. }));
+}
+
+#[test]
+fn the_leader_goes_last() {
+    let mut a = four_waiting("a");
+    a.leader = true;
+    let d = a.decide();
+    assert_eq!(d.action, Action::Nothing);
+    assert!(d.reason.unwrap_or_default().contains("last"));
+    let mut b = four_waiting("b");
+    b.peers[0].live.as_mut().map(|s| s.leader = true);
+    assert!(
+        matches!(b.decide().action, Action::TakeSlot { .. }),
+        "b is the canary"
+    );
+    let mut a = four_waiting("a");
+    a.leader = true;
+    for p in &mut a.peers[1..] {
+        p.live = Some(status(&p.node, "2.0.0", Phase::Committed));
+    }
+    assert!(
+        matches!(a.decide().action, Action::TakeSlot { .. }),
+        "everyone else committed"
+    );
+}
+
+#[test]
+fn a_slot_holder_upgrades_then_gives_the_slot_back_on_commit() {
+    let mut a = four_waiting("a");
+    a.slots = vec![(0, slot("a", "2.0.0", 0))];
+    assert_eq!(
+        a.decide().action,
+        Action::Upgrade {
+            version: "2.0.0".into(),
+            force: false,
+            irreversible: false
+        }
+    );
+    a.local.phase = LocalPhase::Probation;
+    a.local.proposed = Some("2.0.0".into());
+    a.local.current = Some("2.0.0".into());
+    a.local.installed.get_mut("2.0.0").map(|i| i.attempts = 1);
+    let d = a.decide();
+    assert_eq!((d.phase, d.action), (Phase::Probation, Action::Nothing));
+    a.local.phase = LocalPhase::Committed;
+    let d = a.decide();
+    assert_eq!((d.phase, d.action), (Phase::Committed, Action::Release(0)));
+    a.slots.clear();
+    let d = a.decide();
+    assert_eq!((d.phase, d.action), (Phase::Committed, Action::Nothing));
+}
+
+#[test]
+fn a_rollback_marks_the_version_bad_and_halts_then_gives_the_slot_back() {
+    let mut a = four_waiting("a");
+    a.slots = vec![(0, slot("a", "2.0.0", 0))];
+    a.local.phase = LocalPhase::RolledBack;
+    a.local.proposed = Some("2.0.0".into());
+    let i = a.local.installed.get_mut("2.0.0").expect("installed");
+    i.attempts = 1;
+    i.bad = Some("crash loop: 10 restarts in 5m".into());
+    let d = a.decide();
+    assert_eq!(d.phase, Phase::RolledBack);
+    assert_eq!(
+        d.action,
+        Action::Halt {
+            version: "2.0.0".into(),
+            reason: "crash loop: 10 restarts in 5m".into(),
+            bad: true
+        }
+    );
+    a.target.bad.insert(
+        "2.0.0".into(),
+        Mark {
+            node: "a".into(),
+            reason: "x".into(),
+            at: String::new(),
+        },
+    );
+    assert_eq!(a.decide().action, Action::Release(0));
+}
+
+#[test]
+fn a_slot_taken_but_not_used_is_used_after_a_restart_and_a_stale_bad_mark_is_forced() {
+    let mut a = four_waiting("a");
+    let i = a.local.installed.get_mut("2.0.0").expect("installed");
+    i.attempts = 1;
+    i.bad = Some("rolled back before".into());
+    a.target.forced = 1;
+    // The mark is from before the slot: not this slot's attempt.
+    a.slots = vec![(0, slot("a", "2.0.0", 1))];
+    assert_eq!(
+        a.decide().action,
+        Action::Upgrade {
+            version: "2.0.0".into(),
+            force: true,
+            irreversible: false
+        }
+    );
+}
+
+#[test]
+fn a_halted_or_bad_version_is_not_started() {
+    let mut b = four_waiting("b");
+    b.peers[0] = live(status("a", "2.0.0", Phase::Committed));
+    b.target.halted = Some(Halt {
+        version: "2.0.0".into(),
+        node: None,
+        reason: "by hand".into(),
+        at: String::new(),
+    });
+    let d = b.decide();
+    assert_eq!(d.action, Action::Nothing);
+    assert!(d.reason.unwrap_or_default().contains("halted"));
+    // Nor is it fetched.
+    b.local.installed.remove("2.0.0");
+    assert_eq!(b.decide().action, Action::Nothing);
+    b.target.halted = None;
+    b.target.bad.insert(
+        "2.0.0".into(),
+        Mark {
+            node: "a".into(),
+            reason: "crash loop".into(),
+            at: String::new(),
+        },
+    );
+    assert_eq!(b.decide().action, Action::Nothing);
+    // A slot taken just before the halt is given back unused.
+    b.local
+        .installed
+        .insert("2.0.0".into(), Installed::default());
+    b.slots = vec![(0, slot("b", "2.0.0", 0))];
+    assert_eq!(b.decide().action, Action::Release(0));
+}
+
+#[test]
+fn an_irreversible_commit_pauses_the_roll_unless_allowed() {
+    let mut a = four_waiting("a");
+    a.slots = vec![(0, slot("a", "2.0.0", 0))];
+    a.local.current = Some("2.0.0".into());
+    let i = a.local.installed.get_mut("2.0.0").expect("installed");
+    i.attempts = 1;
+    i.irreversible = true;
+    assert!(matches!(a.decide().action, Action::Halt { bad: false, .. }));
+    a.target.irreversible = true;
+    assert_eq!(a.decide().action, Action::Release(0));
+    // The others wait, even before the halt is written.
+    let mut b = four_waiting("b");
+    let mut s = status("a", "2.0.0", Phase::Committed);
+    s.irreversible = true;
+    b.peers[0] = live(s);
+    let d = b.decide();
+    assert_eq!(d.action, Action::Nothing);
+    assert!(d.reason.unwrap_or_default().contains("irreversible"));
+    b.target.irreversible = true;
+    assert!(matches!(b.decide().action, Action::TakeSlot { .. }));
+}
+
+#[test]
+fn a_failed_irreversible_upgrade_halts_too() {
+    let mut a = four_waiting("a");
+    a.slots = vec![(0, slot("a", "2.0.0", 0))];
+    a.local.current = Some("2.0.0".into());
+    a.local.phase = LocalPhase::Failed;
+    a.local.proposed = Some("2.0.0".into());
+    a.local.reason = Some("health check failed".into());
+    a.local.installed.get_mut("2.0.0").map(|i| i.attempts = 1);
+    let d = a.decide();
+    assert_eq!(d.phase, Phase::Failed);
+    assert!(matches!(d.action, Action::Halt { bad: true, .. }));
+}
+
+#[test]
+fn a_node_already_on_the_target_is_committed() {
+    let c = Case::new("a", target("2.0.0"), local("2.0.0", &["2.0.0"]));
+    let d = c.decide();
+    assert_eq!((d.phase, d.action), (Phase::Committed, Action::Nothing));
+}
