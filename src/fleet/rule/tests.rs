@@ -217,7 +217,9 @@ fn the_leader_goes_last() {
     assert_eq!(d.action, Action::Nothing);
     assert!(d.reason.unwrap_or_default().contains("last"));
     let mut b = four_waiting("b");
-    b.peers[0].live.as_mut().map(|s| s.leader = true);
+    if let Some(s) = b.peers[0].live.as_mut() {
+        s.leader = true;
+    }
     assert!(
         matches!(b.decide().action, Action::TakeSlot { .. }),
         "b is the canary"
@@ -248,7 +250,9 @@ fn a_slot_holder_upgrades_then_gives_the_slot_back_on_commit() {
     a.local.phase = LocalPhase::Probation;
     a.local.proposed = Some("2.0.0".into());
     a.local.current = Some("2.0.0".into());
-    a.local.installed.get_mut("2.0.0").map(|i| i.attempts = 1);
+    if let Some(i) = a.local.installed.get_mut("2.0.0") {
+        i.attempts = 1;
+    }
     let d = a.decide();
     assert_eq!((d.phase, d.action), (Phase::Probation, Action::Nothing));
     a.local.phase = LocalPhase::Committed;
@@ -373,7 +377,9 @@ fn a_failed_irreversible_upgrade_halts_too() {
     a.local.phase = LocalPhase::Failed;
     a.local.proposed = Some("2.0.0".into());
     a.local.reason = Some("health check failed".into());
-    a.local.installed.get_mut("2.0.0").map(|i| i.attempts = 1);
+    if let Some(i) = a.local.installed.get_mut("2.0.0") {
+        i.attempts = 1;
+    }
     let d = a.decide();
     assert_eq!(d.phase, Phase::Failed);
     assert!(matches!(d.action, Action::Halt { bad: true, .. }));
