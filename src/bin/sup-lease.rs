@@ -1,7 +1,9 @@
-//! sup-lease: campaigns for a lease on behalf of this node and tells supd when it leads.
-//!   sup-lease --lease L --node NAME --store STORE [--socket S] [--ttl 10s]
+//! sup-lease: campaigns for a lease on behalf of this node and tells supd when it leads;
+//! follows a fleet's target version; and the operator's commands on both.
+//!   sup-lease [--lease L] [--fleet TOOL] --node NAME --store STORE [--socket S] [--ttl 10s]
 //!   sup-lease --lease L --store STORE status
 //!   sup-lease --lease L --store STORE policy show|pin VERSION|unpin|oldest|newest|floor VERSION
+//!   sup-lease --store STORE fleet set|status|halt|resume|forget ...
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
@@ -30,17 +32,34 @@ macro_rules! outln {
     }};
 }
 
-const USAGE: &str = "usage: sup-lease --lease L --node NAME --store STORE [--socket S] [--ttl 10s]
+const USAGE: &str = "usage: sup-lease [--lease L] [--fleet TOOL] --node NAME --store STORE [--socket S]
+                 [--ttl 10s] [--staging DIR] [--ca-file PEM]
        sup-lease --lease L --store STORE status
        sup-lease --lease L --store STORE policy show|pin VERSION|unpin|oldest|newest|floor VERSION
+       sup-lease --store STORE fleet set TOOL VERSION --url URL --sha256 HEX [--canary N]
+                 [--max-parallel N] [--irreversible] [--force] [--epoch N]
+       sup-lease --store STORE fleet status TOOL [--json]
+       sup-lease --store STORE fleet halt TOOL [--epoch N]
+       sup-lease --store STORE fleet resume TOOL [--force] [--epoch N]
+       sup-lease --store STORE fleet forget TOOL NODE
+       sup-lease fleet fetch TOOL VERSION --url URL --sha256 HEX [--staging DIR] [--socket S]
 STORE is file:PATH or etcd:http://HOST:PORT";
+
+/// Where a node stages what it fetches, unless `--staging` says otherwise.
+const STAGING: &str = "/var/tmp/sup-lease";
 
 struct Args {
     lease: Option<String>,
+    fleet: Option<String>,
     node: Option<String>,
     store: Option<String>,
     socket: String,
     ttl: Duration,
+    staging: String,
+    ca_file: Option<String>,
+    set: sup::fleet::admin::SetArgs,
+    epoch: Option<u64>,
+    json: bool,
     words: Vec<String>,
 }
 
@@ -51,7 +70,16 @@ fn parse() -> Result<Args, String> {
         store: None,
         socket: std::env::var("SUP_SOCKET").unwrap_or_else(|_| sup::config::DEFAULT_SOCKET.into()),
         ttl: Duration::from_secs(10),
+        staging: STAGING.into(),
+        ca_file: None,
+        set: Default::default(),
+        epoch: None,
+        json: false,
         words: Vec::new(),
+    };
+    let number = |name: &str, v: String| {
+        v.parse::<u32>()
+            .map_err(|_| format!("{name} takes a number, not '{v}'"))
     };
     let mut it = std::env::args().skip(1);
     while let Some(w) = it.next() {
@@ -62,6 +90,19 @@ fn parse() -> Result<Args, String> {
             "--store" => a.store = Some(value("--store")?),
             "--socket" | "-s" => a.socket = value("--socket")?,
             "--ttl" => a.ttl = sup::time::parse_duration(&value("--ttl")?)?,
+            "--fleet" => a.fleet = Some(value("--fleet")?),
+            "--staging" => a.staging = value("--staging")?,
+            "--ca-file" => a.ca_file = Some(value("--ca-file")?),
+            "--url" => a.set.url = value("--url")?,
+            "--sha256" => a.set.sha256 = value("--sha256")?,
+            "--canary" => a.set.canary = Some(number("--canary", value("--canary")?)?),
+            "--max-parallel" => {
+                a.set.max_parallel = Some(number("--max-parallel", value("--max-parallel")?)?)
+            }
+            "--epoch" => a.epoch = Some(number("--epoch", value("--epoch")?)?.into()),
+            "--irreversible" => a.set.irreversible = true,
+            "--force" => a.set.force = true,
+            "--json" => a.json = true,
             "-h" | "--help" => {
                 let _ = emit(&format!("{USAGE}\n"));
                 std::process::exit(0);
@@ -89,23 +130,46 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (Some(lease), Some(spec)) = (args.lease.clone(), args.store.clone()) else {
-        errln!("sup-lease: --lease and --store are needed\n{USAGE}");
+    let words: Vec<String> = args.words.clone();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    if let ["fleet", "fetch", tool, version] = words.as_slice() {
+        return fetch(&args, tool, version);
+    }
+    let Some(spec) = args.store.clone() else {
+        errln!("sup-lease: --store is needed\n{USAGE}");
         return ExitCode::from(2);
     };
-    // A call to the store must not hold a tick up for longer than a tick.
-    let store = match store::open(&spec, (args.ttl / 3).min(Duration::from_secs(2))) {
+    // A call to the store must not hold a tick up for longer than a tick; an operator's
+    // command may wait a little longer.
+    let timeout = match words.as_slice() {
+        [] => (args.ttl / 3).min(Duration::from_secs(2)),
+        _ => Duration::from_secs(5),
+    };
+    let store = match store::open(&spec, timeout) {
         Ok(s) => s,
         Err(e) => {
             errln!("sup-lease: {e}");
             return ExitCode::from(2);
         }
     };
-    let words: Vec<&str> = args.words.iter().map(String::as_str).collect();
+    let lease = || {
+        let l = args.lease.clone();
+        if l.is_none() {
+            errln!("sup-lease: --lease is needed\n{USAGE}");
+        }
+        l
+    };
     match words.as_slice() {
-        [] => campaign(args, lease, store),
-        ["status"] => status(store, &lease),
-        ["policy", rest @ ..] => policy(store, &lease, rest),
+        [] => campaign(args, store),
+        ["status"] => match lease() {
+            Some(l) => status(store, &l),
+            None => ExitCode::from(2),
+        },
+        ["policy", rest @ ..] => match lease() {
+            Some(l) => policy(store, &l, rest),
+            None => ExitCode::from(2),
+        },
+        ["fleet", rest @ ..] => fleet(&args, store, rest),
         _ => {
             errln!("sup-lease: unknown command {words:?}\n{USAGE}");
             ExitCode::from(2)
@@ -113,12 +177,79 @@ fn main() -> ExitCode {
     }
 }
 
+/// The operator's fleet commands.
+fn fleet(args: &Args, mut store: Box<dyn store::Store>, words: &[&str]) -> ExitCode {
+    use sup::fleet::admin;
+    let s = store.as_mut();
+    let done = match words {
+        ["set", tool, version] => {
+            let mut a = args.set.clone();
+            a.version = version.to_string();
+            if a.url.is_empty() || a.sha256.is_empty() {
+                errln!("sup-lease: fleet set needs --url and --sha256\n{USAGE}");
+                return ExitCode::from(2);
+            }
+            admin::set(s, tool, &a, args.epoch)
+        }
+        ["status", tool] => match sup::fleet::node::snapshot(s, tool) {
+            Ok(snap) if args.json => Ok(format!("{}\n", admin::status_json(tool, &snap))),
+            Ok(snap) => Ok(admin::status_text(tool, &snap)),
+            Err(e) => Err(format!("cannot read the fleet of {tool}: {e}")),
+        },
+        ["halt", tool] => admin::halt(s, tool, args.epoch),
+        ["resume", tool] => admin::resume(s, tool, args.set.force, args.epoch),
+        ["forget", tool, node] => admin::forget(s, tool, node),
+        _ => {
+            errln!("sup-lease: fleet set|status|halt|resume|forget ...\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match done {
+        Ok(text) => emit(&text),
+        Err(e) => {
+            errln!("sup-lease: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `fleet fetch`: fetches, verifies and installs one version through supd (what a node
+/// runs in a child process; an operator may run it by hand). A failure's reason is the
+/// one line on standard output, for the node to publish.
+fn fetch(args: &Args, tool: &str, version: &str) -> ExitCode {
+    let a = &args.set;
+    if a.url.is_empty() || a.sha256.is_empty() {
+        errln!("sup-lease: fleet fetch needs --url and --sha256\n{USAGE}");
+        return ExitCode::from(2);
+    }
+    let opts = sup::fleet::install::Options {
+        staging: args.staging.clone().into(),
+        ca_file: args.ca_file.clone().map(Into::into),
+        socket: args.socket.clone().into(),
+    };
+    match sup::fleet::install::fetch_and_install(tool, version, &a.url, &a.sha256, &opts) {
+        Ok(said) => {
+            log::info!("{said}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            errln!("sup-lease: {e}");
+            let _ = emit(&format!("{e}\n"));
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// The campaign: a tick every T/3 until SIGTERM or SIGINT.
-fn campaign(args: Args, lease: String, store: Box<dyn store::Store>) -> ExitCode {
+fn campaign(args: Args, store: Box<dyn store::Store>) -> ExitCode {
     let Some(name) = args.node.clone() else {
         errln!("sup-lease: --node is needed to campaign\n{USAGE}");
         return ExitCode::from(2);
     };
+    if args.lease.is_none() && args.fleet.is_none() {
+        errln!("sup-lease: --lease or --fleet (or both) is needed to run\n{USAGE}");
+        return ExitCode::from(2);
+    }
     let mut set = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT] {
         set.add(s);
@@ -132,19 +263,37 @@ fn campaign(args: Args, lease: String, store: Box<dyn store::Store>) -> ExitCode
             return ExitCode::from(1);
         }
     };
-    log::info!(
-        "{lease}: {name} campaigns (ttl {}, supd at {})",
-        sup::time::Human(args.ttl),
-        args.socket
-    );
-    let mut node = Node::new(lease, name, args.ttl, store, args.socket.into());
+    let mut fleet = match &args.fleet {
+        None => None,
+        Some(tool) => match fleet_node(&args, tool, &name) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                errln!("sup-lease: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let mut node = args.lease.clone().map(|lease| {
+        log::info!(
+            "{lease}: {name} campaigns (ttl {}, supd at {})",
+            sup::time::Human(args.ttl),
+            args.socket
+        );
+        Node::new(lease, name.clone(), args.ttl, store, args.socket.clone().into())
+    });
     let period = args.ttl / 3;
     // Ticks on CLOCK_BOOTTIME, the clock of the grants: after a suspend, at once.
     let mut next = Boot::now();
     loop {
         let now = Boot::now();
         if now >= next {
-            node.tick();
+            if let Some(node) = node.as_mut() {
+                node.tick();
+            }
+            if let Some(f) = fleet.as_mut() {
+                let leads = node.as_ref().is_some_and(|n| n.leads_tool(&f.tool));
+                f.tick(leads);
+            }
             next = next.plus(period).max(now);
         }
         let left = next.since(Boot::now());
@@ -154,8 +303,13 @@ fn campaign(args: Args, lease: String, store: Box<dyn store::Store>) -> ExitCode
         match poll(&mut fds, timeout) {
             Ok(n) if n > 0 => {
                 if let Ok(Some(_)) = signals.read_signal() {
-                    log::info!("{}: leaving", node.lease);
-                    node.leave();
+                    log::info!("{name}: leaving");
+                    if let Some(f) = fleet.as_mut() {
+                        f.leave();
+                    }
+                    if let Some(node) = node.as_mut() {
+                        node.leave();
+                    }
                     return ExitCode::SUCCESS;
                 }
             }
@@ -163,6 +317,33 @@ fn campaign(args: Args, lease: String, store: Box<dyn store::Store>) -> ExitCode
             Err(e) => log::warn!("poll: {e}"),
         }
     }
+}
+
+/// The fleet part of a node, with a store connection of its own.
+fn fleet_node(args: &Args, tool: &str, name: &str) -> Result<sup::fleet::node::FleetNode, String> {
+    sup::versions::check_tool_name(tool)?;
+    let spec = args.store.clone().unwrap_or_default();
+    let store = store::open(&spec, (args.ttl / 3).min(Duration::from_secs(2))).map_err(|e| e.to_string())?;
+    let program = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let fetch = sup::fleet::node::FetchConfig {
+        program,
+        staging: args.staging.clone().into(),
+        ca_file: args.ca_file.clone().map(Into::into),
+        socket: args.socket.clone().into(),
+    };
+    log::info!(
+        "fleet {tool}: {name} follows the fleet's target (ttl {}, supd at {}, staging in {})",
+        sup::time::Human(args.ttl),
+        args.socket,
+        args.staging
+    );
+    Ok(sup::fleet::node::FleetNode::new(
+        tool.to_string(),
+        name.to_string(),
+        args.ttl,
+        store,
+        fetch,
+    ))
 }
 
 fn status(mut store: Box<dyn store::Store>, lease: &str) -> ExitCode {

@@ -5,5 +5,7 @@
 //! `node` the node's driver (store, supd, the fetch); `artifact` fetches, verifies and
 //! unpacks a version; `admin` the operator's commands (set, status, halt, resume).
 
+pub mod admin;
+pub mod node;
 pub mod record;
 pub mod rule;

@@ -37,9 +37,13 @@ pub struct Target {
     pub canary: u32,
     /// How many nodes may be in probation at once.
     pub max_parallel: u32,
-    /// The operator allows an irreversible version to roll on past its first commit
-    /// (and it is upgraded to with `--irreversible`).
+    /// The operator says the version is irreversible: nodes upgrade with
+    /// `--irreversible` (a failed probation stays), and the roll goes on past its first
+    /// commit.
     pub irreversible: bool,
+    /// The roll goes on past the first commit of an irreversible version (set with
+    /// `irreversible`, or by `fleet resume` after the roll paused there).
+    pub allow_irreversible: bool,
     /// How many times `--force` started a bad version again.
     pub forced: u32,
     pub halted: Option<Halt>,

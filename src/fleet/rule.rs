@@ -295,7 +295,7 @@ fn with_slot(v: &View, index: u32, slot: &Slot) -> Decision {
     if l.current.as_deref() == Some(sv) {
         let irreversible = here.is_some_and(|i| i.irreversible);
         let pause = irreversible
-            && !v.target.irreversible
+            && !v.target.allow_irreversible
             && v.target.version.as_deref() == Some(sv)
             && v.target.halted.is_none();
         let action = match pause {
@@ -325,7 +325,7 @@ fn turn(v: &View, target: &str) -> Result<u32, String> {
         .filter(|s| s.running.as_deref() == Some(target) && s.phase == Phase::Committed)
         .map(|s| s.node.as_str())
         .collect();
-    if !v.target.irreversible {
+    if !v.target.allow_irreversible {
         let irreversible = v.peers.iter().filter_map(Peer::status).find(|s| {
             s.running.as_deref() == Some(target) && s.phase == Phase::Committed && s.irreversible
         });

@@ -246,6 +246,8 @@ pub struct Node {
     last_note: String,
     /// Why this node was unhealthy at the last tick, to say when that changes.
     unhealthy: Option<String>,
+    /// The lease's tool on this node, as supd last said.
+    tool: Option<String>,
 }
 
 impl Node {
@@ -270,7 +272,13 @@ impl Node {
             releasing: None,
             last_note: String::new(),
             unhealthy: None,
+            tool: None,
         }
+    }
+
+    /// Whether this node leads a lease whose tool is `tool` (a fleet upgrades it last).
+    pub fn leads_tool(&self, tool: &str) -> bool {
+        self.leading.is_some() && self.tool.as_deref() == Some(tool)
     }
 
     fn key(&self, k: &str) -> String {
@@ -281,17 +289,20 @@ impl Node {
     fn candidacy(&mut self) -> Member {
         let req = json!({"cmd": "lease-candidacy", "lease": self.lease});
         match self.supd.call(req, self.ttl / 3) {
-            Ok(c) => Member {
-                node: self.name.clone(),
-                version: c["version"].as_str().map(str::to_string),
-                // supd answers `"tool": null` for a lease without a tool.
-                versioned: !c["tool"].is_null(),
-                committed: c["committed"] == true,
-                irreversible: c["irreversible"] == true,
-                // An older supd does not answer it: healthy, as before.
-                healthy: c["healthy"] != false,
-                reason: c["reason"].as_str().map(str::to_string),
-            },
+            Ok(c) => {
+                self.tool = c["tool"].as_str().map(str::to_string);
+                Member {
+                    node: self.name.clone(),
+                    version: c["version"].as_str().map(str::to_string),
+                    // supd answers `"tool": null` for a lease without a tool.
+                    versioned: !c["tool"].is_null(),
+                    committed: c["committed"] == true,
+                    irreversible: c["irreversible"] == true,
+                    // An older supd does not answer it: healthy, as before.
+                    healthy: c["healthy"] != false,
+                    reason: c["reason"].as_str().map(str::to_string),
+                }
+            }
             Err(e) => {
                 self.note(format!("candidacy: {e}"));
                 Member {

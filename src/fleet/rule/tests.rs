@@ -355,7 +355,7 @@ fn an_irreversible_commit_pauses_the_roll_unless_allowed() {
     i.attempts = 1;
     i.irreversible = true;
     assert!(matches!(a.decide().action, Action::Halt { bad: false, .. }));
-    a.target.irreversible = true;
+    a.target.allow_irreversible = true;
     assert_eq!(a.decide().action, Action::Release(0));
     // The others wait, even before the halt is written.
     let mut b = four_waiting("b");
@@ -365,7 +365,7 @@ fn an_irreversible_commit_pauses_the_roll_unless_allowed() {
     let d = b.decide();
     assert_eq!(d.action, Action::Nothing);
     assert!(d.reason.unwrap_or_default().contains("irreversible"));
-    b.target.irreversible = true;
+    b.target.allow_irreversible = true;
     assert!(matches!(b.decide().action, Action::TakeSlot { .. }));
 }
 

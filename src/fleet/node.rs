@@ -1,0 +1,698 @@
+//! One node following its fleet's target: every tick (T/3), renew the store lease, ask
+//! supd how the tool stands here, read the fleet's keys, apply the rule, publish the
+//! status when it changed, and carry out the rule's action (in the store, in supd, or by
+//! starting a fetch).
+//!
+//! A fetch (download, sha256, unpack, `install`) can take minutes: it runs in a child
+//! process (`sup-lease fleet fetch ...`), looked at every tick, so that the ticks (and a
+//! lease campaign in the same process) go on meanwhile.
+
+use super::record::{prefix, Halt, Mark, Phase, Slot, Status, Target};
+use super::rule::{decide, Action, Fetch, Installed, Local, LocalPhase, Peer, View};
+use crate::lease::node::Supd;
+use crate::lease::store::{Cond, LeaseId, Store, StoreError};
+use crate::time::{Boot, Human};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+/// What the fleet's keys hold, read in one range.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub target: Target,
+    /// The target key's last write (0: none yet), for compare-and-swap.
+    pub target_revision: u64,
+    /// The roster in join order.
+    pub peers: Vec<Peer>,
+    /// The slots held, with their revisions.
+    pub slots: Vec<(u32, Slot, u64)>,
+}
+
+/// Reads every key of the fleet of `tool`. Undecodable values are skipped and said.
+pub fn snapshot(store: &mut dyn Store, tool: &str) -> Result<Snapshot, StoreError> {
+    let p = prefix(tool);
+    let mut s = Snapshot::default();
+    let mut roster: Vec<(u64, Peer)> = Vec::new();
+    let mut live: BTreeMap<String, Status> = BTreeMap::new();
+    for kv in store.range(&p)? {
+        let name = &kv.key[p.len()..];
+        let bad = |e: serde_json::Error| {
+            log::warn!("{}: cannot read its value ({e}); ignoring it", kv.key)
+        };
+        if name == "target" {
+            match serde_json::from_str(&kv.value) {
+                Ok(t) => (s.target, s.target_revision) = (t, kv.mod_revision),
+                Err(e) => bad(e),
+            }
+        } else if let Some(node) = name.strip_prefix("roster/") {
+            let last = serde_json::from_str(&kv.value).ok();
+            let peer = Peer {
+                node: node.to_string(),
+                live: None,
+                last,
+            };
+            roster.push((kv.create_revision, peer));
+        } else if let Some(node) = name.strip_prefix("nodes/") {
+            match serde_json::from_str(&kv.value) {
+                Ok(st) => {
+                    live.insert(node.to_string(), st);
+                }
+                Err(e) => bad(e),
+            }
+        } else if let Some(i) = name.strip_prefix("slots/") {
+            match (i.parse(), serde_json::from_str(&kv.value)) {
+                (Ok(i), Ok(slot)) => s.slots.push((i, slot, kv.mod_revision)),
+                (_, Err(e)) => bad(e),
+                (Err(_), _) => log::warn!("{}: not a slot number; ignoring it", kv.key),
+            }
+        }
+    }
+    roster.sort_by_key(|(rev, _)| *rev);
+    s.peers = roster.into_iter().map(|(_, p)| p).collect();
+    for (node, st) in live {
+        match s.peers.iter_mut().find(|p| p.node == node) {
+            Some(p) => p.live = Some(st),
+            // Live but not in the roster yet (it joins at its next tick): last in order.
+            None => s.peers.push(Peer {
+                node,
+                last: None,
+                live: Some(st),
+            }),
+        }
+    }
+    Ok(s)
+}
+
+/// Writes a new target if nobody wrote it since `snap` was read (and, when `expect` is
+/// given, if its epoch is still that one); the epoch goes up.
+pub fn write_target(
+    store: &mut dyn Store,
+    tool: &str,
+    snap: &Snapshot,
+    expect: Option<u64>,
+    change: impl FnOnce(&mut Target) -> Result<(), String>,
+) -> Result<Target, String> {
+    if let Some(e) = expect.filter(|e| *e != snap.target.epoch) {
+        return Err(format!(
+            "the target of {tool} is at epoch {}, not {e}: it changed since you read it; \
+             look again (`fleet status {tool}`) and retry",
+            snap.target.epoch
+        ));
+    }
+    let mut t = snap.target.clone();
+    change(&mut t)?;
+    t.epoch = snap.target.epoch + 1;
+    let cond = match snap.target_revision {
+        0 => Cond::Absent,
+        r => Cond::ModRevision(r),
+    };
+    let value = serde_json::to_string(&t).map_err(|e| e.to_string())?;
+    match store.put(&format!("{}target", prefix(tool)), &value, 0, Some(cond)) {
+        Ok(Some(_)) => Ok(t),
+        Ok(None) => Err(format!(
+            "the target of {tool} was changed by another writer since epoch {}; \
+             look again (`fleet status {tool}`) and retry",
+            snap.target.epoch
+        )),
+        Err(e) => Err(format!("cannot write the target of {tool}: {e}")),
+    }
+}
+
+/// Now on the wall clock, for people.
+pub fn stamp() -> String {
+    crate::time::utc_stamp(SystemTime::now())
+}
+
+/// How a node fetches: where it stages, what it trusts, which supd installs.
+#[derive(Clone, Debug)]
+pub struct FetchConfig {
+    /// The program to run as `PROGRAM fleet fetch ...` (this one).
+    pub program: PathBuf,
+    pub staging: PathBuf,
+    pub ca_file: Option<PathBuf>,
+    pub socket: PathBuf,
+}
+
+/// A fetch under way in a child process.
+struct Job {
+    child: Child,
+    version: String,
+}
+
+/// The last fetch that failed, and when the next may start.
+struct Failure {
+    version: String,
+    reason: String,
+    count: u32,
+    retry_at: Boot,
+}
+
+/// The wait before fetch number `count + 1`, after `count` failures: 1s doubling, at most
+/// 5 minutes.
+pub fn fetch_backoff(count: u32) -> Duration {
+    let secs = 1u64 << count.saturating_sub(1).min(9);
+    Duration::from_secs(secs.min(300))
+}
+
+/// One node of a fleet.
+pub struct FleetNode {
+    pub tool: String,
+    pub name: String,
+    pub ttl: Duration,
+    store: Box<dyn Store>,
+    supd: Supd,
+    fetch: FetchConfig,
+    my_lease: Option<LeaseId>,
+    /// The status last written to `nodes/NODE`, and to `roster/NODE`.
+    published: Option<Status>,
+    in_roster: Option<Status>,
+    job: Option<Job>,
+    failure: Option<Failure>,
+    last_note: String,
+}
+
+impl FleetNode {
+    pub fn new(
+        tool: String,
+        name: String,
+        ttl: Duration,
+        store: Box<dyn Store>,
+        fetch: FetchConfig,
+    ) -> FleetNode {
+        FleetNode {
+            supd: Supd::new(fetch.socket.clone()),
+            tool,
+            name,
+            ttl,
+            store,
+            fetch,
+            my_lease: None,
+            published: None,
+            in_roster: None,
+            job: None,
+            failure: None,
+            last_note: String::new(),
+        }
+    }
+
+    fn key(&self, k: &str) -> String {
+        format!("{}{k}", prefix(&self.tool))
+    }
+
+    /// One tick; `leader`: this node leads a lease of this tool.
+    pub fn tick(&mut self, leader: bool) {
+        if let Err(e) = self.renew() {
+            self.note(format!("store: {e}"));
+            return;
+        }
+        self.reap_fetch();
+        // A store write done, the rule looks again at once (at most a few times).
+        for _ in 0..4 {
+            match self.round(leader) {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(e) => {
+                    self.note(e);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Renews (or gets) this node's store lease.
+    fn renew(&mut self) -> Result<(), StoreError> {
+        if let Some(id) = self.my_lease {
+            if !self.store.keepalive(id)? {
+                log::warn!(
+                    "fleet {}: store lease {id} is gone; getting a new one",
+                    self.tool
+                );
+                self.my_lease = None;
+                // The status went with it.
+                self.published = None;
+            }
+        }
+        if self.my_lease.is_none() {
+            self.my_lease = Some(self.store.grant(self.ttl)?);
+        }
+        Ok(())
+    }
+
+    /// Reads, decides, publishes, acts; whether the store changed (look again).
+    fn round(&mut self, leader: bool) -> Result<bool, String> {
+        let local = match self.local() {
+            Ok(l) => l,
+            Err(e) => {
+                self.publish_unreachable(&e);
+                return Err(format!("supd: {e}"));
+            }
+        };
+        let snap = snapshot(self.store.as_mut(), &self.tool).map_err(|e| format!("store: {e}"))?;
+        if let Some(job) = &mut self.job {
+            if snap.target.version.as_deref() != Some(job.version.as_str()) || snap.target.blocked()
+            {
+                log::info!(
+                    "fleet {}: the target moved on: the fetch of {} is stopped",
+                    self.tool,
+                    job.version
+                );
+                let _ = job.child.kill();
+                let _ = job.child.wait();
+                self.job = None;
+            }
+        }
+        let fetch = self.fetch_state(&snap.target);
+        let slots: Vec<(u32, Slot)> = snap.slots.iter().map(|(i, s, _)| (*i, s.clone())).collect();
+        let d = decide(&View {
+            me: &self.name,
+            target: &snap.target,
+            local: &local,
+            peers: &snap.peers,
+            slots: &slots,
+            leader,
+            fetch: &fetch,
+        });
+        let status = Status {
+            node: self.name.clone(),
+            running: local.current.clone(),
+            proposed: local.proposed.clone(),
+            phase: d.phase,
+            result: d.result.clone(),
+            reason: d.reason.clone(),
+            at: String::new(),
+            epoch: snap.target.epoch,
+            irreversible: local
+                .current
+                .as_ref()
+                .and_then(|c| local.installed.get(c))
+                .is_some_and(|i| i.irreversible),
+            leader,
+        };
+        self.publish(status, &snap)
+            .map_err(|e| format!("store: {e}"))?;
+        self.act(d.action, &snap, &local)
+    }
+
+    /// supd's view of the tool here.
+    fn local(&mut self) -> Result<Local, String> {
+        let v = self
+            .supd
+            .call(json!({"cmd": "versions", "tool": self.tool}), self.ttl / 3)?;
+        Ok(local_from(&v))
+    }
+
+    fn fetch_state(&self, target: &Target) -> Fetch {
+        if self.job.is_some() {
+            return Fetch::Running;
+        }
+        match &self.failure {
+            Some(f) if target.version.as_deref() == Some(f.version.as_str()) => Fetch::Failed {
+                reason: f.reason.clone(),
+                retry: Boot::now() >= f.retry_at,
+            },
+            _ => Fetch::Idle,
+        }
+    }
+
+    /// Writes the status when it changed: in `nodes/NODE` (bound to the store lease) and
+    /// in the roster (made the first time: the node's place in the order).
+    fn publish(&mut self, mut status: Status, snap: &Snapshot) -> Result<(), StoreError> {
+        let before = self.published.as_ref().or(self.in_roster.as_ref());
+        let changed = |b: &Status| b.phase != status.phase || b.result != status.result;
+        status.at = match before {
+            Some(b) if !changed(b) => b.at.clone(),
+            _ => stamp(),
+        };
+        let value = serde_json::to_string(&status).map_err(|e| StoreError(e.to_string()))?;
+        if self.published.as_ref() != Some(&status) {
+            let mine = self.my_lease.unwrap_or(0);
+            self.store.put(
+                &self.key(&format!("nodes/{}", self.name)),
+                &value,
+                mine,
+                None,
+            )?;
+            if self
+                .published
+                .as_ref()
+                .is_none_or(|p| p.phase != status.phase || p.reason != status.reason)
+            {
+                log::info!(
+                    "fleet {}: {} {}{}",
+                    self.tool,
+                    self.name,
+                    status.phase.as_str(),
+                    status
+                        .reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                );
+            }
+            self.published = Some(status.clone());
+        }
+        let joined = snap
+            .peers
+            .iter()
+            .any(|p| p.node == self.name && p.last.is_some());
+        if !joined || self.in_roster.as_ref() != Some(&status) {
+            let cond = (!joined).then_some(Cond::Absent);
+            self.store
+                .put(&self.key(&format!("roster/{}", self.name)), &value, 0, cond)?;
+            self.in_roster = Some(status);
+        }
+        Ok(())
+    }
+
+    /// When supd cannot be reached, the status says so (the rest is as last known).
+    fn publish_unreachable(&mut self, e: &str) {
+        let Some(mut s) = self.published.clone() else {
+            return;
+        };
+        let why = format!("cannot reach supd: {e}");
+        if s.reason.as_deref() == Some(why.as_str()) {
+            return;
+        }
+        s.reason = Some(why);
+        if let Ok(value) = serde_json::to_string(&s) {
+            let mine = self.my_lease.unwrap_or(0);
+            let key = self.key(&format!("nodes/{}", self.name));
+            if self.store.put(&key, &value, mine, None).is_ok() {
+                self.published = Some(s);
+            }
+        }
+    }
+
+    /// Carries out the rule's action; whether the store or supd changed.
+    fn act(&mut self, action: Action, snap: &Snapshot, local: &Local) -> Result<bool, String> {
+        match action {
+            Action::Nothing => Ok(false),
+            Action::Fetch(version) => {
+                self.start_fetch(&snap.target, &version);
+                Ok(false)
+            }
+            Action::TakeSlot {
+                index,
+                attempts_before,
+            } => {
+                let Some(version) = snap.target.version.clone() else {
+                    return Ok(false);
+                };
+                let slot = Slot {
+                    node: self.name.clone(),
+                    version,
+                    attempts_before,
+                };
+                let value = serde_json::to_string(&slot).map_err(|e| e.to_string())?;
+                let key = self.key(&format!("slots/{index}"));
+                let target = self.key("target");
+                // Taken only while the target is as read: a halt written meanwhile wins.
+                let conds = [
+                    (key.as_str(), Cond::Absent),
+                    (target.as_str(), Cond::ModRevision(snap.target_revision)),
+                ];
+                match self.store.put_when(&key, &value, 0, &conds) {
+                    Ok(Some(_)) => {
+                        log::info!(
+                            "fleet {}: {} takes slot {index} for {}",
+                            self.tool,
+                            self.name,
+                            slot.version
+                        );
+                        Ok(true)
+                    }
+                    Ok(None) => Ok(false),
+                    Err(e) => Err(format!("store: {e}")),
+                }
+            }
+            Action::Upgrade {
+                version,
+                force,
+                irreversible,
+            } => {
+                let req = json!({"cmd": "upgrade", "tool": self.tool, "version": version,
+                                 "force": force, "irreversible": irreversible});
+                log::info!(
+                    "fleet {}: {} upgrades to {version}{}",
+                    self.tool,
+                    self.name,
+                    if force { " (forced)" } else { "" }
+                );
+                match self.supd.call(req, self.ttl / 3) {
+                    Ok(_) => Ok(true),
+                    Err(e) if is_refusal(&e) => {
+                        // supd refused the version (it cannot run here, say): the roll
+                        // stops as for a rollback, and the slot is given back.
+                        let reason = format!("supd refused the upgrade: {e}");
+                        let halt = Action::Halt {
+                            version,
+                            reason,
+                            bad: true,
+                        };
+                        self.act(halt, snap, local)?;
+                        self.give_back(snap)?;
+                        Ok(true)
+                    }
+                    // Not answered (supd restarting, slow): the slot is kept, and the next
+                    // round sees whether the upgrade was made.
+                    Err(e) => Err(format!("upgrade to {version}: {e}")),
+                }
+            }
+            Action::Release(index) => {
+                let Some((_, _, rev)) = snap.slots.iter().find(|(i, _, _)| *i == index) else {
+                    return Ok(false);
+                };
+                let key = self.key(&format!("slots/{index}"));
+                match self.store.delete(&key, Cond::ModRevision(*rev)) {
+                    Ok(done) => {
+                        if done {
+                            log::info!(
+                                "fleet {}: {} gives slot {index} back",
+                                self.tool,
+                                self.name
+                            );
+                        }
+                        Ok(done)
+                    }
+                    Err(e) => Err(format!("store: {e}")),
+                }
+            }
+            Action::Halt {
+                version,
+                reason,
+                bad,
+            } => {
+                let me = self.name.clone();
+                let at = stamp();
+                let written = write_target(self.store.as_mut(), &self.tool, snap, None, |t| {
+                    if bad {
+                        t.bad.insert(
+                            version.clone(),
+                            Mark {
+                                node: me.clone(),
+                                reason: reason.clone(),
+                                at: at.clone(),
+                            },
+                        );
+                    }
+                    if t.version.as_deref() == Some(version.as_str()) && t.halted.is_none() {
+                        t.halted = Some(Halt {
+                            version: version.clone(),
+                            node: Some(me.clone()),
+                            reason: reason.clone(),
+                            at: at.clone(),
+                        });
+                    }
+                    Ok(())
+                });
+                match written {
+                    Ok(t) => {
+                        log::warn!(
+                            "fleet {}: {me} halts the roll of {version} (epoch {}): {reason}",
+                            self.tool,
+                            t.epoch
+                        );
+                        Ok(true)
+                    }
+                    // Somebody wrote the target meanwhile: read it again next round.
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Gives back any slot this node holds (after a refused upgrade).
+    fn give_back(&mut self, snap: &Snapshot) -> Result<(), String> {
+        for (i, s, rev) in &snap.slots {
+            if s.node == self.name {
+                let key = self.key(&format!("slots/{i}"));
+                self.store
+                    .delete(&key, Cond::ModRevision(*rev))
+                    .map_err(|e| format!("store: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn start_fetch(&mut self, target: &Target, version: &str) {
+        let f = &self.fetch;
+        let mut cmd = Command::new(&f.program);
+        cmd.arg("fleet")
+            .arg("fetch")
+            .arg(&self.tool)
+            .arg(version)
+            .arg("--url")
+            .arg(&target.url)
+            .arg("--sha256")
+            .arg(&target.sha256)
+            .arg("--staging")
+            .arg(&f.staging)
+            .arg("--socket")
+            .arg(&f.socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        if let Some(ca) = &f.ca_file {
+            cmd.arg("--ca-file").arg(ca);
+        }
+        log::info!(
+            "fleet {}: {} fetches {version} from {}",
+            self.tool,
+            self.name,
+            target.url
+        );
+        match cmd.spawn() {
+            Ok(child) => {
+                self.job = Some(Job {
+                    child,
+                    version: version.to_string(),
+                })
+            }
+            Err(e) => {
+                self.failed_fetch(version, format!("cannot run {}: {e}", f.program.display()))
+            }
+        }
+    }
+
+    /// Looks at the fetch under way: done, failed (said, and retried after a backoff), or
+    /// still running.
+    fn reap_fetch(&mut self) {
+        let Some(job) = &mut self.job else { return };
+        match job.child.try_wait() {
+            Ok(None) => {}
+            Ok(Some(status)) => {
+                let mut said = String::new();
+                if let Some(out) = job.child.stdout.as_mut() {
+                    use std::io::Read;
+                    let _ = out.take(4096).read_to_string(&mut said);
+                }
+                let version = job.version.clone();
+                self.job = None;
+                if status.success() {
+                    log::info!("fleet {}: {} installed {version}", self.tool, self.name);
+                    self.failure = None;
+                } else {
+                    let why = match said.trim() {
+                        "" => format!("the fetch ended with {status}"),
+                        s => s.to_string(),
+                    };
+                    self.failed_fetch(&version, why);
+                }
+            }
+            Err(e) => {
+                let version = job.version.clone();
+                self.job = None;
+                self.failed_fetch(&version, format!("cannot wait for the fetch: {e}"));
+            }
+        }
+    }
+
+    fn failed_fetch(&mut self, version: &str, reason: String) {
+        let count = match &self.failure {
+            Some(f) if f.version == version => f.count + 1,
+            _ => 1,
+        };
+        let wait = fetch_backoff(count);
+        log::warn!(
+            "fleet {}: fetching {version} failed (attempt {count}; next in {}): {reason}",
+            self.tool,
+            Human(wait)
+        );
+        self.failure = Some(Failure {
+            version: version.to_string(),
+            reason: format!("{reason} (attempt {count}, next in {})", Human(wait)),
+            count,
+            retry_at: Boot::now().plus(wait),
+        });
+    }
+
+    /// Logs a note when it changes.
+    fn note(&mut self, s: String) {
+        if s != self.last_note {
+            if !s.is_empty() {
+                log::info!("fleet {}: {s}", self.tool);
+            }
+            self.last_note = s;
+        }
+    }
+
+    /// Leaving: a fetch under way is stopped, the store lease (and the status) given up.
+    pub fn leave(&mut self) {
+        if let Some(mut job) = self.job.take() {
+            let _ = job.child.kill();
+            let _ = job.child.wait();
+        }
+        if let Some(id) = self.my_lease.take() {
+            let _ = self.store.revoke(id);
+        }
+    }
+}
+
+/// Whether supd's error answer refuses the request (rather than the request not
+/// reaching it, or its answer not coming back).
+fn is_refusal(e: &str) -> bool {
+    [
+        "failed: ",
+        "unknown-tool: ",
+        "permission-denied: ",
+        "bad-request: ",
+    ]
+    .iter()
+    .any(|k| e.starts_with(k))
+}
+
+/// supd's `versions` data as the rule reads it.
+pub fn local_from(v: &Value) -> Local {
+    let s = |v: &Value| v.as_str().map(str::to_string);
+    let installed = v["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let name = e["version"].as_str()?.to_string();
+            let bad = (e["bad"] == true)
+                .then(|| s(&e["bad_reason"]).unwrap_or_else(|| "marked bad".into()));
+            Some((
+                name,
+                Installed {
+                    bad,
+                    irreversible: e["irreversible"] == true,
+                    attempts: e["attempts"].as_u64().unwrap_or(0) as u32,
+                },
+            ))
+        })
+        .collect();
+    Local {
+        current: s(&v["current"]),
+        phase: LocalPhase::parse(v["phase"].as_str().unwrap_or("idle")),
+        proposed: s(&v["proposed"]),
+        reason: s(&v["reason"]),
+        installed,
+    }
+}
+
+/// The phase of a peer to show: its live status, or its last one when it is gone.
+pub fn shown_phase(p: &Peer) -> Option<Phase> {
+    p.live.as_ref().or(p.last.as_ref()).map(|s| s.phase)
+}
