@@ -17,6 +17,7 @@ pub mod control;
 pub mod deadman;
 pub mod event_loop;
 pub mod failpoint;
+pub mod fleet;
 pub mod handoff;
 pub mod health;
 pub mod instance;
