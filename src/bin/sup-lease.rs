@@ -32,7 +32,8 @@ macro_rules! outln {
     }};
 }
 
-const USAGE: &str = "usage: sup-lease [--lease L] [--fleet TOOL] --node NAME --store STORE [--socket S]
+const USAGE: &str =
+    "usage: sup-lease [--lease L] [--fleet TOOL] --node NAME --store STORE [--socket S]
                  [--ttl 10s] [--staging DIR] [--ca-file PEM]
        sup-lease --lease L --store STORE status
        sup-lease --lease L --store STORE policy show|pin VERSION|unpin|oldest|newest|floor VERSION
@@ -66,6 +67,7 @@ struct Args {
 fn parse() -> Result<Args, String> {
     let mut a = Args {
         lease: None,
+        fleet: None,
         node: None,
         store: None,
         socket: std::env::var("SUP_SOCKET").unwrap_or_else(|_| sup::config::DEFAULT_SOCKET.into()),
@@ -279,7 +281,13 @@ fn campaign(args: Args, store: Box<dyn store::Store>) -> ExitCode {
             sup::time::Human(args.ttl),
             args.socket
         );
-        Node::new(lease, name.clone(), args.ttl, store, args.socket.clone().into())
+        Node::new(
+            lease,
+            name.clone(),
+            args.ttl,
+            store,
+            args.socket.clone().into(),
+        )
     });
     let period = args.ttl / 3;
     // Ticks on CLOCK_BOOTTIME, the clock of the grants: after a suspend, at once.
@@ -321,9 +329,10 @@ fn campaign(args: Args, store: Box<dyn store::Store>) -> ExitCode {
 
 /// The fleet part of a node, with a store connection of its own.
 fn fleet_node(args: &Args, tool: &str, name: &str) -> Result<sup::fleet::node::FleetNode, String> {
-    sup::versions::check_tool_name(tool)?;
+    sup::versions::check_tool(tool)?;
     let spec = args.store.clone().unwrap_or_default();
-    let store = store::open(&spec, (args.ttl / 3).min(Duration::from_secs(2))).map_err(|e| e.to_string())?;
+    let store = store::open(&spec, (args.ttl / 3).min(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
     let program = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let fetch = sup::fleet::node::FetchConfig {
         program,

@@ -3,6 +3,7 @@
 //! command that raced another writer, or that names an epoch that is no longer the
 //! target's (`--epoch N`), is refused with nothing changed.
 
+use super::artifact::check_sha256;
 use super::node::{snapshot, stamp, write_target, Snapshot};
 use super::record::{prefix, Halt, Phase, Status, Target};
 use super::rule::Peer;
@@ -31,17 +32,6 @@ pub fn check_url(url: &str) -> Result<(), String> {
         false => Err(format!(
             "'{url}' is not a URL a node can fetch: http://, https:// or file:///PATH of a .tar.gz"
         )),
-    }
-}
-
-/// Lowercase 64 hex digits, or why not.
-pub fn check_sha256(hex: &str) -> Result<String, String> {
-    if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        Ok(hex.to_ascii_lowercase())
-    } else {
-        Err(format!(
-            "'{hex}' is not a sha256: 64 hex digits are expected (sha256sum prints them)"
-        ))
     }
 }
 

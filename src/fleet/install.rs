@@ -33,14 +33,19 @@ pub fn fetch_and_install(
     crate::versions::check_tool(tool)?;
     crate::versions::check_version(version)?;
     let mut supd = Supd::new(o.socket.clone());
-    let have = supd.call(json!({"cmd": "versions", "tool": tool}), Duration::from_secs(10))?;
+    let have = supd.call(
+        json!({"cmd": "versions", "tool": tool}),
+        Duration::from_secs(10),
+    )?;
     let installed = have["versions"]
         .as_array()
         .into_iter()
         .flatten()
         .any(|v| v["version"] == version);
     if installed {
-        return Ok(format!("{tool} {version} is installed already: nothing fetched"));
+        return Ok(format!(
+            "{tool} {version} is installed already: nothing fetched"
+        ));
     }
     let opts = FetchOptions {
         ca_file: o.ca_file.clone(),

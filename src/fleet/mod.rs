@@ -3,9 +3,12 @@
 //!
 //! `record` is what lives in the store; `rule` the pure rule of a roll for one node;
 //! `node` the node's driver (store, supd, the fetch); `artifact` fetches, verifies and
-//! unpacks a version; `admin` the operator's commands (set, status, halt, resume).
+//! unpacks a version, `install` hands it to supd; `admin` the operator's commands (set,
+//! status, halt, resume, forget).
 
 pub mod admin;
+pub mod artifact;
+pub mod install;
 pub mod node;
 pub mod record;
 pub mod rule;
