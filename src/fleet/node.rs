@@ -292,7 +292,7 @@ impl FleetNode {
         };
         self.publish(status, &snap)
             .map_err(|e| format!("store: {e}"))?;
-        self.act(d.action, &snap, &local)
+        self.act(d.action, &snap)
     }
 
     /// supd's view of the tool here.
@@ -386,7 +386,7 @@ impl FleetNode {
     }
 
     /// Carries out the rule's action; whether the store or supd changed.
-    fn act(&mut self, action: Action, snap: &Snapshot, local: &Local) -> Result<bool, String> {
+    fn act(&mut self, action: Action, snap: &Snapshot) -> Result<bool, String> {
         match action {
             Action::Nothing => Ok(false),
             Action::Fetch(version) => {
@@ -451,7 +451,7 @@ impl FleetNode {
                             reason,
                             bad: true,
                         };
-                        self.act(halt, snap, local)?;
+                        self.act(halt, snap)?;
                         self.give_back(snap)?;
                         Ok(true)
                     }
