@@ -71,10 +71,7 @@ impl fmt::Display for FetchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FetchError::Url(m) => write!(f, "{m}"),
-            FetchError::Download(m) => write!(
-                f,
-                "{m}; check the URL and that its server is reachable from this node"
-            ),
+            FetchError::Download(m) => write!(f, "{m}"),
             FetchError::Mismatch { expected, got } => write!(
                 f,
                 "the archive's sha256 is {got}, not {expected} as the target says: it was \
@@ -262,8 +259,11 @@ impl Source {
         let sum = match self {
             Source::File(path) => {
                 let what = path.display();
-                let mut f = File::open(path)
-                    .map_err(|e| FetchError::Download(format!("cannot open {what}: {e}")))?;
+                let mut f = File::open(path).map_err(|e| {
+                    FetchError::Download(format!(
+                        "cannot open {what}: {e}; check the path of the file:// URL on this node"
+                    ))
+                })?;
                 copy_hashed(&mut f, &mut out, opts.max_bytes, &what.to_string(), dst)?
             }
             Source::Http => {
@@ -307,28 +307,39 @@ fn http_get(url: &str, opts: &FetchOptions) -> Result<impl Read, FetchError> {
         .timeout_per_read(t)
         .timeout_per_write(t)
         .user_agent(format!("sup-lease/{}", crate::VERSION));
-    if url
+    let https = url
         .get(..8)
-        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
-    {
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+    if https {
         config = config.tls_config(tls_config(opts)?);
     }
     let agent: ureq::Agent = config.build().into();
     let resp = agent.get(url).call().map_err(|e| match e {
         ureq::Error::BadUri(m) => FetchError::Url(format!("'{url}' is not a good URL: {m}")),
-        e => FetchError::Download(format!("cannot download {url}: {e}")),
+        e => FetchError::Download(format!(
+            "cannot download {url}: {e}; check the URL and that its server is reachable from \
+             this node{}",
+            if https {
+                ", with a certificate from a CA it trusts (the system's, or the CA file given)"
+            } else {
+                ""
+            }
+        )),
     })?;
     let status = resp.status();
     if !status.is_success() {
         return Err(FetchError::Download(format!(
-            "cannot download {url}: the server answered HTTP {} {}",
+            "cannot download {url}: the server answered HTTP {}{}; check the URL",
             status.as_u16(),
-            status.canonical_reason().unwrap_or("")
+            status
+                .canonical_reason()
+                .map(|r| format!(" {r}"))
+                .unwrap_or_default()
         )));
     }
     let body = resp.into_body();
     if let Some(n) = body.content_length().filter(|&n| n > opts.max_bytes) {
-        return Err(too_big(url, n, opts.max_bytes));
+        return Err(too_big(url, Some(n), opts.max_bytes));
     }
     Ok(body.into_reader())
 }
@@ -362,7 +373,8 @@ fn tls_config(opts: &FetchOptions) -> Result<ureq::tls::TlsConfig, FetchError> {
 
 /// The certificates in a PEM file; at least one.
 fn read_pem(path: &Path) -> Result<Vec<ureq::tls::Certificate<'static>>, FetchError> {
-    let bad = |m: String| FetchError::Download(format!("CA file {}: {m}", path.display()));
+    let bad =
+        |m: String| FetchError::Download(format!("cannot use the CA file {}: {m}", path.display()));
     let pem = fs::read(path).map_err(|e| bad(e.to_string()))?;
     let mut certs = Vec::new();
     for item in ureq::tls::parse_pem(&pem) {
@@ -376,9 +388,12 @@ fn read_pem(path: &Path) -> Result<Vec<ureq::tls::Certificate<'static>>, FetchEr
     Ok(certs)
 }
 
-fn too_big(what: &str, n: u64, max: u64) -> FetchError {
+/// `size` when known (announced) before the download.
+fn too_big(what: &str, size: Option<u64>, max: u64) -> FetchError {
+    let size = size.map(|n| format!(" ({n} bytes)")).unwrap_or_default();
     FetchError::Download(format!(
-        "{what}: {n} bytes or more, over the limit of {max} bytes"
+        "cannot download {what}: it is bigger{size} than the limit of {max} bytes; check \
+         that the URL names the right artifact"
     ))
 }
 
@@ -400,13 +415,14 @@ fn copy_hashed(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 return Err(FetchError::Download(format!(
-                    "cannot download {what}: {e} (after {total} bytes)"
+                    "cannot download {what}: {e} after {total} bytes; try again, and look at \
+                     the server if it goes on"
                 )))
             }
         };
         total += n as u64;
         if total > max {
-            return Err(too_big(what, total, max));
+            return Err(too_big(what, None, max));
         }
         hasher.update(&buf[..n]);
         out.write_all(&buf[..n])
