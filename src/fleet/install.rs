@@ -52,7 +52,10 @@ pub fn fetch_and_install(
         ..FetchOptions::default()
     };
     let staging = o.staging.join(tool);
-    let dir = artifact::fetch(url, sha256, &staging, version, &opts).map_err(|e| e.to_string())?;
+    let dir = artifact::fetch(url, sha256, &staging, version, &opts).map_err(|e| match e {
+        artifact::FetchError::Mismatch { .. } => format!("sha256 mismatch for {url}: {e}"),
+        e => e.to_string(),
+    })?;
     let dir = std::path::absolute(&dir).unwrap_or(dir);
     let req = json!({"cmd": "install", "tool": tool, "version": version, "dir": dir});
     let answer = supd.call(req, INSTALL_TIMEOUT);
