@@ -242,14 +242,14 @@ impl FleetNode {
 
     /// Reads, decides, publishes, acts; whether the store changed (look again).
     fn round(&mut self, leader: bool) -> Result<bool, String> {
+        let snap = snapshot(self.store.as_mut(), &self.tool).map_err(|e| format!("store: {e}"))?;
         let local = match self.local() {
             Ok(l) => l,
             Err(e) => {
-                self.publish_unreachable(&e);
+                self.publish_unreachable(&e, &snap);
                 return Err(format!("supd: {e}"));
             }
         };
-        let snap = snapshot(self.store.as_mut(), &self.tool).map_err(|e| format!("store: {e}"))?;
         if let Some(job) = &mut self.job {
             if snap.target.version.as_deref() != Some(job.version.as_str()) || snap.target.blocked()
             {
@@ -366,22 +366,18 @@ impl FleetNode {
         Ok(())
     }
 
-    /// When supd cannot be reached, the status says so (the rest is as last known).
-    fn publish_unreachable(&mut self, e: &str) {
-        let Some(mut s) = self.published.clone() else {
-            return;
-        };
-        let why = format!("cannot reach supd: {e}");
-        if s.reason.as_deref() == Some(why.as_str()) {
-            return;
-        }
-        s.reason = Some(why);
-        if let Ok(value) = serde_json::to_string(&s) {
-            let mine = self.my_lease.unwrap_or(0);
-            let key = self.key(&format!("nodes/{}", self.name));
-            if self.store.put(&key, &value, mine, None).is_ok() {
-                self.published = Some(s);
-            }
+    /// When supd cannot be reached, the status says so, idle at the target's epoch (the
+    /// roll passes this node over until it answers again).
+    fn publish_unreachable(&mut self, e: &str, snap: &Snapshot) {
+        let mut s = self.published.clone().unwrap_or_else(|| Status {
+            node: self.name.clone(),
+            ..Status::default()
+        });
+        s.phase = Phase::Idle;
+        s.reason = Some(format!("cannot reach supd: {e}"));
+        s.epoch = snap.target.epoch;
+        if let Err(e) = self.publish(s, snap) {
+            self.note(format!("store: {e}"));
         }
     }
 

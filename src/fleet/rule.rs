@@ -385,13 +385,17 @@ fn turn(v: &View, target: &str) -> Result<u32, String> {
 }
 
 /// The nodes ready to start the target, in the order of the roll: this one (ready, or
-/// the rule would not ask), and every live node that says it waits, leaders last.
+/// the rule would not ask), and every live node that says it waits (or has not said
+/// yet), leaders last.
 fn queue<'a>(v: &View<'a>, target: &str) -> Vec<&'a str> {
+    // A live node that has not answered the target's epoch yet may be ready: it keeps
+    // its place (the others wait a tick for it) rather than lose it to a faster one.
     let ready = |p: &Peer| {
         p.node == v.me
-            || p.live
-                .as_ref()
-                .is_some_and(|s| s.phase == Phase::Waiting && s.running.as_deref() != Some(target))
+            || p.live.as_ref().is_some_and(|s| {
+                s.running.as_deref() != Some(target)
+                    && (s.phase == Phase::Waiting || s.epoch < v.target.epoch)
+            })
     };
     let leads = |p: &Peer| match p.node == v.me {
         true => v.leader,

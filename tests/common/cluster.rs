@@ -31,10 +31,16 @@ pub struct Options {
     /// `{shared}` in them is the shared directory, and the engine has `NODE` in its
     /// environment, as its check does.
     pub engine: String,
+    /// The agent's `probation` ("1s" when empty).
+    pub probation: &'static str,
+    /// Each node's sup-lease also follows the fleet of `agent` (`--fleet agent`, staging
+    /// in its sandbox).
+    pub fleet: bool,
 }
 
 pub struct Cluster {
     pub nodes: Vec<Node>,
+    pub fleet: bool,
     pub store: String,
     pub shared: PathBuf,
     pub ttl: &'static str,
@@ -88,6 +94,10 @@ impl Cluster {
         opts: Options,
     ) -> Cluster {
         let stop_secs = opts.stop_secs;
+        let probation = match opts.probation {
+            "" => "1s",
+            p => p,
+        };
         let more = opts.engine.clone();
         let dir = Sandbox::new();
         let shared = dir.dir.clone();
@@ -119,7 +129,7 @@ impl Cluster {
             sb.config(&format!(
                 "[lease.engine]\n{tool}\n\
                  [service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nrestart_delay = \"10ms\"\n\
-                 crash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\nprobation = \"1s\"\n\n\
+                 crash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\nprobation = \"{probation}\"\n\n\
                  [service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nenv = {{ NODE = \"{name}\" }}\nstop_timeout = \"{stop}s\"\n{more}",
                 stop = stop_secs as u32 + 2
             ));
@@ -137,6 +147,7 @@ impl Cluster {
         }
         let mut c = Cluster {
             nodes,
+            fleet: opts.fleet,
             store,
             shared,
             ttl,
@@ -160,7 +171,12 @@ impl Cluster {
         let n = &mut self.nodes[i];
         let log =
             std::fs::File::create(n.sb.path(&format!("lease-{}.log", unix_now()))).expect("log");
-        let child = Command::new(SUP_LEASE)
+        let mut cmd = Command::new(SUP_LEASE);
+        if self.fleet {
+            cmd.args(["--fleet", "agent", "--staging"])
+                .arg(n.sb.path("staging"));
+        }
+        let child = cmd
             .args([
                 "--lease",
                 "engine",

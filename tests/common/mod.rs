@@ -7,6 +7,7 @@ pub mod clock;
 pub mod cluster;
 pub mod etcd;
 pub mod files;
+pub mod fleet;
 pub mod locking;
 pub mod oldkernel;
 pub mod preload;

@@ -391,3 +391,26 @@ fn a_node_already_on_the_target_is_committed() {
     let d = c.decide();
     assert_eq!((d.phase, d.action), (Phase::Committed, Action::Nothing));
 }
+
+#[test]
+fn a_node_that_has_not_answered_the_new_epoch_keeps_its_place() {
+    let mut b = four_waiting("b");
+    b.target.epoch = 2;
+    // a said "rolled-back" at epoch 1 (before a forced resume): it may be ready now.
+    let mut a = status("a", "1.0.0", Phase::RolledBack);
+    a.epoch = 1;
+    b.peers[0] = live(a.clone());
+    for p in &mut b.peers[1..] {
+        if let Some(s) = p.live.as_mut() {
+            s.epoch = 2;
+        }
+    }
+    let d = b.decide();
+    assert_eq!(d.action, Action::Nothing, "a keeps its place");
+    a.epoch = 2;
+    b.peers[0] = live(a);
+    assert!(
+        matches!(b.decide().action, Action::TakeSlot { .. }),
+        "a said it is not ready"
+    );
+}
