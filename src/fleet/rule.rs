@@ -7,10 +7,13 @@
 //! somewhere to go (a committed node of the new version) before its holder upgrades. The
 //! first `canary` nodes go first; the rest wait until that many committed. At most
 //! `max_parallel` nodes hold a slot, and only a slot's holder upgrades. A node that is
-//! gone is passed over; one that is still downloading is passed over until it is ready.
+//! gone, or whose download failed, is passed over; one still downloading keeps its place.
 
 use super::record::{Phase, Slot, Status, Target};
 use std::collections::BTreeMap;
+
+/// The result a node shows while its fetches fail.
+pub const DOWNLOAD_FAILED: &str = "download failed";
 
 /// supd's upgrade phase of the tool on this node (`versions TOOL`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -207,7 +210,7 @@ pub fn decide(v: &View) -> Decision {
                 };
                 decision(
                     Phase::Downloading,
-                    Some("download failed"),
+                    Some(DOWNLOAD_FAILED),
                     Some(reason.clone()),
                     action,
                 )
@@ -392,13 +395,16 @@ fn turn(v: &View, target: &str) -> Result<u32, String> {
 /// the rule would not ask), and every live node that says it waits (or has not said
 /// yet), leaders last.
 fn queue<'a>(v: &View<'a>, target: &str) -> Vec<&'a str> {
-    // A live node that has not answered the target's epoch yet may be ready: it keeps
-    // its place (the others wait a tick for it) rather than lose it to a faster one.
+    // A live node keeps its place while it downloads, or before it answered the target's
+    // epoch (the others wait for it rather than overtake it: the order is the roster's,
+    // not the fastest download's); one whose download failed is passed over.
     let ready = |p: &Peer| {
         p.node == v.me
             || p.live.as_ref().is_some_and(|s| {
+                let fetching =
+                    s.phase == Phase::Downloading && s.result.as_deref() != Some(DOWNLOAD_FAILED);
                 s.running.as_deref() != Some(target)
-                    && (s.phase == Phase::Waiting || s.epoch < v.target.epoch)
+                    && (s.phase == Phase::Waiting || fetching || s.epoch < v.target.epoch)
             })
     };
     let leads = |p: &Peer| match p.node == v.me {

@@ -199,10 +199,20 @@ fn a_node_that_is_gone_or_not_ready_is_passed_over() {
         matches!(c.decide().action, Action::TakeSlot { .. }),
         "b is gone"
     );
-    c.peers[1] = live(status("b", "1.0.0", Phase::Downloading));
+    let mut fetching = status("b", "1.0.0", Phase::Downloading);
+    fetching.result = Some("1.0.0 committed".into());
+    c.peers[1] = live(fetching);
+    assert_eq!(
+        c.decide().action,
+        Action::Nothing,
+        "b keeps its place while it downloads"
+    );
+    let mut failed = status("b", "1.0.0", Phase::Downloading);
+    failed.result = Some("download failed".into());
+    c.peers[1] = live(failed);
     assert!(
         matches!(c.decide().action, Action::TakeSlot { .. }),
-        "b is not ready"
+        "b's download failed: passed over"
     );
     // A gone node's last commit still counts for the canary.
     c.peers[0] = gone(status("a", "2.0.0", Phase::Committed));
