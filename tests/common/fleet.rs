@@ -116,8 +116,21 @@ fn serve(conn: TcpStream, dir: &Path, hits: &Mutex<BTreeMap<String, u32>>) {
 /// `bin/agent` (which marks, in its node's sandbox, that this version ran there, then
 /// runs `body`), packed with `tar czf`. Returns the file's name and its sha256.
 pub fn artifact(dir: &Path, version: &str, body: &str) -> (String, String) {
+    artifact_with(dir, version, body, None)
+}
+
+/// Same, with a `sup-tool.toml` of `manifest` in the version directory.
+pub fn artifact_with(
+    dir: &Path,
+    version: &str,
+    body: &str,
+    manifest: Option<&str>,
+) -> (String, String) {
     let src = dir.join(format!("src-{version}"));
     std::fs::create_dir_all(src.join("bin")).expect("mkdir");
+    if let Some(m) = manifest {
+        std::fs::write(src.join("sup-tool.toml"), m).expect("manifest");
+    }
     let script = src.join("bin/agent");
     // The cwd is tools/agent/VERSION in the node's sandbox.
     std::fs::write(
@@ -517,5 +530,47 @@ pub fn bad_roll(store: Option<String>, ttl: &'static str) {
     std::fs::write(art.dir.join(&good), real).expect("mend");
     roll.until(&c, 1, DEADLINE * 4, "4.0.0 on every node", |s, _| {
         s["state"] == "done" && all_committed(s, "4.0.0", 4)
+    });
+}
+
+/// An irreversible version (its manifest says so) goes on after its first commit only
+/// when the operator allows it: the node that committed it halts the roll, nobody else
+/// runs it until `fleet resume`, then it rolls on; the lease's floor rises to it.
+pub fn irreversible_roll(store: Option<String>, ttl: &'static str) {
+    let (c, art, srv) = four_nodes(store, ttl);
+    let (name, sha) = artifact_with(
+        &art.dir,
+        "2.0.0",
+        "exec /bin/sleep 3600",
+        Some("revertible = false\n"),
+    );
+    set(&c, "2.0.0", &srv.url(&name), &sha, &[]);
+    let mut roll = Roll::new();
+    let s = roll.until(&c, 1, DEADLINE * 2, "the roll pauses", |s, _| {
+        s["state"] == "halted"
+    });
+    let first = s["halted"]["node"].as_str().expect("a node").to_string();
+    assert!(
+        s["halted"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("irreversible")),
+        "{s}"
+    );
+    assert!(
+        s["bad"].as_object().is_some_and(|b| b.is_empty()),
+        "not bad: {s}"
+    );
+    assert_eq!(row(&s, &first)["phase"], "committed");
+    assert_eq!(
+        tried(&c, "2.0.0"),
+        vec![first.clone()],
+        "nobody else ran it"
+    );
+    assert!(fleet(&c, &["resume", "agent"]).status.success());
+    roll.until(&c, 1, DEADLINE * 4, "2.0.0 on every node", |s, _| {
+        s["state"] == "done" && all_committed(s, "2.0.0", 4)
+    });
+    c.wait("the floor rises to 2.0.0", |c| {
+        String::from_utf8_lossy(&c.policy(&["show"]).stdout).contains("floor 2.0.0")
     });
 }
