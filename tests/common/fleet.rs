@@ -461,7 +461,13 @@ pub fn bad_roll(store: Option<String>, ttl: &'static str) {
     let s = roll.until(&c, 1, DEADLINE * 2, "halted again", |s, _| {
         s["state"] == "halted" && s["target"]["forced"] == 1
     });
-    assert_eq!(s["halted"]["node"], canary.as_str());
+    assert_eq!(
+        s["halted"]["node"],
+        canary.as_str(),
+        "{}\n{}",
+        text(&c),
+        c.logs()
+    );
     assert_eq!(roll.order, vec![canary.clone()]);
     // A tampered artifact: the server has other bytes than the sha256 says.
     let (good, sha4) = artifact(&art.dir, "4.0.0", "exec /bin/sleep 3600");

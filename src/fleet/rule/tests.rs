@@ -414,3 +414,34 @@ fn a_node_that_has_not_answered_the_new_epoch_keeps_its_place() {
         "a said it is not ready"
     );
 }
+
+#[test]
+fn a_slot_held_by_another_node_keeps_the_next_waiting_until_it_is_given_back() {
+    // The canary committed; b holds the one slot, in probation: c (next in order, and
+    // ready) waits for it, and takes no slot of its own.
+    let mut c = four_waiting("c");
+    c.peers[0] = live(status("a", "2.0.0", Phase::Committed));
+    c.peers[1] = live(status("b", "2.0.0", Phase::Probation));
+    c.slots = vec![(0, slot("b", "2.0.0", 0))];
+    let d = c.decide();
+    assert_eq!(d.action, Action::Nothing, "b is in probation");
+    assert!(
+        d.reason
+            .unwrap_or_default()
+            .contains("b to finish probation"),
+        "says whom it waits for"
+    );
+    // Two slots, one held: c takes the other one, never b's.
+    c.target.max_parallel = 2;
+    assert!(matches!(
+        c.decide().action,
+        Action::TakeSlot { index: 1, .. }
+    ));
+    // Both held (b, and d out of order by hand): c waits.
+    c.slots.push((1, slot("d", "2.0.0", 0)));
+    assert_eq!(c.decide().action, Action::Nothing);
+    // A slot held for another version (a roll set meanwhile) counts as well.
+    c.target.max_parallel = 1;
+    c.slots = vec![(0, slot("b", "1.5.0", 0))];
+    assert_eq!(c.decide().action, Action::Nothing);
+}
