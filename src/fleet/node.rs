@@ -28,6 +28,8 @@ pub struct Snapshot {
     pub peers: Vec<Peer>,
     /// The slots held, with their revisions.
     pub slots: Vec<(u32, Slot, u64)>,
+    /// Slot keys whose value cannot be read (index, revision): free to take.
+    pub unreadable_slots: Vec<(u32, u64)>,
 }
 
 /// Reads every key of the fleet of `tool`. Undecodable values are skipped and said.
@@ -42,8 +44,11 @@ pub fn snapshot(store: &mut dyn Store, tool: &str) -> Result<Snapshot, StoreErro
             log::warn!("{}: cannot read its value ({e}); ignoring it", kv.key)
         };
         if name == "target" {
+            // An unreadable target is no target, but its revision is kept: an operator's
+            // `fleet set` overwrites it (by compare-and-swap, as any other).
+            s.target_revision = kv.mod_revision;
             match serde_json::from_str(&kv.value) {
-                Ok(t) => (s.target, s.target_revision) = (t, kv.mod_revision),
+                Ok(t) => s.target = t,
                 Err(e) => bad(e),
             }
         } else if let Some(node) = name.strip_prefix("roster/") {
@@ -64,7 +69,12 @@ pub fn snapshot(store: &mut dyn Store, tool: &str) -> Result<Snapshot, StoreErro
         } else if let Some(i) = name.strip_prefix("slots/") {
             match (i.parse(), serde_json::from_str(&kv.value)) {
                 (Ok(i), Ok(slot)) => s.slots.push((i, slot, kv.mod_revision)),
-                (_, Err(e)) => bad(e),
+                // Nobody holds an unreadable slot: it is free, and taken over by
+                // compare-and-swap on its revision.
+                (Ok(i), Err(e)) => {
+                    bad(e);
+                    s.unreadable_slots.push((i, kv.mod_revision));
+                }
                 (Err(_), _) => log::warn!("{}: not a slot number; ignoring it", kv.key),
             }
         }
@@ -405,8 +415,12 @@ impl FleetNode {
                 let key = self.key(&format!("slots/{index}"));
                 let target = self.key("target");
                 // Taken only while the target is as read: a halt written meanwhile wins.
+                let free = match snap.unreadable_slots.iter().find(|(i, _)| *i == index) {
+                    Some((_, rev)) => Cond::ModRevision(*rev),
+                    None => Cond::Absent,
+                };
                 let conds = [
-                    (key.as_str(), Cond::Absent),
+                    (key.as_str(), free),
                     (target.as_str(), Cond::ModRevision(snap.target_revision)),
                 ];
                 match self.store.put_when(&key, &value, 0, &conds) {
@@ -548,7 +562,11 @@ impl FleetNode {
             .arg("--socket")
             .arg(&f.socket)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped());
+            .stdout(Stdio::piped())
+            // The fetch ends with this process (see `parent_gone`): a sup-lease killed
+            // and started again must not meet its last fetch still writing the staging
+            // dir, or installing behind its back.
+            .env(PARENT_ENV, std::process::id().to_string());
         if let Some(ca) = &f.ca_file {
             cmd.arg("--ca-file").arg(ca);
         }
@@ -643,6 +661,26 @@ impl FleetNode {
             let _ = self.store.revoke(id);
         }
     }
+}
+
+/// The environment variable that gives a fetch the pid of the node that started it.
+pub const PARENT_ENV: &str = "SUP_FLEET_PARENT";
+
+/// In a fetch started by a node: asks the kernel to end this process (SIGKILL) when the
+/// node's process ends, and says whether it has ended already (then the fetch must not
+/// start). A fetch run by hand (no `SUP_FLEET_PARENT`) is left alone.
+pub fn parent_gone() -> bool {
+    let Some(parent) = std::env::var(PARENT_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+    else {
+        return false;
+    };
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
+        log::warn!("cannot tie the fetch to its node's process: {e}");
+    }
+    // The parent may have died before the call above: then this process was re-parented.
+    nix::unistd::getppid().as_raw() != parent
 }
 
 /// Whether supd's error answer refuses the request (rather than the request not

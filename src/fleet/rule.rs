@@ -386,7 +386,7 @@ fn turn(v: &View, target: &str) -> Result<u32, String> {
 
 /// The nodes ready to start the target, in the order of the roll: this one (ready, or
 /// the rule would not ask), and every live node that says it waits (or has not said
-/// yet), leaders last.
+/// yet); those that tried the target before first, leaders last.
 fn queue<'a>(v: &View<'a>, target: &str) -> Vec<&'a str> {
     // A live node that has not answered the target's epoch yet may be ready: it keeps
     // its place (the others wait a tick for it) rather than lose it to a faster one.
@@ -401,8 +401,18 @@ fn queue<'a>(v: &View<'a>, target: &str) -> Vec<&'a str> {
         true => v.leader,
         false => p.live.as_ref().is_some_and(|s| s.leader),
     };
+    // After a forced resume, the nodes that tried the target already (and rolled it
+    // back) try it again first: the others are not exposed to it before them.
+    let tried = |p: &Peer| match p.node == v.me {
+        true => v.local.proposed.as_deref() == Some(target),
+        false => p
+            .live
+            .as_ref()
+            .is_some_and(|s| s.proposed.as_deref() == Some(target)),
+    };
     let (mut first, last): (Vec<&Peer>, Vec<&Peer>) =
         v.peers.iter().filter(|p| ready(p)).partition(|p| !leads(p));
+    first.sort_by_key(|p| !tried(p));
     first.extend(last);
     first.into_iter().map(|p| p.node.as_str()).collect()
 }

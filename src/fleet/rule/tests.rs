@@ -445,3 +445,31 @@ fn a_slot_held_by_another_node_keeps_the_next_waiting_until_it_is_given_back() {
     c.slots = vec![(0, slot("b", "1.5.0", 0))];
     assert_eq!(c.decide().action, Action::Nothing);
 }
+
+#[test]
+fn after_a_forced_resume_the_node_that_rolled_it_back_goes_first() {
+    // b rolled 2.0.0 back (a was still downloading then, and so passed over); the
+    // operator forced the roll on. b tries it again before a, first in order, is exposed.
+    let mut rolled = status("b", "1.0.0", Phase::Waiting);
+    rolled.proposed = Some("2.0.0".into());
+    let mut a = four_waiting("a");
+    a.target.forced = 1;
+    a.peers[1] = live(rolled.clone());
+    let d = a.decide();
+    assert_eq!(d.action, Action::Nothing);
+    assert!(d.reason.unwrap_or_default().contains("behind b"));
+    let mut b = four_waiting("b");
+    b.target.forced = 1;
+    b.peers[1] = live(rolled);
+    b.local.proposed = Some("2.0.0".into());
+    let i = b.local.installed.get_mut("2.0.0").expect("installed");
+    i.attempts = 1;
+    i.bad = Some("crash loop".into());
+    assert!(matches!(
+        b.decide().action,
+        Action::TakeSlot {
+            index: 0,
+            attempts_before: 1
+        }
+    ));
+}
