@@ -255,6 +255,11 @@ fn garbage_slots_and_statuses_do_not_stop_the_roll() {
     put_raw(&c, "slots/x", "{}");
     put_raw(&c, "nodes/n9", "[1, 2]");
     put_raw(&c, "roster/n8", "7");
+    // A live node's status overwritten: it says it again.
+    put_raw(&c, "nodes/n1", "{\"phase\": 12}");
+    Roll::new().until(&c, 0, DEADLINE, "n1 says its status again", |s, _| {
+        row(s, "n1")["state"] == "live"
+    });
     let art = Sandbox::new();
     let srv = ArtifactServer::start(&art.dir);
     let (name, sha) = artifact(&art.dir, "2.0.0", "exec /bin/sleep 3600");

@@ -336,7 +336,14 @@ impl FleetNode {
             _ => stamp(),
         };
         let value = serde_json::to_string(&status).map_err(|e| StoreError(e.to_string()))?;
-        if self.published.as_ref() != Some(&status) {
+        // What the store holds as this node's status (gone, or overwritten by hand, it is
+        // written again).
+        let stored = snap
+            .peers
+            .iter()
+            .find(|p| p.node == self.name)
+            .and_then(|p| p.live.as_ref());
+        if self.published.as_ref() != Some(&status) || stored != Some(&status) {
             let mine = self.my_lease.unwrap_or(0);
             self.store.put(
                 &self.key(&format!("nodes/{}", self.name)),
