@@ -737,3 +737,85 @@ pub fn local_from(v: &Value) -> Local {
 pub fn shown_phase(p: &Peer) -> Option<Phase> {
     p.live.as_ref().or(p.last.as_ref()).map(|s| s.phase)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::admin::{self, SetArgs};
+    use crate::lease::file::FileStore;
+
+    fn node(store: &std::path::Path) -> FleetNode {
+        let dir = store.with_extension("d");
+        FleetNode::new(
+            "agent".into(),
+            "n1".into(),
+            Duration::from_secs(3),
+            Box::new(FileStore::new(store.to_path_buf())),
+            FetchConfig {
+                program: "/nonexistent".into(),
+                staging: dir.join("staging"),
+                ca_file: None,
+                socket: dir.join("sup.sock"),
+            },
+        )
+    }
+
+    fn args(v: &str) -> SetArgs {
+        SetArgs {
+            version: v.into(),
+            url: "http://127.0.0.1:1/a.tar.gz".into(),
+            sha256: "ab".repeat(32),
+            ..SetArgs::default()
+        }
+    }
+
+    /// A slot is taken only while the target is as the node read it: a halt, or a new
+    /// target, written between the read and the take wins, and no slot is taken.
+    #[test]
+    fn a_slot_is_not_taken_when_the_target_changed_since_it_was_read() {
+        let path = std::env::temp_dir().join(format!("sup-fleet-take-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut s = FileStore::new(path.clone());
+        admin::set(&mut s, "agent", &args("2.0.0"), None).expect("set");
+        let mut n = node(&path);
+        let take = Action::TakeSlot {
+            index: 0,
+            attempts_before: 0,
+        };
+        let slot = |s: &mut FileStore| {
+            snapshot(s, "agent")
+                .expect("read")
+                .slots
+                .iter()
+                .map(|(i, sl, _)| (*i, sl.node.clone(), sl.version.clone()))
+                .collect::<Vec<_>>()
+        };
+        for change in ["halt", "set"] {
+            let read = snapshot(&mut s, "agent").expect("read");
+            match change {
+                "halt" => admin::halt(&mut s, "agent", None).map(|_| ()),
+                _ => admin::set(&mut s, "agent", &args("3.0.0"), None).map(|_| ()),
+            }
+            .expect("operator's write");
+            assert_eq!(n.act(take.clone(), &read), Ok(false), "{change}");
+            assert_eq!(slot(&mut s), vec![], "no slot taken after a {change}");
+        }
+        // As read: taken.
+        let read = snapshot(&mut s, "agent").expect("read");
+        assert_eq!(n.act(take.clone(), &read), Ok(true));
+        assert_eq!(slot(&mut s), vec![(0, "n1".into(), "3.0.0".into())]);
+        // An unreadable slot is nobody's: taken over (by compare-and-swap).
+        let index = Action::TakeSlot {
+            index: 1,
+            attempts_before: 0,
+        };
+        s.put("/sup/fleet/agent/slots/1", "garbage", 0, None)
+            .expect("put");
+        let read = snapshot(&mut s, "agent").expect("read");
+        assert_eq!(read.unreadable_slots.len(), 1);
+        assert_eq!(n.act(index, &read), Ok(true));
+        assert_eq!(slot(&mut s).len(), 2);
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path.with_extension("lock"));
+    }
+}
