@@ -353,8 +353,11 @@ fn turn(v: &View, target: &str) -> Result<u32, String> {
         }
     }
     let max = v.target.max_parallel.max(1);
+    // Slots held count against max_parallel whatever their index: one above it is from
+    // a roll set with more (it is still in probation).
     let free: Vec<u32> = (0..max)
         .filter(|i| !v.slots.iter().any(|(j, _)| j == i))
+        .take((max as usize).saturating_sub(v.slots.len()))
         .collect();
     if free.is_empty() {
         let holders: Vec<&str> = v.slots.iter().map(|(_, s)| s.node.as_str()).collect();

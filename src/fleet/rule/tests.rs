@@ -473,3 +473,20 @@ fn after_a_forced_resume_the_node_that_rolled_it_back_goes_first() {
         }
     ));
 }
+
+#[test]
+fn a_slot_above_a_lowered_max_parallel_still_counts() {
+    // The last roll had two slots; b holds slot 1 of it, in probation. The new target
+    // has max-parallel 1: slot 0 is free by its index, but one node is in probation.
+    let mut c = four_waiting("c");
+    c.peers[0] = live(status("a", "2.0.0", Phase::Committed));
+    c.peers[1] = live(status("b", "1.5.0", Phase::Probation));
+    c.slots = vec![(1, slot("b", "1.5.0", 0))];
+    let d = c.decide();
+    assert_eq!(d.action, Action::Nothing, "b is in probation");
+    c.slots.clear();
+    assert!(matches!(
+        c.decide().action,
+        Action::TakeSlot { index: 0, .. }
+    ));
+}
