@@ -445,3 +445,91 @@ fn a_target_set_mid_probation_waits_for_it() {
         assert!(attempts(&c, &n.name, "2.1.0") == 1, "{}", n.name);
     }
 }
+
+/// Canary 2, max-parallel 2 and a bad version: both canaries try it at once, both roll
+/// back, the roll halts once (one node named), and the third node never runs it.
+#[test]
+fn a_bad_version_on_two_canaries_at_once_halts_once() {
+    let c = nodes(3, "2s");
+    let art = Sandbox::new();
+    let srv = ArtifactServer::start(&art.dir);
+    let (name, sha) = artifact(&art.dir, "3.0.0", "exit 3");
+    fleet::set(
+        &c,
+        "3.0.0",
+        &srv.url(&name),
+        &sha,
+        &["--canary", "2", "--max-parallel", "2"],
+    );
+    let mut roll = Roll::new();
+    let s = roll.until(
+        &c,
+        2,
+        DEADLINE * 2,
+        "the roll halts, slots given back",
+        |s, _| {
+            s["state"] == "halted"
+                && s["nodes"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(|r| r["slot"].is_null()))
+        },
+    );
+    let by = s["halted"]["node"].as_str().expect("a node").to_string();
+    assert_eq!(s["bad"]["3.0.0"]["node"], by.as_str(), "{s}");
+    let tried: Vec<String> = c
+        .nodes
+        .iter()
+        .filter(|n| attempts(&c, &n.name, "3.0.0") > 0)
+        .map(|n| n.name.clone())
+        .collect();
+    assert!(tried.len() <= 2 && tried.contains(&by), "{tried:?}\n{s}");
+    let never: Vec<&str> = c
+        .nodes
+        .iter()
+        .map(|n| n.name.as_str())
+        .filter(|n| !tried.iter().any(|t| t == n))
+        .collect();
+    assert!(
+        !never.is_empty(),
+        "the third node never tried it: {tried:?}"
+    );
+    for n in never {
+        assert!(!fleet::ran(&c, n).contains(&"3.0.0".to_string()), "{n}");
+    }
+}
+
+/// `fleet forget` refuses a live node; a dead one that held a slot in probation is
+/// forgotten with its slot, and the roll goes on without it.
+#[test]
+fn forgetting_a_dead_node_in_probation_lets_the_roll_go_on() {
+    let mut c = nodes(3, "3s");
+    let art = Sandbox::new();
+    let srv = ArtifactServer::start(&art.dir);
+    let (name, sha) = artifact(&art.dir, "2.0.0", "exec /bin/sleep 3600");
+    fleet::set(&c, "2.0.0", &srv.url(&name), &sha, &[]);
+    let mut roll = Roll::new();
+    roll.until(&c, 1, DEADLINE, "a canary in probation", |_, o| {
+        !o.is_empty()
+    });
+    let canary = roll.order[0].clone();
+    let out = fleet::fleet(&c, &["forget", "agent", &canary]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is live"));
+    let i = c.nodes.iter().position(|n| n.name == canary).expect("node");
+    c.nodes[i].signal_lease(Signal::SIGKILL);
+    if let Some(mut l) = c.nodes[i].lease.take() {
+        let _ = l.wait();
+    }
+    c.nodes[i].sb.stop_supd(Signal::SIGKILL);
+    // Gone for good: out of the cluster the test looks at (its sandbox ends what is left).
+    drop(c.nodes.remove(i));
+    roll.until(&c, 1, DEADLINE, "the canary is gone", |s, _| {
+        row(s, &canary)["state"] == "unreachable"
+    });
+    let out = fleet::fleet(&c, &["forget", "agent", &canary]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("given back"));
+    roll.until(&c, 1, DEADLINE * 2, "2.0.0 on the other two", |s, _| {
+        s["state"] == "done" && all_committed(s, "2.0.0", 2)
+    });
+}
