@@ -533,3 +533,55 @@ fn forgetting_a_dead_node_in_probation_lets_the_roll_go_on() {
         s["state"] == "done" && all_committed(s, "2.0.0", 2)
     });
 }
+
+/// A node rolls a version back while its sup-lease is away and the operator forgets it
+/// (its slot with it). Back, it says the rollback (the roll halts, on it) and does not
+/// force the version again by itself: only an operator's `--force` does.
+#[test]
+fn a_rollback_unreported_before_a_forget_is_reported_not_forced_again() {
+    let mut c = nodes(1, "6s");
+    let art = Sandbox::new();
+    let srv = ArtifactServer::start(&art.dir);
+    let (name, sha) = artifact(&art.dir, "3.0.0", "/bin/sleep 1; exit 3");
+    fleet::set(&c, "3.0.0", &srv.url(&name), &sha, &[]);
+    wait_local(&c, "n1", "n1 in probation", |v| v["phase"] == "probation");
+    c.nodes[0].signal_lease(Signal::SIGKILL);
+    if let Some(mut l) = c.nodes[0].lease.take() {
+        let _ = l.wait();
+    }
+    wait_local(&c, "n1", "n1 rolls back", |v| v["phase"] == "rolled-back");
+    let gone = Instant::now() + DEADLINE;
+    loop {
+        let out = fleet::fleet(&c, &["forget", "agent", "n1"]);
+        if out.status.success() {
+            break;
+        }
+        assert!(Instant::now() < gone, "forget: {out:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.start_lease(0);
+    let s = Roll::new().until(&c, 1, DEADLINE, "the roll halts on n1", |s, _| {
+        s["state"] == "halted"
+    });
+    assert_eq!(s["halted"]["node"], "n1", "{s}");
+    assert_eq!(
+        attempts(&c, "n1", "3.0.0"),
+        1,
+        "not forced again\n{}",
+        c.logs()
+    );
+    // The operator forces it: now it is tried again.
+    assert!(fleet::fleet(&c, &["resume", "agent", "--force"])
+        .status
+        .success());
+    Roll::new().until(&c, 1, DEADLINE, "tried again, halted again", |s, _| {
+        s["state"] == "halted" && s["target"]["forced"] == 1
+    });
+    wait_local(&c, "n1", "a second attempt", |v| {
+        v["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["version"] == "3.0.0" && e["attempts"] == 2)
+    });
+}

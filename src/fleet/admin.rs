@@ -64,6 +64,9 @@ pub fn set(
             t.bad.remove(&a.version);
             t.forced += 1;
         }
+        if a.force {
+            t.forced_versions.insert(a.version.clone());
+        }
         t.version = Some(a.version.clone());
         t.url = a.url.clone();
         t.sha256 = sha.clone();
@@ -135,6 +138,9 @@ pub fn resume(
             }
             t.bad.remove(&version);
             t.forced += 1;
+        }
+        if force {
+            t.forced_versions.insert(version.clone());
         }
         // Resuming past an irreversible version's first commit is the operator's leave
         // for the rest of the fleet to follow.
@@ -270,7 +276,7 @@ pub fn status_json(tool: &str, snap: &Snapshot) -> Value {
         "target": t.version.as_ref().map(|_| json!({
             "version": t.version, "url": t.url, "sha256": t.sha256, "epoch": t.epoch,
             "canary": t.canary, "max_parallel": t.max_parallel, "irreversible": t.irreversible,
-            "allow_irreversible": t.allow_irreversible, "forced": t.forced, "set_at": t.set_at,
+            "allow_irreversible": t.allow_irreversible, "forced": t.forced, "forced_versions": t.forced_versions, "set_at": t.set_at,
         })),
         "halted": t.halted,
         "bad": t.bad,

@@ -196,6 +196,23 @@ pub fn decide(v: &View) -> Decision {
         };
         return decision(phase, None, Some(why), Action::Nothing);
     }
+    if let Some(why) = installed.and_then(|i| i.bad.as_ref()) {
+        if !v.target.forced_versions.contains(target) {
+            // Rolled back here without a slot to say it under (its sup-lease was away,
+            // and the slot forgotten; or an upgrade by hand): said now, as any rollback.
+            // It is not forced again but by an operator.
+            return decision(
+                Phase::RolledBack,
+                Some("rolled back"),
+                Some(why.clone()),
+                Action::Halt {
+                    version: target.into(),
+                    reason: why.clone(),
+                    bad: true,
+                },
+            );
+        }
+    }
     let Some(installed) = installed else {
         return match v.fetch {
             Fetch::Running => decision(Phase::Downloading, None, None, Action::Nothing),

@@ -460,6 +460,7 @@ fn after_a_forced_resume_the_node_that_rolled_it_back_goes_first() {
     assert!(d.reason.unwrap_or_default().contains("behind b"));
     let mut b = four_waiting("b");
     b.target.forced = 1;
+    b.target.forced_versions.insert("2.0.0".into());
     b.peers[1] = live(rolled);
     b.local.proposed = Some("2.0.0".into());
     let i = b.local.installed.get_mut("2.0.0").expect("installed");
@@ -488,5 +489,35 @@ fn a_slot_above_a_lowered_max_parallel_still_counts() {
     assert!(matches!(
         c.decide().action,
         Action::TakeSlot { index: 0, .. }
+    ));
+}
+
+#[test]
+fn a_rollback_here_without_a_slot_is_reported_and_not_forced_but_by_an_operator() {
+    let mut a = four_waiting("a");
+    a.local.phase = LocalPhase::RolledBack;
+    a.local.proposed = Some("2.0.0".into());
+    let i = a.local.installed.get_mut("2.0.0").expect("installed");
+    i.attempts = 1;
+    i.bad = Some("crash loop".into());
+    let d = a.decide();
+    assert_eq!(d.phase, Phase::RolledBack);
+    assert_eq!(
+        d.action,
+        Action::Halt {
+            version: "2.0.0".into(),
+            reason: "crash loop".into(),
+            bad: true
+        }
+    );
+    // The operator forced it (`resume --force`): tried again, forced.
+    a.target.forced = 1;
+    a.target.forced_versions.insert("2.0.0".into());
+    assert!(matches!(
+        a.decide().action,
+        Action::TakeSlot {
+            attempts_before: 1,
+            ..
+        }
     ));
 }
