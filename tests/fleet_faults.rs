@@ -585,3 +585,38 @@ fn a_rollback_unreported_before_a_forget_is_reported_not_forced_again() {
             .any(|e| e["version"] == "3.0.0" && e["attempts"] == 2)
     });
 }
+
+/// A node holds a slot it has not used yet (its sup-lease was killed right after taking
+/// it) and an operator upgrades the tool by hand to another version meanwhile: the
+/// node waits for that probation to end, then upgrades. supd's "in probation" is not a
+/// refusal of the target: the target is not marked bad for the fleet.
+#[test]
+fn a_slot_holder_busy_with_an_upgrade_by_hand_waits_for_it() {
+    let c = nodes(1, "4s");
+    let sb = &c.nodes[0].sb;
+    sb.install_version("1.5.0", "exec /bin/sleep 3600");
+    // 2.0.0 is there already (installed by hand: nothing to fetch).
+    sb.install_version("2.0.0", "exec /bin/sleep 3600");
+    // By hand: n1 is in probation of 1.5.0 when the target comes.
+    let out = sb.supctl(&["upgrade", "agent", "1.5.0"]);
+    assert!(out.status.success(), "{out:?}");
+    fleet::set(
+        &c,
+        "2.0.0",
+        "http://127.0.0.1:1/unused.tar.gz",
+        &"ab".repeat(32),
+        &[],
+    );
+    // The slot, as the node took it before the upgrade by hand.
+    put_raw(
+        &c,
+        "slots/0",
+        r#"{"node":"n1","version":"2.0.0","attempts_before":0}"#,
+    );
+    let s = Roll::new().until(&c, 1, DEADLINE * 2, "2.0.0 on n1", |s, _| {
+        s["state"] != "rolling" || all_committed(s, "2.0.0", 1)
+    });
+    assert!(s["bad"].as_object().is_none_or(|b| b.is_empty()), "{s}");
+    assert_eq!(s["state"], "done", "{s}\n{}", c.logs());
+    assert_eq!(local(&c, "n1")["current"], "2.0.0");
+}

@@ -691,8 +691,15 @@ pub fn parent_gone() -> bool {
 }
 
 /// Whether supd's error answer refuses the request (rather than the request not
-/// reaching it, or its answer not coming back).
+/// reaching it, or its answer not coming back). supd's refusals for the moment (another
+/// upgrade in probation, a record write it retries, the version current already, as
+/// after an answer that did not come back in time) are not: the next round looks again.
 fn is_refusal(e: &str) -> bool {
+    let for_now = [
+        "is in probation; wait",
+        "waits for its record",
+        "is already at ",
+    ];
     [
         "failed: ",
         "unknown-tool: ",
@@ -701,6 +708,7 @@ fn is_refusal(e: &str) -> bool {
     ]
     .iter()
     .any(|k| e.starts_with(k))
+        && !for_now.iter().any(|k| e.contains(k))
 }
 
 /// supd's `versions` data as the rule reads it.
@@ -742,6 +750,22 @@ pub fn shown_phase(p: &Peer) -> Option<Phase> {
 mod tests {
     use super::*;
     use crate::fleet::admin::{self, SetArgs};
+
+    #[test]
+    fn a_refusal_for_now_does_not_mark_the_version_bad() {
+        assert!(is_refusal(
+            "failed: version 2.0.0 of agent cannot run: bin/agent is not executable"
+        ));
+        assert!(is_refusal("unknown-tool: no tool agent"));
+        for e in [
+            "failed: the upgrade of agent to 1.5.0 is in probation; wait for it to commit or roll back",
+            "failed: agent: upgrade to 2.0.0 waits for its record (disk full); supd retries it; nothing changed",
+            "failed: agent is already at 2.0.0",
+            "no answer within 333ms",
+        ] {
+            assert!(!is_refusal(e), "{e}");
+        }
+    }
     use crate::lease::file::FileStore;
 
     fn node(store: &std::path::Path) -> FleetNode {

@@ -269,7 +269,17 @@ fn with_slot(v: &View, index: u32, slot: &Slot) -> Decision {
         return decision(Phase::Probation, None, None, Action::Nothing);
     }
     let asked = here.is_some_and(|i| i.attempts > slot.attempts_before);
-    if !asked {
+    if !asked && l.phase == LocalPhase::Probation {
+        // Another upgrade is in probation here (by hand): supd would refuse this one
+        // until it ends. The slot is kept meanwhile.
+        let why = format!(
+            "{} is in probation here: {sv} waits for it",
+            l.proposed.as_deref().unwrap_or("?")
+        );
+        return decision(Phase::Waiting, None, Some(why), Action::Nothing);
+    }
+    // Already there (by hand, say): nothing to ask for; the slot is over as a commit.
+    if !asked && l.current.as_deref() != Some(sv) {
         if v.target.version.as_deref() != Some(sv) || v.target.blocked() || here.is_none() {
             // The target moved on, or the roll halted, before this node started it.
             return decision(

@@ -521,3 +521,29 @@ fn a_rollback_here_without_a_slot_is_reported_and_not_forced_but_by_an_operator(
         }
     ));
 }
+
+#[test]
+fn a_slot_holder_waits_for_an_upgrade_by_hand_in_probation() {
+    let mut a = four_waiting("a");
+    a.slots = vec![(0, slot("a", "2.0.0", 0))];
+    a.local.phase = LocalPhase::Probation;
+    a.local.current = Some("1.5.0".into());
+    a.local.proposed = Some("1.5.0".into());
+    let d = a.decide();
+    assert_eq!(d.action, Action::Nothing, "supd would refuse the upgrade");
+    assert!(d
+        .reason
+        .unwrap_or_default()
+        .contains("1.5.0 is in probation"));
+    a.local.phase = LocalPhase::Committed;
+    assert!(matches!(a.decide().action, Action::Upgrade { .. }));
+}
+
+#[test]
+fn a_slot_holder_already_on_the_version_gives_the_slot_back() {
+    let mut a = four_waiting("a");
+    a.slots = vec![(0, slot("a", "2.0.0", 0))];
+    a.local.current = Some("2.0.0".into());
+    let d = a.decide();
+    assert_eq!((d.phase, d.action), (Phase::Committed, Action::Release(0)));
+}
