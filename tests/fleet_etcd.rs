@@ -20,3 +20,9 @@ fn a_bad_version_halts_on_the_canary_and_a_tampered_artifact_is_never_installed(
     let Some(e) = Etcd::start() else { return };
     fleet::bad_roll(Some(e.store()), TTL);
 }
+
+#[test]
+fn two_canaries_and_two_slots() {
+    let Some(e) = Etcd::start() else { return };
+    fleet::two_canaries(Some(e.store()));
+}

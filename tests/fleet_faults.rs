@@ -4,7 +4,7 @@
 //! one node.
 
 mod common;
-use common::cluster::{Cluster, Options, SUP_LEASE};
+use common::cluster::{Cluster, SUP_LEASE};
 use common::fleet::{self, all_committed, artifact, row, ArtifactServer, Roll};
 use common::*;
 use nix::sys::signal::Signal;
@@ -16,26 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use sup::lease::store::Store;
 
-const TTL: &str = "1s";
-
-/// `n` nodes on 1.0.0 following the fleet of `agent`, each with a `probation` for the
-/// agent; every node joined.
 fn nodes(n: usize, probation: &'static str) -> Cluster {
-    let opts = Options {
-        fleet: true,
-        probation,
-        ..Default::default()
-    };
-    let versions = vec!["1.0.0"; n];
-    let c = Cluster::with(&versions, None, TTL, opts);
-    Roll::new().until(&c, 0, DEADLINE, "every node joins", |s, _| {
-        s["nodes"].as_array().is_some_and(|a| {
-            a.len() == n
-                && a.iter()
-                    .all(|r| r["state"] == "live" && r["running"] == "1.0.0")
-        })
-    });
-    c
+    fleet::nodes(None, n, probation)
 }
 
 /// The cluster's file store, for writing what no sup-lease would.
@@ -377,32 +359,7 @@ fn a_store_unreadable_for_a_while_mid_probation_resumes_the_roll() {
 /// committed; never more than two in probation.
 #[test]
 fn two_canaries_and_two_slots() {
-    let c = nodes(3, "2s");
-    let art = Sandbox::new();
-    let srv = ArtifactServer::start(&art.dir);
-    let (name, sha) = artifact(&art.dir, "2.0.0", "exec /bin/sleep 3600");
-    fleet::set(
-        &c,
-        "2.0.0",
-        &srv.url(&name),
-        &sha,
-        &["--canary", "2", "--max-parallel", "2"],
-    );
-    let mut roll = Roll::new();
-    // Whether, when the third node is first seen in probation, both canaries committed.
-    let third = std::cell::Cell::new(None);
-    roll.until(&c, 2, DEADLINE * 3, "2.0.0 on every node", |s, o| {
-        if o.len() == 3 && third.get().is_none() {
-            third.set(Some(s["committed"].as_u64().unwrap_or(0) >= 2));
-        }
-        s["state"] == "done" && all_committed(s, "2.0.0", 3)
-    });
-    assert_eq!(roll.order.len(), 3);
-    assert_eq!(
-        third.get(),
-        Some(true),
-        "the third went after both canaries"
-    );
+    fleet::two_canaries(None);
 }
 
 /// A fleet of one node, which leads the lease of the tool: it upgrades (there is nobody

@@ -22,6 +22,9 @@ pub struct SetArgs {
     pub force: bool,
 }
 
+/// The most nodes in probation at once that a roll may allow.
+pub const MAX_PARALLEL: u32 = 100;
+
 /// Whether `url` is one a node can fetch.
 pub fn check_url(url: &str) -> Result<(), String> {
     let ok = ["http://", "https://", "file:///"]
@@ -51,6 +54,11 @@ pub fn set(
     let sha = check_sha256(&a.sha256)?;
     if a.canary == Some(0) || a.max_parallel == Some(0) {
         return Err("--canary and --max-parallel are at least 1".into());
+    }
+    // A node takes a slot on condition that every slot is as it read them: one compare
+    // each, in one store transaction (etcd allows 128 operations in one by default).
+    if a.max_parallel.is_some_and(|m| m > MAX_PARALLEL) {
+        return Err(format!("--max-parallel is at most {MAX_PARALLEL}"));
     }
     let snap = read(store, tool)?;
     let t = write_target(store, tool, &snap, expect, |t| {
@@ -428,6 +436,11 @@ mod tests {
         assert!(set(&mut s, "agent", &args("v2"), None)
             .unwrap_err()
             .contains("not a version"));
+        let mut a = args("2.0.0");
+        a.max_parallel = Some(MAX_PARALLEL + 1);
+        assert!(set(&mut s, "agent", &a, None)
+            .unwrap_err()
+            .contains("at most"));
         let said = set(&mut s, "agent", &args("2.0.0"), Some(0)).expect("first set");
         assert!(said.contains("epoch 1"), "{said}");
         let snap = snapshot(&mut s, "agent").expect("read");

@@ -420,16 +420,30 @@ impl FleetNode {
                 };
                 let value = serde_json::to_string(&slot).map_err(|e| e.to_string())?;
                 let key = self.key(&format!("slots/{index}"));
-                let target = self.key("target");
-                // Taken only while the target is as read: a halt written meanwhile wins.
-                let free = match snap.unreadable_slots.iter().find(|(i, _)| *i == index) {
-                    Some((_, rev)) => Cond::ModRevision(*rev),
-                    None => Cond::Absent,
-                };
-                let conds = [
-                    (key.as_str(), free),
-                    (target.as_str(), Cond::ModRevision(snap.target_revision)),
-                ];
+                // Taken only while the target is as read (a halt written meanwhile wins)
+                // and every slot too: the rule counted them (the canary's count, the free
+                // ones), and a node that read them before another's take or give-back
+                // must not take one more than the roll allows.
+                let held = snap.slots.iter().map(|(i, _, rev)| (*i, *rev));
+                let held: Vec<(u32, u64)> = held.chain(snap.unreadable_slots.clone()).collect();
+                let top = held
+                    .iter()
+                    .map(|(i, _)| i + 1)
+                    .chain([snap.target.max_parallel, index + 1])
+                    .max()
+                    .unwrap_or(1);
+                let mut conds: Vec<(String, Cond)> = (0..top)
+                    .map(|i| {
+                        let cond = match held.iter().find(|(j, _)| *j == i) {
+                            Some((_, rev)) => Cond::ModRevision(*rev),
+                            None => Cond::Absent,
+                        };
+                        (self.key(&format!("slots/{i}")), cond)
+                    })
+                    .collect();
+                conds.push((self.key("target"), Cond::ModRevision(snap.target_revision)));
+                let conds: Vec<(&str, Cond)> =
+                    conds.iter().map(|(k, c)| (k.as_str(), *c)).collect();
                 match self.store.put_when(&key, &value, 0, &conds) {
                     Ok(Some(_)) => {
                         log::info!(
@@ -828,6 +842,30 @@ mod tests {
         let read = snapshot(&mut s, "agent").expect("read");
         assert_eq!(n.act(take.clone(), &read), Ok(true));
         assert_eq!(slot(&mut s), vec![(0, "n1".into(), "3.0.0".into())]);
+        // Read while n2 held slot 1; n2 gave it back since: the take of slot 2 (free by
+        // that read) is refused, the next read sees slot 1 free.
+        s.put(
+            "/sup/fleet/agent/slots/1",
+            r#"{"node":"n2","version":"3.0.0"}"#,
+            0,
+            None,
+        )
+        .expect("put");
+        let read = snapshot(&mut s, "agent").expect("read");
+        let rev = read
+            .slots
+            .iter()
+            .find(|(i, _, _)| *i == 1)
+            .expect("slot 1")
+            .2;
+        s.delete("/sup/fleet/agent/slots/1", Cond::ModRevision(rev))
+            .expect("give back");
+        let two = Action::TakeSlot {
+            index: 2,
+            attempts_before: 0,
+        };
+        assert_eq!(n.act(two, &read), Ok(false), "slot 1 changed since read");
+        assert_eq!(slot(&mut s).len(), 1);
         // An unreadable slot is nobody's: taken over (by compare-and-swap).
         let index = Action::TakeSlot {
             index: 1,

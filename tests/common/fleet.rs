@@ -501,3 +501,54 @@ pub fn bad_roll(store: Option<String>, ttl: &'static str) {
         s["state"] == "done" && all_committed(s, "4.0.0", 4)
     });
 }
+
+/// `n` nodes on 1.0.0 following the fleet of `agent` (TTL 1s), each with `probation`
+/// for the agent; every node joined.
+pub fn nodes(store: Option<String>, n: usize, probation: &'static str) -> Cluster {
+    let opts = super::cluster::Options {
+        fleet: true,
+        probation,
+        ..Default::default()
+    };
+    let versions = vec!["1.0.0"; n];
+    let c = Cluster::with(&versions, store, "1s", opts);
+    Roll::new().until(&c, 0, DEADLINE, "every node joins", |s, _| {
+        s["nodes"].as_array().is_some_and(|a| {
+            a.len() == n
+                && a.iter()
+                    .all(|r| r["state"] == "live" && r["running"] == "1.0.0")
+        })
+    });
+    c
+}
+
+/// Canary 2 and max-parallel 2 on three nodes: the first two go together, the third
+/// after both committed; never more than two in probation.
+pub fn two_canaries(store: Option<String>) {
+    let c = nodes(store, 3, "2s");
+    let art = Sandbox::new();
+    let srv = ArtifactServer::start(&art.dir);
+    let (name, sha) = artifact(&art.dir, "2.0.0", "exec /bin/sleep 3600");
+    set(
+        &c,
+        "2.0.0",
+        &srv.url(&name),
+        &sha,
+        &["--canary", "2", "--max-parallel", "2"],
+    );
+    let mut roll = Roll::new();
+    // Whether, when the third node is first seen in probation, both canaries committed.
+    let third = std::cell::Cell::new(None);
+    roll.until(&c, 2, DEADLINE * 3, "2.0.0 on every node", |s, o| {
+        if o.len() == 3 && third.get().is_none() {
+            third.set(Some(s["committed"].as_u64().unwrap_or(0) >= 2));
+        }
+        s["state"] == "done" && all_committed(s, "2.0.0", 3)
+    });
+    assert_eq!(roll.order.len(), 3);
+    assert_eq!(
+        third.get(),
+        Some(true),
+        "the third went after both canaries"
+    );
+}
