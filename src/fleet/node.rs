@@ -289,7 +289,7 @@ impl FleetNode {
             running: local.current.clone(),
             proposed: local.proposed.clone(),
             phase: d.phase,
-            result: d.result.clone(),
+            result: d.result.clone().or_else(|| last_result(&local)),
             reason: d.reason.clone(),
             at: String::new(),
             epoch: snap.target.epoch,
@@ -702,6 +702,19 @@ pub fn parent_gone() -> bool {
     }
     // The parent may have died before the call above: then this process was re-parented.
     nix::unistd::getppid().as_raw() != parent
+}
+
+/// The last upgrade's result as supd has it ("0.9.0 rolled back"), when the rule says
+/// none of its own.
+fn last_result(l: &Local) -> Option<String> {
+    let v = l.proposed.as_deref()?;
+    let how = match l.phase {
+        LocalPhase::Committed => "committed",
+        LocalPhase::RolledBack => "rolled back",
+        LocalPhase::Failed => "failed",
+        LocalPhase::Probation | LocalPhase::Idle => return None,
+    };
+    Some(format!("{v} {how}"))
 }
 
 /// Whether supd's error answer refuses the request (rather than the request not

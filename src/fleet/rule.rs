@@ -201,9 +201,10 @@ pub fn decide(v: &View) -> Decision {
             // Rolled back here without a slot to say it under (its sup-lease was away,
             // and the slot forgotten; or an upgrade by hand): said now, as any rollback.
             // It is not forced again but by an operator.
+            let result = format!("{target} rolled back");
             return decision(
                 Phase::RolledBack,
-                Some("rolled back"),
+                Some(&result),
                 Some(why.clone()),
                 Action::Halt {
                     version: target.into(),
@@ -250,14 +251,16 @@ pub fn decide(v: &View) -> Decision {
 fn settled(v: &View, target: &str) -> Decision {
     let l = v.local;
     if l.phase == LocalPhase::Failed && l.proposed.as_deref() == Some(target) {
+        let result = format!("{target} failed");
         return decision(
             Phase::Failed,
-            Some("failed"),
+            Some(&result),
             l.reason.clone(),
             Action::Nothing,
         );
     }
-    decision(Phase::Committed, Some("committed"), None, Action::Nothing)
+    let result = format!("{target} committed");
+    decision(Phase::Committed, Some(&result), None, Action::Nothing)
 }
 
 /// This node holds slot `index`: the upgrade is to be asked for, under way, or over.
@@ -317,7 +320,8 @@ fn with_slot(v: &View, index: u32, slot: &Slot) -> Decision {
                 bad: true,
             }
         };
-        return decision(phase, Some(result), Some(reason), action);
+        let result = format!("{sv} {result}");
+        return decision(phase, Some(&result), Some(reason), action);
     }
     if l.current.as_deref() == Some(sv) {
         let irreversible = here.is_some_and(|i| i.irreversible);
@@ -336,7 +340,8 @@ fn with_slot(v: &View, index: u32, slot: &Slot) -> Decision {
             },
             false => Action::Release(index),
         };
-        return decision(Phase::Committed, Some("committed"), None, action);
+        let result = format!("{sv} committed");
+        return decision(Phase::Committed, Some(&result), None, action);
     }
     // Over some other way (rolled back by hand to another version): nothing to hold.
     decision(Phase::Waiting, None, None, Action::Release(index))
