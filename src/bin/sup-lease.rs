@@ -224,6 +224,10 @@ fn fetch(args: &Args, tool: &str, version: &str) -> ExitCode {
         errln!("sup-lease: fleet fetch needs --url and --sha256\n{USAGE}");
         return ExitCode::from(2);
     }
+    if sup::fleet::node::parent_gone() {
+        errln!("sup-lease: the node that started this fetch is gone; nothing fetched");
+        return ExitCode::from(1);
+    }
     let opts = sup::fleet::install::Options {
         staging: args.staging.clone().into(),
         ca_file: args.ca_file.clone().map(Into::into),

@@ -22,6 +22,9 @@ pub struct SetArgs {
     pub force: bool,
 }
 
+/// The most nodes in probation at once that a roll may allow.
+pub const MAX_PARALLEL: u32 = 100;
+
 /// Whether `url` is one a node can fetch.
 pub fn check_url(url: &str) -> Result<(), String> {
     let ok = ["http://", "https://", "file:///"]
@@ -52,6 +55,11 @@ pub fn set(
     if a.canary == Some(0) || a.max_parallel == Some(0) {
         return Err("--canary and --max-parallel are at least 1".into());
     }
+    // A node takes a slot on condition that every slot is as it read them: one compare
+    // each, in one store transaction (etcd allows 128 operations in one by default).
+    if a.max_parallel.is_some_and(|m| m > MAX_PARALLEL) {
+        return Err(format!("--max-parallel is at most {MAX_PARALLEL}"));
+    }
     let snap = read(store, tool)?;
     let t = write_target(store, tool, &snap, expect, |t| {
         if let Some(mark) = t.bad.get(&a.version) {
@@ -63,6 +71,9 @@ pub fn set(
             }
             t.bad.remove(&a.version);
             t.forced += 1;
+        }
+        if a.force {
+            t.forced_versions.insert(a.version.clone());
         }
         t.version = Some(a.version.clone());
         t.url = a.url.clone();
@@ -135,6 +146,9 @@ pub fn resume(
             }
             t.bad.remove(&version);
             t.forced += 1;
+        }
+        if force {
+            t.forced_versions.insert(version.clone());
         }
         // Resuming past an irreversible version's first commit is the operator's leave
         // for the rest of the fleet to follow.
@@ -270,7 +284,7 @@ pub fn status_json(tool: &str, snap: &Snapshot) -> Value {
         "target": t.version.as_ref().map(|_| json!({
             "version": t.version, "url": t.url, "sha256": t.sha256, "epoch": t.epoch,
             "canary": t.canary, "max_parallel": t.max_parallel, "irreversible": t.irreversible,
-            "allow_irreversible": t.allow_irreversible, "forced": t.forced, "set_at": t.set_at,
+            "allow_irreversible": t.allow_irreversible, "forced": t.forced, "forced_versions": t.forced_versions, "set_at": t.set_at,
         })),
         "halted": t.halted,
         "bad": t.bad,
@@ -422,6 +436,11 @@ mod tests {
         assert!(set(&mut s, "agent", &args("v2"), None)
             .unwrap_err()
             .contains("not a version"));
+        let mut a = args("2.0.0");
+        a.max_parallel = Some(MAX_PARALLEL + 1);
+        assert!(set(&mut s, "agent", &a, None)
+            .unwrap_err()
+            .contains("at most"));
         let said = set(&mut s, "agent", &args("2.0.0"), Some(0)).expect("first set");
         assert!(said.contains("epoch 1"), "{said}");
         let snap = snapshot(&mut s, "agent").expect("read");

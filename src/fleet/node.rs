@@ -28,6 +28,8 @@ pub struct Snapshot {
     pub peers: Vec<Peer>,
     /// The slots held, with their revisions.
     pub slots: Vec<(u32, Slot, u64)>,
+    /// Slot keys whose value cannot be read (index, revision): free to take.
+    pub unreadable_slots: Vec<(u32, u64)>,
 }
 
 /// Reads every key of the fleet of `tool`. Undecodable values are skipped and said.
@@ -42,8 +44,11 @@ pub fn snapshot(store: &mut dyn Store, tool: &str) -> Result<Snapshot, StoreErro
             log::warn!("{}: cannot read its value ({e}); ignoring it", kv.key)
         };
         if name == "target" {
+            // An unreadable target is no target, but its revision is kept: an operator's
+            // `fleet set` overwrites it (by compare-and-swap, as any other).
+            s.target_revision = kv.mod_revision;
             match serde_json::from_str(&kv.value) {
-                Ok(t) => (s.target, s.target_revision) = (t, kv.mod_revision),
+                Ok(t) => s.target = t,
                 Err(e) => bad(e),
             }
         } else if let Some(node) = name.strip_prefix("roster/") {
@@ -64,7 +69,12 @@ pub fn snapshot(store: &mut dyn Store, tool: &str) -> Result<Snapshot, StoreErro
         } else if let Some(i) = name.strip_prefix("slots/") {
             match (i.parse(), serde_json::from_str(&kv.value)) {
                 (Ok(i), Ok(slot)) => s.slots.push((i, slot, kv.mod_revision)),
-                (_, Err(e)) => bad(e),
+                // Nobody holds an unreadable slot: it is free, and taken over by
+                // compare-and-swap on its revision.
+                (Ok(i), Err(e)) => {
+                    bad(e);
+                    s.unreadable_slots.push((i, kv.mod_revision));
+                }
                 (Err(_), _) => log::warn!("{}: not a slot number; ignoring it", kv.key),
             }
         }
@@ -326,7 +336,14 @@ impl FleetNode {
             _ => stamp(),
         };
         let value = serde_json::to_string(&status).map_err(|e| StoreError(e.to_string()))?;
-        if self.published.as_ref() != Some(&status) {
+        // What the store holds as this node's status (gone, or overwritten by hand, it is
+        // written again).
+        let stored = snap
+            .peers
+            .iter()
+            .find(|p| p.node == self.name)
+            .and_then(|p| p.live.as_ref());
+        if self.published.as_ref() != Some(&status) || stored != Some(&status) {
             let mine = self.my_lease.unwrap_or(0);
             self.store.put(
                 &self.key(&format!("nodes/{}", self.name)),
@@ -403,12 +420,30 @@ impl FleetNode {
                 };
                 let value = serde_json::to_string(&slot).map_err(|e| e.to_string())?;
                 let key = self.key(&format!("slots/{index}"));
-                let target = self.key("target");
-                // Taken only while the target is as read: a halt written meanwhile wins.
-                let conds = [
-                    (key.as_str(), Cond::Absent),
-                    (target.as_str(), Cond::ModRevision(snap.target_revision)),
-                ];
+                // Taken only while the target is as read (a halt written meanwhile wins)
+                // and every slot too: the rule counted them (the canary's count, the free
+                // ones), and a node that read them before another's take or give-back
+                // must not take one more than the roll allows.
+                let held = snap.slots.iter().map(|(i, _, rev)| (*i, *rev));
+                let held: Vec<(u32, u64)> = held.chain(snap.unreadable_slots.clone()).collect();
+                let top = held
+                    .iter()
+                    .map(|(i, _)| i + 1)
+                    .chain([snap.target.max_parallel, index + 1])
+                    .max()
+                    .unwrap_or(1);
+                let mut conds: Vec<(String, Cond)> = (0..top)
+                    .map(|i| {
+                        let cond = match held.iter().find(|(j, _)| *j == i) {
+                            Some((_, rev)) => Cond::ModRevision(*rev),
+                            None => Cond::Absent,
+                        };
+                        (self.key(&format!("slots/{i}")), cond)
+                    })
+                    .collect();
+                conds.push((self.key("target"), Cond::ModRevision(snap.target_revision)));
+                let conds: Vec<(&str, Cond)> =
+                    conds.iter().map(|(k, c)| (k.as_str(), *c)).collect();
                 match self.store.put_when(&key, &value, 0, &conds) {
                     Ok(Some(_)) => {
                         log::info!(
@@ -548,7 +583,11 @@ impl FleetNode {
             .arg("--socket")
             .arg(&f.socket)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped());
+            .stdout(Stdio::piped())
+            // The fetch ends with this process (see `parent_gone`): a sup-lease killed
+            // and started again must not meet its last fetch still writing the staging
+            // dir, or installing behind its back.
+            .env(PARENT_ENV, std::process::id().to_string());
         if let Some(ca) = &f.ca_file {
             cmd.arg("--ca-file").arg(ca);
         }
@@ -645,6 +684,26 @@ impl FleetNode {
     }
 }
 
+/// The environment variable that gives a fetch the pid of the node that started it.
+pub const PARENT_ENV: &str = "SUP_FLEET_PARENT";
+
+/// In a fetch started by a node: asks the kernel to end this process (SIGKILL) when the
+/// node's process ends, and says whether it has ended already (then the fetch must not
+/// start). A fetch run by hand (no `SUP_FLEET_PARENT`) is left alone.
+pub fn parent_gone() -> bool {
+    let Some(parent) = std::env::var(PARENT_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+    else {
+        return false;
+    };
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
+        log::warn!("cannot tie the fetch to its node's process: {e}");
+    }
+    // The parent may have died before the call above: then this process was re-parented.
+    nix::unistd::getppid().as_raw() != parent
+}
+
 /// The last upgrade's result as supd has it ("0.9.0 rolled back"), when the rule says
 /// none of its own.
 fn last_result(l: &Local) -> Option<String> {
@@ -659,8 +718,15 @@ fn last_result(l: &Local) -> Option<String> {
 }
 
 /// Whether supd's error answer refuses the request (rather than the request not
-/// reaching it, or its answer not coming back).
+/// reaching it, or its answer not coming back). supd's refusals for the moment (another
+/// upgrade in probation, a record write it retries, the version current already, as
+/// after an answer that did not come back in time) are not: the next round looks again.
 fn is_refusal(e: &str) -> bool {
+    let for_now = [
+        "is in probation; wait",
+        "waits for its record",
+        "is already at ",
+    ];
     [
         "failed: ",
         "unknown-tool: ",
@@ -669,6 +735,7 @@ fn is_refusal(e: &str) -> bool {
     ]
     .iter()
     .any(|k| e.starts_with(k))
+        && !for_now.iter().any(|k| e.contains(k))
 }
 
 /// supd's `versions` data as the rule reads it.
@@ -704,4 +771,126 @@ pub fn local_from(v: &Value) -> Local {
 /// The phase of a peer to show: its live status, or its last one when it is gone.
 pub fn shown_phase(p: &Peer) -> Option<Phase> {
     p.live.as_ref().or(p.last.as_ref()).map(|s| s.phase)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::admin::{self, SetArgs};
+
+    #[test]
+    fn a_refusal_for_now_does_not_mark_the_version_bad() {
+        assert!(is_refusal(
+            "failed: version 2.0.0 of agent cannot run: bin/agent is not executable"
+        ));
+        assert!(is_refusal("unknown-tool: no tool agent"));
+        for e in [
+            "failed: the upgrade of agent to 1.5.0 is in probation; wait for it to commit or roll back",
+            "failed: agent: upgrade to 2.0.0 waits for its record (disk full); supd retries it; nothing changed",
+            "failed: agent is already at 2.0.0",
+            "no answer within 333ms",
+        ] {
+            assert!(!is_refusal(e), "{e}");
+        }
+    }
+    use crate::lease::file::FileStore;
+
+    fn node(store: &std::path::Path) -> FleetNode {
+        let dir = store.with_extension("d");
+        FleetNode::new(
+            "agent".into(),
+            "n1".into(),
+            Duration::from_secs(3),
+            Box::new(FileStore::new(store.to_path_buf())),
+            FetchConfig {
+                program: "/nonexistent".into(),
+                staging: dir.join("staging"),
+                ca_file: None,
+                socket: dir.join("sup.sock"),
+            },
+        )
+    }
+
+    fn args(v: &str) -> SetArgs {
+        SetArgs {
+            version: v.into(),
+            url: "http://127.0.0.1:1/a.tar.gz".into(),
+            sha256: "ab".repeat(32),
+            ..SetArgs::default()
+        }
+    }
+
+    /// A slot is taken only while the target is as the node read it: a halt, or a new
+    /// target, written between the read and the take wins, and no slot is taken.
+    #[test]
+    fn a_slot_is_not_taken_when_the_target_changed_since_it_was_read() {
+        let path = std::env::temp_dir().join(format!("sup-fleet-take-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut s = FileStore::new(path.clone());
+        admin::set(&mut s, "agent", &args("2.0.0"), None).expect("set");
+        let mut n = node(&path);
+        let take = Action::TakeSlot {
+            index: 0,
+            attempts_before: 0,
+        };
+        let slot = |s: &mut FileStore| {
+            snapshot(s, "agent")
+                .expect("read")
+                .slots
+                .iter()
+                .map(|(i, sl, _)| (*i, sl.node.clone(), sl.version.clone()))
+                .collect::<Vec<_>>()
+        };
+        for change in ["halt", "set"] {
+            let read = snapshot(&mut s, "agent").expect("read");
+            match change {
+                "halt" => admin::halt(&mut s, "agent", None).map(|_| ()),
+                _ => admin::set(&mut s, "agent", &args("3.0.0"), None).map(|_| ()),
+            }
+            .expect("operator's write");
+            assert_eq!(n.act(take.clone(), &read), Ok(false), "{change}");
+            assert_eq!(slot(&mut s), vec![], "no slot taken after a {change}");
+        }
+        // As read: taken.
+        let read = snapshot(&mut s, "agent").expect("read");
+        assert_eq!(n.act(take.clone(), &read), Ok(true));
+        assert_eq!(slot(&mut s), vec![(0, "n1".into(), "3.0.0".into())]);
+        // Read while n2 held slot 1; n2 gave it back since: the take of slot 2 (free by
+        // that read) is refused, the next read sees slot 1 free.
+        s.put(
+            "/sup/fleet/agent/slots/1",
+            r#"{"node":"n2","version":"3.0.0"}"#,
+            0,
+            None,
+        )
+        .expect("put");
+        let read = snapshot(&mut s, "agent").expect("read");
+        let rev = read
+            .slots
+            .iter()
+            .find(|(i, _, _)| *i == 1)
+            .expect("slot 1")
+            .2;
+        s.delete("/sup/fleet/agent/slots/1", Cond::ModRevision(rev))
+            .expect("give back");
+        let two = Action::TakeSlot {
+            index: 2,
+            attempts_before: 0,
+        };
+        assert_eq!(n.act(two, &read), Ok(false), "slot 1 changed since read");
+        assert_eq!(slot(&mut s).len(), 1);
+        // An unreadable slot is nobody's: taken over (by compare-and-swap).
+        let index = Action::TakeSlot {
+            index: 1,
+            attempts_before: 0,
+        };
+        s.put("/sup/fleet/agent/slots/1", "garbage", 0, None)
+            .expect("put");
+        let read = snapshot(&mut s, "agent").expect("read");
+        assert_eq!(read.unreadable_slots.len(), 1);
+        assert_eq!(n.act(index, &read), Ok(true));
+        assert_eq!(slot(&mut s).len(), 2);
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path.with_extension("lock"));
+    }
 }

@@ -15,7 +15,7 @@
 //!   it returns, or until an operator `fleet forget`s it).
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The prefix of everything about the fleet of `tool`.
 pub fn prefix(tool: &str) -> String {
@@ -46,6 +46,10 @@ pub struct Target {
     pub allow_irreversible: bool,
     /// How many times `--force` started a bad version again.
     pub forced: u32,
+    /// Versions an operator's `--force` let nodes start again though they rolled them
+    /// back (supd marked them bad there): without it, such a node reports its rollback
+    /// (a halt) rather than force the version by itself.
+    pub forced_versions: BTreeSet<String>,
     pub halted: Option<Halt>,
     /// Versions marked bad for the whole fleet.
     pub bad: BTreeMap<String, Mark>,

@@ -199,6 +199,24 @@ pub fn decide(v: &View) -> Decision {
         };
         return decision(phase, None, Some(why), Action::Nothing);
     }
+    if let Some(why) = installed.and_then(|i| i.bad.as_ref()) {
+        if !v.target.forced_versions.contains(target) {
+            // Rolled back here without a slot to say it under (its sup-lease was away,
+            // and the slot forgotten; or an upgrade by hand): said now, as any rollback.
+            // It is not forced again but by an operator.
+            let result = format!("{target} rolled back");
+            return decision(
+                Phase::RolledBack,
+                Some(&result),
+                Some(why.clone()),
+                Action::Halt {
+                    version: target.into(),
+                    reason: why.clone(),
+                    bad: true,
+                },
+            );
+        }
+    }
     let Some(installed) = installed else {
         return match v.fetch {
             Fetch::Running => decision(Phase::Downloading, None, None, Action::Nothing),
@@ -257,7 +275,17 @@ fn with_slot(v: &View, index: u32, slot: &Slot) -> Decision {
         return decision(Phase::Probation, None, None, Action::Nothing);
     }
     let asked = here.is_some_and(|i| i.attempts > slot.attempts_before);
-    if !asked {
+    if !asked && l.phase == LocalPhase::Probation {
+        // Another upgrade is in probation here (by hand): supd would refuse this one
+        // until it ends. The slot is kept meanwhile.
+        let why = format!(
+            "{} is in probation here: {sv} waits for it",
+            l.proposed.as_deref().unwrap_or("?")
+        );
+        return decision(Phase::Waiting, None, Some(why), Action::Nothing);
+    }
+    // Already there (by hand, say): nothing to ask for; the slot is over as a commit.
+    if !asked && l.current.as_deref() != Some(sv) {
         if v.target.version.as_deref() != Some(sv) || v.target.blocked() || here.is_none() {
             // The target moved on, or the roll halted, before this node started it.
             return decision(
@@ -360,8 +388,11 @@ fn turn(v: &View, target: &str) -> Result<u32, String> {
         }
     }
     let max = v.target.max_parallel.max(1);
+    // Slots held count against max_parallel whatever their index: one above it is from
+    // a roll set with more (it is still in probation).
     let free: Vec<u32> = (0..max)
         .filter(|i| !v.slots.iter().any(|(j, _)| j == i))
+        .take((max as usize).saturating_sub(v.slots.len()))
         .collect();
     if free.is_empty() {
         let holders: Vec<&str> = v.slots.iter().map(|(_, s)| s.node.as_str()).collect();
@@ -393,7 +424,7 @@ fn turn(v: &View, target: &str) -> Result<u32, String> {
 
 /// The nodes ready to start the target, in the order of the roll: this one (ready, or
 /// the rule would not ask), and every live node that says it waits (or has not said
-/// yet), leaders last.
+/// yet); those that tried the target before first, leaders last.
 fn queue<'a>(v: &View<'a>, target: &str) -> Vec<&'a str> {
     // A live node keeps its place while it downloads, or before it answered the target's
     // epoch (the others wait for it rather than overtake it: the order is the roster's,
@@ -411,8 +442,18 @@ fn queue<'a>(v: &View<'a>, target: &str) -> Vec<&'a str> {
         true => v.leader,
         false => p.live.as_ref().is_some_and(|s| s.leader),
     };
+    // After a forced resume, the nodes that tried the target already (and rolled it
+    // back) try it again first: the others are not exposed to it before them.
+    let tried = |p: &Peer| match p.node == v.me {
+        true => v.local.proposed.as_deref() == Some(target),
+        false => p
+            .live
+            .as_ref()
+            .is_some_and(|s| s.proposed.as_deref() == Some(target)),
+    };
     let (mut first, last): (Vec<&Peer>, Vec<&Peer>) =
         v.peers.iter().filter(|p| ready(p)).partition(|p| !leads(p));
+    first.sort_by_key(|p| !tried(p));
     first.extend(last);
     first.into_iter().map(|p| p.node.as_str()).collect()
 }

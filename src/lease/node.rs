@@ -276,9 +276,12 @@ impl Node {
         }
     }
 
-    /// Whether this node leads a lease whose tool is `tool` (a fleet upgrades it last).
+    /// Whether this node leads a lease whose tool is `tool` (a fleet upgrades it last),
+    /// or holds its key and waits out T before it leads: a leader-to-be that took a
+    /// fleet's slot meanwhile would lead from its probation.
     pub fn leads_tool(&self, tool: &str) -> bool {
-        self.leading.is_some() && self.tool.as_deref() == Some(tool)
+        (self.leading.is_some() || self.memory.lead_from.is_some())
+            && self.tool.as_deref() == Some(tool)
     }
 
     fn key(&self, k: &str) -> String {
@@ -671,6 +674,29 @@ impl Node {
 mod tests {
     use super::*;
     use crate::lease::file::FileStore;
+
+    #[test]
+    fn a_node_that_took_the_key_and_waits_out_t_leads_the_tool_for_a_fleet() {
+        let path = std::env::temp_dir().join(format!("sup-leads-{}.json", std::process::id()));
+        let mut n = Node::new(
+            "engine".into(),
+            "n1".into(),
+            Duration::from_secs(3),
+            Box::new(FileStore::new(path)),
+            "/nonexistent.sock".into(),
+        );
+        n.tool = Some("agent".into());
+        assert!(!n.leads_tool("agent"));
+        n.memory.lead_from = Some(Boot::now().plus(Duration::from_secs(3)));
+        assert!(
+            n.leads_tool("agent"),
+            "it leads in T: the fleet puts it last"
+        );
+        assert!(!n.leads_tool("other"));
+        n.memory.lead_from = None;
+        n.leading = Some(7);
+        assert!(n.leads_tool("agent"));
+    }
 
     #[test]
     fn a_stale_policy_write_is_refused_and_bad_values_are_skipped() {

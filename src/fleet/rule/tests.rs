@@ -424,3 +424,136 @@ fn a_node_that_has_not_answered_the_new_epoch_keeps_its_place() {
         "a said it is not ready"
     );
 }
+
+#[test]
+fn a_slot_held_by_another_node_keeps_the_next_waiting_until_it_is_given_back() {
+    // The canary committed; b holds the one slot, in probation: c (next in order, and
+    // ready) waits for it, and takes no slot of its own.
+    let mut c = four_waiting("c");
+    c.peers[0] = live(status("a", "2.0.0", Phase::Committed));
+    c.peers[1] = live(status("b", "2.0.0", Phase::Probation));
+    c.slots = vec![(0, slot("b", "2.0.0", 0))];
+    let d = c.decide();
+    assert_eq!(d.action, Action::Nothing, "b is in probation");
+    assert!(
+        d.reason
+            .unwrap_or_default()
+            .contains("b to finish probation"),
+        "says whom it waits for"
+    );
+    // Two slots, one held: c takes the other one, never b's.
+    c.target.max_parallel = 2;
+    assert!(matches!(
+        c.decide().action,
+        Action::TakeSlot { index: 1, .. }
+    ));
+    // Both held (b, and d out of order by hand): c waits.
+    c.slots.push((1, slot("d", "2.0.0", 0)));
+    assert_eq!(c.decide().action, Action::Nothing);
+    // A slot held for another version (a roll set meanwhile) counts as well.
+    c.target.max_parallel = 1;
+    c.slots = vec![(0, slot("b", "1.5.0", 0))];
+    assert_eq!(c.decide().action, Action::Nothing);
+}
+
+#[test]
+fn after_a_forced_resume_the_node_that_rolled_it_back_goes_first() {
+    // b rolled 2.0.0 back (a was still downloading then, and so passed over); the
+    // operator forced the roll on. b tries it again before a, first in order, is exposed.
+    let mut rolled = status("b", "1.0.0", Phase::Waiting);
+    rolled.proposed = Some("2.0.0".into());
+    let mut a = four_waiting("a");
+    a.target.forced = 1;
+    a.peers[1] = live(rolled.clone());
+    let d = a.decide();
+    assert_eq!(d.action, Action::Nothing);
+    assert!(d.reason.unwrap_or_default().contains("behind b"));
+    let mut b = four_waiting("b");
+    b.target.forced = 1;
+    b.target.forced_versions.insert("2.0.0".into());
+    b.peers[1] = live(rolled);
+    b.local.proposed = Some("2.0.0".into());
+    let i = b.local.installed.get_mut("2.0.0").expect("installed");
+    i.attempts = 1;
+    i.bad = Some("crash loop".into());
+    assert!(matches!(
+        b.decide().action,
+        Action::TakeSlot {
+            index: 0,
+            attempts_before: 1
+        }
+    ));
+}
+
+#[test]
+fn a_slot_above_a_lowered_max_parallel_still_counts() {
+    // The last roll had two slots; b holds slot 1 of it, in probation. The new target
+    // has max-parallel 1: slot 0 is free by its index, but one node is in probation.
+    let mut c = four_waiting("c");
+    c.peers[0] = live(status("a", "2.0.0", Phase::Committed));
+    c.peers[1] = live(status("b", "1.5.0", Phase::Probation));
+    c.slots = vec![(1, slot("b", "1.5.0", 0))];
+    let d = c.decide();
+    assert_eq!(d.action, Action::Nothing, "b is in probation");
+    c.slots.clear();
+    assert!(matches!(
+        c.decide().action,
+        Action::TakeSlot { index: 0, .. }
+    ));
+}
+
+#[test]
+fn a_rollback_here_without_a_slot_is_reported_and_not_forced_but_by_an_operator() {
+    let mut a = four_waiting("a");
+    a.local.phase = LocalPhase::RolledBack;
+    a.local.proposed = Some("2.0.0".into());
+    let i = a.local.installed.get_mut("2.0.0").expect("installed");
+    i.attempts = 1;
+    i.bad = Some("crash loop".into());
+    let d = a.decide();
+    assert_eq!(d.phase, Phase::RolledBack);
+    assert_eq!(
+        d.action,
+        Action::Halt {
+            version: "2.0.0".into(),
+            reason: "crash loop".into(),
+            bad: true
+        }
+    );
+    // The operator forced it (`resume --force`): tried again, forced.
+    a.target.forced = 1;
+    a.target.forced_versions.insert("2.0.0".into());
+    assert!(matches!(
+        a.decide().action,
+        Action::TakeSlot {
+            attempts_before: 1,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_slot_holder_waits_for_an_upgrade_by_hand_in_probation() {
+    let mut a = four_waiting("a");
+    a.slots = vec![(0, slot("a", "2.0.0", 0))];
+    a.local.phase = LocalPhase::Probation;
+    a.local.current = Some("1.5.0".into());
+    a.local.proposed = Some("1.5.0".into());
+    let d = a.decide();
+    assert_eq!(d.action, Action::Nothing, "supd would refuse the upgrade");
+    assert!(d
+        .reason
+        .unwrap_or_default()
+        .contains("1.5.0 is in probation"));
+    a.local.phase = LocalPhase::Committed;
+    assert!(matches!(a.decide().action, Action::Upgrade { .. }));
+}
+
+#[test]
+fn a_slot_holder_already_on_the_version_gives_the_slot_back() {
+    let mut a = four_waiting("a");
+    a.slots = vec![(0, slot("a", "2.0.0", 0))];
+    a.local.current = Some("2.0.0".into());
+    let d = a.decide();
+    assert_eq!((d.phase, d.action), (Phase::Committed, Action::Release(0)));
+}
