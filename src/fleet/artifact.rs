@@ -131,12 +131,14 @@ pub fn fetch(
     }
 
     let downloaded = Removed(&download);
-    let got = source.download(url, &download, opts)?;
+    let (got, file) = source.download(url, &download, opts)?;
     if got != expected {
         return Err(FetchError::Mismatch { expected, got });
     }
     let half = Removed(&unpacked);
-    unpack::unpack(&download, &unpacked)?;
+    // The bytes unpacked are those hashed: the same open file, read again from its start
+    // (not the path, which another writer could have replaced meanwhile).
+    unpack::unpack(file, &download, &unpacked)?;
     drop(downloaded);
     fs::rename(&unpacked, &target).map_err(|e| {
         FetchError::Io(format!(
@@ -248,9 +250,16 @@ impl Source {
         }
     }
 
-    /// Streams the archive into `dst` (created new) and returns its sha256 (lowercase hex).
-    fn download(&self, url: &str, dst: &Path, opts: &FetchOptions) -> Result<String, FetchError> {
+    /// Streams the archive into `dst` (created new) and returns its sha256 (lowercase hex)
+    /// and the file, at its start.
+    fn download(
+        &self,
+        url: &str,
+        dst: &Path,
+        opts: &FetchOptions,
+    ) -> Result<(String, File), FetchError> {
         let mut out = fs::OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
@@ -271,7 +280,10 @@ impl Source {
                 copy_hashed(&mut body, &mut out, opts.max_bytes, url, dst)?
             }
         };
-        Ok(sum)
+        use std::io::Seek;
+        out.rewind()
+            .map_err(|e| FetchError::Io(format!("cannot read {} again: {e}", dst.display())))?;
+        Ok((sum, out))
     }
 }
 

@@ -33,10 +33,9 @@ use tar::EntryType;
 /// Mode bits never taken from the archive.
 const MASK: u32 = 0o022;
 
-/// Unpacks the .tar.gz at `archive` into `dst`, which must not exist yet.
-pub(super) fn unpack(archive: &Path, dst: &Path) -> Result<(), FetchError> {
-    let file = File::open(archive)
-        .map_err(|e| FetchError::Io(format!("cannot open {}: {e}", archive.display())))?;
+/// Unpacks the .tar.gz open as `file` (named `archive` in messages) into `dst`, which
+/// must not exist yet.
+pub(super) fn unpack(file: File, archive: &Path, dst: &Path) -> Result<(), FetchError> {
     DirBuilder::new()
         .mode(0o700)
         .create(dst)
