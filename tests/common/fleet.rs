@@ -135,7 +135,7 @@ pub fn artifact_with(
     // The cwd is tools/agent/VERSION in the node's sandbox.
     std::fs::write(
         &script,
-        format!("#!/bin/sh\necho \"$SUP_VERSION\" >> ../../../ran\n{body}\n"),
+        format!("#!/bin/sh\necho \"$SUP_VERSION $(date +%s%N)\" >> ../../../ran\n{body}\n"),
     )
     .expect("write");
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -199,11 +199,54 @@ pub fn set(c: &Cluster, version: &str, url: &str, sha: &str, more: &[&str]) {
 
 /// The versions each node ran, from the marks its agents left.
 pub fn ran(c: &Cluster, node: &str) -> Vec<String> {
+    runs(c, node).into_iter().map(|(v, _)| v).collect()
+}
+
+/// Each run's version and start (nanoseconds of the wall clock), from the marks.
+pub fn runs(c: &Cluster, node: &str) -> Vec<(String, u128)> {
     std::fs::read_to_string(c.node(node).sb.path("ran"))
         .unwrap_or_default()
         .lines()
-        .map(str::to_string)
+        .filter_map(|l| {
+            let (v, t) = l.split_once(' ')?;
+            Some((v.to_string(), t.trim().parse().ok()?))
+        })
         .collect()
+}
+
+/// The first start of `version` on each node that ran it, earliest first. A probation
+/// begins at its node's first start and lasts at least the probation, so two nodes in
+/// probation together start less than a probation apart: unlike looks at the nodes,
+/// which a short interval may fall between, the marks miss nothing.
+pub fn first_starts(c: &Cluster, version: &str) -> Vec<(u128, String)> {
+    let mut starts: Vec<(u128, String)> = c
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let first = runs(c, &n.name).into_iter().find(|(v, _)| v == version)?;
+            Some((first.1, n.name.clone()))
+        })
+        .collect();
+    starts.sort();
+    starts
+}
+
+/// Asserts that each first start from index `from` on in `starts` came at least a
+/// probation after the one before it, less a margin: a probation is counted from the
+/// upgrade, and its run starts a little later (the old run stopped, the new one
+/// spawned), later still on a loaded machine. Two nodes let into probation together
+/// start within a tick or so of each other.
+pub fn assert_one_at_a_time(starts: &[(u128, String)], from: usize, probation: Duration) {
+    let least = probation.as_nanos() * 3 / 4;
+    for w in starts[from.saturating_sub(1)..].windows(2) {
+        assert!(
+            w[1].0 - w[0].0 >= least,
+            "{} started {:?} after {}: in probation together ({starts:?})",
+            w[1].1,
+            Duration::from_nanos((w[1].0 - w[0].0) as u64),
+            w[0].1
+        );
+    }
 }
 
 /// The nodes that ran `version`, by the marks its runs left.
@@ -384,7 +427,6 @@ pub fn good_roll(store: Option<String>, ttl: &'static str) -> Duration {
     roll.until(&c, 1, DEADLINE * 2, "a second node in probation", |_, o| {
         o.len() == 2
     });
-    assert_ne!(roll.order[0], leader, "the leader is never the canary");
     let second = index(&c, &roll.order[1]);
     let waiting = (0..4)
         .find(|i| !roll.order.contains(&c.nodes[*i].name) && c.nodes[*i].name != leader)
@@ -396,12 +438,10 @@ pub fn good_roll(store: Option<String>, ttl: &'static str) -> Duration {
         s["state"] == "done" && all_committed(s, "2.0.0", 4)
     });
     let took = started.elapsed();
-    assert_eq!(
-        roll.order.len(),
-        4,
-        "each node in probation in turn: {:?}",
-        roll.order
-    );
+    let starts = first_starts(&c, "2.0.0");
+    assert_eq!(starts.len(), 4, "every node ran 2.0.0: {starts:?}");
+    assert_one_at_a_time(&starts, 0, Duration::from_secs(2));
+    assert_ne!(starts[0].1, leader, "the leader is never the canary");
     assert_eq!(s["committed"], 4);
     for n in &c.nodes {
         let v = n.sb.request(json!({"cmd": "versions", "tool": "agent"}))["data"].clone();
@@ -604,19 +644,11 @@ pub fn two_canaries(store: Option<String>) {
         &sha,
         &["--canary", "2", "--max-parallel", "2"],
     );
-    let mut roll = Roll::new();
-    // Whether, when the third node is first seen in probation, both canaries committed.
-    let third = std::cell::Cell::new(None);
-    roll.until(&c, 2, DEADLINE * 3, "2.0.0 on every node", |s, o| {
-        if o.len() == 3 && third.get().is_none() {
-            third.set(Some(s["committed"].as_u64().unwrap_or(0) >= 2));
-        }
+    Roll::new().until(&c, 2, DEADLINE * 3, "2.0.0 on every node", |s, _| {
         s["state"] == "done" && all_committed(s, "2.0.0", 3)
     });
-    assert_eq!(roll.order.len(), 3);
-    assert_eq!(
-        third.get(),
-        Some(true),
-        "the third went after both canaries"
-    );
+    let starts = first_starts(&c, "2.0.0");
+    assert_eq!(starts.len(), 3, "{starts:?}");
+    // The two canaries together, the third once both committed.
+    assert_one_at_a_time(&starts, 2, Duration::from_secs(2));
 }
