@@ -222,7 +222,7 @@ pub fn progress(snap: &Snapshot) -> Progress {
     let committed = snap
         .peers
         .iter()
-        .filter(|p| p.live.as_ref().or(p.last.as_ref()).is_some_and(on_target))
+        .filter(|p| p.status().is_some_and(on_target))
         .count();
     let live_pending = snap
         .peers
@@ -261,12 +261,7 @@ pub fn status_json(tool: &str, snap: &Snapshot) -> Value {
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let s = p
-                .live
-                .as_ref()
-                .or(p.last.as_ref())
-                .cloned()
-                .unwrap_or_default();
+            let s = p.status().cloned().unwrap_or_default();
             json!({
                 "node": p.node, "order": i + 1, "state": liveness(p, t),
                 "running": s.running, "proposed": s.proposed, "phase": s.phase.as_str(),
@@ -333,12 +328,7 @@ pub fn status_text(tool: &str, snap: &Snapshot) -> String {
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let s = p
-                .live
-                .as_ref()
-                .or(p.last.as_ref())
-                .cloned()
-                .unwrap_or_default();
+            let s = p.status().cloned().unwrap_or_default();
             let mut phase = s.phase.as_str().to_string();
             if let Some((i, _, _)) = snap.slots.iter().find(|(_, sl, _)| sl.node == p.node) {
                 phase.push_str(&format!(" (slot {i})"));

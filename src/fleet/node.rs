@@ -768,11 +768,6 @@ pub fn local_from(v: &Value) -> Local {
     }
 }
 
-/// The phase of a peer to show: its live status, or its last one when it is gone.
-pub fn shown_phase(p: &Peer) -> Option<Phase> {
-    p.live.as_ref().or(p.last.as_ref()).map(|s| s.phase)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

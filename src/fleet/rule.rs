@@ -70,7 +70,8 @@ pub struct Peer {
 }
 
 impl Peer {
-    fn status(&self) -> Option<&Status> {
+    /// Its live status, or the last it wrote when it is gone.
+    pub fn status(&self) -> Option<&Status> {
         self.live.as_ref().or(self.last.as_ref())
     }
 }
