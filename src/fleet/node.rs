@@ -788,6 +788,58 @@ mod tests {
             assert!(!is_refusal(e), "{e}");
         }
     }
+    /// The words `is_refusal` looks for are supd's own: its refusals, as `begin_upgrade`
+    /// words them, are read as supd's answer carries them (kind, then message).
+    #[test]
+    fn supds_own_refusals_are_read_as_meant() {
+        use crate::upgrade::{begin_upgrade, Facts, Phase as Up, Record, Request};
+        let facts = |not_executable: Option<&str>| Facts {
+            installed: true,
+            not_executable: not_executable.map(str::to_string),
+            manifest_irreversible: false,
+            probation: Duration::from_secs(2),
+            clocks: crate::time::Clocks {
+                wall_ms: 1,
+                boot_id: "b".into(),
+                boot_ms: 1,
+            },
+        };
+        let req = |v: &str| Request {
+            version: v.into(),
+            force: false,
+            irreversible: false,
+        };
+        let answer = |r: Result<Record, String>| format!("failed: {}", r.unwrap_err());
+        let mut busy = Record {
+            current: Some("1.5.0".into()),
+            phase: Up::Probation,
+            proposed: Some("1.5.0".into()),
+            ..Record::default()
+        };
+        assert!(!is_refusal(&answer(begin_upgrade(
+            "agent",
+            &busy,
+            &req("2.0.0"),
+            &facts(None)
+        ))));
+        busy.phase = Up::Committed;
+        busy.current = Some("2.0.0".into());
+        assert!(!is_refusal(&answer(begin_upgrade(
+            "agent",
+            &busy,
+            &req("2.0.0"),
+            &facts(None)
+        ))));
+        busy.current = Some("1.5.0".into());
+        let cannot = begin_upgrade(
+            "agent",
+            &busy,
+            &req("2.0.0"),
+            &facts(Some("not executable")),
+        );
+        assert!(is_refusal(&answer(cannot)));
+    }
+
     use crate::lease::file::FileStore;
 
     fn node(store: &std::path::Path) -> FleetNode {
