@@ -507,15 +507,12 @@ fn a_rollback_unreported_before_a_forget_is_reported_not_forced_again() {
         let _ = l.wait();
     }
     wait_local(&c, "n1", "n1 rolls back", |v| v["phase"] == "rolled-back");
-    let gone = Instant::now() + DEADLINE;
-    loop {
-        let out = fleet::fleet(&c, &["forget", "agent", "n1"]);
-        if out.status.success() {
-            break;
-        }
-        assert!(Instant::now() < gone, "forget: {out:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // Forgotten once its store lease is gone (a live node's forget is refused).
+    Roll::new().until(&c, 1, DEADLINE, "n1 unreachable", |s, _| {
+        fleet::row(s, "n1")["state"] == "unreachable"
+    });
+    let out = fleet::fleet(&c, &["forget", "agent", "n1"]);
+    assert!(out.status.success(), "forget: {out:?}");
     c.start_lease(0);
     let s = Roll::new().until(&c, 1, DEADLINE, "the roll halts on n1", |s, _| {
         s["state"] == "halted"
