@@ -221,10 +221,7 @@ fn a_fetch_does_not_outlive_its_sup_lease_killed_mid_download() {
 fn a_garbage_target_is_shown_and_overwritten_by_fleet_set() {
     let c = nodes(2, "1s");
     put_raw(&c, "target", "{not json");
-    let art = Sandbox::new();
-    let srv = ArtifactServer::start(&art.dir);
-    let (name, sha) = artifact(&art.dir, "2.0.0", "exec /bin/sleep 3600");
-    fleet::set(&c, "2.0.0", &srv.url(&name), &sha, &[]);
+    let _published = fleet::publish_and_set(&c, "2.0.0", "exec /bin/sleep 3600");
     Roll::new().until(&c, 1, DEADLINE * 2, "2.0.0 on every node", |s, _| {
         s["state"] == "done" && all_committed(s, "2.0.0", 2)
     });
@@ -242,10 +239,7 @@ fn garbage_slots_and_statuses_do_not_stop_the_roll() {
     Roll::new().until(&c, 0, DEADLINE, "n1 says its status again", |s, _| {
         row(s, "n1")["state"] == "live"
     });
-    let art = Sandbox::new();
-    let srv = ArtifactServer::start(&art.dir);
-    let (name, sha) = artifact(&art.dir, "2.0.0", "exec /bin/sleep 3600");
-    fleet::set(&c, "2.0.0", &srv.url(&name), &sha, &[]);
+    let _published = fleet::publish_and_set(&c, "2.0.0", "exec /bin/sleep 3600");
     Roll::new().until(&c, 1, DEADLINE * 2, "2.0.0 on both nodes", |s, _| {
         let live: Vec<_> = s["nodes"]
             .as_array()
@@ -266,16 +260,10 @@ fn garbage_slots_and_statuses_do_not_stop_the_roll() {
 #[test]
 fn a_rollback_seen_only_after_a_restart_still_halts_the_roll() {
     let mut c = nodes(2, "6s");
-    let art = Sandbox::new();
-    let srv = ArtifactServer::start(&art.dir);
     // Up for a while, then a crash loop: time to stop the canary's sup-lease.
-    let (name, sha) = artifact(&art.dir, "3.0.0", "/bin/sleep 1; exit 3");
-    fleet::set(&c, "3.0.0", &srv.url(&name), &sha, &[]);
+    let _published = fleet::publish_and_set(&c, "3.0.0", "/bin/sleep 1; exit 3");
     let mut roll = Roll::new();
-    roll.until(&c, 1, DEADLINE, "a canary in probation", |_, o| {
-        !o.is_empty()
-    });
-    let canary = roll.order[0].clone();
+    let canary = fleet::wait_canary(&c, &mut roll);
     let i = c.nodes.iter().position(|n| n.name == canary).expect("node");
     c.nodes[i].signal_lease(Signal::SIGSTOP);
     wait_local(&c, &canary, "the canary rolls back", |v| {
@@ -313,10 +301,7 @@ fn a_rollback_seen_only_after_a_restart_still_halts_the_roll() {
 #[test]
 fn a_store_unreadable_for_a_while_mid_probation_resumes_the_roll() {
     let c = nodes(3, "2s");
-    let art = Sandbox::new();
-    let srv = ArtifactServer::start(&art.dir);
-    let (name, sha) = artifact(&art.dir, "2.0.0", "exec /bin/sleep 3600");
-    fleet::set(&c, "2.0.0", &srv.url(&name), &sha, &[]);
+    let _published = fleet::publish_and_set(&c, "2.0.0", "exec /bin/sleep 3600");
     let mut roll = Roll::new();
     roll.until(&c, 1, DEADLINE, "a canary in probation", |_, o| {
         !o.is_empty()
@@ -368,10 +353,7 @@ fn two_canaries_and_two_slots() {
 fn a_fleet_of_one_node_upgrades_its_leader() {
     let c = nodes(1, "1s");
     c.wait_leader("n1");
-    let art = Sandbox::new();
-    let srv = ArtifactServer::start(&art.dir);
-    let (name, sha) = artifact(&art.dir, "2.0.0", "exec /bin/sleep 3600");
-    fleet::set(&c, "2.0.0", &srv.url(&name), &sha, &[]);
+    let _published = fleet::publish_and_set(&c, "2.0.0", "exec /bin/sleep 3600");
     Roll::new().until(&c, 1, DEADLINE * 2, "2.0.0 on n1", |s, _| {
         s["state"] == "done" && all_committed(s, "2.0.0", 1)
     });
@@ -460,15 +442,9 @@ fn a_bad_version_on_two_canaries_at_once_halts_once() {
 #[test]
 fn forgetting_a_dead_node_in_probation_lets_the_roll_go_on() {
     let mut c = nodes(3, "3s");
-    let art = Sandbox::new();
-    let srv = ArtifactServer::start(&art.dir);
-    let (name, sha) = artifact(&art.dir, "2.0.0", "exec /bin/sleep 3600");
-    fleet::set(&c, "2.0.0", &srv.url(&name), &sha, &[]);
+    let _published = fleet::publish_and_set(&c, "2.0.0", "exec /bin/sleep 3600");
     let mut roll = Roll::new();
-    roll.until(&c, 1, DEADLINE, "a canary in probation", |_, o| {
-        !o.is_empty()
-    });
-    let canary = roll.order[0].clone();
+    let canary = fleet::wait_canary(&c, &mut roll);
     let out = fleet::fleet(&c, &["forget", "agent", &canary]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("is live"));
@@ -497,10 +473,7 @@ fn forgetting_a_dead_node_in_probation_lets_the_roll_go_on() {
 #[test]
 fn a_rollback_unreported_before_a_forget_is_reported_not_forced_again() {
     let mut c = nodes(1, "6s");
-    let art = Sandbox::new();
-    let srv = ArtifactServer::start(&art.dir);
-    let (name, sha) = artifact(&art.dir, "3.0.0", "/bin/sleep 1; exit 3");
-    fleet::set(&c, "3.0.0", &srv.url(&name), &sha, &[]);
+    let _published = fleet::publish_and_set(&c, "3.0.0", "/bin/sleep 1; exit 3");
     wait_local(&c, "n1", "n1 in probation", |v| v["phase"] == "probation");
     c.nodes[0].signal_lease(Signal::SIGKILL);
     if let Some(mut l) = c.nodes[0].lease.take() {

@@ -659,3 +659,21 @@ pub fn two_canaries(store: Option<String>) {
     // The two canaries together, the third once both committed.
     assert_one_at_a_time(&starts, 2, Duration::from_secs(2));
 }
+
+/// Publishes `version` (an agent running `body`) on a new artifact server and sets it
+/// as the fleet's target; the server lives as long as what is returned.
+pub fn publish_and_set(c: &Cluster, version: &str, body: &str) -> (Sandbox, ArtifactServer) {
+    let art = Sandbox::new();
+    let srv = ArtifactServer::start(&art.dir);
+    let (name, sha) = artifact(&art.dir, version, body);
+    set(c, version, &srv.url(&name), &sha, &[]);
+    (art, srv)
+}
+
+/// Waits until a node is in probation: the canary, whose name is returned.
+pub fn wait_canary(c: &Cluster, roll: &mut Roll) -> String {
+    roll.until(c, 1, DEADLINE, "a canary in probation", |_, o| {
+        !o.is_empty()
+    });
+    roll.order[0].clone()
+}
