@@ -152,7 +152,7 @@ impl Supervisor {
             l.as_fd().as_raw_fd()
         });
         let mut services = Vec::new();
-        for (name, slot) in &self.slots {
+        for (name, slot) in self.slots.iter() {
             let output = slot.output.as_ref().map(|o| {
                 let (r, w) = o.fds();
                 fds.push(r.as_fd());
