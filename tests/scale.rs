@@ -184,12 +184,14 @@ fn two_thousand_services_come_up_restart_after_a_kill_and_stop_on_shutdown() {
     // Each link says it started (a line in `order`) before it is ready: one that started
     // before the link it comes after was ready would be out of order in the file.
     for k in 0..CHAIN {
-        services += &format!(
-            "[service.{}]\ncommand = [\"/bin/sh\", \"-c\", \"echo {} >>{}; echo started; echo >&3; exec /bin/sleep {tag}\"]\n\
-             ready = \"fd:3\"\nrestart_delay = \"10ms\"\n",
-            chain(k),
-            chain(k),
+        let name = chain(k);
+        let run = format!(
+            "echo {name} >>{}; echo started; echo >&3; exec /bin/sleep {tag}",
             order.display()
+        );
+        services += &format!(
+            "[service.{name}]\ncommand = [\"/bin/sh\", \"-c\", \"{run}\"]\n\
+             ready = \"fd:3\"\nrestart_delay = \"10ms\"\n"
         );
         if k + 1 < CHAIN {
             services += &format!("after = [\"{}\"]\n", chain(k + 1));
