@@ -376,6 +376,8 @@ impl Supervisor {
             slot.ran_as = s.ran_as;
             if let Some(pid) = s.svc.pid {
                 self.pids.insert(pid, s.name.clone());
+                // Still this process's child (exec keeps the pid): watched as at a spawn.
+                slot.leader = crate::sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
             }
             slot.instance = s.instance.or_else(|| {
                 s.svc.pid.map(|pid| crate::instance::Instance {
@@ -405,6 +407,7 @@ impl Supervisor {
         }
         self.unhealthy_at = h.unhealthy_at;
         for g in h.grants {
+            self.recheck_pending = true;
             self.grants.insert(
                 g.lease,
                 Grant {

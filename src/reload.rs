@@ -245,6 +245,7 @@ impl Supervisor {
                     if let Some(slot) = self.slots.get_mut(name) {
                         slot.cfg = def.clone();
                     }
+                    self.forget_dependents();
                     if revived && def.autostart && !self.down.contains(name) {
                         self.apply(name, Event::Start, now);
                     } else if !running {

@@ -127,6 +127,9 @@ struct Shutdown {
     deadline: Mono,
     code: i32,
     killed: bool,
+    /// Every service was looked at once: after that, only those touched and what they
+    /// come after can have become stoppable.
+    looked: bool,
 }
 
 /// The whole supervisor.
@@ -142,6 +145,12 @@ pub struct Supervisor {
     pub(crate) timers: Timers,
     /// The services that may be waiting to start (a superset: each is looked at again).
     pending: BTreeSet<String>,
+    /// Look at every pending service at the next pass, not only at those touched and
+    /// their dependents: something else than a slot changed (a lease was granted, what a
+    /// previous supd left is gone, the last pass stopped at its limit).
+    pub(crate) recheck_pending: bool,
+    /// The services that come `after` each service; `None` once configs changed.
+    dependents: Option<BTreeMap<String, Vec<String>>>,
     /// A scan of all children is owed by then: a SIGCHLD that told of a leader watched by
     /// its pidfd may have stood for other exits too.
     scan_owed: Option<Mono>,
@@ -238,6 +247,8 @@ impl Supervisor {
             fdset,
             timers: Timers::default(),
             pending: BTreeSet::new(),
+            recheck_pending: true,
+            dependents: None,
             scan_owed: None,
             pids: BTreeMap::new(),
             server,
@@ -296,6 +307,7 @@ impl Supervisor {
     /// Adds a service, wanted up when `autostart` and not stopped by an operator (a
     /// leader-only service: once its lease is granted).
     pub fn add_slot(&mut self, cfg: ServiceConfig) {
+        self.dependents = None;
         let up = cfg.autostart && !self.down.contains(&cfg.name) && cfg.leader_only.is_none();
         let want = if up { Want::Up } else { Want::Down };
         let mut svc = Service::new(want);
@@ -984,25 +996,63 @@ impl Supervisor {
         let mut spawned: BTreeSet<String> = BTreeSet::new();
         self.more_to_start = false;
         if self.cleanup.is_some() {
+            self.recheck_pending = true;
             return;
         }
         self.note_pending();
+        // Only a change to a slot makes it, or those after it, startable (or a change
+        // outside the slots, which asks for a look at all of them).
+        let mut look = if std::mem::take(&mut self.recheck_pending) {
+            self.pending.clone()
+        } else {
+            let touched: Vec<String> = self.slots.touched().iter().cloned().collect();
+            let mut look = BTreeSet::new();
+            for name in touched {
+                look.extend(self.dependents_of(&name));
+                look.insert(name);
+            }
+            look
+        };
         // Rounds: a service started now may make others (`after` it) startable.
         loop {
+            look.retain(|n| self.pending.contains(n));
             let want = SPAWNS_PER_PASS + 1 - spawned.len();
-            let batch: Vec<String> = self.startable(now, &spawned, want);
+            let batch: Vec<String> = self.startable(&look, now, &spawned, want);
             if batch.is_empty() {
                 return;
             }
+            look.clear();
             for name in batch {
                 if spawned.len() >= SPAWNS_PER_PASS {
                     self.more_to_start = true;
+                    self.recheck_pending = true;
                     return;
                 }
                 self.spawn(&name, now);
+                look.extend(self.dependents_of(&name));
                 spawned.insert(name);
             }
         }
+    }
+
+    /// Configs changed: the services `after` each are worked out again when needed.
+    pub(crate) fn forget_dependents(&mut self) {
+        self.dependents = None;
+    }
+
+    /// The services that come `after` `name`.
+    fn dependents_of(&mut self, name: &str) -> Vec<String> {
+        let slots = &self.slots;
+        let map = self.dependents.get_or_insert_with(|| {
+            let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (n, s) in slots.iter() {
+                for d in &s.cfg.after {
+                    map.entry(d.clone()).or_default().push(n.clone());
+                }
+            }
+            map
+        });
+        map.get(name).cloned().unwrap_or_default()
     }
 
     /// Brings `pending` up to date with the slots touched so far this turn.
@@ -1018,16 +1068,22 @@ impl Supervisor {
         }
     }
 
-    /// Up to `max` pending services whose `after` services are all ready, but for
-    /// `except`, in name order.
-    fn startable(&self, now: Mono, except: &BTreeSet<String>, max: usize) -> Vec<String> {
+    /// Up to `max` of `among` that are pending and whose `after` services are all ready,
+    /// but for `except`, in name order.
+    fn startable(
+        &self,
+        among: &BTreeSet<String>,
+        now: Mono,
+        except: &BTreeSet<String>,
+        max: usize,
+    ) -> Vec<String> {
         let lease_held = |s: &Slot| {
             s.cfg
                 .leader_only
                 .as_ref()
                 .is_none_or(|l| self.holds(l, now))
         };
-        (self.pending.iter())
+        (among.iter())
             .filter_map(|n| Some((n, self.slots.get(n)?)))
             .filter(|(n, s)| {
                 !except.contains(*n)
@@ -1046,6 +1102,12 @@ impl Supervisor {
         cfg.after
             .iter()
             .all(|d| self.slots.get(d).is_some_and(|s| s.svc.is_ready(&s.cfg)))
+    }
+
+    /// Why a service is as it is: what it waits for, or what its machine said.
+    pub fn reason_of(&self, slot: &Slot, now: Mono) -> Option<String> {
+        self.waiting_for(slot, now)
+            .or_else(|| slot.svc.reason.clone())
     }
 
     /// What a pending service waits for, if anything: said in its `reason` (worked out
@@ -1090,6 +1152,7 @@ impl Supervisor {
                     deadline: now.plus(self.cfg.supd.shutdown_timeout),
                     code,
                     killed: false,
+                    looked: false,
                 });
             }
         }
@@ -1098,9 +1161,24 @@ impl Supervisor {
     /// Stops each service whose dependents are down (reverse `after` order); sets `exit`
     /// when no service process is left.
     fn shutdown_step(&mut self, now: Mono) {
-        let names: Vec<String> = self.slots.keys().cloned().collect();
+        let all = self
+            .shutdown
+            .as_mut()
+            .is_some_and(|s| !std::mem::replace(&mut s.looked, true));
+        let names: BTreeSet<String> = if all {
+            self.slots.keys().cloned().collect()
+        } else {
+            let touched = self.slots.touched();
+            let after = touched
+                .iter()
+                .filter_map(|n| self.slots.get(n))
+                .flat_map(|s| s.cfg.after.iter().cloned());
+            touched.iter().cloned().chain(after).collect()
+        };
         for name in &names {
-            let s = &self.slots[name];
+            let Some(s) = self.slots.get(name) else {
+                continue;
+            };
             if s.svc.want == Want::Down
                 && s.svc.state != State::Starting
                 && s.svc.state != State::Running
@@ -1108,17 +1186,21 @@ impl Supervisor {
                 continue;
             }
             let dependents_up = self
-                .slots
-                .values()
-                .any(|o| o.instance.is_some() && o.cfg.after.contains(name));
+                .dependents_of(name)
+                .iter()
+                .any(|d| self.slots.get(d).is_some_and(|o| o.instance.is_some()));
             if !dependents_up {
                 self.apply(name, Event::Stop, now);
             }
         }
-        if self
-            .slots
-            .values()
-            .all(|s| s.svc.pid.is_none() && s.instance.is_none())
+        // A leader not reaped yet, or a run draining, has its slot up: the look at every
+        // slot waits for the end.
+        let maybe_down = self.pids.is_empty() && self.draining.is_empty();
+        if maybe_down
+            && self
+                .slots
+                .values()
+                .all(|s| s.svc.pid.is_none() && s.instance.is_none())
         {
             let code = self.shutdown.as_ref().map(|s| s.code).unwrap_or(0);
             if self.final_action.is_some() || self.system {
@@ -1257,7 +1339,7 @@ impl Supervisor {
                 Some(exit) => Some(format!(
                     "its main process {exit}; waiting for the rest of its run to exit"
                 )),
-                None => self.waiting_for(slot, now).or_else(|| svc.reason.clone()),
+                None => self.reason_of(slot, now),
             },
             // What the operator wants: a leader-only service held down by its lease alone
             // is still wanted up.
@@ -1381,6 +1463,12 @@ impl Supervisor {
             );
         }
         assert!(self.timers.len() <= self.slots.len());
+        // Whatever may start was started, unless the pass stopped at its limit.
+        if self.shutdown.is_none() && self.cleanup.is_none() && !self.more_to_start {
+            let all: BTreeSet<String> = self.pending.clone();
+            let left = self.startable(&all, Mono::now(), &BTreeSet::new(), 1);
+            assert!(left.is_empty(), "{left:?}: startable but not started");
+        }
     }
 }
 
