@@ -727,6 +727,12 @@ impl Supervisor {
                 continue;
             };
             let mut execd = false;
+            let how = if only.is_some() {
+                "by its pidfd"
+            } else {
+                "in a scan of all children"
+            };
+            log::debug!("{name}: reaped its leader {pid} ({exit}) {how}");
             match self.slots.get_mut(&name) {
                 Some(slot) => {
                     slot.ready_pipe = None;
