@@ -44,9 +44,10 @@ pub struct Slot {
     pub status_text: Option<String>,
     /// The `NOTIFY_SOCKET` of a notify service, made at its first start.
     pub notify: Option<NotifySocket>,
-    /// Where the current process is recorded, opened at the first start.
+    /// Where the current process is recorded, made at the first start (a path: the
+    /// file is opened for each write, never held open).
     pid_file: Option<PidFile>,
-    /// Where its health check command under way is recorded, opened at its first run.
+    /// Where its health check command under way is recorded, made at its first run.
     pub check_file: Option<PidFile>,
     /// The current (or finishing) run: from its spawn until its last process is gone.
     pub instance: Option<Instance>,
@@ -1324,7 +1325,7 @@ const SPAWNS_PER_PASS: usize = 64;
 const DRAIN_FIRST: Duration = Duration::from_millis(10);
 const DRAIN_MAX: Duration = Duration::from_secs(1);
 
-/// The open record of a service's process, opened (or opened again) as needed: a record
+/// The record of a service's process, made (or made again) as needed: a record
 /// whose file was removed or replaced (the state directory was deleted, or moved away and
 /// made anew) would be written where no later supd looks, so it is noticed, said, and
 /// the record made again in the state directory as it is now.
