@@ -915,12 +915,14 @@ impl Supervisor {
         }
     }
 
-    /// Starts what may start, each service at most once and at most `SPAWNS_PER_PASS`
-    /// in all: a start that fails at once, or a burst of thousands, never keeps the loop
-    /// from going round (signals, clients, exits); what is left starts on the next pass,
-    /// which then comes at once (`more_to_start`).
+    /// Starts what may start, each service at most once, for at most `PASS_TIME` of the
+    /// monotonic clock (at least one) and `SPAWNS_PER_PASS` in all: a start that fails
+    /// at once, or a burst of thousands, never keeps the loop from going round (signals,
+    /// clients, exits); what is left starts on the next pass, which then comes at once
+    /// (`more_to_start`).
     fn start_some(&mut self, now: Mono) {
         let mut spawned: BTreeSet<String> = BTreeSet::new();
+        let began = Mono::now();
         self.more_to_start = false;
         if self.cleanup.is_some() {
             return;
@@ -932,7 +934,7 @@ impl Supervisor {
                 return;
             }
             for name in batch {
-                if spawned.len() >= SPAWNS_PER_PASS {
+                if pass_is_over(spawned.len(), || Mono::now().since(began)) {
                     self.more_to_start = true;
                     return;
                 }
@@ -1319,6 +1321,15 @@ fn read_exec_report(slot: &mut Slot) -> bool {
 
 /// How many services one pass of the loop starts at most.
 const SPAWNS_PER_PASS: usize = 64;
+/// How long one pass of the loop goes on starting services: a spawn costs a fork of
+/// supd (milliseconds when it is big), and a client or a signal waits behind the pass.
+const PASS_TIME: Duration = Duration::from_millis(4);
+
+/// Whether a pass that started `spawned` services in `elapsed` (read only when needed)
+/// must leave the rest to the next: at least one starts in each.
+fn pass_is_over(spawned: usize, elapsed: impl FnOnce() -> Duration) -> bool {
+    spawned >= SPAWNS_PER_PASS || (spawned > 0 && elapsed() >= PASS_TIME)
+}
 
 /// How long the first look at a run's remaining processes waits; it doubles up to
 /// `DRAIN_MAX` while any is left.
@@ -1379,4 +1390,20 @@ pub fn unix_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_starts_at_least_one_and_stops_at_its_time_or_count() {
+        let long = || Duration::from_secs(1);
+        let short = || Duration::from_micros(100);
+        assert!(!pass_is_over(0, long), "at least one start in each pass");
+        assert!(pass_is_over(1, long), "a slow spawn ends the pass");
+        assert!(pass_is_over(2, || PASS_TIME));
+        assert!(!pass_is_over(SPAWNS_PER_PASS - 1, short));
+        assert!(pass_is_over(SPAWNS_PER_PASS, short));
+    }
 }
