@@ -624,7 +624,8 @@ impl Supervisor {
     /// leaders on kernels without pidfds) is found by a scan of every child, which the
     /// kernel makes by walking all of them: so when the signal told of a watched leader
     /// the scan is not made now but owed within a second, as that one signal may stand
-    /// for other exits too (the kernel folds a SIGCHLD into one still pending).
+    /// for other exits too (the kernel folds a SIGCHLD into one still pending); the
+    /// check commands and helper tasks under way are looked at by pid at once.
     pub fn on_sigchld(&mut self, from: Option<i32>, now: Mono) {
         let watched = from.is_some_and(|p| {
             self.pids
@@ -634,6 +635,17 @@ impl Supervisor {
         });
         if watched {
             self.scan_owed.get_or_insert(now.plus(SCAN_OWED));
+            // What else it may stand for and cannot wait a second is looked at by pid
+            // now: a check command (its timeout runs: found late, it would be taken for
+            // timed out) and a helper task (a client waits for it). Their number is
+            // that of checks and tasks under way, not of services.
+            let others: Vec<i32> = (self.check_pids.keys())
+                .chain(self.tasks.keys())
+                .copied()
+                .collect();
+            for pid in others {
+                self.reap_id(Some(pid), now);
+            }
         } else {
             self.reap(now);
         }
