@@ -508,3 +508,218 @@ fn after_a_reexec_exits_are_still_reaped_and_restarted() {
     }
     assert_no_panic(&sb);
 }
+
+/// supd as PID 1 of a PID namespace: services whose whole process group dies at once
+/// (`kill -9 0`: the leader and a child it started), leaving the child to PID 1 as a
+/// zombie whose SIGCHLD may fold into the leader's; and orphans double-forked by
+/// another service. Every run must be reaped and restarted, no zombie left.
+#[test]
+fn as_pid_1_groups_dying_at_once_are_reaped_and_restarted() {
+    if !is_root() {
+        eprintln!("skipped: needs root for unshare --pid");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let suicide = sb.script("suicide.sh", "/bin/sleep 3600 &\n/bin/sleep 0.2\nkill -9 0");
+    let forker = sb.script(
+        "forker.sh",
+        "( /bin/sleep 0.1 & )\n( /bin/sleep 0.1 & )\n/bin/sleep 0.05\nexit 1",
+    );
+    let mut cfg = String::new();
+    for i in 0..4 {
+        cfg.push_str(&format!(
+            "[service.group{i}]\ncommand = [\"{suicide}\"]\nrestart_delay = \"0s\"\nrestart_delay_max = \"0s\"\ncrash_loop = {{ restarts = 100000, window = \"1m\" }}\n\n"
+        ));
+    }
+    cfg.push_str(&format!(
+        "[service.forker]\ncommand = [\"{forker}\"]\nrestart_delay = \"0s\"\nrestart_delay_max = \"0s\"\ncrash_loop = {{ restarts = 100000, window = \"1m\" }}\n"
+    ));
+    sb.config(&cfg);
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child", SUPD]);
+    sb.start_with(cmd, &["-c"]);
+    let unshare = sb.supd_pid();
+    let init: i32 = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+        .expect("children")
+        .split_whitespace()
+        .next()
+        .expect("a child")
+        .parse()
+        .expect("pid");
+    let t0 = Instant::now();
+    wait_all(&sb, "each group restarted 8 times", |s| {
+        (0..4).all(|i| s[&format!("group{i}")]["restarts"].as_u64().unwrap_or(0) >= 8)
+            && s["forker"]["restarts"].as_u64().unwrap_or(0) >= 8
+    });
+    eprintln!("8 restarts of 4 groups (0.2s runs) took {:?}", t0.elapsed());
+    sb.ok(json!({"cmd": "stop", "service": "forker"}));
+    for i in 0..4 {
+        sb.ok(json!({"cmd": "stop", "service": format!("group{i}")}));
+    }
+    // What is left of the orphans ends within 0.1s; then none may stay a zombie.
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let zombies: Vec<i32> =
+            std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .filter(|p: &i32| sup::proc::stat(*p).is_some_and(|s| s.state == 'Z'))
+                .collect();
+        let kids = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+            .unwrap_or_default();
+        if zombies.is_empty() && kids.split_whitespace().count() <= 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "PID 1 keeps zombies {zombies:?} (children {kids})\n{}",
+            tail(&sb.supd_log())
+        );
+        sb.ok(json!({"cmd": "hello"}));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_idle(&sb, init, "PID 1 after the storm");
+    assert_no_panic(&sb);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(init),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("TERM to PID 1");
+    assert!(wait_exit(unshare, DEADLINE).is_some(), "PID 1 did not stop");
+    let status = sb.supd.take().expect("unshare").wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "{}", tail(&sb.supd_log()));
+}
+
+/// Leader-only services in an `after` chain with a plain one after them: a grant starts
+/// the chain in order, its end stops them, a new grant starts them again; meanwhile an
+/// unrelated service crashes and restarts. supd sleeps once a grant holds.
+#[test]
+fn leader_only_chains_follow_grants_and_supd_sleeps_while_one_holds() {
+    let mut sb = Sandbox::new();
+    let fd3 = sb.script(
+        "fd3.sh",
+        "/bin/sleep 0.1\necho ready >&3\nexec /bin/sleep 3600",
+    );
+    sb.config(&format!(
+        r#"
+[lease.engine]
+
+[service.e1]
+command = ["{fd3}"]
+ready = "fd:3"
+leader_only = "engine"
+
+[service.e2]
+command = ["{fd3}"]
+ready = "fd:3"
+leader_only = "engine"
+after = ["e1"]
+
+[service.plain]
+command = ["/bin/sleep", "3600"]
+after = ["e2"]
+
+[service.crashy]
+command = ["/bin/sh", "-c", "/bin/sleep 0.05; exit 1"]
+restart_delay = "0s"
+restart_delay_max = "0s"
+crash_loop = {{ restarts = 100000, window = "1m" }}
+"#
+    ));
+    sb.start();
+    let s = all(&sb);
+    assert_eq!(s["e1"]["state"], "stopped", "{:?}", s["e1"]);
+    for round in 0..3 {
+        sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": round + 1, "valid_for": "1500ms"}));
+        wait_all(&sb, &format!("round {round}: chain up"), |s| {
+            ["e1", "e2", "plain"].iter().all(|n| running(&s[*n]))
+        });
+        wait_all(&sb, &format!("round {round}: grant ran out"), |s| {
+            ["e1", "e2"].iter().all(|n| s[*n]["state"] == "stopped")
+        });
+    }
+    sb.ok(json!({"cmd": "stop", "service": "crashy"}));
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 9, "valid_for": "1h"}));
+    wait_all(&sb, "chain up for good", |s| {
+        ["e1", "e2", "plain"].iter().all(|n| running(&s[*n]))
+    });
+    assert_idle(&sb, sb.supd_pid(), "with a grant held");
+    assert_no_panic(&sb);
+}
+
+/// Socket checks (TCP, HTTP) of services that restart, against a listener the test runs:
+/// each check's socket goes with its run, the next run's is watched anew.
+#[test]
+fn socket_checks_of_restarting_services_keep_their_sockets_apart() {
+    use std::io::{Read, Write};
+    let mut sb = Sandbox::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    listener.set_nonblocking(true).expect("nonblocking");
+    let server = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((mut c, _)) => {
+                    n += 1;
+                    // Every third answer is slow: its check runs while its service restarts.
+                    let slow = n % 3 == 0;
+                    std::thread::spawn(move || {
+                        let _ = c.set_nonblocking(false);
+                        let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
+                        let mut buf = [0u8; 512];
+                        let _ = c.read(&mut buf);
+                        if slow {
+                            std::thread::sleep(Duration::from_millis(150));
+                        }
+                        let _ = c.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n");
+                    });
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    let mut cfg = String::new();
+    for i in 0..6 {
+        let check = if i % 2 == 0 {
+            format!("http = \"http://127.0.0.1:{port}/h{i}\"")
+        } else {
+            format!("tcp = \"127.0.0.1:{port}\"")
+        };
+        cfg.push_str(&format!(
+            "[service.c{i}]\ncommand = [\"/bin/sh\", \"-c\", \"/bin/sleep 0.{}; exit 1\"]\nrestart_delay = \"0s\"\nrestart_delay_max = \"0s\"\ncrash_loop = {{ restarts = 100000, window = \"1m\" }}\nhealth = {{ {check}, interval = \"50ms\", timeout = \"1s\", failures = 100 }}\n\n",
+            3 + i
+        ));
+    }
+    cfg.push_str(&format!(
+        "[service.steady]\ncommand = [\"/bin/sleep\", \"3600\"]\nhealth = {{ http = \"http://127.0.0.1:{port}/steady\", interval = \"50ms\", timeout = \"1s\", failures = 1 }}\n"
+    ));
+    sb.config(&cfg);
+    sb.start();
+    let first = sb.wait_state("steady", "running");
+    wait_all(&sb, "each restarted 5 times", |s| {
+        (0..6).all(|i| s[&format!("c{i}")]["restarts"].as_u64().unwrap_or(0) >= 5)
+    });
+    let st = sb.status("steady");
+    assert_eq!(
+        (
+            st["pid"].clone(),
+            st["restarts"].clone(),
+            st["health"].clone()
+        ),
+        (first["pid"].clone(), json!(0), json!("healthy")),
+        "{st}\n{}",
+        tail(&sb.supd_log())
+    );
+    for i in 0..6 {
+        sb.ok(json!({"cmd": "stop", "service": format!("c{i}")}));
+    }
+    sb.ok(json!({"cmd": "stop", "service": "steady"}));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    server.join().expect("server");
+    assert_idle(&sb, sb.supd_pid(), "after the checks stopped");
+    assert_no_panic(&sb);
+}
