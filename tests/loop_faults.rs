@@ -723,3 +723,124 @@ fn socket_checks_of_restarting_services_keep_their_sockets_apart() {
     assert_idle(&sb, sb.supd_pid(), "after the checks stopped");
     assert_no_panic(&sb);
 }
+
+/// Notify services (STATUS=, READY=1, WATCHDOG=1) restarting fast beside a chain after
+/// one of them, and one that stops pinging its watchdog: each restart's socket is
+/// watched anew; the pinging ones stay healthy.
+#[test]
+fn notify_services_restarting_fast_keep_their_sockets_and_watchdogs() {
+    let mut sb = Sandbox::new();
+    let py = |name: &str, life: &str, pings: bool| {
+        sb.file(
+            name,
+            &format!(
+                "#!/usr/bin/env python3\nimport os, socket, time\ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+                 s.connect(os.environ['NOTIFY_SOCKET'])\ns.send(b'STATUS=warming')\n\
+                 s.send(b'READY=1\\nSTATUS=up %d' % os.getpid())\nend = time.time() + {life}\n\
+                 while time.time() < end:\n    time.sleep(0.02)\n    {}\n",
+                if pings { "s.send(b'WATCHDOG=1')" } else { "pass" }
+            ),
+        )
+    };
+    let fast = py("fast.py", "0.15", true);
+    let steady = py("steady.py", "3600", true);
+    let silent = py("silent.py", "3600", false);
+    let mut cfg = String::new();
+    for i in 0..5 {
+        cfg.push_str(&format!(
+            "[service.n{i}]\ncommand = [\"{fast}\"]\nready = \"notify\"\nwatchdog = \"1s\"\nrestart_delay = \"0s\"\nrestart_delay_max = \"0s\"\ncrash_loop = {{ restarts = 100000, window = \"1m\" }}\n\n"
+        ));
+    }
+    cfg.push_str(&format!(
+        "[service.steady]\ncommand = [\"{steady}\"]\nready = \"notify\"\nwatchdog = \"500ms\"\n\n\
+         [service.after_steady]\ncommand = [\"/bin/sleep\", \"3600\"]\nafter = [\"steady\"]\n\n\
+         [service.silent]\ncommand = [\"{silent}\"]\nready = \"notify\"\nwatchdog = \"300ms\"\nrestart_delay = \"0s\"\nrestart_delay_max = \"0s\"\ncrash_loop = {{ restarts = 100000, window = \"1m\" }}\n"
+    ));
+    sb.config(&cfg);
+    sb.start();
+    let first = sb.wait_state("steady", "running");
+    let s = wait_all(&sb, "fast ones restarted 10 times, silent 3", |s| {
+        (0..5).all(|i| s[&format!("n{i}")]["restarts"].as_u64().unwrap_or(0) >= 10)
+            && s["silent"]["restarts"].as_u64().unwrap_or(0) >= 3
+            && running(&s["after_steady"])
+    });
+    assert_eq!(
+        (pid_of(&s["steady"]), s["steady"]["restarts"].clone()),
+        (pid_of(&first), json!(0)),
+        "{:?}\n{}",
+        s["steady"],
+        tail(&sb.supd_log())
+    );
+    assert_eq!(s["steady"]["health"], "healthy", "{:?}", s["steady"]);
+    let status = s["steady"]["status"].as_str().unwrap_or("").to_string();
+    assert_eq!(status, format!("up {}", pid_of(&first).expect("pid")));
+    let out = sb.supctl(&[
+        "stop",
+        "n0",
+        "n1",
+        "n2",
+        "n3",
+        "n4",
+        "silent",
+        "steady",
+        "after_steady",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    wait_all(&sb, "all stopped", |s| {
+        s.values().all(|x| x["state"] == "stopped")
+    });
+    assert_idle(&sb, sb.supd_pid(), "after the notify services stopped");
+    assert_no_panic(&sb);
+}
+
+/// A five-long `after` chain restarted and stopped as a whole, many times over, with
+/// `supctl restart` of all at once; then supd stops the chain in reverse order on
+/// SIGTERM and exits 0.
+#[test]
+fn a_chain_restarted_as_a_whole_and_shut_down_in_order() {
+    let mut sb = Sandbox::new();
+    let order = sb.path("order");
+    let svc = sb.script(
+        "svc.sh",
+        &format!(
+            "trap 'echo stop $1 >> {o}; exit 0' TERM\necho start $1 >> {o}\n/bin/sleep 0.05\necho ready >&3\nexec 3>&-\nwhile :; do /bin/sleep 1 & wait $!; done",
+            o = order.display()
+        ),
+    );
+    let mut cfg = String::new();
+    for i in 0..5 {
+        let after = if i == 0 {
+            String::new()
+        } else {
+            format!("after = [\"k{}\"]\n", i - 1)
+        };
+        cfg.push_str(&format!(
+            "[service.k{i}]\ncommand = [\"{svc}\", \"k{i}\"]\nready = \"fd:3\"\n{after}\n"
+        ));
+    }
+    sb.config(&cfg);
+    sb.start();
+    let names: Vec<String> = (0..5).map(|i| format!("k{i}")).collect();
+    wait_all(&sb, "chain up", |s| s.values().all(running));
+    for round in 0..4 {
+        let mut args = vec!["restart"];
+        // Named against the chain's order.
+        args.extend(names.iter().rev().map(String::as_str));
+        let out = sb.supctl(&args);
+        assert_eq!(out.status.code(), Some(0), "round {round}: {out:?}");
+        wait_all(&sb, &format!("round {round}: chain up again"), |s| {
+            s.values().all(running)
+        });
+    }
+    std::fs::write(&order, "").expect("clear order");
+    let status = sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(status.code(), Some(0), "{}", tail(&sb.supd_log()));
+    let text = std::fs::read_to_string(&order).expect("order");
+    let stops: Vec<&str> = text.lines().filter(|l| l.starts_with("stop")).collect();
+    assert_eq!(
+        stops,
+        ["stop k4", "stop k3", "stop k2", "stop k1", "stop k0"],
+        "{text}"
+    );
+    assert_no_panic(&sb);
+}
