@@ -844,3 +844,57 @@ fn a_chain_restarted_as_a_whole_and_shut_down_in_order() {
     );
     assert_no_panic(&sb);
 }
+
+/// `reexec` while services are being started: a service spawned just before the exec,
+/// whose report of its own exec the old image had not read, must not stay `starting`
+/// (it would be killed as not ready after `ready_timeout`).
+#[test]
+fn a_reexec_among_starts_leaves_no_service_starting() {
+    let mut sb = Sandbox::new();
+    let mut cfg = String::new();
+    for i in 0..30 {
+        cfg.push_str(&format!(
+            "[service.s{i:02}]\ncommand = [\"/bin/sleep\", \"3600\"]\nready_timeout = \"1h\"\n\n"
+        ));
+    }
+    sb.config(&cfg);
+    sb.start();
+    wait_all(&sb, "all up", |s| s.values().all(running));
+    let names: Vec<String> = (0..30).map(|i| format!("s{i:02}")).collect();
+    for round in 0..15 {
+        // The reexec's check of the config runs while the restarts are carried out.
+        let mut reexec = std::process::Command::new(SUPCTL)
+            .arg("-s")
+            .arg(&sb.socket)
+            .arg("reexec")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("supctl reexec");
+        let mut c = sb.client();
+        c.send_raw(
+            format!(
+                "{}\n",
+                json!({"id": 1, "cmd": "restart", "services": names})
+            )
+            .as_bytes(),
+        );
+        let done = wait_exit(reexec.id() as i32, DEADLINE).is_some();
+        if !done {
+            let _ = reexec.kill();
+        }
+        let _ = reexec.wait();
+        assert!(done, "supctl reexec did not finish");
+        drop(c);
+        // Wait for supd to answer again (the new image), then for every service.
+        let end = Instant::now() + DEADLINE;
+        while std::os::unix::net::UnixStream::connect(&sb.socket).is_err() {
+            assert!(Instant::now() < end, "supd does not answer after reexec");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        wait_all(&sb, &format!("round {round}: all running"), |s| {
+            s.values().all(running)
+        });
+    }
+    assert_no_panic(&sb);
+}
