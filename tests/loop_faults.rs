@@ -109,8 +109,13 @@ fn wait_all(
             "{what}: not within {DEADLINE:?}; statuses:\n{:#?}\n{}",
             now.values()
                 .map(|s| format!(
-                    "{} {} pid {} restarts {} {}",
-                    s["name"], s["state"], s["pid"], s["restarts"], s["reason"]
+                    "{} {} pid {} (alive: {}) restarts {} {}",
+                    s["name"],
+                    s["state"],
+                    s["pid"],
+                    pid_of(s).is_some_and(alive),
+                    s["restarts"],
+                    s["reason"]
                 ))
                 .collect::<Vec<_>>(),
             tail(&sb.supd_log())
