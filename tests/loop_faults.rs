@@ -903,3 +903,66 @@ fn a_reexec_among_starts_leaves_no_service_starting() {
     }
     assert_no_panic(&sb);
 }
+
+/// 150 instances (more than a pass starts) with a service after all of them, resized by
+/// reloads while some wait out a backoff; a removed service added back under its name
+/// while it waits out a backoff; a start that times out (never ready) and one that is
+/// ready by `fd:3`. Every timer fires, nothing is left unstarted, supd sleeps after.
+#[test]
+fn many_instances_resized_with_backoffs_and_ready_timeouts() {
+    let mut sb = Sandbox::new();
+    let never = sb.script("never.sh", "exec /bin/sleep 3600");
+    let config = |n: usize, with_flappy: bool| {
+        let mut c = format!(
+            "[service.w]\ncommand = [\"/bin/sleep\", \"3600\"]\ninstances = {n}\n\n\
+             [service.tail]\ncommand = [\"/bin/sleep\", \"3600\"]\nafter = [\"w\"]\n\n\
+             [service.unready]\ncommand = [\"{never}\"]\nready = \"fd:3\"\nready_timeout = \"300ms\"\nrestart_delay = \"200ms\"\nrestart_delay_max = \"200ms\"\ncrash_loop = {{ restarts = 100000, window = \"1m\" }}\n\n"
+        );
+        if with_flappy {
+            c.push_str(
+                "[service.flappy]\ncommand = [\"/bin/sh\", \"-c\", \"exit 3\"]\nrestart_delay = \"400ms\"\nrestart_delay_max = \"400ms\"\ncrash_loop = { restarts = 100000, window = \"1m\" }\n\n",
+            );
+        }
+        c
+    };
+    sb.config(&config(150, true));
+    sb.start();
+    let up = |n: usize| {
+        move |s: &BTreeMap<String, Value>| {
+            (0..n).all(|i| s.get(&format!("w@{i}")).is_some_and(running))
+                && !s.contains_key(&format!("w@{n}"))
+                && s.get("tail").is_some_and(running)
+        }
+    };
+    wait_all(&sb, "150 instances and the tail up", up(150));
+    wait_all(
+        &sb,
+        "unready timed out twice, flappy restarted twice",
+        |s| {
+            s["unready"]["restarts"].as_u64().unwrap_or(0) >= 2
+                && s["flappy"]["restarts"].as_u64().unwrap_or(0) >= 2
+        },
+    );
+    // Remove flappy (in backoff or just started) and grow; then add it back at once.
+    sb.config(&config(200, false));
+    sb.ok(json!({"cmd": "reload"}));
+    sb.config(&config(200, true));
+    sb.ok(json!({"cmd": "reload"}));
+    wait_all(&sb, "200 instances and the tail up", up(200));
+    wait_all(&sb, "flappy back and restarting", |s| {
+        s.get("flappy")
+            .is_some_and(|f| f["restarts"].as_u64().unwrap_or(0) >= 2)
+    });
+    sb.config(&config(70, false));
+    sb.ok(json!({"cmd": "reload"}));
+    wait_all(&sb, "70 instances and the tail up, flappy gone", |s| {
+        up(70)(s) && !s.contains_key("flappy")
+    });
+    let out = sb.supctl(&["stop", "unready"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    wait_all(&sb, "unready stopped", |s| {
+        s["unready"]["state"] == "stopped"
+    });
+    assert_idle(&sb, sb.supd_pid(), "after the resizes");
+    assert_no_panic(&sb);
+}
