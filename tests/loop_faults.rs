@@ -966,3 +966,83 @@ fn many_instances_resized_with_backoffs_and_ready_timeouts() {
     assert_idle(&sb, sb.supd_pid(), "after the resizes");
     assert_no_panic(&sb);
 }
+
+/// As PID 1: a service's leader and its child die together while supd is stopped; the
+/// child, left to PID 1, is a zombie in the run's group until reaped. The run must
+/// drain and the service restart (the time it takes is printed, not asserted).
+#[test]
+fn as_pid_1_a_group_dying_together_drains_and_restarts() {
+    if !is_root() {
+        eprintln!("skipped: needs root for unshare --pid");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let svc = sb.script(
+        "svc.sh",
+        &format!(
+            "/bin/sleep 3600 &\necho $! > {d}/child.tmp; mv {d}/child.tmp {d}/child\nexec /bin/sleep 3600",
+            d = sb.dir.display()
+        ),
+    );
+    sb.config(&format!(
+        "[service.pair]\ncommand = [\"{svc}\"]\nrestart_delay = \"0s\"\n"
+    ));
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child", SUPD]);
+    sb.start_with(cmd, &["-c"]);
+    let unshare = sb.supd_pid();
+    let init: i32 = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+        .expect("children")
+        .split_whitespace()
+        .next()
+        .expect("a child")
+        .parse()
+        .expect("pid");
+    let mut took = Vec::new();
+    sb.wait_state("pair", "running");
+    for _ in 0..5 {
+        files::wait_file(&sb.path("child"), |t| !t.is_empty());
+        // The leader seen from here: supd's only child in its namespace with a child.
+        let kids: Vec<i32> = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+            .expect("children")
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        let leader = kids
+            .iter()
+            .copied()
+            .find(|k| {
+                std::fs::read_to_string(format!("/proc/{k}/task/{k}/children"))
+                    .is_ok_and(|c| !c.trim().is_empty())
+            })
+            .expect("the leader, with its child");
+        let pgid = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(leader))).expect("pgid");
+        let supd = nix::unistd::Pid::from_raw(init);
+        let mut w = sb.watch();
+        nix::sys::signal::kill(supd, nix::sys::signal::Signal::SIGSTOP).expect("STOP");
+        // The next run writes it anew.
+        std::fs::remove_file(sb.path("child")).expect("remove child");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(leader),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = wait_exit(leader, DEADLINE);
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        // Both dead (the child a zombie of PID 1), both SIGCHLDs pending as one.
+        let t0 = Instant::now();
+        nix::sys::signal::kill(supd, nix::sys::signal::Signal::SIGCONT).expect("CONT");
+        w.until(&sb, |e| {
+            e["event"] == "state" && e["service"] == "pair" && e["to"] == "running"
+        });
+        took.push(t0.elapsed());
+    }
+    eprintln!("restart after a group died together, as PID 1: {took:?}");
+    assert_no_panic(&sb);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(init),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("TERM to PID 1");
+    assert!(wait_exit(unshare, DEADLINE).is_some(), "PID 1 did not stop");
+    let _ = sb.supd.take().expect("unshare").wait();
+}
