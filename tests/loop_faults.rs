@@ -1046,3 +1046,34 @@ fn as_pid_1_a_group_dying_together_drains_and_restarts() {
     assert!(wait_exit(unshare, DEADLINE).is_some(), "PID 1 did not stop");
     let _ = sb.supd.take().expect("unshare").wait();
 }
+
+/// SIGTERM while supd is still starting hundreds of services (a pass cut at its limit
+/// asks for the next turn at once): the shutdown that follows waits for the services'
+/// stop_timeout without spinning.
+#[test]
+fn a_shutdown_during_a_burst_of_starts_does_not_spin() {
+    let mut sb = Sandbox::new();
+    let mut cfg = String::new();
+    for i in 0..400 {
+        cfg.push_str(&format!(
+            "[service.t{i:03}]\ncommand = [\"/bin/sh\", \"-c\", \"trap '' TERM; exec /bin/sleep 3600\"]\nstop_timeout = \"4s\"\nlog = \"null\"\n\n"
+        ));
+    }
+    sb.config(&cfg);
+    sb.start();
+    let supd = sb.supd_pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supd),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("TERM");
+    // Every service that was started is being stopped (TERM ignored: they wait for
+    // their stop_timeout), none starts any more.
+    wait_all(&sb, "all stopping or stopped", |s| {
+        s.values()
+            .all(|x| x["state"] == "stopping" || x["state"] == "stopped")
+    });
+    assert_idle(&sb, supd, "shutting down, waiting for stop_timeout");
+    let status = sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(status.code(), Some(0), "{}", tail(&sb.supd_log()));
+}
