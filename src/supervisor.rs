@@ -966,6 +966,10 @@ impl Supervisor {
         self.check_probations(now);
         if self.shutdown.is_some() {
             self.queued.clear();
+            // Nothing starts any more: a pass cut at its limit before the shutdown must
+            // not keep asking for the next turn at once (the loop would spin until the
+            // last service is down).
+            self.more_to_start = false;
             self.shutdown_step(now);
         } else {
             self.run_queued(now);
