@@ -625,7 +625,8 @@ impl Supervisor {
     /// leaders on kernels without pidfds) is found by a scan of every child, which the
     /// kernel makes by walking all of them: so when the signal told of a watched leader
     /// the scan is not made now but owed within a second, as that one signal may stand
-    /// for other exits too (the kernel folds a SIGCHLD into one still pending).
+    /// for other exits too (the kernel folds a SIGCHLD into one still pending); the
+    /// check commands and helper tasks under way are looked at by pid at once.
     pub fn on_sigchld(&mut self, from: Option<i32>, now: Mono) {
         let watched = from.is_some_and(|p| {
             self.pids
@@ -635,6 +636,17 @@ impl Supervisor {
         });
         if watched {
             self.scan_owed.get_or_insert(now.plus(SCAN_OWED));
+            // What else it may stand for and cannot wait a second is looked at by pid
+            // now: a check command (its timeout runs: found late, it would be taken for
+            // timed out) and a helper task (a client waits for it). Their number is
+            // that of checks and tasks under way, not of services.
+            let others: Vec<i32> = (self.check_pids.keys())
+                .chain(self.tasks.keys())
+                .copied()
+                .collect();
+            for pid in others {
+                self.reap_id(Some(pid), now);
+            }
         } else {
             self.reap(now);
         }
@@ -955,6 +967,10 @@ impl Supervisor {
         self.check_probations(now);
         if self.shutdown.is_some() {
             self.queued.clear();
+            // Nothing starts any more: a pass cut at its limit before the shutdown must
+            // not keep asking for the next turn at once (the loop would spin until the
+            // last service is down).
+            self.more_to_start = false;
             self.shutdown_step(now);
         } else {
             self.run_queued(now);

@@ -169,6 +169,26 @@ const REPORT_FAILED: u32 = 2;
 const REPORT_MAX: usize = 1 << 20;
 
 impl Exec {
+    /// The report of a child started by a previous image, handed over across `reexec`
+    /// with its program and cwd (for messages; what its user and limits were is not
+    /// carried: a failure then names its stage and errno only).
+    pub fn adopt(report: OwnedFd, program: String, cwd: String) -> Exec {
+        Exec {
+            report,
+            program,
+            cwd,
+            creds: None,
+            limits: Vec::new(),
+            got: Vec::new(),
+            took: None,
+        }
+    }
+
+    /// Its program and cwd, for a handoff.
+    pub fn names(&self) -> (String, String) {
+        (self.program.clone(), self.cwd.clone())
+    }
+
     /// How the exec went: `None` while it is under way; `Some(Ok)` once the program
     /// runs; `Some(Err(why))` when the child could not run it (it then exits with 127).
     pub fn outcome(&mut self) -> Option<Result<(), ExecFailure>> {
