@@ -27,6 +27,9 @@ enum Token {
     Services,
 }
 
+/// How long one turn handles ready service fds (exits, output, readiness) at most.
+const SERVICES_TIME: std::time::Duration = std::time::Duration::from_millis(4);
+
 /// Runs until the supervisor sets its exit status; returns it.
 pub fn run(sup: &mut Supervisor) -> i32 {
     loop {
@@ -160,7 +163,14 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
             }
         }
         Token::Services => {
+            // For a few milliseconds at most (at least one): what is left is still
+            // ready at the next poll (level-triggered), and clients, signals and
+            // timers are served in between, as in a storm of thousands of exits.
+            let began = Mono::now();
             for (id, kind, _) in sup.fdset.ready() {
+                if Mono::now().since(began) >= SERVICES_TIME {
+                    break;
+                }
                 let Some(name) = sup.slots.name_of(id).map(str::to_string) else {
                     continue;
                 };

@@ -148,8 +148,10 @@ pub struct Supervisor {
     pending: BTreeSet<String>,
     /// Look at every pending service at the next pass, not only at those touched and
     /// their dependents: something else than a slot changed (a lease was granted, what a
-    /// previous supd left is gone, the last pass stopped at its limit).
+    /// previous supd left is gone).
     pub(crate) recheck_pending: bool,
+    /// What the last pass, cut at its limit, had yet to look at.
+    carry: BTreeSet<String>,
     /// The services that come `after` each service; `None` once configs changed.
     dependents: Option<BTreeMap<String, Vec<String>>>,
     /// A scan of all children is owed by then: a SIGCHLD that told of a leader watched by
@@ -249,6 +251,7 @@ impl Supervisor {
             timers: Timers::default(),
             pending: BTreeSet::new(),
             recheck_pending: true,
+            carry: BTreeSet::new(),
             dependents: None,
             scan_owed: None,
             pids: BTreeMap::new(),
@@ -1031,7 +1034,7 @@ impl Supervisor {
             self.pending.clone()
         } else {
             let touched: Vec<String> = self.slots.touched().iter().cloned().collect();
-            let mut look = BTreeSet::new();
+            let mut look = std::mem::take(&mut self.carry);
             for name in touched {
                 look.extend(self.dependents_of(&name));
                 look.insert(name);
@@ -1046,17 +1049,20 @@ impl Supervisor {
             if batch.is_empty() {
                 return;
             }
-            look.clear();
+            let mut next = BTreeSet::new();
             for name in batch {
                 if pass_is_over(spawned.len(), || Mono::now().since(began)) {
+                    // The next pass, at once, goes on with what this one looked at.
                     self.more_to_start = true;
-                    self.recheck_pending = true;
+                    look.extend(next);
+                    self.carry = look;
                     return;
                 }
                 self.spawn(&name, now);
-                look.extend(self.dependents_of(&name));
+                next.extend(self.dependents_of(&name));
                 spawned.insert(name);
             }
+            look = next;
         }
     }
 
