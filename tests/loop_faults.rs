@@ -1077,3 +1077,32 @@ fn a_shutdown_during_a_burst_of_starts_does_not_spin() {
     let status = sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(status.code(), Some(0), "{}", tail(&sb.supd_log()));
 }
+
+/// A leader stopped by SIGSTOP (its SIGCHLD tells of a watched leader that has not
+/// exited) leaves supd asleep once the owed scan is done; continued and killed, it is
+/// reaped and restarted.
+#[test]
+fn a_stopped_leader_leaves_supd_asleep_and_is_reaped_once_killed() {
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[service.frozen]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\n\n\
+         [service.other]\ncommand = [\"/bin/sleep\", \"3600\"]\n",
+    );
+    sb.start();
+    let p = pid_of(&sb.wait_state("frozen", "running")).expect("pid");
+    sb.wait_state("other", "running");
+    let pid = nix::unistd::Pid::from_raw(p);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("STOP");
+    // The owed scan comes within a second; then nothing is left to do.
+    sb.ok(json!({"cmd": "hello"}));
+    assert!(wait_exit(sb.supd_pid(), Duration::from_millis(1100)).is_none());
+    assert_idle(&sb, sb.supd_pid(), "a leader stopped");
+    assert_eq!(sb.status("frozen")["pid"], json!(p));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("CONT");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("KILL");
+    wait_all(&sb, "frozen restarted", |s| {
+        running(&s["frozen"]) && pid_of(&s["frozen"]) != Some(p)
+    });
+    assert!(sup::proc::stat(p).is_none(), "{p} left unreaped");
+    assert_no_panic(&sb);
+}
