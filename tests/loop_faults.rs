@@ -1056,7 +1056,7 @@ fn a_shutdown_during_a_burst_of_starts_does_not_spin() {
     let mut cfg = String::new();
     for i in 0..400 {
         cfg.push_str(&format!(
-            "[service.t{i:03}]\ncommand = [\"/bin/sh\", \"-c\", \"trap '' TERM; exec /bin/sleep 3600\"]\nstop_timeout = \"4s\"\nlog = \"null\"\n\n"
+            "[service.t{i:03}]\ncommand = [\"/bin/sh\", \"-c\", \"trap '' TERM; exec /bin/sleep 3600\"]\nstop_timeout = \"15s\"\nlog = \"null\"\n\n"
         ));
     }
     sb.config(&cfg);
@@ -1069,11 +1069,18 @@ fn a_shutdown_during_a_burst_of_starts_does_not_spin() {
     .expect("TERM");
     // Every service that was started is being stopped (TERM ignored: they wait for
     // their stop_timeout), none starts any more.
-    wait_all(&sb, "all stopping or stopped", |s| {
+    let s = wait_all(&sb, "all stopping or stopped", |s| {
         s.values()
             .all(|x| x["state"] == "stopping" || x["state"] == "stopped")
     });
     assert_idle(&sb, supd, "shutting down, waiting for stop_timeout");
+    // No need to wait for the stop_timeout: ended by pid.
+    for p in s.values().filter_map(pid_of) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
     let status = sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(status.code(), Some(0), "{}", tail(&sb.supd_log()));
 }
