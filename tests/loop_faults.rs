@@ -1113,3 +1113,48 @@ fn a_stopped_leader_leaves_supd_asleep_and_is_reaped_once_killed() {
     assert!(sup::proc::stat(p).is_none(), "{p} left unreaped");
     assert_no_panic(&sb);
 }
+
+/// `restart` of a service and the two that come after it, one of which takes a while to
+/// stop: the quick one must not start again before the service they come after has
+/// restarted, or that service, held until both are down at once, would never restart
+/// (and the restart would never answer).
+#[test]
+fn a_restart_of_a_diamond_with_a_slow_stopper_restarts_the_root() {
+    let mut sb = Sandbox::new();
+    let slow = sb.script(
+        "slow.sh",
+        "trap '/bin/sleep 0.5; exit 0' TERM\nwhile :; do /bin/sleep 1 & wait $!; done",
+    );
+    sb.config(&format!(
+        r#"
+[service.root]
+command = ["/bin/sleep", "3600"]
+
+[service.quick]
+command = ["/bin/sleep", "3600"]
+after = ["root"]
+
+[service.slow]
+command = ["{slow}"]
+after = ["root"]
+"#
+    ));
+    sb.start();
+    let before = wait_all(&sb, "all up", |s| s.values().all(running));
+    let out = sb.supctl(&["restart", "root", "quick", "slow"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{out:?}\n{}",
+        tail(&sb.supd_log())
+    );
+    let after = wait_all(&sb, "all up again", |s| s.values().all(running));
+    for n in ["root", "quick", "slow"] {
+        assert_ne!(
+            pid_of(&after[n]),
+            pid_of(&before[n]),
+            "{n} was not restarted"
+        );
+    }
+    assert_no_panic(&sb);
+}
