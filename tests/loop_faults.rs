@@ -1158,3 +1158,38 @@ after = ["root"]
     }
     assert_no_panic(&sb);
 }
+
+/// 300 services killed at once: more leaders' pidfds ready than one look at the epoll
+/// set takes (256), and more starts than one pass makes (64). All restart; supd then
+/// sleeps.
+#[test]
+fn three_hundred_killed_at_once_all_restart() {
+    let mut sb = Sandbox::new();
+    let mut cfg = String::new();
+    for i in 0..300 {
+        cfg.push_str(&format!(
+            "[service.k{i:03}]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\nlog = \"null\"\n\n"
+        ));
+    }
+    sb.config(&cfg);
+    sb.start();
+    let before = wait_all(&sb, "all 300 up", |s| {
+        s.len() == 300 && s.values().all(running)
+    });
+    let pids: Vec<i32> = before.values().filter_map(pid_of).collect();
+    for p in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    wait_all(&sb, "all 300 restarted", |s| {
+        s.values()
+            .all(|x| running(x) && pid_of(x).is_some_and(|p| !pids.contains(&p)))
+    });
+    for p in &pids {
+        assert!(sup::proc::stat(*p).is_none(), "{p} left unreaped");
+    }
+    assert_idle(&sb, sb.supd_pid(), "after 300 restarts");
+    assert_no_panic(&sb);
+}
