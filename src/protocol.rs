@@ -328,6 +328,25 @@ pub fn encode_ok(id: &Value, data: Value) -> Vec<u8> {
     line(json!({"id": id, "ok": true, "data": data}))
 }
 
+/// Encodes a success answer written straight from `data` (no `Value` tree: `status` of
+/// 10,000 services made one of 10,000 objects), newline included. Its keys come in the
+/// order `encode_ok`'s do (sorted): `data`'s own must be declared in that order.
+pub fn encode_ok_with<T: Serialize + ?Sized>(id: &Value, data: &T) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Ok<'a, T: ?Sized> {
+        data: &'a T,
+        id: &'a Value,
+        ok: bool,
+    }
+    let mut out = Vec::with_capacity(256);
+    if serde_json::to_writer(&mut out, &Ok { data, id, ok: true }).is_err() {
+        out.clear();
+        out.extend_from_slice(b"{}");
+    }
+    out.push(b'\n');
+    out
+}
+
 /// Encodes an error answer, newline included.
 pub fn encode_err(id: &Value, e: &Error) -> Vec<u8> {
     line(json!({"id": id, "ok": false, "error": {"kind": e.kind.as_str(), "message": e.message}}))
@@ -348,33 +367,11 @@ pub enum LastExit {
     Signal(String),
 }
 
-/// One service in `status` data.
+/// One service in `status` data. Its fields are in the order of their names: `status`
+/// writes its answer straight from these structs, and the keys come out sorted as they
+/// always did from a `serde_json::Value` (whose objects sort their keys), byte for byte.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServiceStatus {
-    pub name: String,
-    pub state: String,
-    pub pid: Option<i32>,
-    pub version: Option<String>,
-    pub restarts: u32,
-    pub uptime_ms: Option<u64>,
-    pub last_exit: Option<LastExit>,
-    pub reason: Option<String>,
-    /// "up" or "down": what the operator asked for.
-    #[serde(default)]
-    pub want: String,
-    /// The last `STATUS=` a notify service sent.
-    #[serde(default)]
-    pub status: Option<String>,
-    /// Output lines lost to a full log or a failing disk.
-    #[serde(default)]
-    pub log_dropped: u64,
-    /// Time left until the service's next timer (restart, kill, ready timeout, cooldown).
-    #[serde(default)]
-    pub next_ms: Option<u64>,
-    /// Up, as `supctl status` counts it: running, or exited for a one-shot whose ready
-    /// is "exited".
-    #[serde(default)]
-    pub up: bool,
     /// "healthy", "unhealthy" or "unknown" for a service with a `health` check or a
     /// `watchdog`; `None` for one with neither.
     #[serde(default)]
@@ -385,12 +382,36 @@ pub struct ServiceStatus {
     /// Its last failure of a check or the watchdog: why, and when.
     #[serde(default)]
     pub health_last_failure: Option<HealthFailure>,
+    pub last_exit: Option<LastExit>,
+    /// Output lines lost to a full log or a failing disk.
+    #[serde(default)]
+    pub log_dropped: u64,
+    pub name: String,
+    /// Time left until the service's next timer (restart, kill, ready timeout, cooldown).
+    #[serde(default)]
+    pub next_ms: Option<u64>,
+    pub pid: Option<i32>,
+    pub reason: Option<String>,
+    pub restarts: u32,
+    pub state: String,
+    /// The last `STATUS=` a notify service sent.
+    #[serde(default)]
+    pub status: Option<String>,
     /// When it last became unhealthy (Unix milliseconds).
     #[serde(default)]
     pub unhealthy_since_ms: Option<u64>,
+    /// Up, as `supctl status` counts it: running, or exited for a one-shot whose ready
+    /// is "exited".
+    #[serde(default)]
+    pub up: bool,
+    pub uptime_ms: Option<u64>,
+    pub version: Option<String>,
+    /// "up" or "down": what the operator asked for.
+    #[serde(default)]
+    pub want: String,
 }
 
-/// A failed health check or watchdog, in `status`.
+/// A failed health check or watchdog, in `status` (fields in the order of their names).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthFailure {
     pub reason: String,
@@ -409,6 +430,57 @@ pub fn object(pairs: Vec<(&str, Value)>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_written_straight_is_byte_for_byte_what_a_value_gave() {
+        let st = ServiceStatus {
+            health: Some("unhealthy".into()),
+            health_failures: Some(3),
+            health_last_failure: Some(HealthFailure {
+                reason: "connect: refused \"x\"".into(),
+                time_ms: 17,
+            }),
+            last_exit: Some(LastExit::Signal("KILL".into())),
+            log_dropped: 4,
+            name: "web@1".into(),
+            next_ms: Some(250),
+            pid: Some(42),
+            reason: Some("why".into()),
+            restarts: 5,
+            state: "running".into(),
+            status: Some("serving".into()),
+            unhealthy_since_ms: Some(9),
+            up: true,
+            uptime_ms: Some(1000),
+            version: Some("1.2.3".into()),
+            want: "up".into(),
+        };
+        let plain = ServiceStatus {
+            health: None,
+            health_failures: None,
+            health_last_failure: None,
+            last_exit: Some(LastExit::Code(1)),
+            pid: None,
+            ..st.clone()
+        };
+        let id = json!({"n": 1});
+        for data in [vec![st.clone()], vec![st, plain], vec![]] {
+            let answer = json!({"services": data});
+            assert_eq!(
+                String::from_utf8_lossy(&encode_ok_with(&id, &answer)),
+                String::from_utf8_lossy(&encode_ok(&id, answer.clone())),
+            );
+            #[derive(Serialize)]
+            struct Typed {
+                services: Vec<ServiceStatus>,
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&encode_ok_with(&id, &Typed { services: data })),
+                String::from_utf8_lossy(&encode_ok(&id, answer)),
+                "the typed answer's keys come in the order a Value's did"
+            );
+        }
+    }
 
     #[test]
     fn decode_table() {

@@ -5,7 +5,8 @@
 //! cut, fsync of the file and of the directory. The pid records are not fsynced on
 //! purpose: after a power cut no process survives, so there is nothing to find; they are
 //! one fixed-size record per service, rewritten in place by a single `pwrite`, because
-//! they change on every restart and a temp file and rename would double its cost.
+//! they change on every restart and a temp file and rename would double its cost. They
+//! are opened for each write and closed: supd holds no fd per service.
 
 use serde::Deserialize;
 use std::collections::BTreeSet;
@@ -34,10 +35,16 @@ const DOWN: &str = "down.json";
 /// leaves either the old record or the new one, never half of each.
 const RECORD_LEN: usize = 48;
 
-/// One service's pid record file, kept open.
+/// One service's pid record file. It is not kept open: supd would hold an fd per
+/// service, and every child it forks would close them all one by one before its exec
+/// (10,000 services made each spawn cost milliseconds). Each write opens the path,
+/// rewrites the record with one `pwrite` and closes it; the identity (device and inode)
+/// of the file last written is remembered, so that a file, or a state directory,
+/// removed or replaced since is noticed (`is_current`) as it was with the file open.
 pub struct PidFile {
-    file: File,
     path: std::path::PathBuf,
+    /// Device and inode of the file as last opened.
+    id: std::cell::Cell<(u64, u64)>,
 }
 
 impl PidFile {
@@ -52,31 +59,43 @@ impl PidFile {
     }
 
     fn open_in(state_dir: &Path, sub: &str, service: &str) -> io::Result<PidFile> {
-        use std::os::unix::fs::OpenOptionsExt;
         let dir = state_dir.join(sub);
         create_dirs(&dir, PRIVATE_DIR)?;
-        let path = dir.join(service);
+        let f = PidFile {
+            path: dir.join(service),
+            id: std::cell::Cell::new((0, 0)),
+        };
+        f.file(true)?;
+        Ok(f)
+    }
+
+    /// Opens (creating it if `create`) the file at its path, close-on-exec, and
+    /// remembers which file it is.
+    fn file(&self, create: bool) -> io::Result<File> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let file = fs::OpenOptions::new()
-            .read(true)
             .write(true)
-            .create(true)
+            .create(create)
             .truncate(false)
             .mode(PRIVATE_FILE)
-            .open(&path)?;
-        Ok(PidFile { file, path })
+            .open(&self.path)?;
+        let meta = file.metadata()?;
+        self.id.set((meta.dev(), meta.ino()));
+        Ok(file)
     }
 
-    /// Whether the open file is still the one at its path: false once the file, or the
-    /// state directory, was removed or replaced (writes would go where nobody looks).
+    /// Whether the file last written is still the one at its path: false once the
+    /// file, or the state directory, was removed or replaced (the record would be
+    /// missing, or another's, where a later supd looks).
     pub fn is_current(&self) -> bool {
         use std::os::unix::fs::MetadataExt;
-        match (fs::metadata(&self.path), self.file.metadata()) {
-            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-            _ => false,
-        }
+        fs::metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.id.get())
     }
 
-    /// Records the process now running (or none).
+    /// Records the process now running (or none): one `pwrite` of the whole record at
+    /// offset 0, in the file at its path. A record is made again if its file was
+    /// removed (not its directory: `is_current` tells the caller to open it anew); none
+    /// is cleared by doing nothing where there is no file.
     pub fn set(&self, pid: Option<(i32, u64)>) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
         let text = match pid {
@@ -87,7 +106,11 @@ impl PidFile {
         rec[..text.len().min(RECORD_LEN - 1)]
             .copy_from_slice(&text.as_bytes()[..text.len().min(RECORD_LEN - 1)]);
         rec[RECORD_LEN - 1] = b'\n';
-        self.file.write_all_at(&rec, 0)
+        match self.file(pid.is_some()) {
+            Ok(f) => f.write_all_at(&rec, 0),
+            Err(e) if pid.is_none() && e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -275,6 +298,22 @@ mod tests {
         assert_eq!(read_pids(&dir).len(), 1, "a corrupt record is skipped");
         clear_pids(&dir);
         assert!(read_pids(&dir).is_empty());
+        // A removed record is noticed, made again where it is looked for, and clearing
+        // one whose directory is gone is no error.
+        let b = PidFile::open(&dir, "b").expect("open");
+        assert!(b.is_current());
+        fs::remove_file(dir.join("pids/b")).expect("rm");
+        assert!(!b.is_current(), "a removed record is noticed");
+        b.set(Some((5, 6))).expect("set");
+        assert!(b.is_current());
+        fs::rename(dir.join("pids/a"), dir.join("pids/b")).expect("replace");
+        assert!(!b.is_current(), "a replaced record is noticed");
+        fs::remove_dir_all(dir.join("pids")).expect("rm");
+        b.set(None).expect("nothing to clear");
+        assert!(
+            b.set(Some((5, 6))).is_err(),
+            "its directory is not made behind its back"
+        );
         let down: BTreeSet<String> = ["x".to_string()].into();
         write_down(&dir, &down).expect("write");
         assert_eq!(read_down(&dir), down);

@@ -48,9 +48,10 @@ pub struct Slot {
     pub status_text: Option<String>,
     /// The `NOTIFY_SOCKET` of a notify service, made at its first start.
     pub notify: Option<NotifySocket>,
-    /// Where the current process is recorded, opened at the first start.
+    /// Where the current process is recorded, made at the first start (a path: the
+    /// file is opened for each write, never held open).
     pid_file: Option<PidFile>,
-    /// Where its health check command under way is recorded, opened at its first run.
+    /// Where its health check command under way is recorded, made at its first run.
     pub check_file: Option<PidFile>,
     /// The current (or finishing) run: from its spawn until its last process is gone.
     pub instance: Option<Instance>,
@@ -1014,12 +1015,14 @@ impl Supervisor {
         }
     }
 
-    /// Starts what may start, each service at most once and at most `SPAWNS_PER_PASS`
-    /// in all: a start that fails at once, or a burst of thousands, never keeps the loop
-    /// from going round (signals, clients, exits); what is left starts on the next pass,
-    /// which then comes at once (`more_to_start`).
+    /// Starts what may start, each service at most once, for at most `PASS_TIME` of the
+    /// monotonic clock (at least one) and `SPAWNS_PER_PASS` in all: a start that fails
+    /// at once, or a burst of thousands, never keeps the loop from going round (signals,
+    /// clients, exits); what is left starts on the next pass, which then comes at once
+    /// (`more_to_start`).
     fn start_some(&mut self, now: Mono) {
         let mut spawned: BTreeSet<String> = BTreeSet::new();
+        let began = Mono::now();
         self.more_to_start = false;
         if self.cleanup.is_some() {
             self.recheck_pending = true;
@@ -1049,7 +1052,7 @@ impl Supervisor {
             }
             look.clear();
             for name in batch {
-                if spawned.len() >= SPAWNS_PER_PASS {
+                if pass_is_over(spawned.len(), || Mono::now().since(began)) {
                     self.more_to_start = true;
                     self.recheck_pending = true;
                     return;
@@ -1576,6 +1579,15 @@ fn read_exec_report(slot: &mut Slot) -> bool {
 
 /// How many services one pass of the loop starts at most.
 const SPAWNS_PER_PASS: usize = 64;
+/// How long one pass of the loop goes on starting services: a spawn costs a fork of
+/// supd (milliseconds when it is big), and a client or a signal waits behind the pass.
+const PASS_TIME: Duration = Duration::from_millis(4);
+
+/// Whether a pass that started `spawned` services in `elapsed` (read only when needed)
+/// must leave the rest to the next: at least one starts in each.
+fn pass_is_over(spawned: usize, elapsed: impl FnOnce() -> Duration) -> bool {
+    spawned >= SPAWNS_PER_PASS || (spawned > 0 && elapsed() >= PASS_TIME)
+}
 
 /// How long a scan of all children may be owed after a SIGCHLD that told of a watched
 /// leader (`on_sigchld`).
@@ -1586,7 +1598,7 @@ const SCAN_OWED: Duration = Duration::from_secs(1);
 const DRAIN_FIRST: Duration = Duration::from_millis(10);
 const DRAIN_MAX: Duration = Duration::from_secs(1);
 
-/// The open record of a service's process, opened (or opened again) as needed: a record
+/// The record of a service's process, made (or made again) as needed: a record
 /// whose file was removed or replaced (the state directory was deleted, or moved away and
 /// made anew) would be written where no later supd looks, so it is noticed, said, and
 /// the record made again in the state directory as it is now.
@@ -1640,4 +1652,20 @@ pub fn unix_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_starts_at_least_one_and_stops_at_its_time_or_count() {
+        let long = || Duration::from_secs(1);
+        let short = || Duration::from_micros(100);
+        assert!(!pass_is_over(0, long), "at least one start in each pass");
+        assert!(pass_is_over(1, long), "a slow spawn ends the pass");
+        assert!(pass_is_over(2, || PASS_TIME));
+        assert!(!pass_is_over(SPAWNS_PER_PASS - 1, short));
+        assert!(pass_is_over(SPAWNS_PER_PASS, short));
+    }
 }

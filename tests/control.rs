@@ -353,3 +353,64 @@ fn a_full_disk_costs_lines_not_supervision() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[test]
+fn status_answers_keep_their_keys_sorted_byte_for_byte() {
+    // `status` is written straight from typed values; it must stay what a JSON tree
+    // (whose objects sort their keys) gave: re-encoding the parsed answer changes no byte.
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n\
+         health = { command = [\"/bin/false\"], interval = \"100ms\", timeout = \"1s\", failures = 1 }\n\
+         [service.b]\ncommand = [\"/bin/sh\", \"-c\", \"exit 3\"]\nrestart = \"never\"\n",
+    );
+    sb.start();
+    let mut w = sb.watch();
+    w.until(&sb, |e| e["event"] == "health" && e["to"] == "unhealthy");
+    sb.wait_state("b", "failed");
+    let mut c = sb.client();
+    for req in [
+        "{\"id\":[1,\"x\"],\"cmd\":\"status\"}\n",
+        "{\"id\":2,\"cmd\":\"status\",\"service\":\"a\"}\n",
+        "{\"id\":3,\"cmd\":\"status\",\"services\":[\"b\",\"a\"]}\n",
+    ] {
+        c.send_raw(req.as_bytes());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut c.reader, &mut line).expect("an answer");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+        assert_eq!(line, format!("{v}\n"), "keys sorted, nothing added");
+        assert_eq!(v["ok"], true, "{v}");
+        let services = v["data"]["services"].as_array().expect("a list");
+        let keys: Vec<&str> = services[0]
+            .as_object()
+            .expect("an object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "health",
+                "health_failures",
+                "health_last_failure",
+                "last_exit",
+                "log_dropped",
+                "name",
+                "next_ms",
+                "pid",
+                "reason",
+                "restarts",
+                "state",
+                "status",
+                "unhealthy_since_ms",
+                "up",
+                "uptime_ms",
+                "version",
+                "want"
+            ]
+        );
+        for key in ["cleanup", "config_errors", "down_error", "supd", "tools"] {
+            assert!(v["data"].get(key).is_some(), "{key} in {v}");
+        }
+    }
+}

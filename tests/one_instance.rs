@@ -549,3 +549,33 @@ fn an_immutable_state_dir_refuses_the_start_instead_of_running_unrecorded() {
     let running = w.state(&sb, "one", "running");
     assert_eq!(lines(&sb, "starts"), vec![pid_of(&running).to_string()]);
 }
+
+#[test]
+fn pid_records_hold_no_fd_per_service() {
+    // Kept open, each record cost supd an fd, and every child it forked closed them
+    // all one by one before its exec.
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[service.idle]\ncommand = [\"/bin/sleep\", \"3600\"]\ninstances = 200\nlog = \"null\"\n",
+    );
+    sb.start();
+    // Answered once every instance is up.
+    let up = sb.ok(serde_json::json!({"cmd": "start", "service": "idle"}));
+    let list = up["services"].as_array().expect("a list");
+    assert_eq!(list.len(), 200);
+    assert!(list.iter().all(|s| s["state"] == "running"), "{up}");
+    assert_eq!(sb.recorded_groups().len(), 200, "every run is recorded");
+    let fds = |pid: i32| {
+        fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("its fds")
+            .count()
+    };
+    let held = fds(sb.supd_pid());
+    assert!(held < 100, "supd holds {held} fds for 200 idle services");
+    let child = pid_of(&list[0]);
+    assert!(
+        fds(child) <= 3,
+        "a service's child inherits {} fds",
+        fds(child)
+    );
+}
