@@ -570,8 +570,10 @@ fn pid_records_hold_no_fd_per_service() {
             .expect("its fds")
             .count()
     };
+    // One pidfd per running leader (its exit wakes supd through it) and about 30 of
+    // supd's own: records kept open would add 200 more.
     let held = fds(sb.supd_pid());
-    assert!(held < 100, "supd holds {held} fds for 200 idle services");
+    assert!(held < 300, "supd holds {held} fds for 200 idle services");
     let child = pid_of(&list[0]);
     assert!(
         fds(child) <= 3,
