@@ -474,7 +474,15 @@ impl Supervisor {
     /// service waits (`Supervisor::queued`) until those of `names` that come after it
     /// are down. `after` orders; it links nothing: a service not named is left alone.
     fn dependents_first(&mut self, names: &[String], ev: Event, now: Mono) {
+        let released: Vec<String> = (self.queued.iter())
+            .filter(|q| names.contains(&q.name))
+            .flat_map(|q| q.until_down.iter().cloned())
+            .collect();
         self.queued.retain(|q| !names.contains(&q.name));
+        // What the dropped ones held down (`Supervisor::startable`) is looked at again.
+        for d in &released {
+            let _ = self.slots.get_mut(d);
+        }
         for n in names {
             let until_down: Vec<String> = names
                 .iter()

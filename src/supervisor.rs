@@ -1008,6 +1008,10 @@ impl Supervisor {
                 .all(|d| self.slots.get(d).is_none_or(Slot::is_down))
         }) {
             let q = self.queued.remove(i);
+            // Those it held down (`startable`) are looked at again by this pass.
+            for d in &q.until_down {
+                let _ = self.slots.get_mut(d);
+            }
             if self.slots.get(&q.name).is_some_and(|s| !s.removed) {
                 self.apply(&q.name, q.event, now);
             }
@@ -1114,10 +1118,15 @@ impl Supervisor {
                 .as_ref()
                 .is_none_or(|l| self.holds(l, now))
         };
+        // Down for a held stop or restart of a service it comes after (`queued`): it
+        // starts again once that one has restarted, not before, or the held one, which
+        // waits for all its dependents named with it to be down at once, might never.
+        let held = |n: &str| (self.queued.iter()).any(|q| q.until_down.iter().any(|d| d == n));
         (among.iter())
             .filter_map(|n| Some((n, self.slots.get(n)?)))
             .filter(|(n, s)| {
                 !except.contains(*n)
+                    && !held(n)
                     && s.svc.pending()
                     && !s.removed
                     && s.instance.is_none()

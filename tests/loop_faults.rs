@@ -1056,7 +1056,7 @@ fn a_shutdown_during_a_burst_of_starts_does_not_spin() {
     let mut cfg = String::new();
     for i in 0..400 {
         cfg.push_str(&format!(
-            "[service.t{i:03}]\ncommand = [\"/bin/sh\", \"-c\", \"trap '' TERM; exec /bin/sleep 3600\"]\nstop_timeout = \"4s\"\nlog = \"null\"\n\n"
+            "[service.t{i:03}]\ncommand = [\"/bin/sh\", \"-c\", \"trap '' TERM; exec /bin/sleep 3600\"]\nstop_timeout = \"15s\"\nlog = \"null\"\n\n"
         ));
     }
     sb.config(&cfg);
@@ -1069,11 +1069,127 @@ fn a_shutdown_during_a_burst_of_starts_does_not_spin() {
     .expect("TERM");
     // Every service that was started is being stopped (TERM ignored: they wait for
     // their stop_timeout), none starts any more.
-    wait_all(&sb, "all stopping or stopped", |s| {
+    let s = wait_all(&sb, "all stopping or stopped", |s| {
         s.values()
             .all(|x| x["state"] == "stopping" || x["state"] == "stopped")
     });
     assert_idle(&sb, supd, "shutting down, waiting for stop_timeout");
+    // No need to wait for the stop_timeout: ended by pid.
+    for p in s.values().filter_map(pid_of) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
     let status = sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(status.code(), Some(0), "{}", tail(&sb.supd_log()));
+}
+
+/// A leader stopped by SIGSTOP (its SIGCHLD tells of a watched leader that has not
+/// exited) leaves supd asleep once the owed scan is done; continued and killed, it is
+/// reaped and restarted.
+#[test]
+fn a_stopped_leader_leaves_supd_asleep_and_is_reaped_once_killed() {
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[service.frozen]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\n\n\
+         [service.other]\ncommand = [\"/bin/sleep\", \"3600\"]\n",
+    );
+    sb.start();
+    let p = pid_of(&sb.wait_state("frozen", "running")).expect("pid");
+    sb.wait_state("other", "running");
+    let pid = nix::unistd::Pid::from_raw(p);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("STOP");
+    // The owed scan comes within a second; then nothing is left to do.
+    sb.ok(json!({"cmd": "hello"}));
+    assert!(wait_exit(sb.supd_pid(), Duration::from_millis(1100)).is_none());
+    assert_idle(&sb, sb.supd_pid(), "a leader stopped");
+    assert_eq!(sb.status("frozen")["pid"], json!(p));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("CONT");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("KILL");
+    wait_all(&sb, "frozen restarted", |s| {
+        running(&s["frozen"]) && pid_of(&s["frozen"]) != Some(p)
+    });
+    assert!(sup::proc::stat(p).is_none(), "{p} left unreaped");
+    assert_no_panic(&sb);
+}
+
+/// `restart` of a service and the two that come after it, one of which takes a while to
+/// stop: the quick one must not start again before the service they come after has
+/// restarted, or that service, held until both are down at once, would never restart
+/// (and the restart would never answer).
+#[test]
+fn a_restart_of_a_diamond_with_a_slow_stopper_restarts_the_root() {
+    let mut sb = Sandbox::new();
+    let slow = sb.script(
+        "slow.sh",
+        "trap '/bin/sleep 0.5; exit 0' TERM\nwhile :; do /bin/sleep 1 & wait $!; done",
+    );
+    sb.config(&format!(
+        r#"
+[service.root]
+command = ["/bin/sleep", "3600"]
+
+[service.quick]
+command = ["/bin/sleep", "3600"]
+after = ["root"]
+
+[service.slow]
+command = ["{slow}"]
+after = ["root"]
+"#
+    ));
+    sb.start();
+    let before = wait_all(&sb, "all up", |s| s.values().all(running));
+    let out = sb.supctl(&["restart", "root", "quick", "slow"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{out:?}\n{}",
+        tail(&sb.supd_log())
+    );
+    let after = wait_all(&sb, "all up again", |s| s.values().all(running));
+    for n in ["root", "quick", "slow"] {
+        assert_ne!(
+            pid_of(&after[n]),
+            pid_of(&before[n]),
+            "{n} was not restarted"
+        );
+    }
+    assert_no_panic(&sb);
+}
+
+/// 300 services killed at once: more leaders' pidfds ready than one look at the epoll
+/// set takes (256), and more starts than one pass makes (64). All restart; supd then
+/// sleeps.
+#[test]
+fn three_hundred_killed_at_once_all_restart() {
+    let mut sb = Sandbox::new();
+    let mut cfg = String::new();
+    for i in 0..300 {
+        cfg.push_str(&format!(
+            "[service.k{i:03}]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\nlog = \"null\"\n\n"
+        ));
+    }
+    sb.config(&cfg);
+    sb.start();
+    let before = wait_all(&sb, "all 300 up", |s| {
+        s.len() == 300 && s.values().all(running)
+    });
+    let pids: Vec<i32> = before.values().filter_map(pid_of).collect();
+    for p in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    wait_all(&sb, "all 300 restarted", |s| {
+        s.values()
+            .all(|x| running(x) && pid_of(x).is_some_and(|p| !pids.contains(&p)))
+    });
+    for p in &pids {
+        assert!(sup::proc::stat(*p).is_none(), "{p} left unreaped");
+    }
+    assert_idle(&sb, sb.supd_pid(), "after 300 restarts");
+    assert_no_panic(&sb);
 }
