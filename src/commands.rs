@@ -532,9 +532,7 @@ impl Supervisor {
             return None;
         }
         let why = || {
-            s.svc
-                .reason
-                .clone()
+            self.reason_of(s, now)
                 .unwrap_or_else(|| s.svc.state.as_str().into())
         };
         match s.svc.state {
@@ -715,10 +713,7 @@ impl Supervisor {
                         Some(Err(why)) => failed.push(format!("{n} did not start: {why}")),
                         None if *by <= now => {
                             let s = &self.slots[n];
-                            let why = s
-                                .svc
-                                .reason
-                                .as_deref()
+                            let why = (self.reason_of(s, now))
                                 .map(|r| format!(": {r}"))
                                 .unwrap_or_default();
                             failed.push(format!(

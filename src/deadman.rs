@@ -105,11 +105,13 @@ impl crate::supervisor::Supervisor {
     /// goes on (someone killed it) is replaced; one that cannot be is not left
     /// unguarded: the run is killed, and starts again with a guard if it still may.
     pub(crate) fn guard_died(&mut self, pid: i32) -> bool {
-        let Some((name, slot)) = self
-            .slots
-            .iter_mut()
+        let Some(name) = (self.slots.iter())
             .find(|(_, s)| s.instance.as_ref().is_some_and(|i| i.guard == Some(pid)))
+            .map(|(n, _)| n.clone())
         else {
+            return false;
+        };
+        let Some(slot) = self.slots.get_mut(&name) else {
             return false;
         };
         let Some(run) = slot.instance.as_mut() else {

@@ -23,10 +23,8 @@ enum Token {
     /// The helper reading the config for a reload.
     Reload,
     Client(u64),
-    /// Index of the service in name order, and which of its fds.
-    Service(usize, ServiceFd),
-    /// The socket of a health check under way, by index of its service in name order.
-    Health(usize),
+    /// The epoll set of the services' fds.
+    Services,
 }
 
 /// Runs until the supervisor sets its exit status; returns it.
@@ -44,6 +42,7 @@ pub fn run(sup: &mut Supervisor) -> i32 {
         if let Some(code) = sup.exit {
             return code;
         }
+        sup.sync_touched();
         let deadline = sup
             .next_deadline()
             .into_iter()
@@ -122,14 +121,8 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::Client(id));
         fds.push(PollFd::new(fd, flags));
     }
-    for (index, kind, fd) in sup.service_fds() {
-        tokens.push(Token::Service(index, kind));
-        fds.push(PollFd::new(fd, input));
-    }
-    for (index, fd, flags) in sup.health_fds() {
-        tokens.push(Token::Health(index));
-        fds.push(PollFd::new(fd, flags));
-    }
+    tokens.push(Token::Services);
+    fds.push(PollFd::new(sup.fdset.fd(), input));
     match poll(&mut fds, timeout) {
         Ok(_) => {}
         Err(nix::errno::Errno::EINTR) => return Ok(Vec::new()),
@@ -145,8 +138,8 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
 fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
     match token {
         Token::Signals => {
-            for sig in sup.signals.drain() {
-                on_signal(sup, sig, now);
+            for (sig, from) in sup.signals.drain() {
+                on_signal(sup, sig, from, now);
             }
         }
         Token::Listener => sup.server.accept(),
@@ -166,30 +159,36 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
                 sup.serve(id, now);
             }
         }
-        Token::Health(index) => {
-            if let Some(name) = sup.slots.keys().nth(index).cloned() {
-                sup.on_health_fd(&name, now);
-            }
-        }
-        Token::Service(index, kind) => {
-            let Some(name) = sup.slots.keys().nth(index).cloned() else {
-                return;
-            };
-            match kind {
-                ServiceFd::Output => sup.on_output(&name, false),
-                ServiceFd::OutputErr => sup.on_output(&name, true),
-                ServiceFd::Ready => sup.on_ready_pipe(&name, now),
-                ServiceFd::Notify => sup.on_notify(&name, now),
-                ServiceFd::Exec => sup.on_exec_report(&name, now),
+        Token::Services => {
+            for (id, kind, _) in sup.fdset.ready() {
+                let Some(name) = sup.slots.name_of(id).map(str::to_string) else {
+                    continue;
+                };
+                on_service_fd(sup, &name, kind, now);
             }
         }
     }
 }
 
-fn on_signal(sup: &mut Supervisor, sig: Signal, now: Mono) {
+/// One of a service's fds is ready. The handlers go by the slot's fds of now: one
+/// reported for a file the slot no longer has finds nothing to do.
+fn on_service_fd(sup: &mut Supervisor, name: &str, kind: ServiceFd, now: Mono) {
+    match kind {
+        ServiceFd::Output => sup.on_output(name, false),
+        ServiceFd::OutputErr => sup.on_output(name, true),
+        ServiceFd::Ready => sup.on_ready_pipe(name, now),
+        ServiceFd::Notify => sup.on_notify(name, now),
+        ServiceFd::Exec => sup.on_exec_report(name, now),
+        ServiceFd::Health => sup.on_health_fd(name, now),
+        ServiceFd::Leader => sup.on_leader_exit(name, now),
+    }
+}
+
+/// A signal, and the pid it came from.
+fn on_signal(sup: &mut Supervisor, sig: Signal, from: Option<i32>, now: Mono) {
     use crate::pid1::Final;
     match sig {
-        Signal::SIGCHLD => sup.reap(now),
+        Signal::SIGCHLD => sup.on_sigchld(from, now),
         // System mode answers the signals busybox init does (INT: ctrl-alt-del).
         Signal::SIGUSR2 if sup.system => sup.begin_final(Final::Poweroff, now),
         Signal::SIGTERM | Signal::SIGINT if sup.system => sup.begin_final(Final::Reboot, now),

@@ -3,7 +3,8 @@
 //! The old image writes its whole state (every service's machine with its pid, restart
 //! history and deadlines, the grants, the kept output lines) to `state_dir/handoff.json`,
 //! keeps open across `exec` the fds the new image needs (the listening socket, every
-//! output and readiness pipe and notify socket, the state lock), and execs the new program
+//! output and readiness pipe and notify socket, the report pipes of execs not read yet,
+//! the state lock), and execs the new program
 //! with `--handoff PATH`. Deadlines are `CLOCK_MONOTONIC` instants, the same clock in the
 //! new image, so timers resume at their original deadlines; the processes stay children
 //! of the same pid, so reaping goes on. The new program proved first (`--check
@@ -103,6 +104,11 @@ pub struct ServiceState {
     /// The uid and groups its last child took as its user (older images: none).
     #[serde(default)]
     pub ran_as: Option<(Option<String>, crate::access::Who)>,
+    /// The report pipe of its child's exec, not read to its end yet (a start just
+    /// before the exec), with the program and cwd: the new image reads it. (An older
+    /// image ignores it: its service waits for `ready_timeout`, as it did before.)
+    #[serde(default)]
+    pub exec: Option<(RawFd, String, String)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -152,7 +158,7 @@ impl Supervisor {
             l.as_fd().as_raw_fd()
         });
         let mut services = Vec::new();
-        for (name, slot) in &self.slots {
+        for (name, slot) in self.slots.iter() {
             let output = slot.output.as_ref().map(|o| {
                 let (r, w) = o.fds();
                 fds.push(r.as_fd());
@@ -181,6 +187,11 @@ impl Supervisor {
                 fds.push(n.fd());
                 (n.fd().as_raw_fd(), n.path.clone())
             });
+            let exec = slot.exec.as_ref().map(|e| {
+                fds.push(e.report.as_fd());
+                let (program, cwd) = e.names();
+                (e.report.as_raw_fd(), program, cwd)
+            });
             services.push(ServiceState {
                 name: name.clone(),
                 svc: slot.svc.clone(),
@@ -192,6 +203,7 @@ impl Supervisor {
                 ready_fd,
                 instance: slot.instance.clone(),
                 notify,
+                exec,
             });
         }
         let grants = self
@@ -371,12 +383,18 @@ impl Supervisor {
                 }
             }
             slot.ready_pipe = s.ready_fd.and_then(|fd| crate::sys::adopt_fd(fd).ok());
+            slot.exec = s.exec.and_then(|(fd, program, cwd)| {
+                let fd = crate::sys::adopt_fd(fd).ok()?;
+                Some(crate::sys::Exec::adopt(fd, program, cwd))
+            });
             slot.notify = notify;
             slot.version = s.version;
             slot.status_text = s.status_text;
             slot.ran_as = s.ran_as.map(Box::new);
             if let Some(pid) = s.svc.pid {
                 self.pids.insert(pid, s.name.clone());
+                // Still this process's child (exec keeps the pid): watched as at a spawn.
+                slot.leader = crate::sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
             }
             slot.instance = s.instance.or_else(|| {
                 s.svc.pid.map(|pid| crate::instance::Instance {
@@ -406,6 +424,7 @@ impl Supervisor {
         }
         self.unhealthy_at = h.unhealthy_at;
         for g in h.grants {
+            self.recheck_pending = true;
             self.grants.insert(
                 g.lease,
                 Grant {

@@ -260,6 +260,7 @@ impl Supervisor {
             .get(lease)
             .filter(|g| g.until > boot)
             .map(|g| g.term);
+        self.recheck_pending = true;
         self.grants.insert(
             lease.to_string(),
             Grant {

@@ -223,12 +223,17 @@ impl Supervisor {
             }
         }
         for (name, def) in &delta.defs {
-            match self.slots.get_mut(name) {
+            // Looked at first, touched only if it changes: a reload costs the loop what
+            // it changes, not the number of services.
+            match self.slots.get(name).map(|s| s.removed || s.cfg != *def) {
                 None => {
                     self.add_slot(def.clone());
                     added.push(name.clone());
                 }
-                Some(slot) if slot.removed || slot.cfg != *def => {
+                Some(true) => {
+                    let Some(slot) = self.slots.get_mut(name) else {
+                        continue;
+                    };
                     let revived = slot.removed;
                     slot.removed = false;
                     let running = slot.svc.pid.is_some();
@@ -239,6 +244,7 @@ impl Supervisor {
                     if let Some(slot) = self.slots.get_mut(name) {
                         slot.cfg = def.clone();
                     }
+                    self.forget_dependents();
                     if revived && def.autostart && !self.down.contains(name) {
                         self.apply(name, Event::Start, now);
                     } else if !running {
@@ -247,7 +253,7 @@ impl Supervisor {
                     }
                     changed.push(name.clone());
                 }
-                Some(_) => {}
+                Some(false) => {}
             }
         }
         let (socket, state_dir) = (

@@ -42,12 +42,13 @@ impl Signals {
         self.fd.as_fd()
     }
 
-    /// Every signal pending now, in arrival order (a repeated one may be coalesced).
-    pub fn drain(&mut self) -> Vec<Signal> {
+    /// Every signal pending now, in arrival order (a repeated one may be coalesced),
+    /// with the pid that sent it (for SIGCHLD: the child it tells of).
+    pub fn drain(&mut self) -> Vec<(Signal, Option<i32>)> {
         let mut out = Vec::new();
         while let Ok(Some(info)) = self.fd.read_signal() {
             if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
-                out.push(sig);
+                out.push((sig, i32::try_from(info.ssi_pid).ok().filter(|p| *p > 0)));
             }
         }
         out

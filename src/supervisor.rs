@@ -9,6 +9,7 @@
 use crate::cgroup::{self, Cgroups};
 use crate::config::{Config, LogMode, LogStderr, Ready, ServiceConfig};
 use crate::control::Server;
+use crate::fdset::FdSet;
 pub use crate::instance::signal_group;
 use crate::instance::Instance;
 use crate::launch::{self, NotLaunched};
@@ -21,6 +22,7 @@ use crate::protocol::{LastExit, ServiceStatus};
 use crate::records::{self, PidFile};
 use crate::service::{signal_label, Action, Event, Exit, Service, State, Want};
 use crate::signals::Signals;
+use crate::slots::{Slots, Timers};
 use crate::sys::{self, Io, SpawnSpec};
 use crate::time::Mono;
 use crate::tools::{Task, ToolState};
@@ -33,6 +35,8 @@ use std::time::Duration;
 
 /// One configured service and what belongs to it.
 pub struct Slot {
+    /// Its id for as long as it is in [`Slots`], which gives it.
+    pub id: u32,
     pub cfg: ServiceConfig,
     pub svc: Service,
     /// Its output pipes and ring, boxed: a service with `log = "null"` has none.
@@ -52,6 +56,10 @@ pub struct Slot {
     pub check_file: Option<PidFile>,
     /// The current (or finishing) run: from its spawn until its last process is gone.
     pub instance: Option<Instance>,
+    /// A pidfd of the run's leader (and its pid), until it is reaped: readable when it
+    /// exits, so the exit is found without looking at every child. `None` on kernels
+    /// without pidfds.
+    pub leader: Option<(i32, OwnedFd)>,
     /// Its child between release and exec: the report says how the exec went.
     pub exec: Option<sys::Exec>,
     /// Why its last child could not run its program (given when that child is reaped).
@@ -75,20 +83,7 @@ pub struct Slot {
     pub refused: (usize, Option<Mono>),
 }
 
-/// Which of a service's fds is ready.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ServiceFd {
-    /// Its output pipe.
-    Output,
-    /// Its stderr pipe, when stderr is kept apart.
-    OutputErr,
-    /// Its `fd:N` readiness pipe.
-    Ready,
-    /// Its notify socket.
-    Notify,
-    /// The report of its child's exec.
-    Exec,
-}
+pub use crate::fdset::ServiceFd;
 
 /// What a parked client waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,6 +129,9 @@ struct Shutdown {
     deadline: Mono,
     code: i32,
     killed: bool,
+    /// Every service was looked at once: after that, only those touched and what they
+    /// come after can have become stoppable.
+    looked: bool,
 }
 
 /// The whole supervisor.
@@ -144,9 +142,22 @@ pub struct Supervisor {
     pub config_path: PathBuf,
     /// Errors of the config at start or of the last failed reload, for `status`.
     pub config_errors: Vec<String>,
-    /// The services, each slot boxed: a slot is over a kilobyte, and the map's nodes,
-    /// about half full after inserts in order, would hold room for twice as many.
-    pub slots: BTreeMap<String, Box<Slot>>,
+    pub slots: Slots,
+    /// The services' fds, in one epoll set kept in step with the touched slots.
+    pub fdset: FdSet,
+    /// Each service's earliest deadline (its machine's, its checks'), as of the last turn.
+    pub(crate) timers: Timers,
+    /// The services that may be waiting to start (a superset: each is looked at again).
+    pending: BTreeSet<String>,
+    /// Look at every pending service at the next pass, not only at those touched and
+    /// their dependents: something else than a slot changed (a lease was granted, what a
+    /// previous supd left is gone, the last pass stopped at its limit).
+    pub(crate) recheck_pending: bool,
+    /// The services that come `after` each service; `None` once configs changed.
+    dependents: Option<BTreeMap<String, Vec<String>>>,
+    /// A scan of all children is owed by then: a SIGCHLD that told of a leader watched by
+    /// its pidfd may have stood for other exits too.
+    scan_owed: Option<Mono>,
     pub(crate) pids: BTreeMap<i32, String>,
     pub server: Server,
     /// The one socket of a supd from before per-service sockets, handed over by its
@@ -229,13 +240,20 @@ impl Supervisor {
         server: Server,
         legacy_notify: Option<NotifySocket>,
         signals: Signals,
+        fdset: FdSet,
     ) -> Self {
         let down = records::read_down(&cfg.supd.state_dir);
         let mut sup = Supervisor {
             cfg,
             config_path,
             config_errors: Vec::new(),
-            slots: BTreeMap::new(),
+            slots: Slots::default(),
+            fdset,
+            timers: Timers::default(),
+            pending: BTreeSet::new(),
+            recheck_pending: true,
+            dependents: None,
+            scan_owed: None,
             pids: BTreeMap::new(),
             server,
             legacy_notify,
@@ -295,6 +313,7 @@ impl Supervisor {
     /// Adds a service, wanted up when `autostart` and not stopped by an operator (a
     /// leader-only service: once its lease is granted).
     pub fn add_slot(&mut self, cfg: ServiceConfig) {
+        self.dependents = None;
         let up = cfg.autostart && !self.down.contains(&cfg.name) && cfg.leader_only.is_none();
         let want = if up { Want::Up } else { Want::Down };
         let mut svc = Service::new(want);
@@ -302,6 +321,7 @@ impl Supervisor {
             svc.reason = Some(format!("waiting for lease '{l}'"));
         }
         let slot = Slot {
+            id: 0,
             svc,
             cfg,
             output: None,
@@ -312,6 +332,7 @@ impl Supervisor {
             pid_file: None,
             check_file: None,
             instance: None,
+            leader: None,
             exec: None,
             exec_error: None,
             ran_as: None,
@@ -322,7 +343,7 @@ impl Supervisor {
             health_pid: None,
             refused: (0, None),
         };
-        self.slots.insert(slot.cfg.name.clone(), Box::new(slot));
+        self.slots.insert(slot);
     }
 
     /// Feeds one event to a service's machine and carries out its actions.
@@ -585,6 +606,8 @@ impl Supervisor {
                     exit: None,
                     guard: None,
                 }));
+                // Its exit wakes the loop through the pidfd (kernels from 5.3).
+                slot.leader = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
                 self.pids.insert(pid, name.to_string());
                 self.apply(name, Event::Spawned(pid), now);
             }
@@ -602,13 +625,68 @@ impl Supervisor {
         }
     }
 
-    /// Reaps every exited child: services' and adopted orphans'. A service's leader is
-    /// looked at before it is reaped (`WNOWAIT`): its group and cgroup are killed while
-    /// the zombie still holds its pid, so no other process can be signalled by mistake.
+    /// SIGCHLD, which told of `from`. A service's leader watched through its pidfd is
+    /// reaped when that is readable. Anything else (checks, helpers, adopted orphans,
+    /// leaders on kernels without pidfds) is found by a scan of every child, which the
+    /// kernel makes by walking all of them: so when the signal told of a watched leader
+    /// the scan is not made now but owed within a second, as that one signal may stand
+    /// for other exits too (the kernel folds a SIGCHLD into one still pending); the
+    /// check commands and helper tasks under way are looked at by pid at once.
+    pub fn on_sigchld(&mut self, from: Option<i32>, now: Mono) {
+        let watched = from.is_some_and(|p| {
+            self.pids
+                .get(&p)
+                .and_then(|n| self.slots.get(n))
+                .is_some_and(|s| s.leader.as_ref().is_some_and(|(l, _)| *l == p))
+        });
+        if watched {
+            self.scan_owed.get_or_insert(now.plus(SCAN_OWED));
+            // What else it may stand for and cannot wait a second is looked at by pid
+            // now: a check command (its timeout runs: found late, it would be taken for
+            // timed out) and a helper task (a client waits for it). Their number is
+            // that of checks and tasks under way, not of services.
+            let others: Vec<i32> = (self.check_pids.keys())
+                .chain(self.tasks.keys())
+                .copied()
+                .collect();
+            for pid in others {
+                self.reap_id(Some(pid), now);
+            }
+        } else {
+            self.reap(now);
+        }
+    }
+
+    /// A service's leader pidfd is readable: its leader has exited (or was reaped).
+    pub fn on_leader_exit(&mut self, name: &str, now: Mono) {
+        let Some(pid) = self
+            .slots
+            .get(name)
+            .and_then(|s| s.leader.as_ref())
+            .map(|l| l.0)
+        else {
+            return;
+        };
+        self.reap_id(Some(pid), now);
+    }
+
+    /// Reaps every exited child: services' and adopted orphans'.
     pub fn reap(&mut self, now: Mono) {
+        self.scan_owed = None;
+        self.reap_id(None, now);
+    }
+
+    /// Reaps the exited children: `only` that one, or all. A service's leader is looked
+    /// at before it is reaped (`WNOWAIT`): its group and cgroup are killed while the
+    /// zombie still holds its pid, so no other process can be signalled by mistake.
+    fn reap_id(&mut self, only: Option<i32>, now: Mono) {
         loop {
             let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-            let pid = match waitid(Id::All, flags) {
+            let id = match only {
+                Some(p) => Id::Pid(nix::unistd::Pid::from_raw(p)),
+                None => Id::All,
+            };
+            let pid = match waitid(id, flags) {
                 Ok(status) => match status.pid() {
                     Some(p) => p,
                     None => break,
@@ -667,9 +745,16 @@ impl Supervisor {
                 continue;
             };
             let mut execd = false;
+            let how = if only.is_some() {
+                "by its pidfd"
+            } else {
+                "in a scan of all children"
+            };
+            log::debug!("{name}: reaped its leader {pid} ({exit}) {how}");
             match self.slots.get_mut(&name) {
                 Some(slot) => {
                     slot.ready_pipe = None;
+                    slot.leader = None;
                     // The child is gone: what it reported is all there is to read. A
                     // program that ran, however briefly, was running.
                     execd = read_exec_report(slot);
@@ -830,14 +915,18 @@ impl Supervisor {
                 *r = (now.plus(next), next);
             }
         }
-        let due: Vec<String> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| s.svc.deadline.is_some_and(|d| d <= now))
-            .map(|(n, _)| n.clone())
-            .collect();
-        for name in due {
-            self.apply(&name, Event::Timer, now);
+        if self.scan_owed.is_some_and(|at| at <= now) {
+            self.reap(now);
+        }
+        for name in self.timers.due(now) {
+            if self
+                .slots
+                .get(&name)
+                .and_then(|s| s.svc.deadline)
+                .is_some_and(|d| d <= now)
+            {
+                self.apply(&name, Event::Timer, now);
+            }
         }
         self.fire_health(now);
         if let Some(sd) = self.shutdown.as_mut() {
@@ -851,9 +940,9 @@ impl Supervisor {
         }
     }
 
-    /// The earliest deadline, for the poll timeout.
+    /// The earliest deadline, for the poll timeout (after [`Supervisor::sync_touched`]).
     pub fn next_deadline(&self) -> Option<Mono> {
-        let services = self.slots.values().filter_map(|s| s.svc.deadline);
+        let services = self.timers.first().into_iter().chain(self.scan_owed);
         let shutdown = self
             .shutdown
             .as_ref()
@@ -868,7 +957,6 @@ impl Supervisor {
             .chain(self.socket_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())
-            .chain(self.next_health_deadline())
             .chain(self.waiters.iter().filter_map(|w| match w.what {
                 WaitFor::LeaseDown { by, .. } | WaitFor::Started { by, .. } => Some(by),
                 _ => None,
@@ -884,25 +972,31 @@ impl Supervisor {
         self.check_probations(now);
         if self.shutdown.is_some() {
             self.queued.clear();
+            // Nothing starts any more: a pass cut at its limit before the shutdown must
+            // not keep asking for the next turn at once (the loop would spin until the
+            // last service is down).
+            self.more_to_start = false;
             self.shutdown_step(now);
         } else {
             self.run_queued(now);
             self.start_some(now);
-            self.note_waiting(now);
         }
-        let state_dir = &self.cfg.supd.state_dir;
-        self.slots.retain(|name, s| {
-            let keep = !(s.removed && s.is_down());
-            if !keep {
-                log::info!("{name}: removed");
-                records::remove_pid_file(state_dir, name);
-                if let Some(c) = &self.cgroups {
-                    cgroup::remove(&c.service_dir(name));
-                    cgroup::remove(&c.check_dir(name));
-                }
+        // A removed service goes once it is down: it was touched on its way there.
+        let gone: Vec<String> = (self.slots.touched().iter())
+            .filter(|n| self.slots.get(*n).is_some_and(|s| s.removed && s.is_down()))
+            .cloned()
+            .collect();
+        for name in gone {
+            log::info!("{name}: removed");
+            records::remove_pid_file(&self.cfg.supd.state_dir, &name);
+            if let Some(c) = &self.cgroups {
+                cgroup::remove(&c.service_dir(&name));
+                cgroup::remove(&c.check_dir(&name));
             }
-            keep
-        });
+            if let Some(slot) = self.slots.remove(&name) {
+                self.fdset.sync(slot.id, &[]);
+            }
+        }
         // Checks begin and end with their service's run (spawned or stopped above).
         self.sync_health(now);
         self.answer_waiters(now);
@@ -932,35 +1026,95 @@ impl Supervisor {
         let began = Mono::now();
         self.more_to_start = false;
         if self.cleanup.is_some() {
+            self.recheck_pending = true;
             return;
         }
+        self.note_pending();
+        // Only a change to a slot makes it, or those after it, startable (or a change
+        // outside the slots, which asks for a look at all of them).
+        let mut look = if std::mem::take(&mut self.recheck_pending) {
+            self.pending.clone()
+        } else {
+            let touched: Vec<String> = self.slots.touched().iter().cloned().collect();
+            let mut look = BTreeSet::new();
+            for name in touched {
+                look.extend(self.dependents_of(&name));
+                look.insert(name);
+            }
+            look
+        };
         // Rounds: a service started now may make others (`after` it) startable.
         loop {
-            let batch: Vec<String> = self.startable(now, &spawned);
+            look.retain(|n| self.pending.contains(n));
+            let want = SPAWNS_PER_PASS + 1 - spawned.len();
+            let batch: Vec<String> = self.startable(&look, now, &spawned, want);
             if batch.is_empty() {
                 return;
             }
+            look.clear();
             for name in batch {
                 if pass_is_over(spawned.len(), || Mono::now().since(began)) {
                     self.more_to_start = true;
+                    self.recheck_pending = true;
                     return;
                 }
                 self.spawn(&name, now);
+                look.extend(self.dependents_of(&name));
                 spawned.insert(name);
             }
         }
     }
 
-    /// The pending services whose `after` services are all ready, but for `except`.
-    fn startable(&self, now: Mono, except: &BTreeSet<String>) -> Vec<String> {
+    /// Configs changed: the services `after` each are worked out again when needed.
+    pub(crate) fn forget_dependents(&mut self) {
+        self.dependents = None;
+    }
+
+    /// The services that come `after` `name`.
+    fn dependents_of(&mut self, name: &str) -> Vec<String> {
+        let slots = &self.slots;
+        let map = self.dependents.get_or_insert_with(|| {
+            let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (n, s) in slots.iter() {
+                for d in &s.cfg.after {
+                    map.entry(d.clone()).or_default().push(n.clone());
+                }
+            }
+            map
+        });
+        map.get(name).cloned().unwrap_or_default()
+    }
+
+    /// Brings `pending` up to date with the slots touched so far this turn.
+    fn note_pending(&mut self) {
+        for name in self.slots.touched() {
+            if self.slots.get(name).is_some_and(|s| s.svc.pending()) {
+                if !self.pending.contains(name) {
+                    self.pending.insert(name.clone());
+                }
+            } else {
+                self.pending.remove(name);
+            }
+        }
+    }
+
+    /// Up to `max` of `among` that are pending and whose `after` services are all ready,
+    /// but for `except`, in name order.
+    fn startable(
+        &self,
+        among: &BTreeSet<String>,
+        now: Mono,
+        except: &BTreeSet<String>,
+        max: usize,
+    ) -> Vec<String> {
         let lease_held = |s: &Slot| {
             s.cfg
                 .leader_only
                 .as_ref()
                 .is_none_or(|l| self.holds(l, now))
         };
-        self.slots
-            .iter()
+        (among.iter())
+            .filter_map(|n| Some((n, self.slots.get(n)?)))
             .filter(|(n, s)| {
                 !except.contains(*n)
                     && s.svc.pending()
@@ -969,6 +1123,7 @@ impl Supervisor {
                     && self.deps_ready(&s.cfg)
                     && lease_held(s)
             })
+            .take(max)
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -979,34 +1134,35 @@ impl Supervisor {
             .all(|d| self.slots.get(d).is_some_and(|s| s.svc.is_ready(&s.cfg)))
     }
 
-    /// Says in `reason` what a pending service waits for.
-    fn note_waiting(&mut self, now: Mono) {
-        let waits: Vec<(String, String)> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| s.svc.pending())
-            .map(|(n, s)| {
-                let mut missing: Vec<String> = s
-                    .cfg
-                    .after
-                    .iter()
-                    .filter(|d| !self.slots.get(*d).is_some_and(|x| x.svc.is_ready(&x.cfg)))
-                    .cloned()
-                    .collect();
-                if let Some(l) = s.cfg.leader_only.as_ref().filter(|l| !self.holds(l, now)) {
-                    missing.push(format!("lease '{l}'"));
-                }
-                if self.cleanup.is_some() {
-                    missing.push("what a previous supd left to end".into());
-                }
-                (n.clone(), format!("waiting for {}", missing.join(", ")))
-            })
-            .collect();
-        for (n, why) in waits {
-            if let Some(s) = self.slots.get_mut(&n) {
-                s.svc.reason = Some(why);
-            }
+    /// Why a service is as it is: what it waits for, or what its machine said.
+    pub fn reason_of(&self, slot: &Slot, now: Mono) -> Option<String> {
+        self.waiting_for(slot, now)
+            .or_else(|| slot.svc.reason.clone())
+    }
+
+    /// What a pending service waits for, if anything: said in its `reason` (worked out
+    /// when asked, so that the loop does not word it for every waiting service on every
+    /// turn).
+    pub fn waiting_for(&self, slot: &Slot, now: Mono) -> Option<String> {
+        if !slot.svc.pending() {
+            return None;
         }
+        let mut missing: Vec<String> = (slot.cfg.after.iter())
+            .filter(|d| !self.slots.get(*d).is_some_and(|x| x.svc.is_ready(&x.cfg)))
+            .cloned()
+            .collect();
+        if let Some(l) = slot
+            .cfg
+            .leader_only
+            .as_ref()
+            .filter(|l| !self.holds(l, now))
+        {
+            missing.push(format!("lease '{l}'"));
+        }
+        if self.cleanup.is_some() {
+            missing.push("what a previous supd left to end".into());
+        }
+        (!missing.is_empty()).then(|| format!("waiting for {}", missing.join(", ")))
     }
 
     /// System mode: stop everything, then end the system with `action`.
@@ -1026,6 +1182,7 @@ impl Supervisor {
                     deadline: now.plus(self.cfg.supd.shutdown_timeout),
                     code,
                     killed: false,
+                    looked: false,
                 });
             }
         }
@@ -1034,9 +1191,24 @@ impl Supervisor {
     /// Stops each service whose dependents are down (reverse `after` order); sets `exit`
     /// when no service process is left.
     fn shutdown_step(&mut self, now: Mono) {
-        let names: Vec<String> = self.slots.keys().cloned().collect();
+        let all = self
+            .shutdown
+            .as_mut()
+            .is_some_and(|s| !std::mem::replace(&mut s.looked, true));
+        let names: BTreeSet<String> = if all {
+            self.slots.keys().cloned().collect()
+        } else {
+            let touched = self.slots.touched();
+            let after = touched
+                .iter()
+                .filter_map(|n| self.slots.get(n))
+                .flat_map(|s| s.cfg.after.iter().cloned());
+            touched.iter().cloned().chain(after).collect()
+        };
         for name in &names {
-            let s = &self.slots[name];
+            let Some(s) = self.slots.get(name) else {
+                continue;
+            };
             if s.svc.want == Want::Down
                 && s.svc.state != State::Starting
                 && s.svc.state != State::Running
@@ -1044,17 +1216,21 @@ impl Supervisor {
                 continue;
             }
             let dependents_up = self
-                .slots
-                .values()
-                .any(|o| o.instance.is_some() && o.cfg.after.contains(name));
+                .dependents_of(name)
+                .iter()
+                .any(|d| self.slots.get(d).is_some_and(|o| o.instance.is_some()));
             if !dependents_up {
                 self.apply(name, Event::Stop, now);
             }
         }
-        if self
-            .slots
-            .values()
-            .all(|s| s.svc.pid.is_none() && s.instance.is_none())
+        // A leader not reaped yet, or a run draining, has its slot up: the look at every
+        // slot waits for the end.
+        let maybe_down = self.pids.is_empty() && self.draining.is_empty();
+        if maybe_down
+            && self
+                .slots
+                .values()
+                .all(|s| s.svc.pid.is_none() && s.instance.is_none())
         {
             let code = self.shutdown.as_ref().map(|s| s.code).unwrap_or(0);
             if self.final_action.is_some() || self.system {
@@ -1197,7 +1373,7 @@ impl Supervisor {
                 Some(exit) => Some(format!(
                     "its main process {exit}; waiting for the rest of its run to exit"
                 )),
-                None => svc.reason.clone(),
+                None => self.reason_of(slot, now),
             },
             // What the operator wants: a leader-only service held down by its lease alone
             // is still wanted up.
@@ -1278,31 +1454,102 @@ impl Supervisor {
         }
     }
 
-    /// The fds of output pipes, readiness pipes and notify sockets, with the index of
-    /// their service in name order.
-    pub fn service_fds(
-        &self,
-    ) -> impl Iterator<Item = (usize, ServiceFd, std::os::fd::BorrowedFd<'_>)> {
-        self.slots.values().enumerate().flat_map(|(i, s)| {
-            let out = s.output.iter().flat_map(move |o| {
-                let err = o.fd(true).map(|fd| (i, ServiceFd::OutputErr, fd));
-                o.fd(false)
-                    .map(|fd| (i, ServiceFd::Output, fd))
-                    .into_iter()
-                    .chain(err)
-            });
-            let ready = s
-                .ready_pipe
-                .as_ref()
-                .map(|r| (i, ServiceFd::Ready, r.as_fd()));
-            let notify = s.notify.as_ref().map(|n| (i, ServiceFd::Notify, n.fd()));
-            let exec = s
-                .exec
-                .as_ref()
-                .map(|e| (i, ServiceFd::Exec, e.report.as_fd()));
-            out.into_iter().chain(ready).chain(notify).chain(exec)
-        })
+    /// Brings the loop's indices (timers, pending starts, the epoll set) up to date with
+    /// the slots touched since the last turn, and forgets those: the end of each turn.
+    pub fn sync_touched(&mut self) {
+        self.note_pending();
+        for name in self.slots.take_touched() {
+            let Some(slot) = self.slots.get(&name) else {
+                self.timers.set(&name, None);
+                continue;
+            };
+            self.timers.set(&name, deadline_of(slot));
+            self.fdset.sync(slot.id, &wanted_fds(slot));
+        }
+        #[cfg(debug_assertions)]
+        self.check_indices();
     }
+
+    /// Debug builds: the indices kept for touched slots are what a look at every slot
+    /// finds. A change made without touching its slot would be missed by the loop.
+    #[cfg(debug_assertions)]
+    fn check_indices(&self) {
+        use std::os::fd::AsRawFd;
+        for (name, slot) in self.slots.iter() {
+            assert_eq!(
+                self.timers.get(name),
+                deadline_of(slot),
+                "{name}: its deadline changed without its slot being touched"
+            );
+            assert!(
+                !slot.svc.pending() || self.pending.contains(name),
+                "{name}: pending without its slot being touched"
+            );
+            let mut want: Vec<_> = (wanted_fds(slot).iter())
+                .map(|(fd, k, f)| (fd.as_raw_fd(), *k, *f))
+                .collect();
+            let mut held = self.fdset.held(slot.id);
+            want.sort();
+            held.sort();
+            assert_eq!(
+                want, held,
+                "{name}: its fds changed without its slot being touched"
+            );
+        }
+        assert!(self.timers.len() <= self.slots.len());
+        // Whatever may start was started, unless the pass stopped at its limit.
+        if self.shutdown.is_none() && self.cleanup.is_none() && !self.more_to_start {
+            let all: BTreeSet<String> = self.pending.clone();
+            let left = self.startable(&all, Mono::now(), &BTreeSet::new(), 1);
+            assert!(left.is_empty(), "{left:?}: startable but not started");
+        }
+    }
+}
+
+/// A slot's earliest deadline: its machine's, and its checks' while they run.
+fn deadline_of(slot: &Slot) -> Option<Mono> {
+    let health = (slot.health_pid.is_some())
+        .then(|| [slot.check.deadline(), slot.watchdog.deadline])
+        .into_iter()
+        .flatten()
+        .flatten();
+    slot.svc.deadline.into_iter().chain(health).min()
+}
+
+/// The fds of a slot to watch: output, readiness, notify, exec report, health check,
+/// leader pidfd.
+fn wanted_fds(s: &Slot) -> Vec<crate::fdset::Wanted<'_>> {
+    use nix::sys::epoll::EpollFlags;
+    let input = EpollFlags::EPOLLIN;
+    let mut out = Vec::new();
+    if let Some(o) = &s.output {
+        out.extend(o.fd(false).map(|fd| (fd, ServiceFd::Output, input)));
+        out.extend(o.fd(true).map(|fd| (fd, ServiceFd::OutputErr, input)));
+    }
+    out.extend(
+        s.ready_pipe
+            .as_ref()
+            .map(|r| (r.as_fd(), ServiceFd::Ready, input)),
+    );
+    out.extend(
+        s.notify
+            .as_ref()
+            .map(|n| (n.fd(), ServiceFd::Notify, input)),
+    );
+    out.extend(
+        s.exec
+            .as_ref()
+            .map(|e| (e.report.as_fd(), ServiceFd::Exec, input)),
+    );
+    if let Some((fd, flags)) = s.probe.as_ref().and_then(|p| p.poll_fd()) {
+        out.push((fd, ServiceFd::Health, crate::fdset::epoll_flags(flags)));
+    }
+    out.extend(
+        s.leader
+            .as_ref()
+            .map(|(_, fd)| (fd.as_fd(), ServiceFd::Leader, input)),
+    );
+    out
 }
 
 /// Reads what a service's child reported of its exec, if it has: true once its program
@@ -1341,6 +1588,10 @@ const PASS_TIME: Duration = Duration::from_millis(4);
 fn pass_is_over(spawned: usize, elapsed: impl FnOnce() -> Duration) -> bool {
     spawned >= SPAWNS_PER_PASS || (spawned > 0 && elapsed() >= PASS_TIME)
 }
+
+/// How long a scan of all children may be owed after a SIGCHLD that told of a watched
+/// leader (`on_sigchld`).
+const SCAN_OWED: Duration = Duration::from_secs(1);
 
 /// How long the first look at a run's remaining processes waits; it doubles up to
 /// `DRAIN_MAX` while any is left.

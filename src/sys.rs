@@ -176,6 +176,28 @@ const REPORT_FAILED: u32 = 2;
 const REPORT_MAX: usize = 1 << 20;
 
 impl Exec {
+    /// The report of a child started by a previous image, handed over across `reexec`
+    /// with its program and cwd (for messages; what its user and limits were is not
+    /// carried: a failure then names its stage and errno only).
+    pub fn adopt(report: OwnedFd, program: String, cwd: String) -> Exec {
+        Exec {
+            report,
+            rest: Box::new(ExecRest {
+                program,
+                cwd,
+                creds: None,
+                limits: Vec::new(),
+                got: Vec::new(),
+                took: None,
+            }),
+        }
+    }
+
+    /// Its program and cwd, for a handoff.
+    pub fn names(&self) -> (String, String) {
+        (self.rest.program.clone(), self.rest.cwd.clone())
+    }
+
     /// How the exec went: `None` while it is under way; `Some(Ok)` once the program
     /// runs; `Some(Err(why))` when the child could not run it (it then exits with 127).
     pub fn outcome(&mut self) -> Option<Result<(), ExecFailure>> {
@@ -1529,5 +1551,40 @@ pub fn fork_worker(keep: RawFd, work: impl FnOnce() -> i32) -> io::Result<i32> {
             unsafe { libc::_exit(status) }
         }
         child => Ok(child),
+    }
+}
+
+/// The file (device, inode) an fd number names now, if it is open: tells a file still
+/// held from a new one that took its number.
+pub fn file_of_raw(fd: RawFd) -> Option<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes a whole `struct stat` into the buffer it is given, which is
+    // only read after it says it did; an fd number that is not open is refused (EBADF),
+    // not used.
+    let rc = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: fstat succeeded, so the buffer is initialised.
+    let st = unsafe { st.assume_init() };
+    Some((st.st_dev, st.st_ino))
+}
+
+/// Takes fd number `fd` out of an epoll set. The caller has just checked that the number
+/// still names the file it registered (`file_of_raw`): nix's `delete` wants a borrowed
+/// fd, which a bare number is not.
+pub fn epoll_delete_raw(epoll: &nix::sys::epoll::Epoll, fd: RawFd) {
+    // SAFETY: EPOLL_CTL_DEL reads no event (a null pointer is allowed since Linux
+    // 2.6.9) and only looks the number up; a number not in the set is refused (ENOENT).
+    let rc = unsafe {
+        libc::epoll_ctl(
+            epoll.0.as_raw_fd(),
+            libc::EPOLL_CTL_DEL,
+            fd,
+            std::ptr::null_mut(),
+        )
+    };
+    if rc != 0 {
+        log::debug!("epoll: fd {fd}: {}", io::Error::last_os_error());
     }
 }

@@ -271,3 +271,48 @@ on_crash_loop = "stop"
     // supd itself is fine.
     assert_eq!(sb.ok(json!({"cmd": "hello"}))["protocol"], 1);
 }
+
+/// A leader's exit wakes supd through its pidfd and is reaped by pid: the scan of all
+/// children (which the kernel makes by walking every one) is not what finds it. Kernels
+/// without pidfds (the Linux 3.10 reruns) find it by the scan.
+#[test]
+fn a_leaders_exit_is_found_through_its_pidfd() {
+    let mut sb = Sandbox::new();
+    sb.config(
+        r#"
+[service.a]
+command = ["/bin/sleep", "1000"]
+restart_delay = "10ms"
+
+[service.b]
+command = ["/bin/sleep", "1000"]
+"#,
+    );
+    sb.start();
+    let first = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
+    sb.wait_state("b", "running");
+    let mut w = sb.watch();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill a");
+    let again = w.until(&sb, |e| {
+        e["service"] == "a" && e["to"] == "running" && e["pid"].as_i64() != Some(first as i64)
+    });
+    assert!(again["pid"].as_i64().is_some());
+    let log = sb.supd_log();
+    let reaped = format!("a: reaped its leader {first} ");
+    let line = log
+        .lines()
+        .find(|l| l.contains(&reaped))
+        .unwrap_or_else(|| panic!("no line says how {first} was reaped:\n{log}"));
+    let old_kernel =
+        std::env::var_os("SUP_TEST_LINUX_3_10").is_some() && common::oldkernel::supported();
+    let how = if old_kernel {
+        "in a scan of all children"
+    } else {
+        "by its pidfd"
+    };
+    assert!(line.contains(how), "{first} was not reaped {how}: {line}");
+}

@@ -258,10 +258,15 @@ impl Supervisor {
     }
 
     /// Starts the checks and watchdog of services that have just started, ends those of
-    /// services that are no longer up. Runs at each settle.
+    /// services that are no longer up. Runs at each settle, over the slots touched this
+    /// turn: a service's run begins and ends only through a change to its slot.
     pub fn sync_health(&mut self, now: Mono) {
         let mut ended = Vec::new();
-        for slot in self.slots.values_mut() {
+        let touched: Vec<String> = self.slots.touched().iter().cloned().collect();
+        for name in touched {
+            let Some(slot) = self.slots.get_mut(&name) else {
+                continue;
+            };
             // A reload may have taken the check away from a service being restarted.
             let checked = slot.cfg.health.is_some() || slot.cfg.watchdog.is_some();
             let up = matches!(slot.svc.state, State::Starting | State::Running);
@@ -301,30 +306,19 @@ impl Supervisor {
         }
     }
 
-    /// The earliest moment a check or a watchdog needs the loop.
-    pub fn next_health_deadline(&self) -> Option<Mono> {
-        self.slots
-            .values()
-            .filter(|s| s.health_pid.is_some())
-            .flat_map(|s| [s.check.deadline(), s.watchdog.deadline])
-            .flatten()
-            .min()
-    }
-
     /// Fires what is due: watchdogs missed, runs timed out, runs to start.
     pub fn fire_health(&mut self, now: Mono) {
         self.sync_health(now);
-        let due: Vec<String> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| {
-                s.health_pid.is_some()
-                    && [s.check.deadline(), s.watchdog.deadline]
-                        .into_iter()
-                        .flatten()
-                        .any(|d| d <= now)
+        let due: Vec<String> = (self.timers.due(now).into_iter())
+            .filter(|n| {
+                self.slots.get(n).is_some_and(|s| {
+                    s.health_pid.is_some()
+                        && [s.check.deadline(), s.watchdog.deadline]
+                            .into_iter()
+                            .flatten()
+                            .any(|d| d <= now)
+                })
             })
-            .map(|(n, _)| n.clone())
             .collect();
         for name in due {
             let Some(slot) = self.slots.get_mut(&name) else {
@@ -494,15 +488,6 @@ impl Supervisor {
             (e, _) => Err(format!("check command {e}")),
         };
         self.check_done(&name, result, now);
-    }
-
-    /// The fds of socket checks under way, with the index of their service in name
-    /// order.
-    pub fn health_fds(&self) -> impl Iterator<Item = (usize, BorrowedFd<'_>, PollFlags)> {
-        self.slots
-            .values()
-            .enumerate()
-            .filter_map(|(i, s)| s.probe.as_ref()?.poll_fd().map(|(fd, f)| (i, fd, f)))
     }
 
     /// A socket check's fd is ready.

@@ -45,3 +45,36 @@ pub fn wait_file(path: &Path, pred: impl Fn(&str) -> bool) -> String {
         }
     }
 }
+
+/// Waits until a file whose name starts with `prefix` is in `dir`; returns its name.
+pub fn wait_file_named(dir: &Path, prefix: &str) -> String {
+    let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).expect("inotify");
+    ino.add_watch(dir, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)
+        .expect("watch the directory");
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let found = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .find(|n| n.starts_with(prefix));
+        if let Some(n) = found {
+            return n;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "no {prefix}* in {} within {DEADLINE:?}",
+            dir.display()
+        );
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, PollTimeout::from(ms));
+        while let Ok(events) = ino.read_events() {
+            if events.is_empty() {
+                break;
+            }
+        }
+    }
+}
