@@ -39,6 +39,7 @@ pub mod restart;
 pub mod service;
 pub mod signals;
 pub mod slots;
+pub mod spawner;
 pub mod statedir;
 pub mod supervisor;
 pub mod sys;

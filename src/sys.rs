@@ -325,6 +325,30 @@ pub fn spawn_service(
     spec: SpawnSpec,
     admit: impl FnOnce(i32) -> Result<(), String>,
 ) -> Result<(i32, Exec), String> {
+    spawn_through(spec, admit, false)
+}
+
+/// [`spawn`], forked by supd itself: for the spawner, which cannot fork itself.
+pub fn spawn_direct(spec: SpawnSpec) -> Result<i32, String> {
+    let (pid, mut exec) = spawn_through(spec, |_| Ok(()), true)?;
+    let _ = nix::fcntl::fcntl(
+        &exec.report,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    );
+    match exec.outcome() {
+        Some(Err(failure)) => {
+            reap_now(pid);
+            Err(failure.why)
+        }
+        _ => Ok(pid),
+    }
+}
+
+fn spawn_through(
+    spec: SpawnSpec,
+    admit: impl FnOnce(i32) -> Result<(), String>,
+    direct: bool,
+) -> Result<(i32, Exec), String> {
     let program = spec.program.clone();
     let cwd = spec.cwd.to_string_lossy().into_owned();
     let creds = spec.creds.clone();
@@ -337,23 +361,39 @@ pub fn spawn_service(
     keep.extend([go_read.as_raw_fd(), report_write.as_raw_fd()]);
     keep.sort_unstable();
     let own = [go_write.as_raw_fd(), report_read.as_raw_fd()];
-    // SAFETY: supd is single-threaded, so the child holds no lock another thread could
-    // own. The child runs `child_main` only: raw async-signal-safe system calls on data
-    // prepared before the fork (no allocation), then `execve` or `_exit`.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(format!("fork: {}", io::Error::last_os_error()));
-    }
-    if pid == 0 {
-        child_main(
-            &plan,
-            &guards,
-            &own,
-            &keep,
-            go_read.as_raw_fd(),
-            report_write.as_raw_fd(),
-        );
-    }
+    // Forked by the spawner (a small process: its fork copies little), else here.
+    let asked = match direct {
+        true => None,
+        false => {
+            let (msg, fds) = plan_message(&plan, go_read.as_raw_fd(), report_write.as_raw_fd());
+            crate::spawner::fork(&msg, &fds)
+        }
+    };
+    let pid = match asked {
+        Some(Ok(pid)) => pid,
+        Some(Err(e)) => return Err(format!("fork: {e}")),
+        None => {
+            // SAFETY: supd is single-threaded, so the child holds no lock another thread
+            // could own. The child runs `child_main` only: raw async-signal-safe system
+            // calls on data prepared before the fork (no allocation), then `execve` or
+            // `_exit`.
+            let pid = unsafe { libc::fork() };
+            if pid < 0 {
+                return Err(format!("fork: {}", io::Error::last_os_error()));
+            }
+            if pid == 0 {
+                child_main(
+                    &plan,
+                    &guards,
+                    &own,
+                    &keep,
+                    go_read.as_raw_fd(),
+                    report_write.as_raw_fd(),
+                );
+            }
+            pid
+        }
+    };
     drop(go_read);
     drop(report_write);
     if let Err(why) = admit(pid) {
@@ -466,6 +506,254 @@ struct ChildPlan {
     limits: Vec<(nix::sys::resource::Resource, libc::rlimit)>,
     /// Every fd the child uses as a source is at least this.
     floor: RawFd,
+}
+
+/// The resources a limit may name, for the spawner's message (by number).
+const RESOURCES: [nix::sys::resource::Resource; 8] = {
+    use nix::sys::resource::Resource as R;
+    [
+        R::RLIMIT_NOFILE,
+        R::RLIMIT_NPROC,
+        R::RLIMIT_CORE,
+        R::RLIMIT_MEMLOCK,
+        R::RLIMIT_AS,
+        R::RLIMIT_FSIZE,
+        R::RLIMIT_STACK,
+        R::RLIMIT_CPU,
+    ]
+};
+
+/// A child's plan as one message to the spawner, with the fds it names (sent along):
+/// its stdio and readiness sources, then its go-ahead and report pipes.
+fn plan_message(p: &ChildPlan, go: RawFd, report: RawFd) -> (Vec<u8>, Vec<RawFd>) {
+    let mut w = Wire(Vec::with_capacity(4096));
+    let mut fds = Vec::new();
+    w.int(i64::from(p.floor));
+    w.list(&p.candidates);
+    w.list(&p._argv);
+    w.list(&p._envp);
+    w.bytes(p.cwd.as_bytes());
+    for src in &p.stdio {
+        w.int(i64::from(src.is_some()));
+        fds.extend(src.as_ref().map(|f| f.as_raw_fd()));
+    }
+    w.opt_int(p.ready.as_ref().map(|(_, n)| i64::from(*n)));
+    fds.extend(p.ready.as_ref().map(|(f, _)| f.as_raw_fd()));
+    for c in [&p.user, &p.group, &p.give] {
+        w.opt_bytes(c.as_ref().map(|c| c.as_bytes()));
+    }
+    w.int(i64::from(p.has_home));
+    w.opt_bytes(p.own_pid_env.as_ref().map(|s| s.as_bytes()));
+    w.opt_int(p.dies_with.map(i64::from));
+    w.opt_int(p.nofile.map(|l| l.rlim_cur as i64));
+    w.opt_int(p.nofile.map(|l| l.rlim_max as i64));
+    w.opt_int(p.umask.map(i64::from));
+    w.opt_int(p.nice.map(i64::from));
+    w.int(p.limits.len() as i64);
+    for (r, l) in &p.limits {
+        let n = RESOURCES.iter().position(|x| x == r).unwrap_or(0);
+        w.int(n as i64);
+        w.int(l.rlim_cur as i64);
+        w.int(l.rlim_max as i64);
+    }
+    fds.extend([go, report]);
+    (w.0, fds)
+}
+
+/// The spawner's side of [`plan_message`]: the plan, and its go-ahead and report fds.
+fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<(ChildPlan, OwnedFd, OwnedFd)> {
+    let mut r = Unwire(msg);
+    let mut fds = fds.into_iter();
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "a malformed spawn request");
+    let floor = RawFd::try_from(r.int()?).map_err(|_| bad())?;
+    let mut next_fd = || -> io::Result<OwnedFd> { above(fds.next().ok_or_else(bad)?, floor) };
+    let candidates = r.list()?;
+    let argv = r.list()?;
+    let envp = r.list()?;
+    let cwd = r.cstring()?;
+    let mut stdio: [Option<OwnedFd>; 3] = [None, None, None];
+    for src in &mut stdio {
+        if r.int()? != 0 {
+            *src = Some(next_fd()?);
+        }
+    }
+    let ready = match r.opt_int()? {
+        Some(n) => Some((next_fd()?, i32::try_from(n).map_err(|_| bad())?)),
+        None => None,
+    };
+    let user = r.opt_cstring()?;
+    let group = r.opt_cstring()?;
+    let give = r.opt_cstring()?;
+    let has_home = r.int()? != 0;
+    let own_pid_env = match r.opt_bytes()? {
+        Some(b) => Some(String::from_utf8(b.to_vec()).map_err(|_| bad())?),
+        None => None,
+    };
+    let dies_with = r.opt_int()?.map(|p| p as libc::pid_t);
+    let nofile = match (r.opt_int()?, r.opt_int()?) {
+        (Some(c), Some(m)) => Some(libc::rlimit {
+            rlim_cur: c as libc::rlim_t,
+            rlim_max: m as libc::rlim_t,
+        }),
+        _ => None,
+    };
+    let umask = r.opt_int()?.map(|m| m as libc::mode_t);
+    let nice = r.opt_int()?.map(|n| n as libc::c_int);
+    let mut limits = Vec::new();
+    for _ in 0..r.int()? {
+        let res = *RESOURCES.get(r.int()? as usize).ok_or_else(bad)?;
+        let (cur, max) = (r.int()?, r.int()?);
+        limits.push((
+            res,
+            libc::rlimit {
+                rlim_cur: cur as libc::rlim_t,
+                rlim_max: max as libc::rlim_t,
+            },
+        ));
+    }
+    let go = next_fd()?;
+    let report = next_fd()?;
+    let ptrs = |v: &Vec<CString>| -> Vec<*const libc::c_char> {
+        (v.iter().map(|a| a.as_ptr()))
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    };
+    let plan = ChildPlan {
+        argv_ptrs: ptrs(&argv),
+        envp_ptrs: ptrs(&envp),
+        candidates,
+        _argv: argv,
+        _envp: envp,
+        cwd,
+        stdio,
+        ready,
+        user,
+        group,
+        give,
+        has_home,
+        own_pid_env,
+        dies_with,
+        nofile,
+        umask,
+        nice,
+        limits,
+        floor,
+    };
+    Ok((plan, go, report))
+}
+
+/// The spawner forks a child of supd (`CLONE_PARENT`: supd is its parent, reaps it and
+/// gets its SIGCHLD) that runs `msg`'s plan, as `spawn_service` would have; `own` is the
+/// spawner's socket, closed in the child. Returns the child's pid.
+pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: RawFd) -> io::Result<i32> {
+    let (plan, go, report) = plan_from(msg, fds)?;
+    let mut keep = plan.sources();
+    keep.extend([go.as_raw_fd(), report.as_raw_fd()]);
+    keep.sort_unstable();
+    // SAFETY: clone without CLONE_VM is a fork whose child has the spawner's parent
+    // (supd) for its parent; the spawner is single-threaded, so the child holds no lock
+    // another thread could own, and it runs `child_main` only (as a forked child of
+    // supd does) on the plan decoded above, then execs or exits. glibc's fork handlers
+    // are not run: neither the spawner nor the child uses anything they reset.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        child_main(
+            &plan,
+            &[],
+            &[own],
+            &keep,
+            go.as_raw_fd(),
+            report.as_raw_fd(),
+        );
+    }
+    Ok(pid as i32)
+}
+
+/// A message being written: integers and length-prefixed bytes.
+struct Wire(Vec<u8>);
+
+impl Wire {
+    fn int(&mut self, v: i64) {
+        self.0.extend_from_slice(&v.to_ne_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.int(b.len() as i64);
+        self.0.extend_from_slice(b);
+    }
+    fn opt_int(&mut self, v: Option<i64>) {
+        self.int(i64::from(v.is_some()));
+        self.int(v.unwrap_or(0));
+    }
+    fn opt_bytes(&mut self, b: Option<&[u8]>) {
+        self.int(i64::from(b.is_some()));
+        self.bytes(b.unwrap_or(&[]));
+    }
+    fn list(&mut self, v: &[CString]) {
+        self.int(v.len() as i64);
+        for c in v {
+            self.bytes(c.as_bytes());
+        }
+    }
+}
+
+/// A message being read back.
+struct Unwire<'a>(&'a [u8]);
+
+impl Unwire<'_> {
+    fn bad() -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, "a malformed spawn request")
+    }
+    fn int(&mut self) -> io::Result<i64> {
+        let (head, rest) = self.0.split_at_checked(8).ok_or_else(Self::bad)?;
+        self.0 = rest;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(head);
+        Ok(i64::from_ne_bytes(b))
+    }
+    fn bytes(&mut self) -> io::Result<&[u8]> {
+        let n = usize::try_from(self.int()?).map_err(|_| Self::bad())?;
+        let (b, rest) = self.0.split_at_checked(n).ok_or_else(Self::bad)?;
+        self.0 = rest;
+        Ok(b)
+    }
+    fn cstring(&mut self) -> io::Result<CString> {
+        CString::new(self.bytes()?).map_err(|_| Self::bad())
+    }
+    fn opt_int(&mut self) -> io::Result<Option<i64>> {
+        let some = self.int()? != 0;
+        let v = self.int()?;
+        Ok(some.then_some(v))
+    }
+    fn opt_bytes(&mut self) -> io::Result<Option<&[u8]>> {
+        let some = self.int()? != 0;
+        let b = self.bytes()?;
+        Ok(some.then_some(b))
+    }
+    fn opt_cstring(&mut self) -> io::Result<Option<CString>> {
+        match self.opt_bytes()? {
+            Some(b) => CString::new(b).map(Some).map_err(|_| Self::bad()),
+            None => Ok(None),
+        }
+    }
+    fn list(&mut self) -> io::Result<Vec<CString>> {
+        let n = self.int()?;
+        if !(0..=(1 << 20)).contains(&n) {
+            return Err(Self::bad());
+        }
+        (0..n).map(|_| self.cstring()).collect()
+    }
 }
 
 impl ChildPlan {
@@ -1586,5 +1874,97 @@ pub fn epoll_delete_raw(epoll: &nix::sys::epoll::Epoll, fd: RawFd) {
     };
     if rc != 0 {
         log::debug!("epoll: fd {fd}: {}", io::Error::last_os_error());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the spawner rebuilds from supd's message is the plan supd made, field by
+    /// field, with the fds it names in their places.
+    #[test]
+    fn a_plan_crosses_to_the_spawner_whole() {
+        let (r, w) = nix::unistd::pipe().expect("pipe");
+        let (ready_r, ready_w) = nix::unistd::pipe().expect("pipe");
+        let spec = SpawnSpec {
+            program: "prog".into(),
+            args: vec!["--a".into(), "b c".into()],
+            env: vec![("PATH".into(), "/x:/y".into()), ("K".into(), "v".into())],
+            cwd: "/srv".into(),
+            stdout: Io::Fd(w),
+            stderr: Io::Inherit,
+            creds: Some(Account {
+                user: Some("www".into()),
+                group: Some("web".into()),
+            }),
+            ready_fd: Some((ready_w.as_raw_fd(), 5)),
+            give: Some("/run/n.sock".into()),
+            tuning: Tuning {
+                umask: Some(0o027),
+                nice: Some(-3),
+                limits: vec![crate::config::Rlimit {
+                    name: "core".into(),
+                    soft: Some(0),
+                    hard: None,
+                }],
+            },
+            own_pid_env: Some("WATCHDOG_PID".into()),
+            dies_with_supd: true,
+        };
+        let plan = ChildPlan::new(spec).expect("plan");
+        let (go, report) = nix::unistd::pipe().expect("pipe");
+        let (msg, fds) = plan_message(&plan, go.as_raw_fd(), report.as_raw_fd());
+        assert_eq!(fds.len(), 5, "stdin, stdout, ready, go, report");
+        let dups: Vec<OwnedFd> = fds
+            .iter()
+            .map(|fd| nix::unistd::dup(unsafe_borrow(*fd)).expect("dup"))
+            .collect();
+        let inodes: Vec<_> = fds.iter().map(|fd| file_of_raw(*fd)).collect();
+        let (back, go2, report2) = plan_from(&msg, dups).expect("decoded");
+        assert_eq!(back.candidates, plan.candidates);
+        assert_eq!(
+            (back._argv.clone(), back._envp.clone()),
+            (plan._argv.clone(), plan._envp.clone())
+        );
+        assert_eq!(back.argv_ptrs.len(), plan.argv_ptrs.len());
+        assert_eq!(back.cwd, plan.cwd);
+        assert_eq!(
+            (back.user.clone(), back.group.clone(), back.give.clone()),
+            (plan.user.clone(), plan.group.clone(), plan.give.clone())
+        );
+        assert_eq!(
+            (back.has_home, back.own_pid_env.clone(), back.dies_with),
+            (plan.has_home, plan.own_pid_env.clone(), plan.dies_with)
+        );
+        assert_eq!(
+            (back.umask, back.nice, back.floor),
+            (plan.umask, plan.nice, plan.floor)
+        );
+        let limits = |p: &ChildPlan| -> Vec<_> {
+            p.limits
+                .iter()
+                .map(|(r, l)| (*r, l.rlim_cur, l.rlim_max))
+                .collect()
+        };
+        assert_eq!(limits(&back), limits(&plan));
+        assert_eq!(back.stdio[2].is_none(), plan.stdio[2].is_none());
+        assert_eq!(back.ready.as_ref().map(|r| r.1), Some(5));
+        // Each fd names the same file as supd's, numbered at or above the floor.
+        let got = [
+            back.stdio[0].as_ref().map(|f| f.as_raw_fd()),
+            back.stdio[1].as_ref().map(|f| f.as_raw_fd()),
+            back.ready.as_ref().map(|r| r.0.as_raw_fd()),
+            Some(go2.as_raw_fd()),
+            Some(report2.as_raw_fd()),
+        ];
+        for (fd, inode) in got.iter().zip(&inodes) {
+            let fd = fd.expect("present");
+            assert!(fd >= plan.floor, "fd {fd} below the floor {}", plan.floor);
+            assert_eq!(file_of_raw(fd), *inode);
+        }
+        drop((r, ready_r));
+        // A message cut short is refused, not read past its end.
+        assert!(plan_from(&msg[..msg.len() / 2], Vec::new()).is_err());
     }
 }

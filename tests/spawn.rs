@@ -100,3 +100,95 @@ fn as_root_a_service_runs_as_its_user_with_its_groups() {
         "root's groups are dropped: {groups}"
     );
 }
+
+/// The pid of the process whose parent is `parent` and whose command line is `argv`.
+fn child_with_cmdline(parent: i32, argv: &[&str]) -> Option<i32> {
+    processes_with_cmdline(argv)
+        .into_iter()
+        .find(|p| status_field(*p, "PPid:") == parent.to_string())
+}
+
+/// Services are forked by the spawner (a small process, whose forks do not grow with
+/// supd's services), yet they are supd's own children. A killed spawner costs nothing:
+/// supd forks the next services itself, and a new spawner comes on a later start.
+#[test]
+fn services_are_forked_by_the_spawner_as_supds_own_children() {
+    let mut sb = Sandbox::new();
+    sb.config(
+        r#"
+[service.a]
+command = ["/bin/sleep", "3601"]
+restart_delay = "10ms"
+"#,
+    );
+    sb.start();
+    let supd = sb.supd_pid();
+    let a = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
+    assert_eq!(
+        status_field(a, "PPid:"),
+        supd.to_string(),
+        "a is supd's child"
+    );
+    let exe = "/proc/self/exe";
+    let spawner = child_with_cmdline(supd, &[exe, "--spawner"])
+        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
+    // The spawner forked it: its log says so, and supd's own forks are not counted.
+    let log = sb.supd_log();
+    assert!(
+        log.contains(&format!("spawner started: pid {spawner}")),
+        "{log}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(spawner),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the spawner");
+    wait_exit(spawner, std::time::Duration::from_secs(10)).expect("the spawner is gone");
+    // A restart right after: forked by supd itself, or by a new spawner; either way it
+    // runs, as supd's child.
+    let mut w = sb.watch();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(a),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill a");
+    let again = w.until(&sb, |e| {
+        e["service"] == "a" && e["to"] == "running" && e["pid"].as_i64() != Some(a as i64)
+    });
+    let b = again["pid"].as_i64().expect("pid") as i32;
+    assert_eq!(
+        status_field(b, "PPid:"),
+        supd.to_string(),
+        "still supd's child"
+    );
+    // After the retry delay (a second), the next start brings a new spawner.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut last = b;
+    let fresh = loop {
+        if let Some(p) = child_with_cmdline(supd, &[exe, "--spawner"]).filter(|p| *p != spawner) {
+            break p;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no new spawner\n{}",
+            sb.supd_log()
+        );
+        let mut w = sb.watch();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(last),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("kill a");
+        let e = w.until(&sb, |e| {
+            e["service"] == "a" && e["to"] == "running" && e["pid"].as_i64() != Some(last as i64)
+        });
+        last = e["pid"].as_i64().expect("pid") as i32;
+    };
+    assert!(
+        sb.supd_log().contains("the spawner runs again"),
+        "{}",
+        sb.supd_log()
+    );
+    sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+    wait_exit(fresh, std::time::Duration::from_secs(10)).expect("the spawner ends with supd");
+}

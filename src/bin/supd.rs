@@ -63,8 +63,13 @@ fn parse_args() -> Result<Args, String> {
 fn main() -> ExitCode {
     // The log writer is this program too (`log_writer.rs`).
     let mut args = std::env::args().skip(1);
-    if args.next().as_deref() == Some(sup::log_writer::ARG) {
-        return ExitCode::from(sup::log_writer::serve(&args.next().unwrap_or_default()));
+    match args.next().as_deref() {
+        Some(sup::log_writer::ARG) => {
+            return ExitCode::from(sup::log_writer::serve(&args.next().unwrap_or_default()))
+        }
+        // The process that forks services for supd (`spawner.rs`).
+        Some(sup::spawner::ARG) => return ExitCode::from(sup::spawner::serve()),
+        _ => {}
     }
     // Nothing supd inherited may leak into a service; then signals, before any child
     // exists (catatonit's rule).
