@@ -604,8 +604,16 @@ impl Client {
                 Err(_) => self.dead = true,
             }
         }
+        // A big answer once written (`status` of thousands of services: megabytes)
+        // leaves no buffer of its size behind with a client that stays connected.
+        if self.wbuf.is_empty() && self.wbuf.capacity() > WBUF_KEPT {
+            self.wbuf = Vec::new();
+        }
     }
 }
+
+/// The most room a client's emptied write buffer keeps.
+const WBUF_KEPT: usize = 64 << 10;
 
 /// `socket_group`, looked up once, when supd starts (before its loop: a user database
 /// that hangs then delays the start, never the loop; binding the socket again later
@@ -644,5 +652,46 @@ impl SocketGroup {
                 self.name
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_big_answer_leaves_no_big_buffer_behind() {
+        let (ours, theirs) = UnixStream::pair().expect("pair");
+        ours.set_nonblocking(true).expect("nonblocking");
+        let mut c = Client {
+            stream: ours,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            access: Access::Full,
+            uid: 0,
+            pid: 0,
+            watching: false,
+            following: None,
+            following_stderr: false,
+            parked: false,
+            closing: false,
+            hung_up: false,
+            dead: false,
+            last_active: Mono::now(),
+        };
+        let answer = vec![b'x'; 1 << 20];
+        c.send(&answer);
+        c.flush();
+        let mut got = Vec::new();
+        let mut theirs = theirs;
+        let mut chunk = vec![0u8; 1 << 16];
+        while got.len() < answer.len() {
+            let n = io::Read::read(&mut theirs, &mut chunk).expect("read");
+            got.extend_from_slice(&chunk[..n]);
+            c.flush();
+        }
+        assert_eq!(got, answer);
+        assert!(c.wbuf.is_empty() && !c.dead);
+        assert!(c.wbuf.capacity() <= WBUF_KEPT, "{}", c.wbuf.capacity());
     }
 }

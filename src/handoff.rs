@@ -197,7 +197,7 @@ impl Supervisor {
                 svc: slot.svc.clone(),
                 version: slot.version.clone(),
                 status_text: slot.status_text.clone(),
-                ran_as: slot.ran_as.clone(),
+                ran_as: slot.ran_as.as_deref().cloned(),
                 output,
                 output_err,
                 ready_fd,
@@ -366,7 +366,8 @@ impl Supervisor {
             if let Some((r, w, lines, dropped)) = s.output {
                 match (crate::sys::adopt_fd(r), crate::sys::adopt_fd(w)) {
                     (Ok(r), Ok(w)) => {
-                        slot.output = Some(crate::logs::Output::adopt(r, w, lines, dropped))
+                        slot.output =
+                            Some(Box::new(crate::logs::Output::adopt(r, w, lines, dropped)))
                     }
                     _ => log::warn!("{}: its output pipe was not handed over", s.name),
                 }
@@ -389,7 +390,7 @@ impl Supervisor {
             slot.notify = notify;
             slot.version = s.version;
             slot.status_text = s.status_text;
-            slot.ran_as = s.ran_as;
+            slot.ran_as = s.ran_as.map(Box::new);
             if let Some(pid) = s.svc.pid {
                 self.pids.insert(pid, s.name.clone());
                 // Still this process's child (exec keeps the pid): watched as at a spawn.

@@ -219,7 +219,6 @@ impl Supervisor {
                     s.removed = true;
                 }
                 self.apply(name, Event::Stop, now);
-                self.cfg.services.remove(name);
                 removed.push(name.clone());
             }
         }
@@ -256,7 +255,6 @@ impl Supervisor {
                 }
                 Some(false) => {}
             }
-            self.cfg.services.insert(name.clone(), def.clone());
         }
         let (socket, state_dir) = (
             self.cfg.supd.socket.clone(),

@@ -14,7 +14,9 @@ use std::ops::Deref;
 /// The slots by name, with the names touched since [`Slots::take_touched`].
 #[derive(Default)]
 pub struct Slots {
-    map: BTreeMap<String, Slot>,
+    /// Each slot boxed: a slot is over a kilobyte, and the map's nodes, about half
+    /// full after inserts in order, would hold room for twice as many.
+    map: BTreeMap<String, Box<Slot>>,
     touched: BTreeSet<String>,
     /// Each slot's id, stable for its life (the fds' tokens carry it), to its name.
     names: BTreeMap<u32, String>,
@@ -22,7 +24,7 @@ pub struct Slots {
 }
 
 impl Deref for Slots {
-    type Target = BTreeMap<String, Slot>;
+    type Target = BTreeMap<String, Box<Slot>>;
     fn deref(&self) -> &Self::Target {
         &self.map
     }
@@ -35,13 +37,13 @@ impl Slots {
         if !self.touched.contains(name) {
             self.touched.insert(name.to_string());
         }
-        Some(slot)
+        Some(&mut **slot)
     }
 
     /// Every slot, to change: all are noted as touched (for the rare passes over all).
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Slot> {
         self.touched.extend(self.map.keys().cloned());
-        self.map.values_mut()
+        self.map.values_mut().map(|s| &mut **s)
     }
 
     /// Adds a slot under a new id (or replaces one, under its id: what the set holds of
@@ -57,7 +59,7 @@ impl Slots {
         };
         self.names.insert(slot.id, name.clone());
         self.touched.insert(name.clone());
-        self.map.insert(name, slot);
+        self.map.insert(name, Box::new(slot));
     }
 
     /// Removes a slot.
@@ -65,7 +67,7 @@ impl Slots {
         let slot = self.map.remove(name)?;
         self.names.remove(&slot.id);
         self.touched.insert(name.to_string());
-        Some(slot)
+        Some(*slot)
     }
 
     /// The name of the slot with `id`, if it is still there.

@@ -39,7 +39,8 @@ pub struct Slot {
     pub id: u32,
     pub cfg: ServiceConfig,
     pub svc: Service,
-    pub output: Option<Output>,
+    /// Its output pipes and ring, boxed: a service with `log = "null"` has none.
+    pub output: Option<Box<Output>>,
     /// Read end of the `fd:N` readiness pipe of the current process.
     pub ready_pipe: Option<OwnedFd>,
     /// The tool version the current (or last) process runs.
@@ -66,7 +67,7 @@ pub struct Slot {
     /// The uid and groups its last child took as its `user` (with the `group` it was
     /// configured with), as the child reported them: supd never reads the user
     /// database itself. `upgrade` checks a new version against them.
-    pub ran_as: Option<(Option<String>, crate::access::Who)>,
+    pub ran_as: Option<Box<(Option<String>, crate::access::Who)>>,
     /// Removed by a reload: dropped once it is down.
     pub removed: bool,
     /// Its health check's state (`health`), kept across its runs for `status`.
@@ -135,6 +136,8 @@ struct Shutdown {
 
 /// The whole supervisor.
 pub struct Supervisor {
+    /// The config: its services moved into the slots (`services` is empty: a
+    /// service's config is its slot's `cfg`).
     pub cfg: Config,
     pub config_path: PathBuf,
     /// Errors of the config at start or of the last failed reload, for `status`.
@@ -300,8 +303,10 @@ impl Supervisor {
             reload_job: None,
             check_pids: BTreeMap::new(),
         };
-        let defs: Vec<ServiceConfig> = sup.cfg.services.values().cloned().collect();
-        for def in defs {
+        // Moved, not copied: each service's config lives in its slot only (a second
+        // copy of every one cost about a kilobyte a service).
+        let defs = std::mem::take(&mut sup.cfg.services);
+        for def in defs.into_values() {
             sup.add_slot(def);
         }
         sup.load_tools(Mono::now());
@@ -1005,7 +1010,7 @@ impl Supervisor {
         while let Some(i) = self.queued.iter().position(|q| {
             q.until_down
                 .iter()
-                .all(|d| self.slots.get(d).is_none_or(Slot::is_down))
+                .all(|d| self.slots.get(d).is_none_or(|s| s.is_down()))
         }) {
             let q = self.queued.remove(i);
             // Those it held down (`startable`) are looked at again by this pass.
@@ -1334,7 +1339,11 @@ impl Supervisor {
 
     /// Reads the report of a service's exec.
     pub fn on_exec_report(&mut self, name: &str, now: Mono) {
-        if self.slots.get_mut(name).is_some_and(read_exec_report) {
+        if self
+            .slots
+            .get_mut(name)
+            .is_some_and(|s| read_exec_report(s))
+        {
             self.apply(name, Event::Execd, now);
         }
     }
@@ -1567,7 +1576,7 @@ fn read_exec_report(slot: &mut Slot) -> bool {
     };
     let outcome = exec.outcome();
     if let Some(took) = exec.took() {
-        slot.ran_as = Some(took);
+        slot.ran_as = Some(Box::new(took));
     }
     match outcome {
         None => false,
@@ -1642,7 +1651,7 @@ fn streams(slot: &mut Slot) -> std::io::Result<(Io, Io)> {
     let apart = slot.cfg.log_stderr == LogStderr::Marked;
     match slot.output.as_mut() {
         Some(out) => out.set_stderr_apart(apart)?,
-        None => slot.output = Some(Output::new(apart)?),
+        None => slot.output = Some(Box::new(Output::new(apart)?)),
     }
     let out = slot
         .output

@@ -149,6 +149,13 @@ pub struct ExecFailure {
 /// was refused); end-of-file without a failure: its program runs.
 pub struct Exec {
     pub report: OwnedFd,
+    /// The rest, boxed: a service keeps its `Exec` only until its program runs, and
+    /// every slot has room for one.
+    rest: Box<ExecRest>,
+}
+
+/// What an `Exec` knows about its child besides the pipe.
+struct ExecRest {
     program: String,
     cwd: String,
     creds: Option<Account>,
@@ -175,18 +182,20 @@ impl Exec {
     pub fn adopt(report: OwnedFd, program: String, cwd: String) -> Exec {
         Exec {
             report,
-            program,
-            cwd,
-            creds: None,
-            limits: Vec::new(),
-            got: Vec::new(),
-            took: None,
+            rest: Box::new(ExecRest {
+                program,
+                cwd,
+                creds: None,
+                limits: Vec::new(),
+                got: Vec::new(),
+                took: None,
+            }),
         }
     }
 
     /// Its program and cwd, for a handoff.
     pub fn names(&self) -> (String, String) {
-        (self.program.clone(), self.cwd.clone())
+        (self.rest.program.clone(), self.rest.cwd.clone())
     }
 
     /// How the exec went: `None` while it is under way; `Some(Ok)` once the program
@@ -197,20 +206,20 @@ impl Exec {
             match nix::unistd::read(&self.report, &mut chunk) {
                 Ok(0) => break,
                 Ok(n) => {
-                    let room = REPORT_MAX.saturating_sub(self.got.len());
-                    self.got.extend_from_slice(&chunk[..n.min(room)]);
+                    let room = REPORT_MAX.saturating_sub(self.rest.got.len());
+                    self.rest.got.extend_from_slice(&chunk[..n.min(room)]);
                 }
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(nix::errno::Errno::EAGAIN) => return None,
                 Err(e) => {
                     return Some(Err(ExecFailure {
-                        why: format!("{}: reading how its exec went: {e}", self.program),
+                        why: format!("{}: reading how its exec went: {e}", self.rest.program),
                         denied: false,
                     }))
                 }
             }
         }
-        let got = std::mem::take(&mut self.got);
+        let got = std::mem::take(&mut self.rest.got);
         let mut rest = got.as_slice();
         let mut failed = None;
         while let Some((kind, body, next)) = record(rest) {
@@ -220,7 +229,7 @@ impl Exec {
                 .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
                 .collect();
             match (kind, words.split_first()) {
-                (REPORT_TOOK, Some((&uid, gids))) => self.took = Some((uid, gids.to_vec())),
+                (REPORT_TOOK, Some((&uid, gids))) => self.rest.took = Some((uid, gids.to_vec())),
                 (REPORT_FAILED, _) if body.len() >= 8 => {
                     let stage = words[0];
                     let errno = words[1] as i32;
@@ -245,8 +254,8 @@ impl Exec {
     /// Who the child became, once it said (a service with a user): its user's name
     /// and the uid and groups it took, with the group it was configured with.
     pub fn took(&self) -> Option<(Option<String>, crate::access::Who)> {
-        let creds = self.creds.as_ref()?;
-        let (uid, gids) = self.took.clone()?;
+        let creds = self.rest.creds.as_ref()?;
+        let (uid, gids) = self.rest.took.clone()?;
         let who = crate::access::Who {
             name: creds.user.clone()?,
             uid,
@@ -257,17 +266,19 @@ impl Exec {
 
     /// The user the child runs as, for messages ("root" when it keeps supd's).
     pub fn user(&self) -> Option<&str> {
-        self.creds.as_ref().and_then(|c| c.user.as_deref())
+        self.rest.creds.as_ref().and_then(|c| c.user.as_deref())
     }
 
     fn describe(&self, stage: u32, errno: i32) -> String {
         let err = io::Error::from_raw_os_error(errno);
         let user = self
+            .rest
             .creds
             .as_ref()
             .and_then(|c| c.user.as_deref())
             .unwrap_or("");
         let group = self
+            .rest
             .creds
             .as_ref()
             .and_then(|c| c.group.as_deref())
@@ -275,12 +286,12 @@ impl Exec {
         let who = if user.is_empty() { "root" } else { user };
         match (stage, errno) {
             (STAGE_CWD, libc::EACCES) => {
-                format!("user '{who}' may not enter its cwd {}", self.cwd)
+                format!("user '{who}' may not enter its cwd {}", self.rest.cwd)
             }
             (STAGE_EXEC, libc::EACCES) => {
-                format!("user '{who}' may not execute {}", self.program)
+                format!("user '{who}' may not execute {}", self.rest.program)
             }
-            (STAGE_CWD, _) => format!("cwd {}: {err}", self.cwd),
+            (STAGE_CWD, _) => format!("cwd {}: {err}", self.rest.cwd),
             (STAGE_NO_USER, 0) => format!("unknown user '{user}'"),
             (STAGE_NO_USER, _) => format!("cannot look up user '{user}': {err}"),
             (STAGE_NO_GROUP, 0) => format!("unknown group '{group}'"),
@@ -289,13 +300,13 @@ impl Exec {
             (STAGE_FDS, _) => format!("cannot set up its fds: {err}"),
             (STAGE_NICE, _) => format!("cannot set its nice value: {err}"),
             (s, _) if s >= STAGE_LIMIT => {
-                let name = self.limits.get((s - STAGE_LIMIT) as usize);
+                let name = self.rest.limits.get((s - STAGE_LIMIT) as usize);
                 format!(
                     "cannot set its limit {}: {err}",
                     name.map(String::as_str).unwrap_or("?")
                 )
             }
-            _ => format!("{}: {err}", self.program),
+            _ => format!("{}: {err}", self.rest.program),
         }
     }
 }
@@ -405,12 +416,14 @@ fn spawn_through(
         pid,
         Exec {
             report: report_read,
-            program,
-            cwd,
-            creds,
-            limits,
-            got: Vec::new(),
-            took: None,
+            rest: Box::new(ExecRest {
+                program,
+                cwd,
+                creds,
+                limits,
+                got: Vec::new(),
+                took: None,
+            }),
         },
     ))
 }

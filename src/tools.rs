@@ -487,7 +487,7 @@ impl Supervisor {
             };
             let took = self.slots.values().find_map(|o| {
                 o.ran_as
-                    .as_ref()
+                    .as_deref()
                     .filter(|(group, who)| who.name == user && *group == s.cfg.group)
                     .map(|(_, who)| who)
             });

@@ -568,7 +568,7 @@ fn read_service(
                 ),
                 d => svc.watchdog = d.or(svc.watchdog),
             },
-            "health" => svc.health = read_health(ctx, v, f),
+            "health" => svc.health = read_health(ctx, v, f).map(Box::new),
             "instances" => match ctx
                 .integer(v, f)
                 .map(|count| super::instances::count(&n, count))

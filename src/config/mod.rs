@@ -220,9 +220,9 @@ pub struct ServiceConfig {
     /// `watchdog = "30s"`: sd_notify `WATCHDOG=1` must come this often.
     #[serde(default)]
     pub watchdog: Option<Duration>,
-    /// `health = { ... }`: a check supd runs itself.
+    /// `health = { ... }`: a check supd runs itself (boxed: most services have none).
     #[serde(default)]
-    pub health: Option<HealthConfig>,
+    pub health: Option<Box<HealthConfig>>,
 }
 
 /// `health = { command | tcp | http, interval, timeout, failures, start_delay }`.
