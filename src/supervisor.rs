@@ -1339,11 +1339,7 @@ impl Supervisor {
 
     /// Reads the report of a service's exec.
     pub fn on_exec_report(&mut self, name: &str, now: Mono) {
-        if self
-            .slots
-            .get_mut(name)
-            .is_some_and(|s| read_exec_report(s))
-        {
+        if self.slots.get_mut(name).is_some_and(read_exec_report) {
             self.apply(name, Event::Execd, now);
         }
     }
