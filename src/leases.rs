@@ -260,7 +260,10 @@ impl Supervisor {
             .get(lease)
             .filter(|g| g.until > boot)
             .map(|g| g.term);
-        self.recheck_pending = true;
+        // Newly held: its leader-only services may start (a renewal changes nothing).
+        if old.is_none() {
+            self.recheck_pending = true;
+        }
         self.grants.insert(
             lease.to_string(),
             Grant {

@@ -558,7 +558,8 @@ impl Supervisor {
         let mut instance = None;
         // The record is written, and the child put in its cgroup, before its program
         // runs: a supd killed at any moment leaves nothing a successor cannot find.
-        let result = sys::spawn_service(spec, |pid| {
+        let born_in = cgroup_dir.clone();
+        let result = sys::spawn_service(spec, born_in.as_deref(), |pid, born| {
             crate::failpoint::hit("spawn-before-record");
             // Before /proc is mounted (an init's first one-shot mounts it) the start time
             // is unknown: 0 records the pid alone, which a later supd never takes for a
@@ -571,14 +572,20 @@ impl Supervisor {
                 )
             })?;
             crate::failpoint::hit("spawn-after-record");
-            let cgroup = cgroup_dir.filter(|dir| match cgroup::join(dir, pid) {
-                Ok(()) => true,
-                Err(e) => {
-                    log::warn!(
-                        "{name}: cannot move it into {}: {e}; it runs in its process group only",
-                        dir.display()
-                    );
-                    false
+            // Born in it by the spawner, or moved now.
+            if born {
+                log::debug!("{name}: {pid} born in its cgroup");
+            }
+            let cgroup = cgroup_dir.filter(|dir| {
+                born || match cgroup::join(dir, pid) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        log::warn!(
+                            "{name}: cannot move it into {}: {e}; it runs in its process group only",
+                            dir.display()
+                        );
+                        false
+                    }
                 }
             });
             let guard = match deadman {
@@ -629,20 +636,25 @@ impl Supervisor {
     }
 
     /// SIGCHLD, which told of `from`. A service's leader watched through its pidfd is
-    /// reaped when that is readable. Anything else (checks, helpers, adopted orphans,
-    /// leaders on kernels without pidfds) is found by a scan of every child, which the
-    /// kernel makes by walking all of them: so when the signal told of a watched leader
-    /// the scan is not made now but owed within a second, as that one signal may stand
-    /// for other exits too (the kernel folds a SIGCHLD into one still pending); the
-    /// check commands and helper tasks under way are looked at by pid at once.
+    /// reaped when that is readable; check commands and helper tasks under way are
+    /// looked at by pid. Anything else (the log writer, the spawner, dead-man guards,
+    /// adopted orphans, leaders on kernels without pidfds) is found by a scan of every
+    /// child, which the kernel makes by walking all of them: so when the signal told of
+    /// a leader, check or task, the scan is not made now but owed within a second, as
+    /// that one signal may stand for other exits too (the kernel folds a SIGCHLD into
+    /// one still pending).
     pub fn on_sigchld(&mut self, from: Option<i32>, now: Mono) {
-        let watched = from.is_some_and(|p| {
+        let watched = |p: i32| {
             self.pids
                 .get(&p)
                 .and_then(|n| self.slots.get(n))
                 .is_some_and(|s| s.leader.as_ref().is_some_and(|(l, _)| *l == p))
+        };
+        // A watched leader, a check command or a task: found by pid, not by a scan.
+        let known = from.is_some_and(|p| {
+            watched(p) || self.check_pids.contains_key(&p) || self.tasks.contains_key(&p)
         });
-        if watched {
+        if known {
             self.scan_owed.get_or_insert(now.plus(SCAN_OWED));
             // What else it may stand for and cannot wait a second is looked at by pid
             // now: a check command (its timeout runs: found late, it would be taken for
