@@ -247,7 +247,15 @@ impl Supervisor {
     pub fn ensure_notify(&mut self, name: &str, uid: Option<u32>) -> Result<(), String> {
         let path = self.notify_path(name)?;
         let dir = dir_for(&self.cfg.supd.socket);
-        let taken = path.as_ref().and_then(|p| {
+        // A service that holds its socket at its path already is alone there (another
+        // was refused it): only a first bind looks at every other service.
+        let held = |p: &PathBuf| {
+            self.slots
+                .get(name)
+                .and_then(|s| s.notify.as_ref())
+                .is_some_and(|x| &x.path == p)
+        };
+        let taken = path.as_ref().filter(|p| !held(p)).and_then(|p| {
             self.slots
                 .iter()
                 .find(|(n, s)| *n != name && s.notify.as_ref().is_some_and(|x| &x.path == p))
