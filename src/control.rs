@@ -3,7 +3,7 @@
 //! Nothing a client does can block supd or lock anyone out:
 //!
 //! - sockets are non-blocking, a request line is at most 64 KiB, and a client whose
-//!   unread answers pass [`WRITE_MAX`] is dropped;
+//!   unread answers pass [`WRITE_MAX`] is dropped (one answer alone may be larger);
 //! - at most [`MAX_CLIENTS`] are connected, the last [`RESERVED_SLOTS`] of them only
 //!   root or supd's own user; any other uid holds at most [`PER_UID`] connections,
 //!   `watch` and `log -f` streams included; more are answered with an error and closed;
@@ -578,7 +578,9 @@ impl Client {
         if self.dead {
             return;
         }
-        if self.wbuf.len() + bytes.len() > WRITE_MAX {
+        // One answer however big (status of tens of thousands of services) goes to a
+        // client that has read all before it; unread ones pile up to WRITE_MAX only.
+        if !self.wbuf.is_empty() && self.wbuf.len() + bytes.len() > WRITE_MAX {
             log::warn!(
                 "client pid {} does not read its answers; disconnecting it",
                 self.pid
@@ -659,11 +661,8 @@ impl SocketGroup {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_written_big_answer_leaves_no_big_buffer_behind() {
-        let (ours, theirs) = UnixStream::pair().expect("pair");
-        ours.set_nonblocking(true).expect("nonblocking");
-        let mut c = Client {
+    fn client(ours: UnixStream) -> Client {
+        Client {
             stream: ours,
             rbuf: Vec::new(),
             wbuf: Vec::new(),
@@ -678,7 +677,14 @@ mod tests {
             hung_up: false,
             dead: false,
             last_active: Mono::now(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_written_big_answer_leaves_no_big_buffer_behind() {
+        let (ours, theirs) = UnixStream::pair().expect("pair");
+        ours.set_nonblocking(true).expect("nonblocking");
+        let mut c = client(ours);
         let answer = vec![b'x'; 1 << 20];
         c.send(&answer);
         c.flush();
@@ -693,5 +699,18 @@ mod tests {
         assert_eq!(got, answer);
         assert!(c.wbuf.is_empty() && !c.dead);
         assert!(c.wbuf.capacity() <= WBUF_KEPT, "{}", c.wbuf.capacity());
+    }
+
+    /// One answer larger than the limit goes whole to a client that read all before it;
+    /// a second one while it is unread passes the limit and drops the client.
+    #[test]
+    fn one_answer_may_pass_the_limit_but_unread_ones_may_not() {
+        let (ours, _theirs) = UnixStream::pair().expect("pair");
+        ours.set_nonblocking(true).expect("nonblocking");
+        let mut c = client(ours);
+        c.send(&vec![b'x'; WRITE_MAX + 1]);
+        assert!(!c.dead && c.wbuf.len() == WRITE_MAX + 1);
+        c.send(b"more");
+        assert!(c.dead, "unread answers past the limit drop the client");
     }
 }

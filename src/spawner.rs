@@ -67,10 +67,10 @@ enum State {
 
 static STATE: Mutex<State> = Mutex::new(State::Unstarted);
 
-/// Forks a child through the spawner: `Some(Ok((pid, born in its cgroup)))`, or
-/// `Some(Err(_))` when the spawner's fork failed (as supd's own would); `None` when there
-/// is no spawner to ask (supd then forks the child itself).
-pub fn fork(msg: &[u8], fds: &[RawFd]) -> Option<io::Result<(i32, bool)>> {
+/// Forks a child through the spawner: `Some(Ok(pid))`, or `Some(Err(_))` when the
+/// spawner's fork failed (as supd's own would); `None` when there is no spawner to ask
+/// (supd then forks the child itself).
+pub fn fork(msg: &[u8], fds: &[RawFd]) -> Option<io::Result<i32>> {
     let mut state = STATE.lock().unwrap_or_else(|e| e.into_inner());
     let now = Mono::now();
     let delay = match &*state {
@@ -111,7 +111,7 @@ pub fn fork(msg: &[u8], fds: &[RawFd]) -> Option<io::Result<(i32, bool)>> {
         return None;
     };
     match call(link, msg, fds) {
-        Ok(n) if n > 0 => Some(Ok(((n & 0xffff_ffff) as i32, n >> 32 == 1))),
+        Ok(n) if n > 0 => Some(Ok(n as i32)),
         Ok(n) => Some(Err(io::Error::from_raw_os_error(-n as i32))),
         // Too big for one message: this child is forked by supd; the spawner is fine.
         Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => None,
@@ -275,8 +275,7 @@ pub fn serve() -> u8 {
             -i64::from(libc::EMSGSIZE)
         } else {
             match crate::sys::fork_for_supd(&buf[..n], fds, fd) {
-                // The pid, and above it whether the child was born in its cgroup.
-                Ok((pid, born)) => i64::from(pid) | (i64::from(born) << 32),
+                Ok(pid) => i64::from(pid),
                 Err(e) => -i64::from(e.raw_os_error().unwrap_or(libc::EINVAL)),
             }
         };

@@ -558,8 +558,7 @@ impl Supervisor {
         let mut instance = None;
         // The record is written, and the child put in its cgroup, before its program
         // runs: a supd killed at any moment leaves nothing a successor cannot find.
-        let born_in = cgroup_dir.clone();
-        let result = sys::spawn_service(spec, born_in.as_deref(), |pid, born| {
+        let result = sys::spawn_service(spec, |pid| {
             crate::failpoint::hit("spawn-before-record");
             // Before /proc is mounted (an init's first one-shot mounts it) the start time
             // is unknown: 0 records the pid alone, which a later supd never takes for a
@@ -572,20 +571,14 @@ impl Supervisor {
                 )
             })?;
             crate::failpoint::hit("spawn-after-record");
-            // Born in it by the spawner, or moved now.
-            if born {
-                log::debug!("{name}: {pid} born in its cgroup");
-            }
-            let cgroup = cgroup_dir.filter(|dir| {
-                born || match cgroup::join(dir, pid) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        log::warn!(
-                            "{name}: cannot move it into {}: {e}; it runs in its process group only",
-                            dir.display()
-                        );
-                        false
-                    }
+            let cgroup = cgroup_dir.filter(|dir| match cgroup::join(dir, pid) {
+                Ok(()) => true,
+                Err(e) => {
+                    log::warn!(
+                        "{name}: cannot move it into {}: {e}; it runs in its process group only",
+                        dir.display()
+                    );
+                    false
                 }
             });
             let guard = match deadman {

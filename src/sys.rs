@@ -119,7 +119,7 @@ pub fn set_listener_fd(fd: RawFd) {
 /// Forks and execs `spec` with nothing to do in between, and waits for the exec
 /// (helpers: copies, deletes, checks; programs of supd's own on local disks).
 pub fn spawn(spec: SpawnSpec) -> Result<i32, String> {
-    let (pid, mut exec) = spawn_service(spec, None, |_, _| Ok(()))?;
+    let (pid, mut exec) = spawn_service(spec, |_| Ok(()))?;
     let _ = nix::fcntl::fcntl(
         &exec.report,
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
@@ -323,15 +323,14 @@ impl Exec {
 /// release (a user database or a file system that hangs) can stall supd.
 pub fn spawn_service(
     spec: SpawnSpec,
-    cgroup: Option<&std::path::Path>,
-    admit: impl FnOnce(i32, bool) -> Result<(), String>,
+    admit: impl FnOnce(i32) -> Result<(), String>,
 ) -> Result<(i32, Exec), String> {
-    spawn_through(spec, cgroup, admit, false)
+    spawn_through(spec, admit, false)
 }
 
 /// [`spawn`], forked by supd itself: for the spawner, which cannot fork itself.
 pub fn spawn_direct(spec: SpawnSpec) -> Result<i32, String> {
-    let (pid, mut exec) = spawn_through(spec, None, |_, _| Ok(()), true)?;
+    let (pid, mut exec) = spawn_through(spec, |_| Ok(()), true)?;
     let _ = nix::fcntl::fcntl(
         &exec.report,
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
@@ -347,8 +346,7 @@ pub fn spawn_direct(spec: SpawnSpec) -> Result<i32, String> {
 
 fn spawn_through(
     spec: SpawnSpec,
-    cgroup: Option<&std::path::Path>,
-    admit: impl FnOnce(i32, bool) -> Result<(), String>,
+    admit: impl FnOnce(i32) -> Result<(), String>,
     direct: bool,
 ) -> Result<(i32, Exec), String> {
     let program = spec.program.clone();
@@ -364,29 +362,15 @@ fn spawn_through(
     keep.sort_unstable();
     let own = [go_write.as_raw_fd(), report_read.as_raw_fd()];
     // Forked by the spawner (a small process: its fork copies little), else here.
-    // The spawner may have the child born in its cgroup (`CLONE_INTO_CGROUP`), which
-    // spares the move (a write to `cgroup.procs` waits for an RCU grace period).
-    let cgroup_fd = cgroup.filter(|_| !direct).and_then(|dir| {
-        let flags = nix::fcntl::OFlag::O_RDONLY
-            | nix::fcntl::OFlag::O_DIRECTORY
-            | nix::fcntl::OFlag::O_CLOEXEC;
-        nix::fcntl::open(dir, flags, nix::sys::stat::Mode::empty()).ok()
-    });
     let asked = match direct {
         true => None,
         false => {
-            let (msg, fds) = plan_message(
-                &plan,
-                go_read.as_raw_fd(),
-                report_write.as_raw_fd(),
-                cgroup_fd.as_ref().map(|f| f.as_raw_fd()),
-            );
+            let (msg, fds) = plan_message(&plan, go_read.as_raw_fd(), report_write.as_raw_fd());
             crate::spawner::fork(&msg, &fds)
         }
     };
-    drop(cgroup_fd);
-    let (pid, born_in_cgroup) = match asked {
-        Some(Ok(forked)) => forked,
+    let pid = match asked {
+        Some(Ok(pid)) => pid,
         Some(Err(e)) => return Err(format!("fork: {e}")),
         None => {
             // SAFETY: supd is single-threaded, so the child holds no lock another thread
@@ -407,12 +391,12 @@ fn spawn_through(
                     report_write.as_raw_fd(),
                 );
             }
-            (pid, false)
+            pid
         }
     };
     drop(go_read);
     drop(report_write);
-    if let Err(why) = admit(pid, born_in_cgroup) {
+    if let Err(why) = admit(pid) {
         // The child reads end-of-file and exits without running the program.
         drop(go_write);
         reap_now(pid);
@@ -541,12 +525,7 @@ const RESOURCES: [nix::sys::resource::Resource; 8] = {
 
 /// A child's plan as one message to the spawner, with the fds it names (sent along):
 /// its stdio and readiness sources, then its go-ahead and report pipes.
-fn plan_message(
-    p: &ChildPlan,
-    go: RawFd,
-    report: RawFd,
-    cgroup: Option<RawFd>,
-) -> (Vec<u8>, Vec<RawFd>) {
+fn plan_message(p: &ChildPlan, go: RawFd, report: RawFd) -> (Vec<u8>, Vec<RawFd>) {
     let mut w = Wire(Vec::with_capacity(4096));
     let mut fds = Vec::new();
     w.int(i64::from(p.floor));
@@ -578,22 +557,11 @@ fn plan_message(
         w.int(l.rlim_max as i64);
     }
     fds.extend([go, report]);
-    w.int(i64::from(cgroup.is_some()));
-    fds.extend(cgroup);
     (w.0, fds)
 }
 
-/// What the spawner forks from: the child's plan, its go-ahead and report fds, and the
-/// cgroup to have it born in.
-struct Planned {
-    plan: ChildPlan,
-    go: OwnedFd,
-    report: OwnedFd,
-    cgroup: Option<OwnedFd>,
-}
-
-/// The spawner's side of [`plan_message`].
-fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<Planned> {
+/// The spawner's side of [`plan_message`]: the plan, and its go-ahead and report fds.
+fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<(ChildPlan, OwnedFd, OwnedFd)> {
     let mut r = Unwire(msg);
     let mut fds = fds.into_iter();
     let bad = || io::Error::new(io::ErrorKind::InvalidData, "a malformed spawn request");
@@ -645,10 +613,6 @@ fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<Planned> {
     }
     let go = next_fd()?;
     let report = next_fd()?;
-    let cgroup = match r.int()? {
-        0 => None,
-        _ => Some(next_fd()?),
-    };
     let ptrs = |v: &Vec<CString>| -> Vec<*const libc::c_char> {
         (v.iter().map(|a| a.as_ptr()))
             .chain(std::iter::once(std::ptr::null()))
@@ -675,67 +639,17 @@ fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<Planned> {
         limits,
         floor,
     };
-    Ok(Planned {
-        plan,
-        go,
-        report,
-        cgroup,
-    })
+    Ok((plan, go, report))
 }
 
 /// The spawner forks a child of supd (`CLONE_PARENT`: supd is its parent, reaps it and
 /// gets its SIGCHLD) that runs `msg`'s plan, as `spawn_service` would have; `own` is the
-/// spawner's socket, closed in the child. Returns the child's pid, and whether it was
-/// born in the cgroup the message named (`CLONE_INTO_CGROUP`, Linux 5.7).
-pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: RawFd) -> io::Result<(i32, bool)> {
-    let Planned {
-        plan,
-        go,
-        report,
-        cgroup,
-    } = plan_from(msg, fds)?;
+/// spawner's socket, closed in the child. Returns the child's pid.
+pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: RawFd) -> io::Result<i32> {
+    let (plan, go, report) = plan_from(msg, fds)?;
     let mut keep = plan.sources();
     keep.extend([go.as_raw_fd(), report.as_raw_fd()]);
     keep.sort_unstable();
-    let child = |pid: libc::c_long| -> io::Result<i32> {
-        if pid < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if pid == 0 {
-            child_main(&plan, &[], &[own], &keep, go.as_raw_fd(), report.as_raw_fd());
-        }
-        Ok(pid as i32)
-    };
-    if let Some(dir) = &cgroup {
-        let args = CloneArgs {
-            flags: libc::CLONE_PARENT as u64 | CLONE_INTO_CGROUP,
-            // With CLONE_PARENT the child's exit signal is the spawner's (SIGCHLD).
-            exit_signal: 0,
-            cgroup: dir.as_raw_fd() as u64,
-            ..CloneArgs::default()
-        };
-        // SAFETY: clone3 reads `size` bytes of `args`, a live `#[repr(C)]` struct laid
-        // out as the kernel's `struct clone_args` (version 2, with `cgroup`); without
-        // CLONE_VM it is a fork, and the child is as after `clone` below.
-        let pid = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &args as *const CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
-        match child(pid) {
-            Ok(pid) => return Ok((pid, true)),
-            // Too old a kernel, no cgroup2 there, or a cgroup that takes no process:
-            // forked as below, and supd moves it.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EOPNOTSUPP | libc::EBUSY | libc::EPERM | libc::EACCES | libc::ENOENT)
-                ) => {}
-            Err(e) => return Err(e),
-        }
-    }
     // SAFETY: clone without CLONE_VM is a fork whose child has the spawner's parent
     // (supd) for its parent; the spawner is single-threaded, so the child holds no lock
     // another thread could own, and it runs `child_main` only (as a forked child of
@@ -751,27 +665,20 @@ pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: RawFd) -> io::Result<(i
             0usize,
         )
     };
-    child(pid).map(|pid| (pid, false))
-}
-
-/// `CLONE_INTO_CGROUP` (Linux 5.7).
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// The kernel's `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        child_main(
+            &plan,
+            &[],
+            &[own],
+            &keep,
+            go.as_raw_fd(),
+            report.as_raw_fd(),
+        );
+    }
+    Ok(pid as i32)
 }
 
 /// A message being written: integers and length-prefixed bytes.
@@ -2007,20 +1914,14 @@ mod tests {
         };
         let plan = ChildPlan::new(spec).expect("plan");
         let (go, report) = nix::unistd::pipe().expect("pipe");
-        let (msg, fds) = plan_message(&plan, go.as_raw_fd(), report.as_raw_fd(), Some(go.as_raw_fd()));
-        assert_eq!(fds.len(), 6, "stdin, stdout, ready, go, report, cgroup");
+        let (msg, fds) = plan_message(&plan, go.as_raw_fd(), report.as_raw_fd());
+        assert_eq!(fds.len(), 5, "stdin, stdout, ready, go, report");
         let dups: Vec<OwnedFd> = fds
             .iter()
             .map(|fd| nix::unistd::dup(unsafe_borrow(*fd)).expect("dup"))
             .collect();
         let inodes: Vec<_> = fds.iter().map(|fd| file_of_raw(*fd)).collect();
-        let Planned {
-            plan: back,
-            go: go2,
-            report: report2,
-            cgroup,
-        } = plan_from(&msg, dups).expect("decoded");
-        assert!(cgroup.is_some());
+        let (back, go2, report2) = plan_from(&msg, dups).expect("decoded");
         assert_eq!(back.candidates, plan.candidates);
         assert_eq!(
             (back._argv.clone(), back._envp.clone()),

@@ -129,18 +129,6 @@ restart_delay = "10ms"
         supd.to_string(),
         "a is supd's child"
     );
-    // Where the kernel has CLONE_INTO_CGROUP (5.7) and supd has cgroups, the child is
-    // born in its cgroup, not moved there (a move waits for an RCU grace period).
-    let born = format!("a: {a} born in its cgroup");
-    let old_kernel =
-        std::env::var_os("SUP_TEST_LINUX_3_10").is_some() && common::oldkernel::supported();
-    if common::oldkernel::has_cgroup2() && !old_kernel {
-        assert!(sb.supd_log().contains(&born), "{}", sb.supd_log());
-    }
-    let cgroup = std::fs::read_to_string(format!("/proc/{a}/cgroup")).expect("its cgroup");
-    if common::oldkernel::has_cgroup2() {
-        assert!(cgroup.trim_end().ends_with("/a.service"), "{cgroup}");
-    }
     let exe = "/proc/self/exe";
     let spawner = child_with_cmdline(supd, &[exe, "--spawner"])
         .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));

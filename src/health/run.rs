@@ -437,7 +437,7 @@ impl Supervisor {
                 }
             }
         });
-        let (pid, exec) = sys::spawn_service(spec, cgroup_dir.as_deref(), |pid, born| {
+        let (pid, exec) = sys::spawn_service(spec, |pid| {
             let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
             if let Some(Err(e)) = record.map(|r| r.set(Some((pid, start_time)))) {
                 log::warn!(
@@ -445,8 +445,7 @@ impl Supervisor {
                     state_dir.display()
                 );
             }
-            let moved = cgroup_dir.as_ref().filter(|_| !born);
-            if let Some(Err(e)) = moved.map(|d| crate::cgroup::join(d, pid)) {
+            if let Some(Err(e)) = cgroup_dir.as_ref().map(|d| crate::cgroup::join(d, pid)) {
                 log::warn!("{name}: its check runs in no cgroup: {e}");
             }
             Ok(())
