@@ -186,6 +186,10 @@ fn run() -> Result<(), Failure> {
     let timeout = opts.timeout.filter(|_| !waits);
     let mut conn = Conn::open(&opts.socket, timeout)?;
     let asked = Instant::now();
+    if cmd == "status" && !opts.json {
+        let data: StatusData = conn.call_as(&request)?;
+        return show_status(&data);
+    }
     let data = conn.call(&request)?;
     match cmd.as_str() {
         "watch" => {
@@ -216,6 +220,11 @@ fn run() -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// A line from supd.
+fn parse(line: &str) -> Result<Value, Failure> {
+    serde_json::from_str(line).map_err(|e| Failure::Refused(format!("bad answer from supd: {e}")))
 }
 
 /// Up, as `status` counts it: supd says so; from a supd too old to say, running.
@@ -419,6 +428,40 @@ impl Conn {
     }
 
     fn call(&mut self, request: &Value) -> Result<Value, Failure> {
+        let line = self.exchange(request)?;
+        let mut answer: Value = parse(&line)?;
+        if answer["ok"] == true {
+            // Taken, not copied.
+            Ok(answer.get_mut("data").map(Value::take).unwrap_or_default())
+        } else {
+            Err(refusal(&answer))
+        }
+    }
+
+    /// [`Conn::call`], its data read straight into `T` (status of 10,000 services: no
+    /// tree of 10,000 JSON objects to build and free).
+    fn call_as<T: serde::de::DeserializeOwned>(&mut self, request: &Value) -> Result<T, Failure> {
+        #[derive(serde::Deserialize)]
+        struct Answer<T> {
+            ok: bool,
+            data: Option<T>,
+        }
+        let line = self.exchange(request)?;
+        match serde_json::from_str::<Answer<T>>(&line) {
+            Ok(Answer {
+                ok: true,
+                data: Some(data),
+            }) => Ok(data),
+            // A refusal, or an answer not of that shape: as `call` says it.
+            _ => {
+                let answer: Value = parse(&line)?;
+                Err(refusal(&answer))
+            }
+        }
+    }
+
+    /// Sends one request; its answer line.
+    fn exchange(&mut self, request: &Value) -> Result<String, Failure> {
         let mut req = request.clone();
         req["id"] = json!(1);
         let mut line = serde_json::to_vec(&req).map_err(|e| Failure::Refused(e.to_string()))?;
@@ -435,18 +478,21 @@ impl Conn {
                 ))),
             };
         }
-        let answer = self.next(deadline)?.ok_or_else(|| {
+        self.next_line(deadline)?.ok_or_else(|| {
             Failure::Unreachable(format!("supd at {} closed the connection", self.path))
-        })?;
-        if answer["ok"] == true {
-            Ok(answer["data"].clone())
-        } else {
-            Err(refusal(&answer))
+        })
+    }
+
+    /// The next answer or event, within `deadline` when there is one.
+    fn next(&mut self, deadline: Option<Instant>) -> Result<Option<Value>, Failure> {
+        match self.next_line(deadline)? {
+            Some(line) => parse(&line).map(Some),
+            None => Ok(None),
         }
     }
 
     /// The next line, within `deadline` when there is one.
-    fn next(&mut self, deadline: Option<Instant>) -> Result<Option<Value>, Failure> {
+    fn next_line(&mut self, deadline: Option<Instant>) -> Result<Option<String>, Failure> {
         let mut line = String::new();
         if let Some(d) = deadline {
             let left = d.saturating_duration_since(Instant::now());
@@ -459,9 +505,7 @@ impl Conn {
         }
         match self.reader.read_line(&mut line) {
             Ok(0) => Ok(None),
-            Ok(_) => serde_json::from_str(&line)
-                .map(Some)
-                .map_err(|e| Failure::Refused(format!("bad answer from supd: {e}"))),
+            Ok(_) => Ok(Some(line)),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -602,31 +646,8 @@ fn print_answer(cmd: &str, data: &Value, json: bool) -> Result<(), Failure> {
     let o = &mut o;
     match cmd {
         "status" => {
-            let list: Vec<ServiceStatus> =
-                serde_json::from_value(data["services"].clone()).unwrap_or_default();
-            print_status(o, &list);
-            if let Some(errs) = data["config_errors"].as_array().filter(|e| !e.is_empty()) {
-                outln!(
-                    err,
-                    "\nthe config has errors; supd runs without it until a reload succeeds:"
-                );
-                for e in errs {
-                    outln!(err, "  {}", e.as_str().unwrap_or(""));
-                }
-            }
-            // What supd decided but could not write yet (nothing of it is done).
-            for (tool, t) in data["tools"].as_object().into_iter().flatten() {
-                if let Some(e) = t["write_error"].as_str() {
-                    outln!(
-                        err,
-                        "\n{tool}: {} waits: {e}; supd retries",
-                        t["pending"].as_str().unwrap_or("a change")
-                    );
-                }
-            }
-            if let Some(e) = data["down_error"].as_str() {
-                outln!(err, "\nstop/start marks: {e}; supd retries");
-            }
+            let d: StatusData = serde::Deserialize::deserialize(data).unwrap_or_default();
+            status_text(o, &mut err, &d);
         }
         "start" | "stop" | "restart" => {
             let one = std::slice::from_ref(data);
@@ -846,6 +867,65 @@ fn print_versions(o: &mut String, d: &Value) {
             v["version"].as_str().unwrap_or("?"),
             marks.join(", ")
         );
+    }
+}
+
+/// `status`'s data.
+#[derive(serde::Deserialize, Default)]
+struct StatusData {
+    #[serde(default)]
+    services: Vec<ServiceStatus>,
+    #[serde(default)]
+    config_errors: Vec<String>,
+    #[serde(default)]
+    tools: std::collections::BTreeMap<String, Value>,
+    #[serde(default)]
+    down_error: Option<String>,
+}
+
+/// `status` without `--json`: the table, notes on stderr, exit 3 if one is not up.
+fn show_status(d: &StatusData) -> Result<(), Failure> {
+    let (mut o, mut err) = (String::new(), String::new());
+    status_text(&mut o, &mut err, d);
+    emit(&o)?;
+    if !err.is_empty() {
+        note(err.trim_end());
+    }
+    let down: Vec<String> = (d.services.iter())
+        // Up as supd says; from a supd too old to say, running.
+        .filter(|s| !s.up && s.state != "running")
+        .map(|s| s.name.clone())
+        .collect();
+    if !down.is_empty() {
+        return Err(Failure::NotUp(down));
+    }
+    Ok(())
+}
+
+/// The table of `status`, and its notes for stderr.
+fn status_text(o: &mut String, err: &mut String, d: &StatusData) {
+    print_status(o, &d.services);
+    if !d.config_errors.is_empty() {
+        outln!(
+            err,
+            "\nthe config has errors; supd runs without it until a reload succeeds:"
+        );
+        for e in &d.config_errors {
+            outln!(err, "  {e}");
+        }
+    }
+    // What supd decided but could not write yet (nothing of it is done).
+    for (tool, t) in &d.tools {
+        if let Some(e) = t["write_error"].as_str() {
+            outln!(
+                err,
+                "\n{tool}: {} waits: {e}; supd retries",
+                t["pending"].as_str().unwrap_or("a change")
+            );
+        }
+    }
+    if let Some(e) = &d.down_error {
+        outln!(err, "\nstop/start marks: {e}; supd retries");
     }
 }
 
