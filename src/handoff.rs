@@ -277,8 +277,14 @@ impl Supervisor {
             }
             slot.health_pid = None;
         }
-        // What has exited is reaped here, its group killed, by the image that knows it.
-        self.reap(Mono::now());
+        // What has exited is reaped here, its group killed, by the image that knows it:
+        // all of it (a scan cut at its time is made again until it is whole).
+        loop {
+            self.reap(Mono::now());
+            if self.scan_owed_now().is_none() {
+                break;
+            }
+        }
         // What this image logged goes to its log file before the exec (the writer and
         // what is queued for it are handed over).
         self.flush_own_log(Mono::now());

@@ -678,6 +678,11 @@ impl Supervisor {
         self.reap_id(Some(pid), now);
     }
 
+    /// When a scan of all children is owed (`Some(now)`: a scan was cut at its time).
+    pub(crate) fn scan_owed_now(&self) -> Option<Mono> {
+        self.scan_owed
+    }
+
     /// Reaps every exited child: services' and adopted orphans'.
     pub fn reap(&mut self, now: Mono) {
         self.scan_owed = None;
@@ -688,7 +693,14 @@ impl Supervisor {
     /// at before it is reaped (`WNOWAIT`): its group and cgroup are killed while the
     /// zombie still holds its pid, so no other process can be signalled by mistake.
     fn reap_id(&mut self, only: Option<i32>, now: Mono) {
+        let began = Mono::now();
         loop {
+            // A scan that finds hundreds (a storm, found by the owed scan) goes on at
+            // the next turn, at once: clients and signals are served in between.
+            if only.is_none() && Mono::now().since(began) >= SCAN_TIME {
+                self.scan_owed = Some(now);
+                break;
+            }
             let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
             let id = match only {
                 Some(p) => Id::Pid(nix::unistd::Pid::from_raw(p)),
@@ -1604,6 +1616,9 @@ const PASS_TIME: Duration = Duration::from_millis(4);
 fn pass_is_over(spawned: usize, elapsed: impl FnOnce() -> Duration) -> bool {
     spawned >= SPAWNS_PER_PASS || (spawned > 0 && elapsed() >= PASS_TIME)
 }
+
+/// How long one turn reaps what a scan of all children finds, at most.
+const SCAN_TIME: Duration = Duration::from_millis(4);
 
 /// How long a scan of all children may be owed after a SIGCHLD that told of a watched
 /// leader (`on_sigchld`).
