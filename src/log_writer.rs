@@ -475,26 +475,11 @@ impl LogWriter {
         // This very image (even when its file was replaced), so it speaks this format.
         let exe = Path::new("/proc/self/exe");
         let program = if exe.exists() { exe } else { &self.program };
-        let mut env = vec![("PATH".into(), crate::launch::DEFAULT_PATH.into())];
-        for k in ["SUP_LOG", "RUST_LOG"] {
-            if let Ok(v) = std::env::var(k) {
-                env.push((k.to_string(), v));
-            }
-        }
-        let pid = crate::sys::spawn(crate::sys::SpawnSpec {
-            program: program.to_string_lossy().into_owned(),
-            args: vec![ARG.into(), std::process::id().to_string()],
-            env,
-            cwd: "/".into(),
-            stdout: crate::sys::Io::Inherit,
-            stderr: crate::sys::Io::Inherit,
-            creds: None,
-            give: None,
-            ready_fd: Some((theirs.as_raw_fd(), 3)),
-            tuning: Default::default(),
-            own_pid_env: None,
-            dies_with_supd: false,
-        })?;
+        let pid = crate::sys::spawn(crate::sys::SpawnSpec::own_helper(
+            program,
+            vec![ARG.into(), std::process::id().to_string()],
+            theirs.as_raw_fd(),
+        ))?;
         Ok(Link {
             pid,
             sock,

@@ -198,26 +198,12 @@ fn start() -> Result<Link, String> {
     if !exe.exists() {
         return Err("/proc/self/exe is missing (no /proc yet)".into());
     }
-    let mut env = vec![("PATH".into(), crate::launch::DEFAULT_PATH.into())];
-    for k in ["SUP_LOG", "RUST_LOG"] {
-        if let Ok(v) = std::env::var(k) {
-            env.push((k.to_string(), v));
-        }
-    }
-    let pid = crate::sys::spawn_direct(crate::sys::SpawnSpec {
-        program: exe.to_string_lossy().into_owned(),
-        args: vec![ARG.into()],
-        env,
-        cwd: "/".into(),
-        stdout: crate::sys::Io::Inherit,
-        stderr: crate::sys::Io::Inherit,
-        creds: None,
-        give: None,
-        ready_fd: Some((theirs.as_raw_fd(), 3)),
-        tuning: Default::default(),
-        own_pid_env: None,
+    // It dies with supd (it has nothing to do without it).
+    let spec = crate::sys::SpawnSpec {
         dies_with_supd: true,
-    })?;
+        ..crate::sys::SpawnSpec::own_helper(exe, vec![ARG.into()], theirs.as_raw_fd())
+    };
+    let pid = crate::sys::spawn_direct(spec)?;
     drop(theirs);
     let link = Link {
         sock,

@@ -116,21 +116,38 @@ pub fn set_listener_fd(fd: RawFd) {
     GUARDS[1].store(fd, Ordering::Relaxed);
 }
 
+impl SpawnSpec {
+    /// One of supd's own helper processes (`program`, this very image, with `args`):
+    /// the default PATH and supd's log settings, `/` for its directory, supd's stdout
+    /// and stderr, and `fd` as its fd 3.
+    pub fn own_helper(program: &std::path::Path, args: Vec<String>, fd: RawFd) -> SpawnSpec {
+        let mut env = vec![("PATH".into(), crate::launch::DEFAULT_PATH.into())];
+        for k in ["SUP_LOG", "RUST_LOG"] {
+            if let Ok(v) = std::env::var(k) {
+                env.push((k.to_string(), v));
+            }
+        }
+        SpawnSpec {
+            program: program.to_string_lossy().into_owned(),
+            args,
+            env,
+            cwd: "/".into(),
+            stdout: Io::Inherit,
+            stderr: Io::Inherit,
+            creds: None,
+            give: None,
+            ready_fd: Some((fd, 3)),
+            tuning: Default::default(),
+            own_pid_env: None,
+            dies_with_supd: false,
+        }
+    }
+}
+
 /// Forks and execs `spec` with nothing to do in between, and waits for the exec
 /// (helpers: copies, deletes, checks; programs of supd's own on local disks).
 pub fn spawn(spec: SpawnSpec) -> Result<i32, String> {
-    let (pid, mut exec) = spawn_service(spec, |_| Ok(()))?;
-    let _ = nix::fcntl::fcntl(
-        &exec.report,
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
-    );
-    match exec.outcome() {
-        Some(Err(failure)) => {
-            reap_now(pid);
-            Err(failure.why)
-        }
-        _ => Ok(pid),
-    }
+    spawn_and_wait(spec, false)
 }
 
 /// Why a child could not run its program.
@@ -330,7 +347,12 @@ pub fn spawn_service(
 
 /// [`spawn`], forked by supd itself: for the spawner, which cannot fork itself.
 pub fn spawn_direct(spec: SpawnSpec) -> Result<i32, String> {
-    let (pid, mut exec) = spawn_through(spec, |_| Ok(()), true)?;
+    spawn_and_wait(spec, true)
+}
+
+/// Spawns `spec` (by supd itself when `direct`) and waits for its exec's outcome.
+fn spawn_and_wait(spec: SpawnSpec, direct: bool) -> Result<i32, String> {
+    let (pid, mut exec) = spawn_through(spec, |_| Ok(()), direct)?;
     let _ = nix::fcntl::fcntl(
         &exec.report,
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
