@@ -192,3 +192,34 @@ restart_delay = "10ms"
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
     wait_exit(fresh, std::time::Duration::from_secs(10)).expect("the spawner ends with supd");
 }
+
+/// A spawner that hangs (stopped) holds supd up for its answer's bound at most: supd
+/// forks the child itself, ends the silent spawner, and says so.
+#[test]
+fn a_stopped_spawner_is_given_up_and_supd_forks_itself() {
+    let mut sb = Sandbox::new();
+    sb.config("[service.a]\ncommand = [\"/bin/sleep\", \"3602\"]\nrestart_delay = \"10ms\"\n");
+    sb.start();
+    let supd = sb.supd_pid();
+    let a = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
+    let spawner = child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
+        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
+    let pid = nix::unistd::Pid::from_raw;
+    nix::sys::signal::kill(pid(spawner), nix::sys::signal::Signal::SIGSTOP).expect("stop it");
+    let mut w = sb.watch();
+    nix::sys::signal::kill(pid(a), nix::sys::signal::Signal::SIGKILL).expect("kill a");
+    let again = w.until(&sb, |e| {
+        e["service"] == "a" && e["to"] == "running" && e["pid"].as_i64() != Some(a as i64)
+    });
+    let b = again["pid"].as_i64().expect("pid") as i32;
+    assert_eq!(status_field(b, "PPid:"), supd.to_string(), "supd's child");
+    assert!(
+        sb.supd_log()
+            .contains(&format!("the spawner (pid {spawner}) did not answer")),
+        "{}",
+        sb.supd_log()
+    );
+    // The silent spawner was ended (killed, then reaped by supd).
+    wait_exit(spawner, std::time::Duration::from_secs(10)).expect("the stopped spawner is gone");
+    sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+}
