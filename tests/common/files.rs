@@ -35,14 +35,7 @@ pub fn wait_file(path: &Path, pred: impl Fn(&str) -> bool) -> String {
             "{} did not come as expected within {DEADLINE:?}; it holds:\n{text}",
             path.display()
         );
-        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-        let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
-        let _ = poll(&mut fds, PollTimeout::from(ms));
-        while let Ok(events) = ino.read_events() {
-            if events.is_empty() {
-                break;
-            }
-        }
+        next_events(&ino, left);
     }
 }
 
@@ -68,13 +61,19 @@ pub fn wait_file_named(dir: &Path, prefix: &str) -> String {
             "no {prefix}* in {} within {DEADLINE:?}",
             dir.display()
         );
-        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-        let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
-        let _ = poll(&mut fds, PollTimeout::from(ms));
-        while let Ok(events) = ino.read_events() {
-            if events.is_empty() {
-                break;
-            }
+        next_events(&ino, left);
+    }
+}
+
+/// Waits up to `left` for `ino` to have events, and reads them (they only wake the
+/// caller, which looks at the files themselves).
+fn next_events(ino: &Inotify, left: std::time::Duration) {
+    let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+    let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
+    let _ = poll(&mut fds, PollTimeout::from(ms));
+    while let Ok(events) = ino.read_events() {
+        if events.is_empty() {
+            break;
         }
     }
 }
