@@ -223,8 +223,8 @@ fn remnants(recs: &[PidRecord], cgroups: &[PathBuf]) -> Vec<(i32, String)> {
 /// Whether the environment a process was started with names `service` as its own.
 fn names_service(s: &Stat, service: &str) -> bool {
     let want = format!("SUP_SERVICE={service}");
-    std::fs::read(format!("/proc/{}/environ", s.pid))
-        .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
+    crate::proc::environ(s.pid)
+        .is_some_and(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
 }
 
 /// A process to end: its pid and start time and, where the kernel has them, a pidfd.

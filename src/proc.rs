@@ -40,6 +40,36 @@ pub fn stat(pid: i32) -> Option<Stat> {
     parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// The environment `pid` was started with (`/proc/PID/environ`), or `None` when it
+/// cannot be read. The file shows the process's memory at each read(2), and a process
+/// that execs between two reads ends the file early: read piecemeal (as `fs::read`
+/// does, from 32 bytes up), a fork caught on its way to exec shows only the first
+/// variables of its environment. So it is read in one call, with a buffer grown and
+/// the read made again until one call holds all of it.
+pub fn environ(pid: i32) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let file = fs::File::open(format!("/proc/{pid}/environ")).ok()?;
+    let mut buf = vec![0u8; ENVIRON_FIRST];
+    loop {
+        let n = loop {
+            match file.read_at(&mut buf, 0) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r.ok()?,
+            }
+        };
+        if n < buf.len() || buf.len() >= ENVIRON_MAX {
+            buf.truncate(n);
+            return Some(buf);
+        }
+        buf.resize(buf.len() * 2, 0);
+    }
+}
+
+/// The first buffer for an environment, and the largest: argv and environment together
+/// are bounded by a quarter of the stack limit, 2 MiB under the usual 8 MiB.
+const ENVIRON_FIRST: usize = 64 << 10;
+const ENVIRON_MAX: usize = 16 << 20;
+
 /// Every process in the system, for a scan of groups; unreadable entries are skipped.
 pub fn all() -> Vec<Stat> {
     let Ok(dir) = fs::read_dir("/proc") else {

@@ -223,3 +223,66 @@ fn a_stopped_spawner_is_given_up_and_supd_forks_itself() {
     wait_exit(spawner, std::time::Duration::from_secs(10)).expect("the stopped spawner is gone");
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
 }
+
+/// `/proc/PID/environ` of a fork on its way to exec, read by `sup::proc::environ`: it is
+/// the environment from before the exec or the one after, never the first part of one.
+/// (Read piecemeal, as `fs::read` does, the fault suite once took a service's fork for
+/// an unexec'd fork of supd: its first variables named the run, its last, SUP_SERVICE,
+/// was cut off by the exec. supd's own look for what a killed supd left reads it so.)
+#[test]
+fn an_environment_read_while_its_process_execs_is_whole() {
+    // A shell whose environment begins with a tag and ends with SUP_SERVICE (a cleared
+    // Command's environment is sorted by name) forks and forks, and each fork execs
+    // programs whose environments carry neither. 100 KB of it: more than the first
+    // buffer of `environ`, and many calls for a piecemeal read (which is then cut within
+    // a tenth of a second).
+    let mut cmd = Command::new("/bin/sh");
+    cmd.env_clear()
+        .env("A_TAG", "1")
+        .env("SUP_SERVICE", "probe");
+    for i in 0..400 {
+        cmd.env(format!("B_PAD{i:02}"), "x".repeat(250));
+    }
+    let mut sh = cmd
+        .args([
+            "-c",
+            "while :; do (exec /usr/bin/env -i A=1 /bin/true); done",
+        ])
+        .spawn()
+        .expect("sh");
+    let pid = sh.id();
+    let children = format!("/proc/{pid}/task/{pid}/children");
+    let (mut whole, mut cut) = (0u32, Vec::new());
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < end && cut.is_empty() {
+        let list = std::fs::read_to_string(&children).unwrap_or_default();
+        for child in list
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let Some(env) = sup::proc::environ(child) else {
+                continue;
+            };
+            let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+            match (
+                vars.contains(&&b"A_TAG=1"[..]),
+                vars.contains(&&b"SUP_SERVICE=probe"[..]),
+            ) {
+                (true, true) => whole += 1,
+                (true, false) => cut.push(env.len()),
+                _ => {}
+            }
+        }
+    }
+    let _ = sh.kill();
+    let _ = sh.wait();
+    assert!(
+        cut.is_empty(),
+        "an environment read cut short ({} bytes), after {whole} whole",
+        cut[0]
+    );
+    assert!(
+        whole > 100,
+        "only {whole} forks caught before their exec: the race was not run"
+    );
+}

@@ -67,7 +67,9 @@ pub fn tagged(tag: u64) -> Vec<Tagged> {
         else {
             continue;
         };
-        let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
+        // Read whole: a fork read piecemeal while it execs shows the first variables
+        // only (the tag and generation without SUP_SERVICE, as if supd's own fork).
+        let Some(env) = sup::proc::environ(pid) else {
             continue;
         };
         let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
@@ -109,10 +111,10 @@ pub fn describe(pid: i32) -> String {
     let Some(st) = sup::proc::stat(pid) else {
         return format!("no process {pid}");
     };
-    let env = fs::read(format!("/proc/{pid}/environ")).map(|e| e.len());
+    let env = sup::proc::environ(pid).map_or("unreadable".into(), |e| e.len().to_string());
     let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     format!(
-        "/proc: {} state {} pgrp {} ppid {}, environ {env:?} bytes",
+        "/proc: {} state {} pgrp {} ppid {}, environ {env} bytes",
         comm.trim(),
         st.state,
         st.pgrp,
