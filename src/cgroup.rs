@@ -81,9 +81,12 @@ pub fn prepare(dir: &Path) -> io::Result<()> {
     }
 }
 
-/// Moves `pid` into the cgroup `dir`.
-pub fn join(dir: &Path, pid: i32) -> io::Result<()> {
-    fs::write(dir.join("cgroup.procs"), pid.to_string())
+/// The `cgroup.procs` of `dir`, open for a child to write itself into (`SpawnSpec::join`).
+pub fn procs_file(dir: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.procs"))?;
+    Ok(f.into())
 }
 
 /// SIGKILLs every process of the cgroup: `cgroup.kill` (Linux 5.14), else [`kill_each`].

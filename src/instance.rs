@@ -1,8 +1,8 @@
 //! One run of a service at the kernel's edge, from its fork to the exit of its last
 //! process. The promises of "one instance" live here:
 //!
-//! - it is recorded before its program runs (`sys::spawn_admitted` holds the child until
-//!   the supervisor's record is written and the child is in its cgroup);
+//! - it is recorded before its program runs (`sys::spawn_service` holds the child until
+//!   the supervisor's record is written; the child moved itself into its cgroup before);
 //! - when its leader exits, the whole group (and cgroup) is killed while the leader is
 //!   still an unreaped zombie, so the group's id cannot name anything else meanwhile;
 //! - it is over only when no process of it is left: only then does its service learn

@@ -10,8 +10,9 @@
 //! supd sends it a child's whole plan (`sys::plan_message`: program, arguments,
 //! environment, user, limits, the fds to give it, and the go-ahead and report pipes of
 //! `sys::spawn_service`) and gets back a pid. The spawner forks with `CLONE_PARENT`, so
-//! the child is supd's own: supd records it, moves it into its cgroup, releases it and
-//! reaps it exactly as one it forked itself. Nothing else changes for the child.
+//! the child is supd's own: it moves itself into its cgroup, and supd records it,
+//! releases it and reaps it exactly as one it forked itself. Nothing else changes for
+//! the child.
 //!
 //! If the spawner cannot be started, is gone, or does not answer within two seconds,
 //! supd forks the child itself, and starts a new spawner on a later spawn (after a

@@ -531,16 +531,22 @@ impl Supervisor {
                 return self.apply(name, Event::SpawnFailed(why), now);
             }
         };
-        let cgroup_dir = self.cgroups.as_ref().and_then(|c| {
-            let dir = c.service_dir(name);
-            match cgroup::prepare(&dir) {
-                Ok(()) => Some(dir),
+        // The child moves itself into its cgroup (`SpawnSpec::join`); a refused move is
+        // learnt from its exec report (`read_exec_report`), before its program could
+        // have started anything.
+        let (cgroup_dir, join) = match self.cgroups.as_ref().map(|c| c.service_dir(name)) {
+            None => (None, None),
+            Some(dir) => match cgroup::prepare(&dir).and_then(|()| cgroup::procs_file(&dir)) {
+                Ok(f) => (Some(dir), Some(f)),
                 Err(e) => {
-                    log::warn!("{name}: cannot create its cgroup {}: {e}; it runs in its process group only", dir.display());
-                    None
+                    log::warn!(
+                        "{name}: cannot use its cgroup {}: {e}; it runs in its process group only",
+                        dir.display()
+                    );
+                    (None, None)
                 }
-            }
-        });
+            },
+        };
         let spec = SpawnSpec {
             program: plan.program,
             args: plan.args,
@@ -554,10 +560,12 @@ impl Supervisor {
             tuning: plan.tuning,
             own_pid_env: plan.watchdog_pid.then(|| "WATCHDOG_PID".to_string()),
             dies_with_supd: false,
+            join,
         };
         let mut instance = None;
-        // The record is written, and the child put in its cgroup, before its program
-        // runs: a supd killed at any moment leaves nothing a successor cannot find.
+        // The child is in its cgroup before it waits for its go-ahead, and the record is
+        // written before the go-ahead: a supd killed at any moment leaves nothing a
+        // successor cannot find.
         let result = sys::spawn_service(spec, |pid| {
             crate::failpoint::hit("spawn-before-record");
             // Before /proc is mounted (an init's first one-shot mounts it) the start time
@@ -571,16 +579,7 @@ impl Supervisor {
                 )
             })?;
             crate::failpoint::hit("spawn-after-record");
-            let cgroup = cgroup_dir.filter(|dir| match cgroup::join(dir, pid) {
-                Ok(()) => true,
-                Err(e) => {
-                    log::warn!(
-                        "{name}: cannot move it into {}: {e}; it runs in its process group only",
-                        dir.display()
-                    );
-                    false
-                }
-            });
+            let cgroup = cgroup_dir;
             let guard = match deadman {
                 Some(d) => Some(d.arm(pid, cgroup.as_deref()).map_err(|e| {
                     format!("{e}; not started (a leader-only service never runs without it)")
@@ -1590,6 +1589,15 @@ fn read_exec_report(slot: &mut Slot) -> bool {
     let outcome = exec.outcome();
     if let Some(took) = exec.took() {
         slot.ran_as = Some(Box::new(took));
+    }
+    if let Some(e) = exec.cgroup_refused() {
+        if let Some(dir) = slot.instance.as_mut().and_then(|i| i.cgroup.take()) {
+            log::warn!(
+                "{}: cannot move it into {}: {e}; it runs in its process group only",
+                slot.cfg.name,
+                dir.display()
+            );
+        }
     }
     match outcome {
         None => false,

@@ -99,6 +99,11 @@ pub struct SpawnSpec {
     /// do without supd, and what it started is ended by the next supd from its record
     /// in `state_dir/checks`; a service must outlive supd, and does not set this).
     pub dies_with_supd: bool,
+    /// The `cgroup.procs` of the cgroup the child moves itself into, first thing, before
+    /// its go-ahead (`cgroup::procs_file`). A move waits for the kernel (an RCU grace
+    /// period, 8-30 ms): the child waits, not supd's loop. A move refused is reported
+    /// (`Exec::cgroup_refused`) and the child goes on in its process group.
+    pub join: Option<OwnedFd>,
 }
 
 /// The fds that keep a second supd out (the state lock, the listening socket): a forked
@@ -140,6 +145,7 @@ impl SpawnSpec {
             tuning: Default::default(),
             own_pid_env: None,
             dies_with_supd: false,
+            join: None,
         }
     }
 }
@@ -183,12 +189,16 @@ struct ExecRest {
     got: Vec<u8>,
     /// The uid and groups the child took, once reported.
     took: Option<(u32, Vec<u32>)>,
+    /// Why the child's move into its cgroup was refused, once reported.
+    no_cgroup: Option<i32>,
 }
 
 /// A report record: the uid, then each gid the child holds.
 const REPORT_TOOK: u32 = 1;
 /// A report record: the stage that failed, its errno, then what the child found.
 const REPORT_FAILED: u32 = 2;
+/// A report record: the errno of the child's refused move into its cgroup (it goes on).
+const REPORT_NO_CGROUP: u32 = 3;
 /// The most of a report supd keeps (65536 groups and a message fit).
 const REPORT_MAX: usize = 1 << 20;
 
@@ -206,6 +216,7 @@ impl Exec {
                 limits: Vec::new(),
                 got: Vec::new(),
                 took: None,
+                no_cgroup: None,
             }),
         }
     }
@@ -247,6 +258,7 @@ impl Exec {
                 .collect();
             match (kind, words.split_first()) {
                 (REPORT_TOOK, Some((&uid, gids))) => self.rest.took = Some((uid, gids.to_vec())),
+                (REPORT_NO_CGROUP, Some((&errno, _))) => self.rest.no_cgroup = Some(errno as i32),
                 (REPORT_FAILED, _) if body.len() >= 8 => {
                     let stage = words[0];
                     let errno = words[1] as i32;
@@ -266,6 +278,12 @@ impl Exec {
             }
         }
         Some(failed.map_or(Ok(()), Err))
+    }
+
+    /// Why the child could not move itself into its cgroup, once its report was read
+    /// to its end (`SpawnSpec::join`): it then runs in its process group only.
+    pub fn cgroup_refused(&self) -> Option<io::Error> {
+        self.rest.no_cgroup.map(io::Error::from_raw_os_error)
     }
 
     /// Who the child became, once it said (a service with a user): its user's name
@@ -445,6 +463,7 @@ fn spawn_through(
                 limits,
                 got: Vec::new(),
                 took: None,
+                no_cgroup: None,
             }),
         },
     ))
@@ -526,6 +545,8 @@ struct ChildPlan {
     umask: Option<libc::mode_t>,
     nice: Option<libc::c_int>,
     limits: Vec<(nix::sys::resource::Resource, libc::rlimit)>,
+    /// The `cgroup.procs` the child writes itself into (see `SpawnSpec::join`).
+    join: Option<OwnedFd>,
     /// Every fd the child uses as a source is at least this.
     floor: RawFd,
 }
@@ -578,6 +599,8 @@ fn plan_message(p: &ChildPlan, go: RawFd, report: RawFd) -> (Vec<u8>, Vec<RawFd>
         w.int(l.rlim_cur as i64);
         w.int(l.rlim_max as i64);
     }
+    w.int(i64::from(p.join.is_some()));
+    fds.extend(p.join.as_ref().map(|f| f.as_raw_fd()));
     fds.extend([go, report]);
     (w.0, fds)
 }
@@ -633,6 +656,10 @@ fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<(ChildPlan, OwnedFd, O
             },
         ));
     }
+    let join = match r.int()? {
+        0 => None,
+        _ => Some(next_fd()?),
+    };
     let go = next_fd()?;
     let report = next_fd()?;
     let ptrs = |v: &Vec<CString>| -> Vec<*const libc::c_char> {
@@ -659,6 +686,7 @@ fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<(ChildPlan, OwnedFd, O
         umask,
         nice,
         limits,
+        join,
         floor,
     };
     Ok((plan, go, report))
@@ -871,17 +899,19 @@ impl ChildPlan {
                 .iter()
                 .map(resource)
                 .collect::<io::Result<_>>()?,
+            join: spec.join.map(|fd| above(fd, floor)).transpose()?,
             floor,
         })
     }
 }
 
 impl ChildPlan {
-    /// The fds the child `dup2`s from.
+    /// The fds the child uses: those it `dup2`s from, and its cgroup's.
     fn sources(&self) -> Vec<RawFd> {
         let stdio = self.stdio.iter().flatten().map(|f| f.as_raw_fd());
         let ready = self.ready.iter().map(|(f, _)| f.as_raw_fd());
-        stdio.chain(ready).collect()
+        let join = self.join.iter().map(|f| f.as_raw_fd());
+        stdio.chain(ready).chain(join).collect()
     }
 }
 
@@ -960,6 +990,9 @@ fn child_main(
         }
         close_all_but(3, keep);
         libc::setsid();
+        if let Some(join) = &p.join {
+            join_cgroup(join.as_raw_fd(), report);
+        }
         // Wait for the parent's go-ahead: end-of-file means supd died or refused.
         let mut byte = 0u8;
         loop {
@@ -1524,6 +1557,30 @@ fn fail_found(report: RawFd, stage: u32, errno: i32, found: Option<String>) -> !
     unsafe { libc::_exit(127) }
 }
 
+/// Moves the calling child into the cgroup whose `cgroup.procs` is `procs` ("0" names
+/// the writer), and closes it; a refusal is reported, and the child goes on (no
+/// allocation: it runs before the go-ahead).
+fn join_cgroup(procs: RawFd, report: RawFd) {
+    // SAFETY: writes one byte from a static, then closes an fd this child owns.
+    let n = loop {
+        let n = unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) };
+        if n < 0 && errno_now() == libc::EINTR {
+            continue;
+        }
+        break n;
+    };
+    let errno = if n == 1 { 0 } else { errno_now().max(1) };
+    // SAFETY: `procs` is this child's copy, used no more (its plan is never dropped).
+    unsafe { libc::close(procs) };
+    if errno != 0 {
+        let mut msg = [0u8; 12];
+        msg[..4].copy_from_slice(&REPORT_NO_CGROUP.to_ne_bytes());
+        msg[4..8].copy_from_slice(&4u32.to_ne_bytes());
+        msg[8..].copy_from_slice(&errno.to_ne_bytes());
+        write_all(report, &msg);
+    }
+}
+
 /// Writes one record (its kind, its length, `body`) to the report pipe (in the child).
 fn write_record(report: RawFd, kind: u32, body: &[u8]) {
     let mut msg = Vec::with_capacity(8 + body.len());
@@ -1933,11 +1990,14 @@ mod tests {
             },
             own_pid_env: Some("WATCHDOG_PID".into()),
             dies_with_supd: true,
+            join: Some(OwnedFd::from(
+                std::fs::File::open("/").expect("a directory"),
+            )),
         };
         let plan = ChildPlan::new(spec).expect("plan");
         let (go, report) = nix::unistd::pipe().expect("pipe");
         let (msg, fds) = plan_message(&plan, go.as_raw_fd(), report.as_raw_fd());
-        assert_eq!(fds.len(), 5, "stdin, stdout, ready, go, report");
+        assert_eq!(fds.len(), 6, "stdin, stdout, ready, join, go, report");
         let dups: Vec<OwnedFd> = fds
             .iter()
             .map(|fd| nix::unistd::dup(unsafe_borrow(*fd)).expect("dup"))
@@ -1977,6 +2037,7 @@ mod tests {
             back.stdio[0].as_ref().map(|f| f.as_raw_fd()),
             back.stdio[1].as_ref().map(|f| f.as_raw_fd()),
             back.ready.as_ref().map(|r| r.0.as_raw_fd()),
+            back.join.as_ref().map(|f| f.as_raw_fd()),
             Some(go2.as_raw_fd()),
             Some(report2.as_raw_fd()),
         ];

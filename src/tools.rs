@@ -1001,6 +1001,7 @@ impl Supervisor {
             tuning: Default::default(),
             own_pid_env: None,
             dies_with_supd: false,
+            join: None,
         })
     }
 

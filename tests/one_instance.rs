@@ -3,6 +3,7 @@
 //! daemonizes, a state directory that is full or removed.
 
 mod common;
+use common::files::wait_file;
 use common::locking::{assert_no_dups, lines};
 use common::*;
 use nix::sys::signal::{kill, Signal};
@@ -592,4 +593,112 @@ fn pid_records_hold_no_fd_per_service() {
         .expect("its fds")
         .count();
     assert!(inherited <= 3, "a service's child inherits {inherited} fds");
+}
+
+/// The cgroup root supd recorded in its state directory, if it has cgroups.
+fn cgroup_root(sb: &Sandbox) -> Option<std::path::PathBuf> {
+    let text = fs::read_to_string(sb.path("state/cgroup")).ok()?;
+    Some(std::path::PathBuf::from(text.trim()))
+}
+
+/// A service and its check command move themselves into their cgroups before they wait
+/// for their go-ahead: their programs' first look at /proc/self/cgroup names them.
+#[test]
+fn a_service_and_its_check_are_in_their_cgroups_from_their_first_instruction() {
+    if !is_root() {
+        eprintln!("skipped: needs root for cgroups");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let svc = sb.script(
+        "svc",
+        &format!(
+            "cat /proc/self/cgroup > {}\nexec sleep 3600",
+            sb.path("svc.cgroup").display()
+        ),
+    );
+    let check = sb.script(
+        "check",
+        &format!(
+            "cat /proc/self/cgroup > {}.tmp; mv {0}.tmp {0}",
+            sb.path("check.cgroup").display()
+        ),
+    );
+    sb.config(&format!(
+        "[service.one]\ncommand = [\"{svc}\"]\nhealth = {{ command = [\"{check}\"], interval = \"100ms\" }}\n"
+    ));
+    sb.start();
+    sb.wait_state("one", "running");
+    let Some(root) = cgroup_root(&sb) else {
+        eprintln!("skipped: supd has no cgroups here");
+        return;
+    };
+    let unified = |file: &str| -> Option<String> {
+        let text = fs::read_to_string(sb.path(file)).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .map(str::to_string)
+    };
+    wait_file(&sb.path("svc.cgroup"), |t| t.contains("0::"));
+    wait_file(&sb.path("check.cgroup"), |t| t.contains("0::"));
+    let rel = |name: &str| format!("/{}", root.join(name).display()).replace("//", "/");
+    let ends = |file: &str, name: &str| {
+        let got = unified(file).unwrap_or_default();
+        assert!(
+            rel(name).ends_with(&got) && got.ends_with(&format!("/{name}")),
+            "{file}: the program started in {got:?}, not in {name}"
+        );
+    };
+    ends("svc.cgroup", "one.service");
+    ends("check.cgroup", "one+check.service");
+}
+
+/// A cgroup that refuses the service (a domain cgroup beside a threaded sibling is
+/// "domain invalid": no process may join it): the service runs in its process group
+/// only, supd learns so from the child's report and says so, and ends its run as
+/// without cgroups: what left the group but not the session ends with it.
+#[test]
+fn a_service_its_cgroup_refuses_is_ended_as_without_cgroups() {
+    if !is_root() {
+        eprintln!("skipped: needs root for cgroups");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let helper = helper_then_ready(
+        &sb,
+        "member",
+        "python3 -c 'import os, sys; os.setpgid(0, 0); os.execvp(\"sh\", [\"sh\", \"-c\", sys.argv[1]])'",
+    );
+    let svc = sb.script("svc", &format!("{helper}\nexec sleep 3600"));
+    sb.config(&format!(
+        "[service.one]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\nautostart = false\n"
+    ));
+    sb.start();
+    let Some(root) = cgroup_root(&sb) else {
+        eprintln!("skipped: supd has no cgroups here");
+        return;
+    };
+    let decoy = root.join("decoy");
+    fs::create_dir(&decoy).expect("mkdir decoy");
+    fs::write(decoy.join("cgroup.type"), "threaded").expect("a threaded cgroup");
+    let mut w = sb.watch();
+    sb.ok(serde_json::json!({"cmd": "start", "service": "one"}));
+    let leader = pid_of(&w.state(&sb, "one", "running"));
+    let cgroup = fs::read_to_string(format!("/proc/{leader}/cgroup")).unwrap_or_default();
+    assert!(
+        !cgroup.contains("one.service"),
+        "the cgroup took it after all: {cgroup}"
+    );
+    let member = pid_in(&sb, "member");
+    let m = sup::proc::stat(member).expect("the member runs");
+    assert!(
+        m.pgrp != leader && m.session == leader,
+        "the member left the group, not the session: {m:?}"
+    );
+    sb.ok(serde_json::json!({"cmd": "stop", "service": "one"}));
+    assert!(!alive(member), "stop ends it");
+    wait_file(&sb.path("supd.stderr"), |t| {
+        t.contains("cannot move it into")
+    });
+    let _ = fs::remove_dir(&decoy);
 }

@@ -402,6 +402,7 @@ impl Supervisor {
             tuning: plan.tuning,
             own_pid_env: None,
             dies_with_supd: true,
+            join: None,
         };
         // Recorded before its program runs, as a service is: the command dies with a
         // killed supd, but what it started would stay; the record lets the next supd
@@ -424,19 +425,22 @@ impl Supervisor {
         }
         let record = slot.check_file.as_ref();
         // Where supd has cgroups, a cgroup holds what the check starts, even a daemon.
-        let cgroup_dir = self.cgroups.as_ref().and_then(|c| {
+        // The command moves itself in (`SpawnSpec::join`); a refused move is said when
+        // its report is read.
+        let join = self.cgroups.as_ref().and_then(|c| {
             let dir = c.check_dir(name);
-            match crate::cgroup::prepare(&dir) {
-                Ok(()) => Some(dir),
+            match crate::cgroup::prepare(&dir).and_then(|()| crate::cgroup::procs_file(&dir)) {
+                Ok(f) => Some(f),
                 Err(e) => {
                     log::warn!(
-                        "{name}: cannot create the cgroup of its check {}: {e}",
+                        "{name}: cannot use the cgroup of its check {}: {e}; it runs in no cgroup",
                         dir.display()
                     );
                     None
                 }
             }
         });
+        let spec = SpawnSpec { join, ..spec };
         let (pid, exec) = sys::spawn_service(spec, |pid| {
             let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
             if let Some(Err(e)) = record.map(|r| r.set(Some((pid, start_time)))) {
@@ -444,9 +448,6 @@ impl Supervisor {
                     "{name}: cannot record the pid of its check in {}: {e}; it runs unrecorded",
                     state_dir.display()
                 );
-            }
-            if let Some(Err(e)) = cgroup_dir.as_ref().map(|d| crate::cgroup::join(d, pid)) {
-                log::warn!("{name}: its check runs in no cgroup: {e}");
             }
             Ok(())
         })
@@ -482,7 +483,11 @@ impl Supervisor {
         let Some(Probe::Command { mut exec, .. }) = slot.probe.take() else {
             return;
         };
-        let result = match (exit, exec.outcome()) {
+        let outcome = exec.outcome();
+        if let Some(e) = exec.cgroup_refused() {
+            log::warn!("{name}: its check ran in no cgroup: {e}");
+        }
+        let result = match (exit, outcome) {
             (_, Some(Err(f))) => Err(format!("check command: cannot start: {}", f.why)),
             (Exit::Code(0), _) => Ok(()),
             (e, _) => Err(format!("check command {e}")),
