@@ -346,6 +346,13 @@ fn runs(sb: &Sandbox, w: &mut Watch, version: &str) {
     });
 }
 
+/// Waits until the agent `v` has begun: its script wrote its line. "running" says its
+/// exec went through; its shell reads the script after, and a permission broken before
+/// that makes it exit with 2 instead of being killed as the test means.
+fn begun(sb: &Sandbox, v: &str) {
+    common::files::wait_file(&sb.path(&format!("out/agent-{v}")), |t| !t.is_empty());
+}
+
 #[test]
 fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
     if skip() {
@@ -361,6 +368,7 @@ fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
     // The first version, in probation (nothing to roll back to).
     supctl_ok(&sb, &["upgrade", "agent", "1.0.0"]);
     sb.wait_state("agent", "running");
+    begun(&sb, "1.0.0");
     // Its program is then made root's alone (a careless chmod), and it dies.
     let bin = sb.path("state/tools/agent/1.0.0/bin/agent");
     chmod(&bin, 0o700);
@@ -397,6 +405,7 @@ fn a_start_refused_for_permission_says_why_and_marks_no_version_bad() {
     let mut w = sb.watch();
     supctl_ok(&sb, &["upgrade", "agent", "2.0.0"]);
     runs(&sb, &mut w, "2.0.0");
+    begun(&sb, "2.0.0");
     chmod(&sb.path("state/tools/agent/2.0.0"), 0o700);
     kill_agent(&sb);
     runs(&sb, &mut w, "1.0.0");
