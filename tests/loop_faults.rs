@@ -1054,13 +1054,21 @@ fn as_pid_1_a_group_dying_together_drains_and_restarts() {
 fn a_shutdown_during_a_burst_of_starts_does_not_spin() {
     let mut sb = Sandbox::new();
     let mut cfg = String::new();
+    // t000 is ready once it ignores TERM, and the burst of the 399 others follows it: a
+    // TERM before any service ignored it would end them all at once, and supd with
+    // them, before the test could look.
     for i in 0..400 {
+        let (ready, after) = match i {
+            0 => ("echo >&3; ", "ready = \"fd:3\"\n"),
+            _ => ("", "after = [\"t000\"]\n"),
+        };
         cfg.push_str(&format!(
-            "[service.t{i:03}]\ncommand = [\"/bin/sh\", \"-c\", \"trap '' TERM; exec /bin/sleep 3600\"]\nstop_timeout = \"15s\"\nlog = \"null\"\n\n"
+            "[service.t{i:03}]\ncommand = [\"/bin/sh\", \"-c\", \"trap '' TERM; {ready}exec /bin/sleep 3600\"]\n{after}stop_timeout = \"15s\"\nlog = \"null\"\n\n"
         ));
     }
     sb.config(&cfg);
     sb.start();
+    sb.wait_state("t000", "running");
     let supd = sb.supd_pid();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(supd),
@@ -1068,10 +1076,13 @@ fn a_shutdown_during_a_burst_of_starts_does_not_spin() {
     )
     .expect("TERM");
     // Every service that was started is being stopped (TERM ignored: they wait for
-    // their stop_timeout), none starts any more.
+    // their stop_timeout), none starts any more; t000 runs until they are down.
     let s = wait_all(&sb, "all stopping or stopped", |s| {
-        s.values()
-            .all(|x| x["state"] == "stopping" || x["state"] == "stopped")
+        s.iter().all(|(name, x)| {
+            x["state"] == "stopping"
+                || x["state"] == "stopped"
+                || (name.as_str() == "t000" && x["state"] == "running")
+        })
     });
     assert_idle(&sb, supd, "shutting down, waiting for stop_timeout");
     // No need to wait for the stop_timeout: ended by pid.

@@ -702,3 +702,47 @@ fn a_service_its_cgroup_refuses_is_ended_as_without_cgroups() {
     });
     let _ = fs::remove_dir(&decoy);
 }
+
+/// A run's cgroup is removed when the run is over, and the next run's made anew: a
+/// child cloned into a cgroup once killed through `cgroup.kill` would be SIGKILLed at
+/// once (Linux 6.18), so a stop (which kills the cgroup) must not keep the service from
+/// coming back, in its cgroup, again and again.
+#[test]
+fn a_service_stopped_and_started_again_runs_in_a_fresh_cgroup() {
+    if !is_root() {
+        eprintln!("skipped: needs root for cgroups");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.config("[service.one]\ncommand = [\"/bin/sleep\", \"3600\"]\n");
+    sb.start();
+    let first = pid_of(&sb.wait_state("one", "running"));
+    let Some(root) = cgroup_root(&sb) else {
+        eprintln!("skipped: supd has no cgroups here");
+        return;
+    };
+    let dir = root.join("one.service");
+    let mut leader = first;
+    for round in 0..3 {
+        let cgroup = fs::read_to_string(format!("/proc/{leader}/cgroup")).unwrap_or_default();
+        assert!(
+            cgroup.contains("/one.service"),
+            "round {round}: pid {leader} is not in its cgroup: {cgroup}"
+        );
+        sb.ok(serde_json::json!({"cmd": "stop", "service": "one"}));
+        assert!(!alive(leader), "round {round}: stop ends it");
+        assert!(
+            !dir.exists(),
+            "round {round}: the run's cgroup is removed when it is over"
+        );
+        let mut w = sb.watch();
+        sb.ok(serde_json::json!({"cmd": "start", "service": "one"}));
+        leader = pid_of(&w.state(&sb, "one", "running"));
+        assert_eq!(
+            sb.status("one")["restarts"],
+            serde_json::json!(0),
+            "round {round}: it came back at once, not after a death"
+        );
+        assert!(alive(leader), "round {round}: the new run lives");
+    }
+}
