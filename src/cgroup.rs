@@ -73,24 +73,12 @@ impl Cgroups {
     }
 }
 
-/// Creates a service's cgroup if it is not there; true when it was made now (so never
-/// killed through `cgroup.kill`: a child may be born in it, `SpawnSpec::born_in`).
-pub fn prepare(dir: &Path) -> io::Result<bool> {
+/// Creates a service's cgroup if it is not there.
+pub fn prepare(dir: &Path) -> io::Result<()> {
     match fs::create_dir(dir) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(e),
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
     }
-}
-
-/// The directory `dir` itself, open for `clone3`'s `CLONE_INTO_CGROUP`.
-pub fn dir_file(dir: &Path) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY)
-        .open(dir)?;
-    Ok(f.into())
 }
 
 /// The `cgroup.procs` of `dir`, open for a child to write itself into (`SpawnSpec::join`).

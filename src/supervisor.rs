@@ -531,27 +531,21 @@ impl Supervisor {
                 return self.apply(name, Event::SpawnFailed(why), now);
             }
         };
-        // The child is born in its cgroup when it was made for this run (each run's is
-        // removed when the run is over), else moves itself in (`SpawnSpec::born_in`,
-        // `join`); a refused move is learnt from its exec report (`read_exec_report`),
-        // before its program could have started anything.
-        let (cgroup_dir, join, born_in) = match self.cgroups.as_ref().map(|c| c.service_dir(name)) {
-            None => (None, None, None),
-            Some(dir) => {
-                match cgroup::prepare(&dir).and_then(|made| Ok((made, cgroup::procs_file(&dir)?))) {
-                    Ok((made, f)) => {
-                        let born_in = made.then(|| cgroup::dir_file(&dir).ok()).flatten();
-                        (Some(dir), Some(f), born_in)
-                    }
-                    Err(e) => {
-                        log::warn!(
+        // The child moves itself into its cgroup (`SpawnSpec::join`); a refused move is
+        // learnt from its exec report (`read_exec_report`), before its program could
+        // have started anything.
+        let (cgroup_dir, join) = match self.cgroups.as_ref().map(|c| c.service_dir(name)) {
+            None => (None, None),
+            Some(dir) => match cgroup::prepare(&dir).and_then(|()| cgroup::procs_file(&dir)) {
+                Ok(f) => (Some(dir), Some(f)),
+                Err(e) => {
+                    log::warn!(
                         "{name}: cannot use its cgroup {}: {e}; it runs in its process group only",
                         dir.display()
                     );
-                        (None, None, None)
-                    }
+                    (None, None)
                 }
-            }
+            },
         };
         let spec = SpawnSpec {
             program: plan.program,
@@ -567,7 +561,6 @@ impl Supervisor {
             own_pid_env: plan.watchdog_pid.then(|| "WATCHDOG_PID".to_string()),
             dies_with_supd: false,
             join,
-            born_in,
         };
         let mut instance = None;
         // The child is in its cgroup before it waits for its go-ahead, and the record is
@@ -883,10 +876,6 @@ impl Supervisor {
             };
             let exit = slot.instance.take().and_then(|mut i| {
                 i.disarm();
-                // The next run gets a cgroup never killed, to be born in.
-                if let Some(dir) = &i.cgroup {
-                    cgroup::remove(dir);
-                }
                 i.exit
             });
             if let Err(e) = pid_file_of(slot, &state_dir).and_then(|f| {

@@ -104,12 +104,6 @@ pub struct SpawnSpec {
     /// period, 8-30 ms): the child waits, not supd's loop. A move refused is reported
     /// (`Exec::cgroup_refused`) and the child goes on in its process group.
     pub join: Option<OwnedFd>,
-    /// The directory of the same cgroup when supd made it for this run: the spawner then
-    /// has the child born in it (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7), with no
-    /// move at all (a move takes a lock that every fork on the machine waits behind).
-    /// Only a cgroup never killed through `cgroup.kill`: on Linux 6.18 a child cloned
-    /// into one that was is SIGKILLed at once. Where the clone cannot, `join` is used.
-    pub born_in: Option<OwnedFd>,
 }
 
 /// The fds that keep a second supd out (the state lock, the listening socket): a forked
@@ -152,7 +146,6 @@ impl SpawnSpec {
             own_pid_env: None,
             dies_with_supd: false,
             join: None,
-            born_in: None,
         }
     }
 }
@@ -554,8 +547,6 @@ struct ChildPlan {
     limits: Vec<(nix::sys::resource::Resource, libc::rlimit)>,
     /// The `cgroup.procs` the child writes itself into (see `SpawnSpec::join`).
     join: Option<OwnedFd>,
-    /// The cgroup the spawner has the child born in (see `SpawnSpec::born_in`).
-    born_in: Option<OwnedFd>,
     /// Every fd the child uses as a source is at least this.
     floor: RawFd,
 }
@@ -610,8 +601,6 @@ fn plan_message(p: &ChildPlan, go: RawFd, report: RawFd) -> (Vec<u8>, Vec<RawFd>
     }
     w.int(i64::from(p.join.is_some()));
     fds.extend(p.join.as_ref().map(|f| f.as_raw_fd()));
-    w.int(i64::from(p.born_in.is_some()));
-    fds.extend(p.born_in.as_ref().map(|f| f.as_raw_fd()));
     fds.extend([go, report]);
     (w.0, fds)
 }
@@ -671,10 +660,6 @@ fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<(ChildPlan, OwnedFd, O
         0 => None,
         _ => Some(next_fd()?),
     };
-    let born_in = match r.int()? {
-        0 => None,
-        _ => Some(next_fd()?),
-    };
     let go = next_fd()?;
     let report = next_fd()?;
     let ptrs = |v: &Vec<CString>| -> Vec<*const libc::c_char> {
@@ -702,7 +687,6 @@ fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<(ChildPlan, OwnedFd, O
         nice,
         limits,
         join,
-        born_in,
         floor,
     };
     Ok((plan, go, report))
@@ -712,46 +696,10 @@ fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<(ChildPlan, OwnedFd, O
 /// gets its SIGCHLD) that runs `msg`'s plan, as `spawn_service` would have; `own` is the
 /// spawner's socket, closed in the child. Returns the child's pid.
 pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: RawFd) -> io::Result<i32> {
-    let (mut plan, go, report) = plan_from(msg, fds)?;
+    let (plan, go, report) = plan_from(msg, fds)?;
     let mut keep = plan.sources();
     keep.extend([go.as_raw_fd(), report.as_raw_fd()]);
     keep.sort_unstable();
-    if let Some(dir) = plan.born_in.take() {
-        let args = CloneArgs {
-            flags: libc::CLONE_PARENT as u64 | CLONE_INTO_CGROUP,
-            // With CLONE_PARENT the child's exit signal is the spawner's (SIGCHLD).
-            exit_signal: 0,
-            cgroup: dir.as_raw_fd() as u64,
-            ..CloneArgs::default()
-        };
-        // SAFETY: clone3 reads `size` bytes of `args`, a live `#[repr(C)]` struct laid
-        // out as the kernel's `struct clone_args` (version 2, with `cgroup`); without
-        // CLONE_VM it is a fork, and the child is as after `clone` below.
-        let pid = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &args as *const CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
-        if pid == 0 {
-            // Born in its cgroup: nothing to move.
-            plan.join = None;
-            child_main(
-                &plan,
-                &[],
-                &[own],
-                &keep,
-                go.as_raw_fd(),
-                report.as_raw_fd(),
-            );
-        }
-        if pid > 0 {
-            return Ok(pid as i32);
-        }
-        // Too old a kernel, or a cgroup that takes no process: forked as below, and the
-        // child moves itself (or says why it could not).
-    }
     // SAFETY: clone without CLONE_VM is a fork whose child has the spawner's parent
     // (supd) for its parent; the spawner is single-threaded, so the child holds no lock
     // another thread could own, and it runs `child_main` only (as a forked child of
@@ -781,26 +729,6 @@ pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: RawFd) -> io::Result<i3
         );
     }
     Ok(pid as i32)
-}
-
-/// `CLONE_INTO_CGROUP` (Linux 5.7).
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// The kernel's `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
 }
 
 /// A message being written: integers and length-prefixed bytes.
@@ -972,7 +900,6 @@ impl ChildPlan {
                 .map(resource)
                 .collect::<io::Result<_>>()?,
             join: spec.join.map(|fd| above(fd, floor)).transpose()?,
-            born_in: spec.born_in,
             floor,
         })
     }
@@ -2066,18 +1993,11 @@ mod tests {
             join: Some(OwnedFd::from(
                 std::fs::File::open("/").expect("a directory"),
             )),
-            born_in: Some(OwnedFd::from(
-                std::fs::File::open("/").expect("a directory"),
-            )),
         };
         let plan = ChildPlan::new(spec).expect("plan");
         let (go, report) = nix::unistd::pipe().expect("pipe");
         let (msg, fds) = plan_message(&plan, go.as_raw_fd(), report.as_raw_fd());
-        assert_eq!(
-            fds.len(),
-            7,
-            "stdin, stdout, ready, join, born_in, go, report"
-        );
+        assert_eq!(fds.len(), 6, "stdin, stdout, ready, join, go, report");
         let dups: Vec<OwnedFd> = fds
             .iter()
             .map(|fd| nix::unistd::dup(unsafe_borrow(*fd)).expect("dup"))
@@ -2118,7 +2038,6 @@ mod tests {
             back.stdio[1].as_ref().map(|f| f.as_raw_fd()),
             back.ready.as_ref().map(|r| r.0.as_raw_fd()),
             back.join.as_ref().map(|f| f.as_raw_fd()),
-            back.born_in.as_ref().map(|f| f.as_raw_fd()),
             Some(go2.as_raw_fd()),
             Some(report2.as_raw_fd()),
         ];

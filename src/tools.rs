@@ -1002,7 +1002,6 @@ impl Supervisor {
             own_pid_env: None,
             dies_with_supd: false,
             join: None,
-            born_in: None,
         })
     }
 

@@ -403,7 +403,6 @@ impl Supervisor {
             own_pid_env: None,
             dies_with_supd: true,
             join: None,
-            born_in: None,
         };
         // Recorded before its program runs, as a service is: the command dies with a
         // killed supd, but what it started would stay; the record lets the next supd
@@ -430,7 +429,7 @@ impl Supervisor {
         // its report is read.
         let join = self.cgroups.as_ref().and_then(|c| {
             let dir = c.check_dir(name);
-            match crate::cgroup::prepare(&dir).and_then(|_| crate::cgroup::procs_file(&dir)) {
+            match crate::cgroup::prepare(&dir).and_then(|()| crate::cgroup::procs_file(&dir)) {
                 Ok(f) => Some(f),
                 Err(e) => {
                     log::warn!(
