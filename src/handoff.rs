@@ -109,6 +109,9 @@ pub struct ServiceState {
     /// image ignores it: its service waits for `ready_timeout`, as it did before.)
     #[serde(default)]
     pub exec: Option<(RawFd, String, String)>,
+    /// What this image had read of that report (records before its end).
+    #[serde(default)]
+    pub exec_read: Vec<u8>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -192,6 +195,9 @@ impl Supervisor {
                 let (program, cwd) = e.names();
                 (e.report.as_raw_fd(), program, cwd)
             });
+            let exec_read = (slot.exec.as_ref())
+                .map(|e| e.read_so_far().to_vec())
+                .unwrap_or_default();
             services.push(ServiceState {
                 name: name.clone(),
                 svc: slot.svc.clone(),
@@ -204,6 +210,7 @@ impl Supervisor {
                 instance: slot.instance.clone(),
                 notify,
                 exec,
+                exec_read,
             });
         }
         let grants = self
@@ -391,7 +398,7 @@ impl Supervisor {
             slot.ready_pipe = s.ready_fd.and_then(|fd| crate::sys::adopt_fd(fd).ok());
             slot.exec = s.exec.and_then(|(fd, program, cwd)| {
                 let fd = crate::sys::adopt_fd(fd).ok()?;
-                Some(crate::sys::Exec::adopt(fd, program, cwd))
+                Some(crate::sys::Exec::adopt(fd, program, cwd, s.exec_read))
             });
             slot.notify = notify;
             slot.version = s.version;

@@ -205,8 +205,10 @@ const REPORT_MAX: usize = 1 << 20;
 impl Exec {
     /// The report of a child started by a previous image, handed over across `reexec`
     /// with its program and cwd (for messages; what its user and limits were is not
-    /// carried: a failure then names its stage and errno only).
-    pub fn adopt(report: OwnedFd, program: String, cwd: String) -> Exec {
+    /// carried: a failure then names its stage and errno only) and what that image had
+    /// read of it already (`Exec::read_so_far`: a refused cgroup move is said before the
+    /// exec).
+    pub fn adopt(report: OwnedFd, program: String, cwd: String, got: Vec<u8>) -> Exec {
         Exec {
             report,
             rest: Box::new(ExecRest {
@@ -214,11 +216,16 @@ impl Exec {
                 cwd,
                 creds: None,
                 limits: Vec::new(),
-                got: Vec::new(),
+                got,
                 took: None,
                 no_cgroup: None,
             }),
         }
+    }
+
+    /// What was read of the report so far (its end not yet), for a handoff.
+    pub fn read_so_far(&self) -> &[u8] {
+        &self.rest.got
     }
 
     /// Its program and cwd, for a handoff.
@@ -1959,6 +1966,32 @@ pub fn epoll_delete_raw(epoll: &nix::sys::epoll::Epoll, fd: RawFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused cgroup move is reported before the exec: what one image read of the
+    /// report goes to the next with it across `reexec`, or the refusal is lost and the
+    /// run taken for one in its cgroup.
+    #[test]
+    fn a_report_read_in_part_crosses_a_reexec_whole() {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK).expect("pipe");
+        let mut msg = Vec::new();
+        msg.extend_from_slice(&REPORT_NO_CGROUP.to_ne_bytes());
+        msg.extend_from_slice(&4u32.to_ne_bytes());
+        msg.extend_from_slice(&libc::EBUSY.to_ne_bytes());
+        nix::unistd::write(&w, &msg).expect("write");
+        let mut before = Exec::adopt(r, "prog".into(), "/".into(), Vec::new());
+        assert!(
+            before.outcome().is_none(),
+            "no end yet: the exec is under way"
+        );
+        let carried = before.read_so_far().to_vec();
+        let mut after = Exec::adopt(before.report, "prog".into(), "/".into(), carried);
+        drop(w); // the exec went through
+        assert!(matches!(after.outcome(), Some(Ok(()))));
+        assert_eq!(
+            after.cgroup_refused().and_then(|e| e.raw_os_error()),
+            Some(libc::EBUSY)
+        );
+    }
 
     /// What the spawner rebuilds from supd's message is the plan supd made, field by
     /// field, with the fds it names in their places.
