@@ -455,28 +455,40 @@ kill $S; wait $S
     }
 }
 
-#[test]
-fn without_cgroups_what_left_the_group_but_not_the_session_ends_with_the_service() {
-    let mut sb = Sandbox::new();
-    // The helper makes a process group of its own, in the service's session.
+/// A service (ready on fd 3) whose helper makes a process group of its own, in the
+/// service's session, and writes its pid to `member`.
+fn group_leaving_service(sb: &Sandbox) -> String {
     let helper = helper_then_ready(
-        &sb,
+        sb,
         "member",
         "python3 -c 'import os, sys; os.setpgid(0, 0); os.execvp(\"sh\", [\"sh\", \"-c\", sys.argv[1]])'",
     );
-    let svc = sb.script("svc", &format!("{helper}\nexec sleep 3600"));
+    sb.script("svc", &format!("{helper}\nexec sleep 3600"))
+}
+
+/// The helper of [`group_leaving_service`] led by `leader`, checked to have left the
+/// group but not the session.
+fn member_outside_the_group(sb: &Sandbox, leader: i32) -> i32 {
+    let member = pid_in(sb, "member");
+    let m = sup::proc::stat(member).expect("the member runs");
+    assert!(
+        m.pgrp != leader && m.session == leader,
+        "the member left the group, not the session: {m:?}"
+    );
+    member
+}
+
+#[test]
+fn without_cgroups_what_left_the_group_but_not_the_session_ends_with_the_service() {
+    let mut sb = Sandbox::new();
+    let svc = group_leaving_service(&sb);
     sb.config_with(
         "cgroups = \"off\"",
         &format!("[service.one]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\n"),
     );
     sb.start();
     let leader = pid_of(&sb.wait_state("one", "running"));
-    let member = pid_in(&sb, "member");
-    let m = sup::proc::stat(member).expect("the member runs");
-    assert!(
-        m.pgrp != leader && m.session == leader,
-        "the member left the group, not the session: {m:?}"
-    );
+    let member = member_outside_the_group(&sb, leader);
     sb.ok(serde_json::json!({"cmd": "stop", "service": "one"}));
     assert!(!alive(member), "stop ends it");
 
@@ -664,12 +676,7 @@ fn a_service_its_cgroup_refuses_is_ended_as_without_cgroups() {
         return;
     }
     let mut sb = Sandbox::new();
-    let helper = helper_then_ready(
-        &sb,
-        "member",
-        "python3 -c 'import os, sys; os.setpgid(0, 0); os.execvp(\"sh\", [\"sh\", \"-c\", sys.argv[1]])'",
-    );
-    let svc = sb.script("svc", &format!("{helper}\nexec sleep 3600"));
+    let svc = group_leaving_service(&sb);
     sb.config(&format!(
         "[service.one]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\nautostart = false\n"
     ));
@@ -689,12 +696,7 @@ fn a_service_its_cgroup_refuses_is_ended_as_without_cgroups() {
         !cgroup.contains("one.service"),
         "the cgroup took it after all: {cgroup}"
     );
-    let member = pid_in(&sb, "member");
-    let m = sup::proc::stat(member).expect("the member runs");
-    assert!(
-        m.pgrp != leader && m.session == leader,
-        "the member left the group, not the session: {m:?}"
-    );
+    let member = member_outside_the_group(&sb, leader);
     sb.ok(serde_json::json!({"cmd": "stop", "service": "one"}));
     assert!(!alive(member), "stop ends it");
     wait_file(&sb.path("supd.stderr"), |t| {
