@@ -91,6 +91,15 @@ pub fn procs_file(dir: &Path) -> io::Result<std::os::fd::OwnedFd> {
 
 /// SIGKILLs every process of the cgroup: `cgroup.kill` (Linux 5.14), else [`kill_each`].
 pub fn kill(dir: &Path) {
+    // An empty cgroup (its last process exited: a zombie is no member) has nothing to
+    // kill, and is left alone: `cgroup.kill` takes the lock of the whole hierarchy,
+    // which each process moving into a cgroup holds for an RCU grace period, so in a
+    // burst of starts a kill waits tens of milliseconds for it. Nothing can enter an
+    // empty cgroup but by a move (a fork needs a member), and supd moves the next run's
+    // first process in only once this run is over.
+    if !populated(dir) {
+        return;
+    }
     if fs::write(dir.join("cgroup.kill"), "1").is_ok() {
         return;
     }

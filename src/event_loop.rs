@@ -6,6 +6,7 @@ use crate::supervisor::{ServiceFd, Supervisor};
 use crate::time::Mono;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
+use std::os::fd::AsFd;
 
 /// What a polled fd belongs to.
 #[derive(Clone, Copy, Debug)]
@@ -23,6 +24,8 @@ enum Token {
     /// The helper reading the config for a reload.
     Reload,
     Client(u64),
+    /// The spawner's queue, while it has requests to answer.
+    Spawner,
     /// The epoll set of the services' fds.
     Services,
 }
@@ -81,6 +84,7 @@ fn timeout_until(deadline: Option<Mono>, now: Mono) -> PollTimeout {
 /// Polls every fd once; returns the ones with something to do.
 fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollFlags)>> {
     let input = PollFlags::POLLIN;
+    let spawner = crate::spawner::queue();
     let mut tokens = vec![Token::Signals];
     let mut fds = vec![PollFd::new(sup.signals.fd(), input)];
     // Out of the set while paused at the open-files limit (readable, it would spin).
@@ -115,6 +119,10 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
     if let Some(job) = sup.reload_job.as_ref() {
         tokens.push(Token::Reload);
         fds.push(PollFd::new(job.fd(), input));
+    }
+    if let Some(q) = spawner.as_ref() {
+        tokens.push(Token::Spawner);
+        fds.push(PollFd::new(q.as_fd(), input));
     }
     for (id, fd, wants_in, wants_out) in sup.server.client_fds() {
         let mut flags = if wants_in { input } else { PollFlags::empty() };
@@ -153,6 +161,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
         Token::LogReports => sup.on_log_reports(now),
         Token::LogPipe => sup.log_writer.flush(now),
         Token::Reload => sup.on_reload_pipe(now),
+        Token::Spawner => sup.on_spawner(now),
         Token::Client(id) => {
             if flags.contains(PollFlags::POLLOUT) {
                 sup.server.flush(id);

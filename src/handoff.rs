@@ -276,6 +276,9 @@ impl Supervisor {
     /// was (the fds close-on-exec again, the handoff file removed).
     pub fn exec_handoff(&mut self, binary: &Path) -> String {
         let path = self.cfg.supd.state_dir.join("handoff.json");
+        // Children asked for and not released are not handed over: they exit unrun, and
+        // their services, still pending, are started by the new image.
+        self.drop_forks();
         // Health checks under way end here (the new image knows nothing of them and
         // starts its own): a check command's group is killed, a socket closed.
         for slot in self.slots.values_mut() {

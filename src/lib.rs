@@ -19,6 +19,7 @@ pub mod event_loop;
 pub mod failpoint;
 pub mod fdset;
 pub mod fleet;
+pub mod forks;
 pub mod handoff;
 pub mod health;
 pub mod instance;

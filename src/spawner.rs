@@ -4,7 +4,7 @@
 //! child's exec tears the copy down again: supd's grow with its services (about 60 MiB
 //! and thousands of fds at 10,000 services), so a fork by supd costs in proportion to the
 //! number of services. The spawner is supd's own image run afresh (`/proc/self/exe
-//! --spawner`): it holds one socket and a few MiB whatever supd holds, so its forks cost
+//! --spawner`): it holds two sockets and a few MiB whatever supd holds, so its forks cost
 //! the same at 10 services or 10,000.
 //!
 //! supd sends it a child's whole plan (`sys::plan_message`: program, arguments,
@@ -14,43 +14,70 @@
 //! releases it and reaps it exactly as one it forked itself. Nothing else changes for
 //! the child.
 //!
-//! If the spawner cannot be started, is gone, or does not answer within two seconds,
-//! supd forks the child itself, and starts a new spawner on a later spawn (after a
-//! second, doubling up to a minute while it keeps failing).
+//! Two sockets: on the first (fd 3) supd asks and waits for the answer (checks and
+//! helpers: [`fork`]); on the queue, which the spawner makes and hands over with its
+//! hello, supd asks for services' children without waiting ([`ask`]) and reads the
+//! answers in its loop ([`answers`]). A fork can wait tens of milliseconds behind other
+//! processes' cgroup moves (the kernel's lock of every process's cgroup); in the loop,
+//! that wait no longer holds up clients, signals and exits. The spawner serves the
+//! first socket before the queue, so a waiting supd waits for one fork at most besides
+//! its own.
+//!
+//! If the spawner cannot be started, is gone, or gives no answer for two seconds, supd
+//! forks children itself (what it asked for and got no answer to is asked again, of
+//! supd's own fork), and starts a new spawner on a later spawn (after a second,
+//! doubling up to a minute while it keeps failing).
 
 use crate::time::Mono;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{
     recv, recvmsg, send, sendmsg, setsockopt, socketpair, sockopt, AddressFamily, ControlMessage,
     ControlMessageOwned, MsgFlags, SockFlag, SockType,
 };
+use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::Mutex;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The argument that runs supd's image as the spawner.
 pub const ARG: &str = "--spawner";
 
 /// What the spawner says first: its protocol, which must be supd's.
-const HELLO: &[u8] = b"sup-spawner 1";
+const HELLO: &[u8] = b"sup-spawner 2";
 
 /// The largest request: a plan with a large environment still fits.
 const MAX_REQUEST: usize = 1 << 20;
 
-/// How long supd waits for the spawner's answer before it forks the child itself.
+/// How long supd waits for an answer before it takes the spawner for hung: for the
+/// answer to its call, or for any answer while the queue holds requests.
 const ANSWER_WITHIN: Duration = Duration::from_secs(2);
+
+/// Requests on the queue at most: a burst of starts waits in supd beyond it (where a
+/// stop or a reload can still change its mind) rather than in the socket.
+const QUEUE_MAX: usize = 64;
 
 /// Restarts of a spawner that failed: the first after a second, doubling up to a minute.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(60);
 
+/// A request on the queue, named by the number supd gave it.
+pub type Ticket = u64;
+
 /// supd's link to its spawner.
 struct Link {
     sock: OwnedFd,
+    /// Shared with the loop's poll, which holds it for as long as it polls.
+    queue: Arc<OwnedFd>,
     pid: i32,
     /// Signals it exactly (it is supd's child, but may have been reaped meanwhile).
     pidfd: Option<OwnedFd>,
     start_time: u64,
+    /// The queue's requests not answered yet, oldest first.
+    waiting: VecDeque<Ticket>,
+    /// When the queue last moved (an answer, or a request on an empty queue): no answer
+    /// for `ANSWER_WITHIN` after it, and the spawner is taken for hung.
+    moved: Mono,
 }
 
 enum State {
@@ -66,76 +93,234 @@ enum State {
     Off,
 }
 
-static STATE: Mutex<State> = Mutex::new(State::Unstarted);
+struct Spawner {
+    state: State,
+    next: Ticket,
+    /// Requests of a spawner that went away before it answered them.
+    lost: Vec<Ticket>,
+}
 
-/// Forks a child through the spawner: `Some(Ok(pid))`, or `Some(Err(_))` when the
-/// spawner's fork failed (as supd's own would); `None` when there is no spawner to ask
-/// (supd then forks the child itself).
+static SPAWNER: Mutex<Spawner> = Mutex::new(Spawner {
+    state: State::Unstarted,
+    next: 1,
+    lost: Vec::new(),
+});
+
+fn lock() -> std::sync::MutexGuard<'static, Spawner> {
+    SPAWNER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Forks a child through the spawner and waits for its pid: `Some(Ok(pid))`, or
+/// `Some(Err(_))` when the spawner's fork failed (as supd's own would); `None` when
+/// there is no spawner to ask (supd then forks the child itself).
 pub fn fork(msg: &[u8], fds: &[RawFd]) -> Option<io::Result<i32>> {
-    let mut state = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = lock();
     let now = Mono::now();
-    let delay = match &*state {
-        State::Off => return None,
-        State::Down { retry, .. } if now < *retry => return None,
-        State::Down { delay, .. } => Some(*delay),
-        State::Unstarted => None,
-        State::Up(_) => Some(Duration::ZERO),
-    };
-    if !matches!(*state, State::Up(_)) {
-        if std::env::var_os("SUP_SPAWNER").is_some_and(|v| v == "off") {
-            *state = State::Off;
-            return None;
-        }
-        match start() {
-            Ok(link) => {
-                match delay {
-                    Some(_) => log::info!("the spawner runs again (pid {})", link.pid),
-                    None => log::debug!("spawner started: pid {}", link.pid),
-                }
-                *state = State::Up(link);
-            }
-            Err(why) => {
-                let delay = delay.map_or(RETRY_FIRST, |d| (d * 2).clamp(RETRY_FIRST, RETRY_MAX));
-                log::warn!(
-                    "cannot start the spawner: {why}; supd forks services itself (trying again in {})",
-                    crate::time::Human(delay)
-                );
-                *state = State::Down {
-                    retry: now.plus(delay),
-                    delay,
-                };
-                return None;
-            }
-        }
-    }
-    let State::Up(link) = &*state else {
-        return None;
-    };
+    let link = s.up(now)?;
     match call(link, msg, fds) {
         Ok(n) if n > 0 => Some(Ok(n as i32)),
         Ok(n) => Some(Err(io::Error::from_raw_os_error(-n as i32))),
         // Too big for one message: this child is forked by supd; the spawner is fine.
         Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => None,
         Err(e) => {
-            log::warn!(
-                "the spawner (pid {}) did not answer: {e}; supd forks services itself for now",
-                link.pid
-            );
-            end(link);
-            *state = State::Down {
-                retry: now.plus(RETRY_FIRST),
-                delay: RETRY_FIRST,
-            };
+            s.down(&format!("did not answer: {e}"), now);
             None
         }
     }
 }
 
+/// What [`ask`] did.
+pub enum Asked {
+    /// On the queue: its answer comes through [`answers`].
+    Queued(Ticket),
+    /// No spawner to ask: supd forks the child itself.
+    NoSpawner,
+}
+
+/// Whether the queue has room for another request (or there is no queue: supd forks).
+pub fn room() -> bool {
+    match &lock().state {
+        State::Up(l) => l.waiting.len() < QUEUE_MAX,
+        _ => true,
+    }
+}
+
+/// Asks for a child without waiting for its pid.
+pub fn ask(msg: &[u8], fds: &[RawFd]) -> Asked {
+    let mut s = lock();
+    let now = Mono::now();
+    let ticket = s.next;
+    let Some(link) = s.up(now) else {
+        return Asked::NoSpawner;
+    };
+    let mut head = ticket.to_ne_bytes().to_vec();
+    head.extend_from_slice(msg);
+    let rights = [ControlMessage::ScmRights(fds)];
+    // Blocking, with the socket's timeout: `QUEUE_MAX` requests fit in its buffer but
+    // for huge environments.
+    let sent = sendmsg::<()>(
+        link.queue.as_raw_fd(),
+        &[IoSlice::new(&head)],
+        &rights,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    );
+    match sent {
+        Ok(_) => {
+            if link.waiting.is_empty() {
+                link.moved = now;
+            }
+            link.waiting.push_back(ticket);
+            s.next += 1;
+            Asked::Queued(ticket)
+        }
+        Err(nix::errno::Errno::EMSGSIZE) => Asked::NoSpawner,
+        Err(e) => {
+            s.down(&format!("does not take requests: {e}"), now);
+            Asked::NoSpawner
+        }
+    }
+}
+
+/// The queue while it has requests to answer (for the loop's poll).
+pub fn queue() -> Option<Arc<OwnedFd>> {
+    match &lock().state {
+        State::Up(l) if !l.waiting.is_empty() => Some(l.queue.clone()),
+        _ => None,
+    }
+}
+
+/// When [`answers`] must be called without the queue being readable: at once when
+/// requests were lost, else when a spawner with requests is taken for hung.
+pub fn deadline() -> Option<Mono> {
+    let s = lock();
+    if !s.lost.is_empty() {
+        return Some(Mono(0));
+    }
+    match &s.state {
+        State::Up(l) if !l.waiting.is_empty() => Some(l.moved.plus(ANSWER_WITHIN)),
+        _ => None,
+    }
+}
+
+/// The queue's answers so far, without waiting: for each ticket the child's pid, the
+/// spawner's fork's error, or `None` when the spawner went away (or hung) before it
+/// answered (supd forks that child itself, if it still wants it).
+pub fn answers(now: Mono) -> Vec<(Ticket, Option<io::Result<i32>>)> {
+    let mut s = lock();
+    let mut got = Vec::new();
+    if let State::Up(link) = &mut s.state {
+        let mut gone = None;
+        while !link.waiting.is_empty() {
+            let mut answer = [0u8; 16];
+            match recv(link.queue.as_raw_fd(), &mut answer, MsgFlags::MSG_DONTWAIT) {
+                Ok(16) => {
+                    let (t, n) = answer.split_at(8);
+                    let ticket = Ticket::from_ne_bytes(t.try_into().unwrap_or_default());
+                    let n = i64::from_ne_bytes(n.try_into().unwrap_or_default());
+                    link.waiting.retain(|w| *w != ticket);
+                    link.moved = now;
+                    got.push((
+                        ticket,
+                        Some(match n {
+                            n if n > 0 => Ok(n as i32),
+                            n => Err(io::Error::from_raw_os_error(-n as i32)),
+                        }),
+                    ));
+                }
+                Err(nix::errno::Errno::EAGAIN) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) => {
+                    gone = Some("closed its queue".to_string());
+                    break;
+                }
+                Err(e) => {
+                    gone = Some(format!("cannot be read: {e}"));
+                    break;
+                }
+            }
+        }
+        if gone.is_none() && !link.waiting.is_empty() && now >= link.moved.plus(ANSWER_WITHIN) {
+            gone = Some(format!(
+                "did not answer within {}",
+                crate::time::Human(ANSWER_WITHIN)
+            ));
+        }
+        if let Some(why) = gone {
+            s.down(&why, now);
+        }
+    }
+    got.extend(s.lost.drain(..).map(|t| (t, None)));
+    got
+}
+
 /// The spawner's pid, if one runs.
 pub fn pid() -> Option<i32> {
-    match &*STATE.lock().unwrap_or_else(|e| e.into_inner()) {
+    match &lock().state {
         State::Up(l) => Some(l.pid),
         _ => None,
+    }
+}
+
+impl Spawner {
+    /// The link, started if need be; `None`: supd forks itself for now.
+    fn up(&mut self, now: Mono) -> Option<&mut Link> {
+        let delay = match &self.state {
+            State::Off => return None,
+            State::Down { retry, .. } if now < *retry => return None,
+            State::Down { delay, .. } => Some(*delay),
+            State::Unstarted => None,
+            State::Up(_) => Some(Duration::ZERO),
+        };
+        if !matches!(self.state, State::Up(_)) {
+            if std::env::var_os("SUP_SPAWNER").is_some_and(|v| v == "off") {
+                self.state = State::Off;
+                return None;
+            }
+            match start(now) {
+                Ok(link) => {
+                    match delay {
+                        Some(_) => log::info!("the spawner runs again (pid {})", link.pid),
+                        None => log::debug!("spawner started: pid {}", link.pid),
+                    }
+                    self.state = State::Up(link);
+                }
+                Err(why) => {
+                    let delay =
+                        delay.map_or(RETRY_FIRST, |d| (d * 2).clamp(RETRY_FIRST, RETRY_MAX));
+                    log::warn!(
+                        "cannot start the spawner: {why}; supd forks services itself (trying again in {})",
+                        crate::time::Human(delay)
+                    );
+                    self.state = State::Down {
+                        retry: now.plus(delay),
+                        delay,
+                    };
+                    return None;
+                }
+            }
+        }
+        match &mut self.state {
+            State::Up(link) => Some(link),
+            _ => None,
+        }
+    }
+
+    /// The spawner failed (`why`): it is ended, what it did not answer is lost, and
+    /// supd forks itself until a new one is tried, after a second.
+    fn down(&mut self, why: &str, now: Mono) {
+        if let State::Up(link) = &mut self.state {
+            log::warn!(
+                "the spawner (pid {}) {why}; supd forks services itself for now",
+                link.pid
+            );
+            end(link);
+            self.lost.extend(link.waiting.drain(..));
+        }
+        self.state = State::Down {
+            retry: now.plus(RETRY_FIRST),
+            delay: RETRY_FIRST,
+        };
     }
 }
 
@@ -168,19 +353,32 @@ fn call(link: &Link, msg: &[u8], fds: &[RawFd]) -> io::Result<i64> {
 /// Ends a spawner that no longer answers (through its pidfd, or by pid while its start
 /// time is still the one recorded: it may have been reaped and its pid reused).
 fn end(link: &Link) {
+    kill(link.pidfd.as_ref(), link.pid, link.start_time);
+}
+
+fn kill(pidfd: Option<&OwnedFd>, pid: i32, start_time: u64) {
     let sig = nix::sys::signal::Signal::SIGKILL;
-    let sent = link
-        .pidfd
-        .as_ref()
-        .is_some_and(|fd| crate::sys::pidfd_send_signal(fd, sig as i32).is_ok());
+    let sent = pidfd.is_some_and(|fd| crate::sys::pidfd_send_signal(fd, sig as i32).is_ok());
     if !sent {
-        crate::proc::kill_if_same(link.pid, link.start_time, sig);
+        crate::proc::kill_if_same(pid, start_time, sig);
     }
 }
 
+/// Both sockets time out: a hung spawner never holds supd longer than that.
+fn time_out(sock: &OwnedFd) -> Result<(), String> {
+    let within = nix::sys::time::TimeVal::new(ANSWER_WITHIN.as_secs() as _, 0);
+    setsockopt(sock, sockopt::ReceiveTimeout, &within).map_err(|e| format!("setsockopt: {e}"))?;
+    setsockopt(sock, sockopt::SendTimeout, &within).map_err(|e| format!("setsockopt: {e}"))?;
+    // Room for a large plan in one message (root may pass the system's maximum).
+    if setsockopt(sock, sockopt::SndBufForce, &MAX_REQUEST).is_err() {
+        let _ = setsockopt(sock, sockopt::SndBuf, &MAX_REQUEST);
+    }
+    Ok(())
+}
+
 /// Starts a spawner: supd's own image (even when its file was replaced, so it speaks
-/// this protocol), its socket on fd 3, and waits for its hello.
-fn start() -> Result<Link, String> {
+/// this protocol), its socket on fd 3, and waits for its hello, which brings the queue.
+fn start(now: Mono) -> Result<Link, String> {
     let (sock, theirs) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -188,13 +386,7 @@ fn start() -> Result<Link, String> {
         SockFlag::SOCK_CLOEXEC,
     )
     .map_err(|e| format!("socketpair: {e}"))?;
-    let within = nix::sys::time::TimeVal::new(ANSWER_WITHIN.as_secs() as _, 0);
-    setsockopt(&sock, sockopt::ReceiveTimeout, &within).map_err(|e| format!("setsockopt: {e}"))?;
-    setsockopt(&sock, sockopt::SendTimeout, &within).map_err(|e| format!("setsockopt: {e}"))?;
-    // Room for a large plan in one message (root may pass the system's maximum).
-    if setsockopt(&sock, sockopt::SndBufForce, &MAX_REQUEST).is_err() {
-        let _ = setsockopt(&sock, sockopt::SndBuf, &MAX_REQUEST);
-    }
+    time_out(&sock)?;
     let exe = std::path::Path::new("/proc/self/exe");
     if !exe.exists() {
         return Err("/proc/self/exe is missing (no /proc yet)".into());
@@ -206,33 +398,45 @@ fn start() -> Result<Link, String> {
     };
     let pid = crate::sys::spawn_direct(spec)?;
     drop(theirs);
-    let link = Link {
-        sock,
-        pid,
-        pidfd: crate::sys::pidfd_open(pid).ok(),
-        start_time: crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0),
+    let pidfd = crate::sys::pidfd_open(pid).ok();
+    let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
+    let fail = |why: String| {
+        kill(pidfd.as_ref(), pid, start_time);
+        Err(why)
     };
     let mut hello = [0u8; 64];
-    match recv(link.sock.as_raw_fd(), &mut hello, MsgFlags::empty()) {
-        Ok(n) if hello[..n] == *HELLO => Ok(link),
-        Ok(n) => {
-            end(&link);
-            Err(format!(
-                "it said {:?}, not {:?}",
-                String::from_utf8_lossy(&hello[..n]),
-                String::from_utf8_lossy(HELLO)
-            ))
-        }
-        Err(e) => {
-            end(&link);
-            Err(format!("no hello: {e}"))
-        }
+    let (n, mut fds) = match receive(sock.as_raw_fd(), &mut hello) {
+        Ok(Some((n, fds, false))) => (n, fds),
+        Ok(_) => return fail("no hello".into()),
+        Err(e) => return fail(format!("no hello: {e}")),
+    };
+    if hello[..n] != *HELLO {
+        return fail(format!(
+            "it said {:?}, not {:?}",
+            String::from_utf8_lossy(&hello[..n]),
+            String::from_utf8_lossy(HELLO)
+        ));
     }
+    let Some(queue) = fds.pop().filter(|_| fds.is_empty()) else {
+        return fail("its hello brought no queue".into());
+    };
+    if let Err(why) = time_out(&queue) {
+        return fail(why);
+    }
+    Ok(Link {
+        sock,
+        queue: Arc::new(queue),
+        pid,
+        pidfd,
+        start_time,
+        waiting: VecDeque::new(),
+        moved: now,
+    })
 }
 
-/// The spawner's life: says hello, then forks what supd asks until supd closes the
-/// socket (supd exited, or re-executed: its end is close-on-exec). Returns its exit
-/// status.
+/// The spawner's life: says hello (handing over the queue), then forks what supd asks
+/// until supd closes either socket (supd exited, or re-executed: its ends are
+/// close-on-exec). Returns its exit status.
 pub fn serve() -> u8 {
     crate::sys::probe_kernel();
     let sock = match crate::sys::adopt_fd(3) {
@@ -242,33 +446,89 @@ pub fn serve() -> u8 {
             return 2;
         }
     };
-    let fd = sock.as_raw_fd();
-    if let Err(e) = send(fd, HELLO, MsgFlags::MSG_NOSIGNAL) {
+    let (queue, theirs) = match socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("supd {ARG}: socketpair: {e}");
+            return 1;
+        }
+    };
+    let rights = [theirs.as_raw_fd()];
+    if let Err(e) = sendmsg::<()>(
+        sock.as_raw_fd(),
+        &[IoSlice::new(HELLO)],
+        &[ControlMessage::ScmRights(&rights)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    ) {
         eprintln!("supd {ARG}: {e}");
         return 1;
     }
+    drop(theirs);
+    let own = [sock.as_raw_fd(), queue.as_raw_fd()];
     let mut buf = vec![0u8; MAX_REQUEST];
     loop {
-        let (n, fds, truncated) = match receive(fd, &mut buf) {
-            Ok(Some(r)) => r,
-            Ok(None) => return 0,
-            Err(nix::errno::Errno::EINTR) => continue,
+        let mut fds = [
+            PollFd::new(sock.as_fd(), PollFlags::POLLIN),
+            PollFd::new(queue.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => {
-                eprintln!("supd {ARG}: {e}");
+                eprintln!("supd {ARG}: poll: {e}");
                 return 1;
             }
-        };
-        let answer = if truncated {
-            -i64::from(libc::EMSGSIZE)
-        } else {
-            match crate::sys::fork_for_supd(&buf[..n], fds, fd) {
-                Ok(pid) => i64::from(pid),
-                Err(e) => -i64::from(e.raw_os_error().unwrap_or(libc::EINVAL)),
-            }
-        };
-        if send(fd, &answer.to_ne_bytes(), MsgFlags::MSG_NOSIGNAL).is_err() {
-            return 1;
         }
+        let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+        // The waiting supd first.
+        let from = match (ready(&fds[0]), ready(&fds[1])) {
+            (true, _) => 0,
+            (false, true) => 1,
+            (false, false) => continue,
+        };
+        match serve_one(own[from], from == 1, &mut buf, &own) {
+            Ok(true) => {}
+            Ok(false) => return 0,
+            Err(code) => return code,
+        }
+    }
+}
+
+/// Serves one request on `fd` (its answer led by its ticket on the queue): `Ok(false)`
+/// when supd closed the socket.
+fn serve_one(fd: RawFd, queued: bool, buf: &mut [u8], own: &[RawFd]) -> Result<bool, u8> {
+    let (n, fds, truncated) = match receive(fd, buf) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(false),
+        Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => return Ok(true),
+        Err(e) => {
+            eprintln!("supd {ARG}: {e}");
+            return Err(1);
+        }
+    };
+    let (ticket, plan) = match queued {
+        true if n < 8 => return Ok(true),
+        true => buf[..n].split_at(8),
+        false => (&[][..], &buf[..n]),
+    };
+    let result = if truncated {
+        -i64::from(libc::EMSGSIZE)
+    } else {
+        match crate::sys::fork_for_supd(plan, fds, own) {
+            Ok(pid) => i64::from(pid),
+            Err(e) => -i64::from(e.raw_os_error().unwrap_or(libc::EINVAL)),
+        }
+    };
+    let mut answer = ticket.to_vec();
+    answer.extend_from_slice(&result.to_ne_bytes());
+    match send(fd, &answer, MsgFlags::MSG_NOSIGNAL) {
+        Ok(_) => Ok(true),
+        Err(_) => Err(1),
     }
 }
 

@@ -81,6 +81,8 @@ pub struct Slot {
     /// Notify messages refused and not told yet, and when refusals were last told: at
     /// most once a second, so that a flood cannot flood supd's log in turn.
     pub refused: (usize, Option<Mono>),
+    /// Its child asked of the spawner and not answered yet (`forks.rs`).
+    pub forking: Option<crate::spawner::Ticket>,
 }
 
 pub use crate::fdset::ServiceFd;
@@ -225,6 +227,8 @@ pub struct Supervisor {
     pub reload_job: Option<crate::reload::Job>,
     /// Health check commands under way: pid to service.
     pub check_pids: BTreeMap<i32, String>,
+    /// Services' children asked of the spawner, by ticket (`forks.rs`).
+    pub(crate) forks: BTreeMap<crate::spawner::Ticket, crate::forks::Forking>,
 }
 
 impl Slot {
@@ -302,6 +306,7 @@ impl Supervisor {
             cleanup: None,
             reload_job: None,
             check_pids: BTreeMap::new(),
+            forks: BTreeMap::new(),
         };
         // Moved, not copied: each service's config lives in its slot only (a second
         // copy of every one cost about a kilobyte a service).
@@ -345,12 +350,15 @@ impl Supervisor {
             watchdog: Default::default(),
             health_pid: None,
             refused: (0, None),
+            forking: None,
         };
         self.slots.insert(slot);
     }
 
     /// Feeds one event to a service's machine and carries out its actions.
     pub fn apply(&mut self, name: &str, ev: Event, now: Mono) {
+        // Whatever happens to it, a child asked for before is not the one to run now.
+        self.drop_fork(name);
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
@@ -493,7 +501,6 @@ impl Supervisor {
                 }
             }
         }
-        let deadman = self.deadman.as_ref().filter(|_| leader_only);
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
@@ -507,13 +514,10 @@ impl Supervisor {
                 )
             }
         };
-        let mut ready_write = None;
+        let mut ready = None;
         if let Ready::Fd(n) = slot.cfg.ready {
             match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK) {
-                Ok((r, w)) => {
-                    slot.ready_pipe = Some(r);
-                    ready_write = Some((w, n));
-                }
+                Ok((r, w)) => ready = Some((r, w, n)),
                 Err(e) => {
                     return self.apply(
                         name,
@@ -524,13 +528,10 @@ impl Supervisor {
             }
         }
         let state_dir = self.cfg.supd.state_dir.clone();
-        let pid_file = match pid_file_of(slot, &state_dir) {
-            Ok(f) => f,
-            Err(why) => {
-                slot.ready_pipe = None;
-                return self.apply(name, Event::SpawnFailed(why), now);
-            }
-        };
+        // Made now: a state directory it cannot be made in fails the start before a fork.
+        if let Err(why) = pid_file_of(slot, &state_dir) {
+            return self.apply(name, Event::SpawnFailed(why), now);
+        }
         // The child moves itself into its cgroup (`SpawnSpec::join`); a refused move is
         // learnt from its exec report (`read_exec_report`), before its program could
         // have started anything.
@@ -555,75 +556,28 @@ impl Supervisor {
             stdout,
             stderr,
             creds: plan.creds,
-            ready_fd: ready_write.as_ref().map(|(w, n)| (sys::raw(w), *n)),
+            ready_fd: ready.as_ref().map(|(_, w, n)| (sys::raw(w), *n)),
             give,
             tuning: plan.tuning,
             own_pid_env: plan.watchdog_pid.then(|| "WATCHDOG_PID".to_string()),
             dies_with_supd: false,
             join,
         };
-        let mut instance = None;
-        // The child is in its cgroup before it waits for its go-ahead, and the record is
-        // written before the go-ahead: a supd killed at any moment leaves nothing a
-        // successor cannot find.
-        let result = sys::spawn_service(spec, |pid| {
-            crate::failpoint::hit("spawn-before-record");
-            // Before /proc is mounted (an init's first one-shot mounts it) the start time
-            // is unknown: 0 records the pid alone, which a later supd never takes for a
-            // process with a start time (it then leaves that pid alone).
-            let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
-            pid_file.set(Some((pid, start_time))).map_err(|e| {
-                format!(
-                    "cannot record its pid in {}: {e}; not started (a service never runs unrecorded)",
-                    state_dir.display()
-                )
-            })?;
-            crate::failpoint::hit("spawn-after-record");
-            let cgroup = cgroup_dir;
-            let guard = match deadman {
-                Some(d) => Some(d.arm(pid, cgroup.as_deref()).map_err(|e| {
-                    format!("{e}; not started (a leader-only service never runs without it)")
-                })?),
-                None => None,
-            };
-            instance = Some(Instance {
-                pid,
-                start_time,
-                cgroup,
-                exit: None,
-                guard,
-            });
-            Ok(())
-        });
-        drop(ready_write); // the child has its copy; EOF on the pipe then means it closed it
-        match result {
-            Ok((pid, exec)) => {
-                slot.version = plan.version;
-                slot.exec = Some(exec);
-                slot.exec_error = None;
-                slot.instance = Some(instance.unwrap_or(Instance {
-                    pid,
-                    start_time: 0,
-                    cgroup: None,
-                    exit: None,
-                    guard: None,
-                }));
-                // Its exit wakes the loop through the pidfd (kernels from 5.3).
-                slot.leader = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
-                self.pids.insert(pid, name.to_string());
-                self.apply(name, Event::Spawned(pid), now);
+        let forking = |pending| crate::forks::Forking {
+            name: name.to_string(),
+            version: plan.version,
+            cgroup: cgroup_dir,
+            leader_only,
+            ready: ready.map(|(r, w, _)| (r, w)),
+            pending,
+        };
+        match sys::begin_service(spec) {
+            Ok(sys::Begun::Forked(pid, pending)) => self.release_child(forking(pending), pid, now),
+            Ok(sys::Begun::Asked(ticket, pending)) => {
+                slot.forking = Some(ticket);
+                self.forks.insert(ticket, forking(pending));
             }
-            Err(why) => {
-                // Nothing runs: the child exited before its program could.
-                if let Some(mut i) = instance {
-                    i.disarm();
-                }
-                if let Err(e) = pid_file.set(None) {
-                    log::warn!("{name}: cannot clear its pid record: {e}");
-                }
-                slot.ready_pipe = None;
-                self.apply(name, Event::SpawnFailed(why), now);
-            }
+            Err(why) => self.apply(name, Event::SpawnFailed(why), now),
         }
     }
 
@@ -909,6 +863,9 @@ impl Supervisor {
     /// Fires every deadline that has come.
     pub fn fire_timers(&mut self, now: Mono) {
         self.expire_grants(now);
+        if crate::spawner::deadline().is_some_and(|at| at <= now) {
+            self.on_spawner(now);
+        }
         if self.socket_retry.is_some_and(|(at, _)| at <= now) {
             self.retry_socket(now);
         }
@@ -976,6 +933,7 @@ impl Supervisor {
             .chain(self.socket_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())
+            .chain(crate::spawner::deadline())
             .chain(self.waiters.iter().filter_map(|w| match w.what {
                 WaitFor::LeaseDown { by, .. } | WaitFor::Started { by, .. } => Some(by),
                 _ => None,
@@ -1076,9 +1034,12 @@ impl Supervisor {
             }
             let mut next = BTreeSet::new();
             for name in batch {
-                if pass_is_over(spawned.len(), || Mono::now().since(began)) {
-                    // The next pass, at once, goes on with what this one looked at.
-                    self.more_to_start = true;
+                let over = pass_is_over(spawned.len(), || Mono::now().since(began));
+                if over || !crate::spawner::room() {
+                    // The next pass goes on with what this one looked at: at once, or
+                    // when the spawner's queue has room again (its answers wake the
+                    // loop).
+                    self.more_to_start = over;
                     look.extend(next);
                     self.carry = look;
                     return;
@@ -1133,30 +1094,38 @@ impl Supervisor {
         except: &BTreeSet<String>,
         max: usize,
     ) -> Vec<String> {
-        let lease_held = |s: &Slot| {
+        (among.iter())
+            .filter(|n| !except.contains(*n) && self.may_start(n, now))
+            .take(max)
+            .cloned()
+            .collect()
+    }
+
+    /// Whether `name` may be started now: pending, not asked for yet, and what it waits
+    /// for is there.
+    pub(crate) fn may_start(&self, name: &str, now: Mono) -> bool {
+        let Some(s) = self.slots.get(name) else {
+            return false;
+        };
+        // Down for a held stop or restart of a service it comes after (`queued`): it
+        // starts again once that one has restarted, not before, or the held one, which
+        // waits for all its dependents named with it to be down at once, might never.
+        let held = || (self.queued.iter()).any(|q| q.until_down.iter().any(|d| d == name));
+        let lease_held = || {
             s.cfg
                 .leader_only
                 .as_ref()
                 .is_none_or(|l| self.holds(l, now))
         };
-        // Down for a held stop or restart of a service it comes after (`queued`): it
-        // starts again once that one has restarted, not before, or the held one, which
-        // waits for all its dependents named with it to be down at once, might never.
-        let held = |n: &str| (self.queued.iter()).any(|q| q.until_down.iter().any(|d| d == n));
-        (among.iter())
-            .filter_map(|n| Some((n, self.slots.get(n)?)))
-            .filter(|(n, s)| {
-                !except.contains(*n)
-                    && !held(n)
-                    && s.svc.pending()
-                    && !s.removed
-                    && s.instance.is_none()
-                    && self.deps_ready(&s.cfg)
-                    && lease_held(s)
-            })
-            .take(max)
-            .map(|(n, _)| n.clone())
-            .collect()
+        s.svc.pending()
+            && !s.removed
+            && s.instance.is_none()
+            && s.forking.is_none()
+            && self.shutdown.is_none()
+            && self.cleanup.is_none()
+            && !held()
+            && self.deps_ready(&s.cfg)
+            && lease_held()
     }
 
     fn deps_ready(&self, cfg: &ServiceConfig) -> bool {
@@ -1193,6 +1162,9 @@ impl Supervisor {
         if self.cleanup.is_some() {
             missing.push("what a previous supd left to end".into());
         }
+        if slot.forking.is_some() {
+            missing.push("its fork by the spawner".into());
+        }
         (!missing.is_empty()).then(|| format!("waiting for {}", missing.join(", ")))
     }
 
@@ -1209,6 +1181,7 @@ impl Supervisor {
             Some(sd) => sd.code = sd.code.max(code),
             None => {
                 log::info!("shutting down: stopping every service");
+                self.drop_forks();
                 self.shutdown = Some(Shutdown {
                     deadline: now.plus(self.cfg.supd.shutdown_timeout),
                     code,
@@ -1641,7 +1614,10 @@ const DRAIN_MAX: Duration = Duration::from_secs(1);
 /// whose file was removed or replaced (the state directory was deleted, or moved away and
 /// made anew) would be written where no later supd looks, so it is noticed, said, and
 /// the record made again in the state directory as it is now.
-fn pid_file_of<'a>(slot: &'a mut Slot, state_dir: &std::path::Path) -> Result<&'a PidFile, String> {
+pub(crate) fn pid_file_of<'a>(
+    slot: &'a mut Slot,
+    state_dir: &std::path::Path,
+) -> Result<&'a PidFile, String> {
     let name = &slot.cfg.name;
     if slot.pid_file.as_ref().is_some_and(|f| !f.is_current()) {
         log::warn!(

@@ -396,84 +396,158 @@ fn spawn_through(
     admit: impl FnOnce(i32) -> Result<(), String>,
     direct: bool,
 ) -> Result<(i32, Exec), String> {
-    let program = spec.program.clone();
-    let cwd = spec.cwd.to_string_lossy().into_owned();
-    let creds = spec.creds.clone();
-    let limits = spec.tuning.limits.iter().map(|l| l.name.clone()).collect();
-    let plan = ChildPlan::new(spec).map_err(|e| format!("{program}: {e}"))?;
-    let (go_read, go_write) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
-    let (report_read, report_write) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
-    let guards = GUARDS.each_ref().map(|g| g.load(Ordering::Relaxed));
-    let mut keep = plan.sources();
-    keep.extend([go_read.as_raw_fd(), report_write.as_raw_fd()]);
-    keep.sort_unstable();
-    let own = [go_write.as_raw_fd(), report_read.as_raw_fd()];
+    let prepared = Prepared::new(spec)?;
     // Forked by the spawner (a small process: its fork copies little), else here.
     let asked = match direct {
         true => None,
         false => {
-            let (msg, fds) = plan_message(&plan, go_read.as_raw_fd(), report_write.as_raw_fd());
+            let (msg, fds) = prepared.message();
             crate::spawner::fork(&msg, &fds)
         }
     };
-    let pid = match asked {
-        Some(Ok(pid)) => pid,
+    let (pid, pending) = match asked {
+        Some(Ok(pid)) => (pid, prepared.pending()),
         Some(Err(e)) => return Err(format!("fork: {e}")),
-        None => {
-            // SAFETY: supd is single-threaded, so the child holds no lock another thread
-            // could own. The child runs `child_main` only: raw async-signal-safe system
-            // calls on data prepared before the fork (no allocation), then `execve` or
-            // `_exit`.
-            let pid = unsafe { libc::fork() };
-            if pid < 0 {
-                return Err(format!("fork: {}", io::Error::last_os_error()));
-            }
-            if pid == 0 {
-                child_main(
-                    &plan,
-                    &guards,
-                    &own,
-                    &keep,
-                    go_read.as_raw_fd(),
-                    report_write.as_raw_fd(),
-                );
-            }
-            pid
-        }
+        None => prepared.fork_here()?,
     };
-    drop(go_read);
-    drop(report_write);
-    if let Err(why) = admit(pid) {
-        // The child reads end-of-file and exits without running the program.
-        drop(go_write);
-        reap_now(pid);
-        return Err(why);
+    match pending.release(pid, admit) {
+        Ok(exec) => Ok((pid, exec)),
+        Err(why) => {
+            // It reads end-of-file instead of its go-ahead and exits without running.
+            reap_now(pid);
+            Err(why)
+        }
     }
-    if let Err(e) = nix::unistd::write(&go_write, &[1]) {
-        drop(go_write);
-        reap_now(pid);
-        return Err(format!("cannot release the child: {e}"));
+}
+
+/// A service's child as [`begin_service`] left it.
+pub enum Begun {
+    /// Forked by supd itself (there is no spawner): release it now.
+    Forked(i32, Pending),
+    /// Asked of the spawner: its pid comes with the ticket's answer.
+    Asked(crate::spawner::Ticket, Pending),
+}
+
+/// Starts `spec` as [`spawn_service`] does, but without waiting for the spawner's fork:
+/// the child is released with [`Pending::release`] once its pid is known (dropped
+/// instead, it exits without running anything).
+pub fn begin_service(spec: SpawnSpec) -> Result<Begun, String> {
+    let prepared = Prepared::new(spec)?;
+    let (msg, fds) = prepared.message();
+    match crate::spawner::ask(&msg, &fds) {
+        crate::spawner::Asked::Queued(ticket) => Ok(Begun::Asked(ticket, prepared.pending())),
+        crate::spawner::Asked::NoSpawner => {
+            let (pid, pending) = prepared.fork_here()?;
+            Ok(Begun::Forked(pid, pending))
+        }
     }
-    drop(go_write);
-    let _ = nix::fcntl::fcntl(
-        &report_read,
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-    );
-    Ok((
-        pid,
-        Exec {
-            report: report_read,
-            rest: Box::new(ExecRest {
-                program,
-                cwd,
-                creds,
-                limits,
-                got: Vec::new(),
-                took: None,
-                no_cgroup: None,
-            }),
-        },
-    ))
+}
+
+/// A child's plan and its pipes, before its fork.
+struct Prepared {
+    plan: ChildPlan,
+    go_read: OwnedFd,
+    report_write: OwnedFd,
+    pending: Pending,
+}
+
+/// A child forked (or asked for) and held before its program: it waits for the
+/// go-ahead, and exits without running anything if supd drops this instead.
+pub struct Pending {
+    go: OwnedFd,
+    report: OwnedFd,
+    rest: Box<ExecRest>,
+}
+
+impl Prepared {
+    fn new(spec: SpawnSpec) -> Result<Prepared, String> {
+        let rest = Box::new(ExecRest {
+            program: spec.program.clone(),
+            cwd: spec.cwd.to_string_lossy().into_owned(),
+            creds: spec.creds.clone(),
+            limits: spec.tuning.limits.iter().map(|l| l.name.clone()).collect(),
+            got: Vec::new(),
+            took: None,
+            no_cgroup: None,
+        });
+        let program = spec.program.clone();
+        let plan = ChildPlan::new(spec).map_err(|e| format!("{program}: {e}"))?;
+        let (go_read, go) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
+        let (report, report_write) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
+        Ok(Prepared {
+            plan,
+            go_read,
+            report_write,
+            pending: Pending { go, report, rest },
+        })
+    }
+
+    /// The spawner's request.
+    fn message(&self) -> (Vec<u8>, Vec<RawFd>) {
+        plan_message(
+            &self.plan,
+            self.go_read.as_raw_fd(),
+            self.report_write.as_raw_fd(),
+        )
+    }
+
+    /// The child's side of the pipes is its own (or in a request): supd's copies go.
+    fn pending(self) -> Pending {
+        self.pending
+    }
+
+    /// Forks the child here, in supd.
+    fn fork_here(self) -> Result<(i32, Pending), String> {
+        let guards = GUARDS.each_ref().map(|g| g.load(Ordering::Relaxed));
+        let mut keep = self.plan.sources();
+        keep.extend([self.go_read.as_raw_fd(), self.report_write.as_raw_fd()]);
+        keep.sort_unstable();
+        let own = [self.pending.go.as_raw_fd(), self.pending.report.as_raw_fd()];
+        // SAFETY: supd is single-threaded, so the child holds no lock another thread
+        // could own. The child runs `child_main` only: raw async-signal-safe system
+        // calls on data prepared before the fork (no allocation), then `execve` or
+        // `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(format!("fork: {}", io::Error::last_os_error()));
+        }
+        if pid == 0 {
+            child_main(
+                &self.plan,
+                &guards,
+                &own,
+                &keep,
+                self.go_read.as_raw_fd(),
+                self.report_write.as_raw_fd(),
+            );
+        }
+        Ok((pid, self.pending))
+    }
+}
+
+impl Pending {
+    /// Runs `admit(pid)` (it records the child), then lets the child go on to its
+    /// program. An `Err` from `admit`, or a go-ahead that cannot be written, is
+    /// returned, and the child exits without running anything: it is not reaped here.
+    pub fn release(
+        self,
+        pid: i32,
+        admit: impl FnOnce(i32) -> Result<(), String>,
+    ) -> Result<Exec, String> {
+        admit(pid)?;
+        if let Err(e) = nix::unistd::write(&self.go, &[1]) {
+            return Err(format!("cannot release the child: {e}"));
+        }
+        drop(self.go);
+        let _ = nix::fcntl::fcntl(
+            &self.report,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        );
+        Ok(Exec {
+            report: self.report,
+            rest: self.rest,
+        })
+    }
 }
 
 /// The first record of a report and what follows it; `None` at its end (or at a record
@@ -700,9 +774,9 @@ fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<(ChildPlan, OwnedFd, O
 }
 
 /// The spawner forks a child of supd (`CLONE_PARENT`: supd is its parent, reaps it and
-/// gets its SIGCHLD) that runs `msg`'s plan, as `spawn_service` would have; `own` is the
-/// spawner's socket, closed in the child. Returns the child's pid.
-pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: RawFd) -> io::Result<i32> {
+/// gets its SIGCHLD) that runs `msg`'s plan, as `spawn_service` would have; `own` are the
+/// spawner's sockets, closed in the child. Returns the child's pid.
+pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: &[RawFd]) -> io::Result<i32> {
     let (plan, go, report) = plan_from(msg, fds)?;
     let mut keep = plan.sources();
     keep.extend([go.as_raw_fd(), report.as_raw_fd()]);
@@ -726,14 +800,7 @@ pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: RawFd) -> io::Result<i3
         return Err(io::Error::last_os_error());
     }
     if pid == 0 {
-        child_main(
-            &plan,
-            &[],
-            &[own],
-            &keep,
-            go.as_raw_fd(),
-            report.as_raw_fd(),
-        );
+        child_main(&plan, &[], own, &keep, go.as_raw_fd(), report.as_raw_fd());
     }
     Ok(pid as i32)
 }

@@ -286,3 +286,84 @@ fn an_environment_read_while_its_process_execs_is_whole() {
         "only {whole} forks caught before their exec: the race was not run"
     );
 }
+
+/// A service's fork is asked of the spawner without waiting for it: a spawner slow to
+/// fork (frozen here) holds up no client. A restart whose fork is asked shows `stopped`
+/// to a `status` meanwhile (supd answers at once, not after the spawner); a `restart`
+/// meanwhile calls that start off and asks again: the child asked for first exits
+/// without running its program once the spawner (thawed) makes it, and what runs is
+/// what the restart asked for (here, the environment file as it is now: an upgrade's
+/// restart likewise starts the version `current` names now).
+#[test]
+fn a_start_waiting_for_a_frozen_spawner_holds_up_no_client_and_a_restart_asks_again() {
+    let mut sb = Sandbox::new();
+    let (ran, env) = (sb.path("ran"), sb.path("a.env"));
+    std::fs::write(&env, "V=old\n").expect("env file");
+    sb.config(&format!(
+        r#"
+[service.a]
+command = ["/bin/sh", "-c", "echo $$ $V >> {}; exec sleep 3605"]
+env_file = ["{}"]
+restart_delay = "10ms"
+
+[service.b]
+command = ["/bin/sleep", "3606"]
+"#,
+        ran.display(),
+        env.display()
+    ));
+    sb.start();
+    let supd = sb.supd_pid();
+    let a = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
+    sb.wait_state("b", "running");
+    let spawner = child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
+        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
+    let pid = nix::unistd::Pid::from_raw;
+    use nix::sys::signal::{kill, Signal};
+    kill(pid(spawner), Signal::SIGSTOP).expect("stop the spawner");
+    let mut w = sb.watch();
+    kill(pid(a), Signal::SIGKILL).expect("kill a");
+    // Its backoff is over: the next pass asks the spawner for its child, in the same
+    // turn of supd's loop that sent this event.
+    w.until(&sb, |e| {
+        e["service"] == "a" && e["from"] == "backoff" && e["to"] == "stopped"
+    });
+    let st = sb.status("a");
+    assert_eq!(
+        (st["state"].as_str(), st["pid"].as_i64()),
+        (Some("stopped"), None),
+        "status answered while the spawner is frozen, the start still waiting: {st}\n{}",
+        sb.supd_log()
+    );
+    // A restart of a (with b, whose stop shows that the restart was taken) before the
+    // spawner answers, with a's environment changed.
+    std::fs::write(&env, "V=new\n").expect("env file");
+    let mut c = sb.client();
+    c.send_raw(b"{\"cmd\":\"restart\",\"services\":[\"a\",\"b\"],\"id\":1}\n");
+    w.until(&sb, |e| e["service"] == "b" && e["from"] == "running");
+    assert!(alive(spawner), "the spawner is not given up yet");
+    kill(pid(spawner), Signal::SIGCONT).expect("thaw the spawner");
+    let answer = c.read().expect("the restart's answer");
+    assert_eq!(answer["ok"], true, "{answer}\n{}", sb.supd_log());
+    let log = sb.supd_log();
+    let called_off = log
+        .lines()
+        .find_map(|l| {
+            l.split_once("a: its start was called off: child ")
+                .and_then(|(_, rest)| rest.split(' ').next()?.parse::<i32>().ok())
+        })
+        .unwrap_or_else(|| panic!("a's first start was not called off\n{log}"));
+    wait_exit(called_off, std::time::Duration::from_secs(10)).expect("the unwanted child exits");
+    let now = sb.status("a")["pid"].as_i64().expect("a runs") as i32;
+    let runs = std::fs::read_to_string(&ran).expect("ran");
+    assert_eq!(
+        runs.lines().collect::<Vec<_>>(),
+        [format!("{a} old"), format!("{now} new")],
+        "the called-off child never ran its program; the restart's did\n{log}"
+    );
+    assert!(
+        !log.contains("did not answer"),
+        "the spawner was not given up\n{log}"
+    );
+    sb.stop_supd(Signal::SIGTERM);
+}

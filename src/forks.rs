@@ -1,0 +1,176 @@
+//! Services' children asked of the spawner and not answered yet.
+//!
+//! A service's spawn is two steps: its plan goes to the spawner's queue
+//! (`sys::begin_service`), and when the answer (the child's pid) is read in the loop,
+//! the child is recorded and released ([`Supervisor::release_child`]). In between the
+//! service is still pending (`stopped`, wanted up) but marked as forking, so it is not
+//! asked for twice; clients, signals and exits are served meanwhile.
+//!
+//! Anything that happens to the service in between (a stop, a restart, a reload, an
+//! upgrade: any event of its machine), a shutdown or a reexec drops its request: the
+//! child, if the spawner made it, reads end-of-file instead of its go-ahead and exits
+//! without running anything (it is reaped as any unknown child). An answer is taken
+//! only while the service could still be started then, as at its request.
+
+use crate::instance::Instance;
+use crate::service::Event;
+use crate::supervisor::Supervisor;
+use crate::sys;
+use crate::time::Mono;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+/// What a service's spawn keeps for the child's release.
+pub struct Forking {
+    pub name: String,
+    /// The tool version it runs.
+    pub version: Option<String>,
+    /// The cgroup it moves itself into.
+    pub cgroup: Option<PathBuf>,
+    /// It gets a dead-man guard (leader-only).
+    pub leader_only: bool,
+    /// Its readiness pipe: read end, and supd's copy of the write end (held until the
+    /// child has its own, so that end-of-file means the child closed it).
+    pub ready: Option<(OwnedFd, OwnedFd)>,
+    pub pending: sys::Pending,
+}
+
+impl Supervisor {
+    /// Reads the spawner's answers (or learns it is gone) and releases the children
+    /// still wanted.
+    pub fn on_spawner(&mut self, now: Mono) {
+        for (ticket, answer) in crate::spawner::answers(now) {
+            let Some(f) = self.forks.remove(&ticket) else {
+                continue;
+            };
+            let name = f.name.clone();
+            let ours = match self.slots.get_mut(&name) {
+                // Touched: a service still pending is looked at by the next pass.
+                Some(slot) if slot.forking == Some(ticket) => {
+                    slot.forking = None;
+                    true
+                }
+                _ => false,
+            };
+            match answer {
+                // The spawner went away: asked again (of supd's own fork) by the next
+                // pass, if it is still to start.
+                None => {}
+                Some(Err(e)) if ours => {
+                    self.apply(&name, Event::SpawnFailed(format!("fork: {e}")), now)
+                }
+                Some(Err(_)) => {}
+                Some(Ok(pid)) if ours && self.may_start(&name, now) => {
+                    self.release_child(f, pid, now)
+                }
+                // Called off meanwhile (`drop_fork`), or no longer to start (what it
+                // waits for went down, its lease is gone: the next pass decides again).
+                Some(Ok(pid)) => log::info!(
+                    "{name}: its start was called off: child {pid} exits without running its program"
+                ),
+            }
+        }
+    }
+
+    /// Calls off a service's start under way, if it has one: the child, once the
+    /// spawner has made it, exits without running its program.
+    pub(crate) fn drop_fork(&mut self, name: &str) {
+        if let Some(slot) = self.slots.get_mut(name) {
+            slot.forking = None;
+        }
+    }
+
+    /// Drops every request under way (shutdown, reexec): their children exit unrun.
+    pub(crate) fn drop_forks(&mut self) {
+        for f in std::mem::take(&mut self.forks).into_values() {
+            self.drop_fork(&f.name);
+        }
+    }
+
+    /// Records the child `pid` of `f`'s service and lets it go on to its program; it
+    /// is `starting` from here. A record that cannot be written (or a guard that cannot
+    /// be armed) fails the start: the child exits without running anything.
+    pub(crate) fn release_child(&mut self, f: Forking, pid: i32, now: Mono) {
+        let Forking {
+            name,
+            version,
+            cgroup,
+            leader_only,
+            ready,
+            pending,
+        } = f;
+        let state_dir = self.cfg.supd.state_dir.clone();
+        let deadman = self.deadman.as_ref().filter(|_| leader_only);
+        let Some(slot) = self.slots.get_mut(&name) else {
+            return;
+        };
+        let pid_file = match crate::supervisor::pid_file_of(slot, &state_dir) {
+            Ok(f) => f,
+            Err(why) => return self.apply(&name, Event::SpawnFailed(why), now),
+        };
+        let mut instance = None;
+        // The child is in its cgroup before it waits for its go-ahead, and the record is
+        // written before the go-ahead: a supd killed at any moment leaves nothing a
+        // successor cannot find.
+        let result = pending.release(pid, |pid| {
+            crate::failpoint::hit("spawn-before-record");
+            // Before /proc is mounted (an init's first one-shot mounts it) the start time
+            // is unknown: 0 records the pid alone, which a later supd never takes for a
+            // process with a start time (it then leaves that pid alone).
+            let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
+            pid_file.set(Some((pid, start_time))).map_err(|e| {
+                format!(
+                    "cannot record its pid in {}: {e}; not started (a service never runs unrecorded)",
+                    state_dir.display()
+                )
+            })?;
+            crate::failpoint::hit("spawn-after-record");
+            let guard = match deadman {
+                Some(d) => Some(d.arm(pid, cgroup.as_deref()).map_err(|e| {
+                    format!("{e}; not started (a leader-only service never runs without it)")
+                })?),
+                None => None,
+            };
+            instance = Some(Instance {
+                pid,
+                start_time,
+                cgroup,
+                exit: None,
+                guard,
+            });
+            Ok(())
+        });
+        let (ready_pipe, ready_write) = ready.unzip();
+        // The child has its copy: end-of-file on the pipe then means it closed it.
+        drop(ready_write);
+        match result {
+            Ok(exec) => {
+                slot.version = version;
+                slot.exec = Some(exec);
+                slot.exec_error = None;
+                slot.ready_pipe = ready_pipe;
+                slot.instance = Some(instance.unwrap_or(Instance {
+                    pid,
+                    start_time: 0,
+                    cgroup: None,
+                    exit: None,
+                    guard: None,
+                }));
+                // Its exit wakes the loop through the pidfd (kernels from 5.3).
+                slot.leader = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
+                self.pids.insert(pid, name.clone());
+                self.apply(&name, Event::Spawned(pid), now);
+            }
+            Err(why) => {
+                // Nothing runs: the child exits before its program could.
+                if let Some(mut i) = instance {
+                    i.disarm();
+                }
+                if let Err(e) = pid_file.set(None) {
+                    log::warn!("{name}: cannot clear its pid record: {e}");
+                }
+                self.apply(&name, Event::SpawnFailed(why), now);
+            }
+        }
+    }
+}
