@@ -334,6 +334,9 @@ impl Supervisor {
                 // Single-threaded: nothing reads the environment meanwhile.
                 std::env::set_var("SUP_CHILD_NOFILE", v);
             }
+            if let Some(v) = crate::sys::child_nice_env() {
+                std::env::set_var("SUP_CHILD_NICE", v);
+            }
             log::warn!(
                 "re-executing {} with {} services",
                 binary.display(),

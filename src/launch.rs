@@ -139,7 +139,7 @@ pub fn plan(
         version,
         tuning: Tuning {
             umask: cfg.umask,
-            nice: cfg.nice,
+            nice: cfg.nice.or_else(crate::sys::child_nice),
             limits: cfg.limits.clone(),
         },
         watchdog_pid: cfg.watchdog.is_some(),

@@ -265,6 +265,7 @@ impl Supervisor {
             state_dir,
             ..delta.supd
         };
+        crate::sys::set_own_nice(self.cfg.supd.nice);
         self.cfg.leases = delta.leases;
         self.cfg.files = delta.files;
         self.config_errors.clear();

@@ -34,6 +34,77 @@ pub struct Tuning {
     pub limits: Vec<crate::config::Rlimit>,
 }
 
+/// The nice value supd was started with, and the one it runs at now (`[supd] nice`).
+static NICE: std::sync::Mutex<Option<(i32, i32)>> = std::sync::Mutex::new(None);
+
+/// This process's nice value.
+fn own_nice() -> Option<i32> {
+    // SAFETY: getpriority takes integers; -1 is also a valid nice value, so errno,
+    // cleared before, tells a failure apart.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let n = libc::getpriority(libc::PRIO_PROCESS, 0);
+        (n != -1 || *libc::__errno_location() == 0).then_some(n)
+    }
+}
+
+/// Sets supd's own priority (`[supd] nice`, `None`: the one it was started with): its
+/// nice value and, when it leads its session, its session's autogroup (where the
+/// kernel has them, each session gets an equal share of the CPU, and each service
+/// leads a session of its own: a burst of a thousand starting services would leave
+/// supd a thousandth). Services and checks get the value supd was started with back
+/// ([`child_nice`]); its own helpers keep supd's.
+pub fn set_own_nice(want: Option<i32>) {
+    let mut nice = NICE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(now) = nice.map(|(_, n)| n).or_else(own_nice) else {
+        return;
+    };
+    // After a reexec, the value children get is the one the first image was started with.
+    let started = nice.map(|(s, _)| s).unwrap_or_else(|| {
+        std::env::var("SUP_CHILD_NICE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(now)
+    });
+    let target = want.unwrap_or(started);
+    *nice = Some((started, now));
+    if target != now {
+        // SAFETY: setpriority takes integers and changes only this process.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, target) } < 0 {
+            log::warn!(
+                "cannot set supd's nice value to {target}: {} (it stays at {now})",
+                io::Error::last_os_error()
+            );
+            return;
+        }
+        *nice = Some((started, target));
+    }
+    if nix::unistd::getsid(None).ok() == Some(nix::unistd::getpid()) {
+        match std::fs::write("/proc/self/autogroup", target.to_string()) {
+            Ok(()) => {}
+            // No autogroups here (or no /proc yet): the nice value is all there is.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => {}
+            Err(e) => log::warn!("cannot set the nice value of supd's autogroup to {target}: {e}"),
+        }
+    }
+}
+
+/// The nice value a service or check gets when it sets none: the one supd was started
+/// with, when supd's own differs (`None`: it inherits supd's, which is that one).
+pub fn child_nice() -> Option<i32> {
+    match *NICE.lock().unwrap_or_else(|e| e.into_inner()) {
+        Some((started, now)) if started != now => Some(started),
+        _ => None,
+    }
+}
+
+/// `SUP_CHILD_NICE` for a re-executed image.
+pub fn child_nice_env() -> Option<String> {
+    NICE.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .map(|(started, _)| started.to_string())
+}
+
 /// The open-files limit supd was started with, given back to every child.
 static CHILD_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
 

@@ -367,3 +367,63 @@ command = ["/bin/sleep", "3606"]
     );
     sb.stop_supd(Signal::SIGTERM);
 }
+
+/// The nice value of `pid` (field 19 of /proc/PID/stat).
+fn nice_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after = stat.rsplit_once(')').expect("comm").1;
+    after
+        .split_whitespace()
+        .nth(16)
+        .expect("nice")
+        .parse()
+        .expect("a number")
+}
+
+/// `[supd] nice`: supd runs at it and, leading its session, so does its autogroup (the
+/// kernel's share of the CPU per session, one per service); its services get back the
+/// nice value supd was started with, or their own `nice`. A reload without it puts
+/// supd back.
+#[test]
+fn supd_runs_at_its_own_nice_and_its_services_at_theirs() {
+    if !is_root() {
+        eprintln!("skipped: needs root to lower a nice value");
+        return;
+    }
+    let base = nice_of(std::process::id() as i32);
+    let mut sb = Sandbox::new();
+    let services = "[service.a]\ncommand = [\"/bin/sleep\", \"3607\"]\n\n[service.b]\ncommand = [\"/bin/sleep\", \"3608\"]\nnice = 3\n";
+    sb.config_with("nice = -7\n", services);
+    // A session of its own, as a daemon has (`setsid` execs it: its pid stays).
+    let mut cmd = Command::new("setsid");
+    cmd.arg(SUPD);
+    sb.start_with(cmd, &["-c"]);
+    let supd = sb.supd_pid();
+    let a = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
+    let b = sb.wait_state("b", "running")["pid"].as_i64().expect("pid") as i32;
+    assert_eq!(nice_of(supd), -7, "supd's own\n{}", sb.supd_log());
+    assert_eq!(
+        nice_of(a),
+        base,
+        "a service setting none: supd's from its start"
+    );
+    assert_eq!(nice_of(b), 3, "a service's own");
+    let autogroup = format!("/proc/{supd}/autogroup");
+    if let Ok(text) = std::fs::read_to_string(&autogroup) {
+        assert!(
+            text.trim_end().ends_with("nice -7"),
+            "supd's autogroup: {text}"
+        );
+    }
+    // Without the key, supd goes back to the value it was started with.
+    sb.config_with("", services);
+    sb.ok(serde_json::json!({"cmd": "reload"}));
+    assert_eq!(nice_of(supd), base, "after the reload\n{}", sb.supd_log());
+    if let Ok(text) = std::fs::read_to_string(&autogroup) {
+        assert!(
+            text.trim_end().ends_with(&format!("nice {base}")),
+            "supd's autogroup: {text}"
+        );
+    }
+    sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+}

@@ -63,6 +63,7 @@ const SUPD_KEYS: &[&str] = &[
     "shutdown_timeout",
     "mode",
     "cgroups",
+    "nice",
 ];
 const SERVICE_KEYS: &[&str] = &[
     "tool",
@@ -393,6 +394,15 @@ fn read_supd(
                 &mut supd.cgroups,
                 ctx.choice(v, full, &[("auto", true), ("off", false)]),
             ),
+            "nice" => match ctx.integer(v, full) {
+                Some(n) if (-20..=0).contains(&n) => supd.nice = Some(n as i32),
+                Some(_) => ctx.err(
+                    v.span(),
+                    full,
+                    "expected a nice value from -20 to 0 (supd's priority is never below its services')",
+                ),
+                None => {}
+            },
             _ => ctx.unknown(key.span(), full, SUPD_KEYS),
         }
     }

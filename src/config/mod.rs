@@ -67,6 +67,8 @@ pub struct SupdConfig {
     pub mode: Mode,
     /// Whether services get a cgroup each, where the machine allows it.
     pub cgroups: bool,
+    /// supd's own nice value (`sys::set_own_nice`): at most that of its services.
+    pub nice: Option<i32>,
 }
 
 impl Default for SupdConfig {
@@ -84,6 +86,7 @@ impl Default for SupdConfig {
             shutdown_timeout: Duration::from_secs(30),
             mode: Mode::Container,
             cgroups: true,
+            nice: None,
         }
     }
 }

@@ -556,3 +556,18 @@ watchdog = "0s"
         "{all}"
     );
 }
+
+#[test]
+fn supds_own_nice_is_never_below_its_services() {
+    let got = errors_of("[supd]\nnice = 5\n");
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert!(
+        got[0].starts_with("sup.toml:2:8: supd.nice: expected a nice value from -20 to 0"),
+        "{}",
+        got[0]
+    );
+    let (_dir, r) = load_text("[supd]\nnice = -10\n");
+    assert_eq!(r.expect("a valid config").supd.nice, Some(-10));
+    let (_dir, r) = load_text("");
+    assert_eq!(r.expect("a valid config").supd.nice, None);
+}
