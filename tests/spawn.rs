@@ -415,6 +415,25 @@ fn supd_runs_at_its_own_nice_and_its_services_at_theirs() {
             "supd's autogroup: {text}"
         );
     }
+    // A reexec keeps both: supd's, and the one its services get back.
+    let out = sb.supctl(&["reexec"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut w = sb.watch();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(a),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill a");
+    let again = w.until(&sb, |e| {
+        e["service"] == "a" && e["to"] == "running" && e["pid"].as_i64() != Some(a as i64)
+    });
+    let a = again["pid"].as_i64().expect("pid") as i32;
+    assert_eq!(nice_of(supd), -7, "supd's own, after a reexec");
+    assert_eq!(nice_of(a), base, "a restarted after a reexec");
     // Without the key, supd goes back to the value it was started with.
     sb.config_with("", services);
     sb.ok(serde_json::json!({"cmd": "reload"}));
