@@ -108,6 +108,20 @@ fn child_with_cmdline(parent: i32, argv: &[&str]) -> Option<i32> {
         .find(|p| status_field(*p, "PPid:") == parent.to_string())
 }
 
+/// SIGKILLs `pid`, `name`'s process, and waits for its restart; returns the new pid.
+fn killed_and_back(sb: &Sandbox, name: &str, pid: i32) -> i32 {
+    let mut w = sb.watch();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill");
+    let again = w.until(sb, |e| {
+        e["service"] == name && e["to"] == "running" && e["pid"].as_i64() != Some(pid as i64)
+    });
+    again["pid"].as_i64().expect("pid") as i32
+}
+
 /// Services are forked by the spawner (a small process, whose forks do not grow with
 /// supd's services), yet they are supd's own children. A killed spawner costs nothing:
 /// supd forks the next services itself, and a new spawner comes on a later start.
@@ -146,16 +160,7 @@ restart_delay = "10ms"
     wait_exit(spawner, std::time::Duration::from_secs(10)).expect("the spawner is gone");
     // A restart right after: forked by supd itself, or by a new spawner; either way it
     // runs, as supd's child.
-    let mut w = sb.watch();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(a),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("kill a");
-    let again = w.until(&sb, |e| {
-        e["service"] == "a" && e["to"] == "running" && e["pid"].as_i64() != Some(a as i64)
-    });
-    let b = again["pid"].as_i64().expect("pid") as i32;
+    let b = killed_and_back(&sb, "a", a);
     assert_eq!(
         status_field(b, "PPid:"),
         supd.to_string(),
@@ -173,16 +178,7 @@ restart_delay = "10ms"
             "no new spawner\n{}",
             sb.supd_log()
         );
-        let mut w = sb.watch();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(last),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .expect("kill a");
-        let e = w.until(&sb, |e| {
-            e["service"] == "a" && e["to"] == "running" && e["pid"].as_i64() != Some(last as i64)
-        });
-        last = e["pid"].as_i64().expect("pid") as i32;
+        last = killed_and_back(&sb, "a", last);
     };
     assert!(
         sb.supd_log().contains("the spawner runs again"),
@@ -422,16 +418,7 @@ fn supd_runs_at_its_own_nice_and_its_services_at_theirs() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut w = sb.watch();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(a),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("kill a");
-    let again = w.until(&sb, |e| {
-        e["service"] == "a" && e["to"] == "running" && e["pid"].as_i64() != Some(a as i64)
-    });
-    let a = again["pid"].as_i64().expect("pid") as i32;
+    let a = killed_and_back(&sb, "a", a);
     assert_eq!(nice_of(supd), -7, "supd's own, after a reexec");
     assert_eq!(nice_of(a), base, "a restarted after a reexec");
     // Without the key, supd goes back to the value it was started with.
