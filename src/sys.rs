@@ -66,8 +66,12 @@ pub fn set_own_nice(want: Option<i32>) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(now)
     });
-    let target = want.unwrap_or(started);
     *nice = Some((started, now));
+    // Unset and never set: supd's nice value and autogroup are left as they were given.
+    if want.is_none() && now == started {
+        return;
+    }
+    let target = want.unwrap_or(started);
     if target != now {
         // SAFETY: setpriority takes integers and changes only this process.
         if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, target) } < 0 {
