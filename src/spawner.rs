@@ -153,14 +153,13 @@ pub fn ask(msg: &[u8], fds: &[RawFd]) -> Asked {
     let Some(link) = s.up(now) else {
         return Asked::NoSpawner;
     };
-    let mut head = ticket.to_ne_bytes().to_vec();
-    head.extend_from_slice(msg);
+    let head = ticket.to_ne_bytes();
     let rights = [ControlMessage::ScmRights(fds)];
     // Blocking, with the socket's timeout: `QUEUE_MAX` requests fit in its buffer but
     // for huge environments.
     let sent = sendmsg::<()>(
         link.queue.as_raw_fd(),
-        &[IoSlice::new(&head)],
+        &[IoSlice::new(&head), IoSlice::new(msg)],
         &rights,
         MsgFlags::MSG_NOSIGNAL,
         None,
@@ -230,7 +229,8 @@ pub fn answers(now: Mono) -> Vec<(Ticket, Option<io::Result<i32>>)> {
                 }
                 Err(nix::errno::Errno::EAGAIN) => break,
                 Err(nix::errno::Errno::EINTR) => continue,
-                Ok(_) => {
+                // Gone (with requests unread, the kernel says ECONNRESET).
+                Ok(_) | Err(nix::errno::Errno::ECONNRESET) => {
                     gone = Some("closed its queue".to_string());
                     break;
                 }

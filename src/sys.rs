@@ -39,13 +39,11 @@ static NICE: std::sync::Mutex<Option<(i32, i32)>> = std::sync::Mutex::new(None);
 
 /// This process's nice value.
 fn own_nice() -> Option<i32> {
-    // SAFETY: getpriority takes integers; -1 is also a valid nice value, so errno,
-    // cleared before, tells a failure apart.
-    unsafe {
-        *libc::__errno_location() = 0;
-        let n = libc::getpriority(libc::PRIO_PROCESS, 0);
-        (n != -1 || *libc::__errno_location() == 0).then_some(n)
-    }
+    // -1 is also a valid nice value: errno, cleared before, tells a failure apart.
+    nix::errno::Errno::clear();
+    // SAFETY: getpriority takes integers and reads only this process's priority.
+    let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    (n != -1 || nix::errno::Errno::last_raw() == 0).then_some(n)
 }
 
 /// Sets supd's own priority (`[supd] nice`, `None`: the one it was started with): its
