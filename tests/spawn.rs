@@ -108,6 +108,19 @@ fn child_with_cmdline(parent: i32, argv: &[&str]) -> Option<i32> {
         .find(|p| status_field(*p, "PPid:") == parent.to_string())
 }
 
+/// The lines of `path` once it has at least `n` (or after 20 s): a service's shell
+/// writes its line after its exec, which made it `running`.
+fn lines_once_there(path: &std::path::Path, n: usize) -> Vec<String> {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n || std::time::Instant::now() > end {
+            return text.lines().map(str::to_string).collect();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// SIGKILLs `pid`, `name`'s process, and waits for its restart; returns the new pid.
 fn killed_and_back(sb: &Sandbox, name: &str, pid: i32) -> i32 {
     let mut w = sb.watch();
@@ -351,9 +364,8 @@ command = ["/bin/sleep", "3606"]
         .unwrap_or_else(|| panic!("a's first start was not called off\n{log}"));
     wait_exit(called_off, std::time::Duration::from_secs(10)).expect("the unwanted child exits");
     let now = sb.status("a")["pid"].as_i64().expect("a runs") as i32;
-    let runs = std::fs::read_to_string(&ran).expect("ran");
     assert_eq!(
-        runs.lines().collect::<Vec<_>>(),
+        lines_once_there(&ran, 2),
         [format!("{a} old"), format!("{now} new")],
         "the called-off child never ran its program; the restart's did\n{log}"
     );
@@ -432,4 +444,49 @@ fn supd_runs_at_its_own_nice_and_its_services_at_theirs() {
         );
     }
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+}
+
+/// A spawner that dies with a start waiting on its queue (stopped, then killed, so it
+/// cannot have forked the child) is found at once by its queue's end, not after the
+/// answer's bound: supd forks that start itself, once.
+#[test]
+fn a_spawner_killed_with_a_start_on_its_queue_is_replaced_by_supds_own_fork() {
+    let mut sb = Sandbox::new();
+    let ran = sb.path("ran");
+    sb.config(&format!(
+        "[service.a]\ncommand = [\"/bin/sh\", \"-c\", \"echo $$ >> {}; exec sleep 3609\"]\nrestart_delay = \"10ms\"\n",
+        ran.display()
+    ));
+    sb.start();
+    let supd = sb.supd_pid();
+    let a = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
+    let spawner = child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
+        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
+    use nix::sys::signal::{kill, Signal};
+    let pid = nix::unistd::Pid::from_raw;
+    kill(pid(spawner), Signal::SIGSTOP).expect("stop the spawner");
+    let mut w = sb.watch();
+    kill(pid(a), Signal::SIGKILL).expect("kill a");
+    // Asked of the spawner in the turn that sent this event.
+    w.until(&sb, |e| {
+        e["service"] == "a" && e["from"] == "backoff" && e["to"] == "stopped"
+    });
+    kill(pid(spawner), Signal::SIGKILL).expect("kill the spawner");
+    let again = w.until(&sb, |e| {
+        e["service"] == "a" && e["to"] == "running" && e["pid"].as_i64() != Some(a as i64)
+    });
+    let b = again["pid"].as_i64().expect("pid") as i32;
+    assert_eq!(status_field(b, "PPid:"), supd.to_string(), "supd's child");
+    let log = sb.supd_log();
+    assert!(
+        log.contains(&format!("the spawner (pid {spawner}) closed its queue")),
+        "found by its queue's end, not by the bound\n{log}"
+    );
+    assert!(!log.contains("did not answer"), "{log}");
+    assert_eq!(
+        lines_once_there(&ran, 2),
+        [a.to_string(), b.to_string()],
+        "the lost start ran once"
+    );
+    sb.stop_supd(Signal::SIGTERM);
 }
