@@ -52,6 +52,15 @@ fn a_child_starts_clean_even_when_supd_did_not() {
         std::fs::read_link(format!("/proc/{pid}/cwd")).expect("cwd"),
         sb.path("work")
     );
+    // Its program has started when it sleeps: until then the dynamic loader has its
+    // libraries open (as fd 3) for a moment.
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .is_ok_and(|s| s.starts_with("230 ") || s.starts_with("35 "))
+    {
+        assert!(std::time::Instant::now() < end, "probe never slept");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let mut fds: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("fds")
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
@@ -329,6 +338,11 @@ command = ["/bin/sleep", "3606"]
         .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
     let pid = nix::unistd::Pid::from_raw;
     use nix::sys::signal::{kill, Signal};
+    assert_eq!(
+        lines_once_there(&ran, 1).len(),
+        1,
+        "a's first run wrote its line"
+    );
     kill(pid(spawner), Signal::SIGSTOP).expect("stop the spawner");
     let mut w = sb.watch();
     kill(pid(a), Signal::SIGKILL).expect("kill a");
@@ -464,13 +478,30 @@ fn a_spawner_killed_with_a_start_on_its_queue_is_replaced_by_supds_own_fork() {
         .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
     use nix::sys::signal::{kill, Signal};
     let pid = nix::unistd::Pid::from_raw;
+    assert_eq!(
+        lines_once_there(&ran, 1).len(),
+        1,
+        "a's first run wrote its line"
+    );
     kill(pid(spawner), Signal::SIGSTOP).expect("stop the spawner");
     let mut w = sb.watch();
     kill(pid(a), Signal::SIGKILL).expect("kill a");
-    // Asked of the spawner in the turn that sent this event.
-    w.until(&sb, |e| {
-        e["service"] == "a" && e["from"] == "backoff" && e["to"] == "stopped"
-    });
+    // Its start is on the queue (said in its reason) when the spawner is killed.
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let st = sb.status("a");
+        if st["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("its fork by the spawner"))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "a never waited for the spawner: {st}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     kill(pid(spawner), Signal::SIGKILL).expect("kill the spawner");
     let again = w.until(&sb, |e| {
         e["service"] == "a" && e["to"] == "running" && e["pid"].as_i64() != Some(a as i64)
