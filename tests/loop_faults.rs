@@ -62,16 +62,30 @@ fn tail(log: &str) -> String {
     lines[lines.len().saturating_sub(80)..].join("\n")
 }
 
+/// Each panic in supd's log with its message (the lines up to its backtrace).
+fn panics(log: &str) -> String {
+    let mut out = Vec::new();
+    let mut lines = log.lines();
+    while let Some(l) = lines.next() {
+        if l.contains("panicked at") {
+            out.push(l);
+            out.extend(
+                lines
+                    .by_ref()
+                    .take_while(|m| !m.contains("stack backtrace")),
+            );
+        }
+    }
+    out.join("\n")
+}
+
 /// No debug check failed (a panic re-executes supd).
 fn assert_no_panic(sb: &Sandbox) {
     let log = sb.supd_log();
     assert!(
         !log.contains("panicked"),
         "supd panicked:\n{}",
-        log.lines()
-            .filter(|l| l.contains("panick") || l.contains("assert"))
-            .collect::<Vec<_>>()
-            .join("\n")
+        panics(&log)
     );
 }
 
