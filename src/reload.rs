@@ -266,6 +266,7 @@ impl Supervisor {
             ..delta.supd
         };
         crate::sys::set_own_nice(self.cfg.supd.nice);
+        crate::sys::set_own_realtime(self.cfg.supd.realtime);
         self.cfg.leases = delta.leases;
         self.cfg.files = delta.files;
         self.config_errors.clear();

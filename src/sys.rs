@@ -92,12 +92,81 @@ pub fn set_own_nice(want: Option<i32>) {
 }
 
 /// The nice value a service or check gets when it sets none: the one supd was started
-/// with, when supd's own differs (`None`: it inherits supd's, which is that one).
+/// with, when supd's own differs or a fork would not pass it on (a negative value under
+/// the real-time policy's reset-on-fork); `None`: it inherits supd's, which is that one.
 pub fn child_nice() -> Option<i32> {
+    let realtime = REALTIME.load(Ordering::Relaxed);
     match *NICE.lock().unwrap_or_else(|e| e.into_inner()) {
-        Some((started, now)) if started != now => Some(started),
+        Some((started, now)) if started != now || (realtime && started < 0) => Some(started),
+        None if realtime => own_nice().filter(|n| *n < 0),
         _ => None,
     }
+}
+
+/// supd runs under `SCHED_RR` (`[supd] realtime`), set by [`set_own_realtime`].
+static REALTIME: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The real-time priority supd takes: the lowest, above every normal process and below
+/// every other real-time one (a watchdog, the kernel's interrupt threads).
+pub const REALTIME_PRIORITY: i32 = 1;
+
+/// A process's scheduling policy (`SCHED_OTHER`, `SCHED_RR`, ...), whether its children
+/// are reset to the normal policy, and its real-time priority; `None` when it cannot be
+/// read (no such process).
+pub fn sched_policy(pid: i32) -> Option<(i32, bool, i32)> {
+    // SAFETY: sched_getscheduler takes a pid and returns an integer; it touches no memory.
+    let policy = unsafe { libc::sched_getscheduler(pid) };
+    if policy < 0 {
+        return None;
+    }
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid, writable sched_param that outlives the call.
+    if unsafe { libc::sched_getparam(pid, &mut param) } < 0 {
+        return None;
+    }
+    let reset = policy & libc::SCHED_RESET_ON_FORK != 0;
+    Some((
+        policy & !libc::SCHED_RESET_ON_FORK,
+        reset,
+        param.sched_priority,
+    ))
+}
+
+/// Puts supd under the round-robin real-time policy at [`REALTIME_PRIORITY`] (`true`),
+/// so that no burst of normal processes (a thousand services restarting at once, each
+/// with a session and so a CPU share of its own) keeps it from answering; or back under
+/// the normal policy (`false`, when it is the one this sets: one given by an operator's
+/// `chrt` is left alone). Reset-on-fork is set with it: no child of supd, service,
+/// check or helper, is ever started real-time. Kept across a reexec (exec keeps it).
+pub fn set_own_realtime(want: bool) {
+    let Some((policy, reset, prio)) = sched_policy(0) else {
+        return;
+    };
+    let ours = policy == libc::SCHED_RR && reset && prio == REALTIME_PRIORITY;
+    REALTIME.store(ours, Ordering::Relaxed);
+    let (to, prio, what) = match (want, ours) {
+        (true, false) => (
+            libc::SCHED_RR | libc::SCHED_RESET_ON_FORK,
+            REALTIME_PRIORITY,
+            "the real-time policy (SCHED_RR, priority 1)",
+        ),
+        (false, true) => (libc::SCHED_OTHER, 0, "the normal policy"),
+        _ => return,
+    };
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: `param` is a valid sched_param that outlives the call, which changes only
+    // this process's policy.
+    if unsafe { libc::sched_setscheduler(0, to, &param) } < 0 {
+        log::warn!(
+            "cannot put supd under {what}: {} (it needs root, CAP_SYS_NICE, and outside \
+             the root cgroup of a cgroup-v1 cpu hierarchy a real-time budget)",
+            io::Error::last_os_error()
+        );
+        return;
+    }
+    REALTIME.store(want, Ordering::Relaxed);
 }
 
 /// `SUP_CHILD_NICE` for a re-executed image.

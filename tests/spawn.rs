@@ -460,6 +460,81 @@ fn supd_runs_at_its_own_nice_and_its_services_at_theirs() {
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
 }
 
+/// Whether this process may take a real-time policy (root, and a real-time budget in
+/// its cgroup): a `chrt` child tries.
+fn may_be_realtime() -> bool {
+    Command::new("chrt")
+        .args(["-r", "1", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `[supd] realtime`: supd runs under SCHED_RR at priority 1 with reset-on-fork, kept by
+/// a reexec; nothing it starts (its spawner, its services, after a reexec too) is
+/// real-time, and its services keep the nice value supd was started with even when it
+/// is negative (reset-on-fork alone would give them 0). A reload without it puts supd
+/// back under the normal policy.
+#[test]
+fn supd_runs_realtime_and_nothing_it_starts_does() {
+    if !is_root() || !may_be_realtime() {
+        eprintln!("skipped: needs root and a real-time budget");
+        return;
+    }
+    use sup::sys::{sched_policy, REALTIME_PRIORITY};
+    let normal = Some((libc::SCHED_OTHER, false, 0));
+    let mut sb = Sandbox::new();
+    let services = "[service.a]\ncommand = [\"/bin/sleep\", \"3610\"]\n\n[service.b]\ncommand = [\"/bin/sleep\", \"3611\"]\nnice = 3\n";
+    sb.config_with("realtime = true\n", services);
+    let mut cmd = Command::new("setsid");
+    cmd.args(["nice", "-n", "-5", SUPD]);
+    sb.start_with(cmd, &["-c"]);
+    let supd = sb.supd_pid();
+    let a = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
+    let b = sb.wait_state("b", "running")["pid"].as_i64().expect("pid") as i32;
+    let rr = Some((libc::SCHED_RR, true, REALTIME_PRIORITY));
+    assert_eq!(sched_policy(supd), rr, "supd\n{}", sb.supd_log());
+    assert_eq!(nice_of(supd), -5, "supd keeps the nice value it was given");
+    assert_eq!(sched_policy(a), normal, "a service");
+    assert_eq!(
+        nice_of(a),
+        -5,
+        "a service setting none: supd's from its start"
+    );
+    assert_eq!(
+        (sched_policy(b), nice_of(b)),
+        (normal, 3),
+        "a service's own"
+    );
+    let spawner = child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
+        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
+    assert_eq!(sched_policy(spawner), normal, "the spawner");
+    // A reexec keeps it; what starts after it is normal still.
+    let out = sb.supctl(&["reexec"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a = killed_and_back(&sb, "a", a);
+    assert_eq!(sched_policy(supd), rr, "supd after a reexec");
+    assert_eq!(
+        (sched_policy(a), nice_of(a)),
+        (normal, -5),
+        "a after a reexec"
+    );
+    // Without the key, supd is back under the normal policy, at its nice value.
+    sb.config_with("", services);
+    sb.ok(serde_json::json!({"cmd": "reload"}));
+    assert_eq!(
+        sched_policy(supd),
+        normal,
+        "after the reload\n{}",
+        sb.supd_log()
+    );
+    assert_eq!(nice_of(supd), -5);
+    sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+}
+
 /// A spawner that dies with a start waiting on its queue (stopped, then killed, so it
 /// cannot have forked the child) is found at once by its queue's end, not after the
 /// answer's bound: supd forks that start itself, once.

@@ -189,6 +189,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     sup::sys::set_listener_fd(std::os::fd::AsRawFd::as_raw_fd(&server.fd()));
     let cgroups = use_cgroups(&cfg);
     sup::sys::set_own_nice(cfg.supd.nice);
+    sup::sys::set_own_realtime(cfg.supd.realtime);
     let fdset = sup::fdset::FdSet::new()
         .map_err(|e| format!("cannot make the epoll set of the services' fds: {e}"))?;
     let mut sup = Supervisor::new(cfg, path, server, notify, signals, fdset);

@@ -64,6 +64,7 @@ const SUPD_KEYS: &[&str] = &[
     "mode",
     "cgroups",
     "nice",
+    "realtime",
 ];
 const SERVICE_KEYS: &[&str] = &[
     "tool",
@@ -403,6 +404,7 @@ fn read_supd(
                 ),
                 None => {}
             },
+            "realtime" => set(&mut supd.realtime, ctx.boolean(v, full)),
             _ => ctx.unknown(key.span(), full, SUPD_KEYS),
         }
     }

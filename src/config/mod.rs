@@ -69,6 +69,8 @@ pub struct SupdConfig {
     pub cgroups: bool,
     /// supd's own nice value (`sys::set_own_nice`): at most that of its services.
     pub nice: Option<i32>,
+    /// supd runs under the real-time round-robin policy (`sys::set_own_realtime`).
+    pub realtime: bool,
 }
 
 impl Default for SupdConfig {
@@ -87,6 +89,7 @@ impl Default for SupdConfig {
             mode: Mode::Container,
             cgroups: true,
             nice: None,
+            realtime: false,
         }
     }
 }

@@ -571,3 +571,18 @@ fn supds_own_nice_is_never_below_its_services() {
     let (_dir, r) = load_text("");
     assert_eq!(r.expect("a valid config").supd.nice, None);
 }
+
+#[test]
+fn supds_realtime_is_a_boolean_off_by_default() {
+    let got = errors_of("[supd]\nrealtime = \"yes\"\n");
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert!(
+        got[0].starts_with("sup.toml:2:12: supd.realtime: expected"),
+        "{}",
+        got[0]
+    );
+    let (_dir, r) = load_text("[supd]\nrealtime = true\n");
+    assert!(r.expect("a valid config").supd.realtime);
+    let (_dir, r) = load_text("");
+    assert!(!r.expect("a valid config").supd.realtime);
+}
