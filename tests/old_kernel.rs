@@ -357,9 +357,18 @@ fn a_grant_ends_without_boottime_timers() {
     let mut sb = Sandbox::new();
     engine_config(&sb);
     start_old(&mut sb);
+    let mut w = sb.watch();
     let granted = Instant::now();
     sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1s"}));
-    sb.wait_state("engine", "stopped");
+    // Running first (just after the grant it may still be `stopped`, its fork asked of
+    // the spawner), then stopped by the grant's end.
+    let to = |state: &'static str| {
+        move |e: &serde_json::Value| {
+            e["event"] == "state" && e["service"] == "engine" && e["to"] == state
+        }
+    };
+    w.until(&sb, to("running"));
+    w.until(&sb, to("stopped"));
     assert!(granted.elapsed() >= Duration::from_secs(1));
     assert!(
         sb.supd_log().contains("no CLOCK_BOOTTIME timers"),
