@@ -535,6 +535,46 @@ fn supd_runs_realtime_and_nothing_it_starts_does() {
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
 }
 
+/// `[supd] realtime` refused (no `CAP_SYS_NICE`: root without it, as in a container):
+/// said in the log, and supd runs its services on under the normal policy; a reload
+/// that asks again is refused again the same way.
+#[test]
+fn realtime_refused_is_said_and_supd_runs_on() {
+    if !is_root() {
+        eprintln!("skipped: needs root to drop CAP_SYS_NICE");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let services = "[service.a]\ncommand = [\"/bin/sleep\", \"3612\"]\n";
+    sb.config_with("realtime = true\n", services);
+    // Root without CAP_SYS_NICE, and no real-time limit to allow it otherwise.
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--bounding-set=-sys_nice",
+        "--inh-caps=-sys_nice",
+        "prlimit",
+        "--rtprio=0",
+    ]);
+    cmd.arg(SUPD);
+    sb.start_with(cmd, &["-c"]);
+    let supd = sb.supd_pid();
+    let a = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
+    let normal = Some((libc::SCHED_OTHER, false, 0));
+    assert_eq!(sup::sys::sched_policy(supd), normal, "supd");
+    assert_eq!(sup::sys::sched_policy(a), normal, "a");
+    let said = |n: usize| {
+        sb.supd_log()
+            .matches("cannot put supd under the real-time policy")
+            .count()
+            >= n
+    };
+    assert!(said(1), "the refusal is said\n{}", sb.supd_log());
+    sb.ok(serde_json::json!({"cmd": "reload"}));
+    assert!(said(2), "and said again\n{}", sb.supd_log());
+    assert_eq!(sb.status("a")["pid"].as_i64(), Some(a as i64), "a ran on");
+    sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+}
+
 /// A spawner that dies with a start waiting on its queue (stopped, then killed, so it
 /// cannot have forked the child) is found at once by its queue's end, not after the
 /// answer's bound: supd forks that start itself, once.
