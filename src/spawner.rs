@@ -398,6 +398,8 @@ fn start(now: Mono) -> Result<Link, String> {
     };
     let pid = crate::sys::spawn_direct(spec)?;
     drop(theirs);
+    // Its children inherit its nice value, which stays while supd's changes.
+    crate::sys::note_spawner_nice(pid);
     let pidfd = crate::sys::pidfd_open(pid).ok();
     let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
     let fail = |why: String| {

@@ -39,11 +39,26 @@ static NICE: std::sync::Mutex<Option<(i32, i32)>> = std::sync::Mutex::new(None);
 
 /// This process's nice value.
 fn own_nice() -> Option<i32> {
+    nice_of(0)
+}
+
+/// A process's nice value (`0`: this one's).
+fn nice_of(pid: i32) -> Option<i32> {
     // -1 is also a valid nice value: errno, cleared before, tells a failure apart.
     nix::errno::Errno::clear();
-    // SAFETY: getpriority takes integers and reads only this process's priority.
-    let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    // SAFETY: getpriority takes integers and reads only a process's priority.
+    let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, pid as libc::id_t) };
     (n != -1 || nix::errno::Errno::last_raw() == 0).then_some(n)
+}
+
+/// The nice value of the running spawner, which its children inherit; `i32::MIN`: none
+/// started yet (one started now inherits supd's, as supd's own forks do).
+static SPAWNER_NICE: AtomicI32 = AtomicI32::new(i32::MIN);
+
+/// Notes the nice value of a spawner just started (`pid`): it keeps the one it had at its
+/// fork while supd's changes (a reload of `[supd] nice` or `realtime`).
+pub fn note_spawner_nice(pid: i32) {
+    SPAWNER_NICE.store(nice_of(pid).unwrap_or(i32::MIN), Ordering::Relaxed);
 }
 
 /// Sets supd's own priority (`[supd] nice`, `None`: the one it was started with): its
@@ -51,7 +66,7 @@ fn own_nice() -> Option<i32> {
 /// kernel has them, each session gets an equal share of the CPU, and each service
 /// leads a session of its own: a burst of a thousand starting services would leave
 /// supd a thousandth). Services and checks get the value supd was started with back
-/// ([`child_nice`]); its own helpers keep supd's.
+/// ([`child_nice`]); its own helpers keep supd's (0 under `realtime`).
 pub fn set_own_nice(want: Option<i32>) {
     let mut nice = NICE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(now) = nice.map(|(_, n)| n).or_else(own_nice) else {
@@ -92,19 +107,45 @@ pub fn set_own_nice(want: Option<i32>) {
 }
 
 /// The nice value a service or check gets when it sets none: the one supd was started
-/// with, when supd's own differs or a fork would not pass it on (a negative value under
-/// the real-time policy's reset-on-fork); `None`: it inherits supd's, which is that one.
+/// with, set by the child, unless whichever process forks it (the spawner, or supd
+/// itself) passes that very value on; `None`: it inherits it.
 pub fn child_nice() -> Option<i32> {
-    let realtime = REALTIME.load(Ordering::Relaxed);
-    match *NICE.lock().unwrap_or_else(|e| e.into_inner()) {
-        Some((started, now)) if started != now || (realtime && started < 0) => Some(started),
-        None if realtime => own_nice().filter(|n| *n < 0),
-        _ => None,
-    }
+    let (started, now) = (*NICE.lock().unwrap_or_else(|e| e.into_inner()))?;
+    // With reset-on-fork, a child starts at nice 0: always under the real-time policy,
+    // and under the normal one (where the kernel left the flag) when it is negative.
+    // The spawner keeps the value it was forked with.
+    let direct = match FORK_RESETS.load(Ordering::Relaxed) {
+        RESETS_ALL => 0,
+        RESETS_NEGATIVE if now < 0 => 0,
+        _ => now,
+    };
+    let spawner = SPAWNER_NICE.load(Ordering::Relaxed);
+    let inherited = direct == started && (spawner == i32::MIN || spawner == started);
+    (!inherited).then_some(started)
 }
 
-/// supd runs under `SCHED_RR` (`[supd] realtime`), set by [`set_own_realtime`].
-static REALTIME: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// What reset-on-fork does to the nice value of supd's children, as [`set_own_realtime`]
+/// left supd: nothing, a negative one reset to 0, or any reset to 0 (a real-time parent).
+static FORK_RESETS: AtomicU8 = AtomicU8::new(RESETS_NOTHING);
+const RESETS_NOTHING: u8 = 0;
+const RESETS_NEGATIVE: u8 = 1;
+const RESETS_ALL: u8 = 2;
+
+/// Notes what supd's policy does to its children's nice value (`FORK_RESETS`); true
+/// when it is the one `[supd] realtime` sets.
+fn note_policy() -> bool {
+    let Some((policy, reset, prio)) = sched_policy(0) else {
+        return false;
+    };
+    let realtime = matches!(policy, libc::SCHED_RR | libc::SCHED_FIFO);
+    let resets = match (reset, realtime) {
+        (false, _) => RESETS_NOTHING,
+        (true, true) => RESETS_ALL,
+        (true, false) => RESETS_NEGATIVE,
+    };
+    FORK_RESETS.store(resets, Ordering::Relaxed);
+    policy == libc::SCHED_RR && reset && prio == REALTIME_PRIORITY
+}
 
 /// The real-time priority supd takes: the lowest, above every normal process and below
 /// every other real-time one (a watchdog, the kernel's interrupt threads).
@@ -135,15 +176,11 @@ pub fn sched_policy(pid: i32) -> Option<(i32, bool, i32)> {
 /// Puts supd under the round-robin real-time policy at [`REALTIME_PRIORITY`] (`true`),
 /// so that no burst of normal processes (a thousand services restarting at once, each
 /// with a session and so a CPU share of its own) keeps it from answering; or back under
-/// the normal policy (`false`, when it is the one this sets: one given by an operator's
-/// `chrt` is left alone). Reset-on-fork is set with it: no child of supd, service,
+/// the normal policy (`false`, when it is the very one this sets: any other given by an
+/// operator's `chrt` is left alone). Reset-on-fork is set with it: no child of supd, service,
 /// check or helper, is ever started real-time. Kept across a reexec (exec keeps it).
 pub fn set_own_realtime(want: bool) {
-    let Some((policy, reset, prio)) = sched_policy(0) else {
-        return;
-    };
-    let ours = policy == libc::SCHED_RR && reset && prio == REALTIME_PRIORITY;
-    REALTIME.store(ours, Ordering::Relaxed);
+    let ours = note_policy();
     let (to, prio, what) = match (want, ours) {
         (true, false) => (
             libc::SCHED_RR | libc::SCHED_RESET_ON_FORK,
@@ -158,15 +195,19 @@ pub fn set_own_realtime(want: bool) {
     };
     // SAFETY: `param` is a valid sched_param that outlives the call, which changes only
     // this process's policy.
-    if unsafe { libc::sched_setscheduler(0, to, &param) } < 0 {
+    let set = |policy| unsafe { libc::sched_setscheduler(0, policy, &param) } == 0;
+    // Without CAP_SYS_NICE (real-time through RLIMIT_RTPRIO), the kernel lets a process
+    // leave the real-time policy but not clear reset-on-fork: it stays set.
+    let done = set(to) || (!want && set(to | libc::SCHED_RESET_ON_FORK));
+    if !done {
         log::warn!(
-            "cannot put supd under {what}: {} (it needs root, CAP_SYS_NICE, and outside \
-             the root cgroup of a cgroup-v1 cpu hierarchy a real-time budget)",
+            "cannot put supd under {what}: {} (it needs root, CAP_SYS_NICE, or an \
+             RLIMIT_RTPRIO of 1 or more; and under a cgroup-v1 cpu hierarchy, a real-time \
+             budget for its cgroup)",
             io::Error::last_os_error()
         );
-        return;
     }
-    REALTIME.store(want, Ordering::Relaxed);
+    note_policy();
 }
 
 /// `SUP_CHILD_NICE` for a re-executed image.

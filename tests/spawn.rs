@@ -451,6 +451,10 @@ fn supd_runs_at_its_own_nice_and_its_services_at_theirs() {
     sb.config_with("", services);
     sb.ok(serde_json::json!({"cmd": "reload"}));
     assert_eq!(nice_of(supd), base, "after the reload\n{}", sb.supd_log());
+    // The spawner keeps -7, its fork's: a service forked by it after the reload is set
+    // back all the same.
+    let a = killed_and_back(&sb, "a", a);
+    assert_eq!(nice_of(a), base, "a restarted after the reload");
     if let Ok(text) = std::fs::read_to_string(&autogroup) {
         assert!(
             text.trim_end().ends_with(&format!("nice {base}")),
@@ -471,43 +475,55 @@ fn may_be_realtime() -> bool {
 
 /// `[supd] realtime`: supd runs under SCHED_RR at priority 1 with reset-on-fork, kept by
 /// a reexec; nothing it starts (its spawner, its services, after a reexec too) is
-/// real-time, and its services keep the nice value supd was started with even when it
-/// is negative (reset-on-fork alone would give them 0). A reload without it puts supd
-/// back under the normal policy.
+/// real-time, and its services keep the nice value supd was started with, negative or
+/// positive (reset-on-fork alone gives a real-time parent's children 0). A reload
+/// without it puts supd back under the normal policy; the spawner, forked while supd
+/// was real-time, keeps 0, and a service it forks then still gets supd's value.
 #[test]
 fn supd_runs_realtime_and_nothing_it_starts_does() {
     if !is_root() || !may_be_realtime() {
         eprintln!("skipped: needs root and a real-time budget");
         return;
     }
+    for started in [-5, 5] {
+        realtime_started_at(started);
+    }
+}
+
+fn realtime_started_at(started: i32) {
     use sup::sys::{sched_policy, REALTIME_PRIORITY};
     let normal = Some((libc::SCHED_OTHER, false, 0));
     let mut sb = Sandbox::new();
     let services = "[service.a]\ncommand = [\"/bin/sleep\", \"3610\"]\n\n[service.b]\ncommand = [\"/bin/sleep\", \"3611\"]\nnice = 3\n";
     sb.config_with("realtime = true\n", services);
     let mut cmd = Command::new("setsid");
-    cmd.args(["nice", "-n", "-5", SUPD]);
+    cmd.args(["nice", "-n", &started.to_string(), SUPD]);
     sb.start_with(cmd, &["-c"]);
     let supd = sb.supd_pid();
     let a = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
     let b = sb.wait_state("b", "running")["pid"].as_i64().expect("pid") as i32;
     let rr = Some((libc::SCHED_RR, true, REALTIME_PRIORITY));
-    assert_eq!(sched_policy(supd), rr, "supd\n{}", sb.supd_log());
-    assert_eq!(nice_of(supd), -5, "supd keeps the nice value it was given");
-    assert_eq!(sched_policy(a), normal, "a service");
+    let at = format!("started at nice {started}");
+    assert_eq!(sched_policy(supd), rr, "supd, {at}\n{}", sb.supd_log());
+    assert_eq!(
+        nice_of(supd),
+        started,
+        "supd keeps the nice value it was given"
+    );
+    assert_eq!(sched_policy(a), normal, "a service, {at}");
     assert_eq!(
         nice_of(a),
-        -5,
+        started,
         "a service setting none: supd's from its start"
     );
     assert_eq!(
         (sched_policy(b), nice_of(b)),
         (normal, 3),
-        "a service's own"
+        "a service's own, {at}"
     );
     let spawner = child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
         .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
-    assert_eq!(sched_policy(spawner), normal, "the spawner");
+    assert_eq!(sched_policy(spawner), normal, "the spawner, {at}");
     // A reexec keeps it; what starts after it is normal still.
     let out = sb.supctl(&["reexec"]);
     assert!(
@@ -516,10 +532,10 @@ fn supd_runs_realtime_and_nothing_it_starts_does() {
         String::from_utf8_lossy(&out.stderr)
     );
     let a = killed_and_back(&sb, "a", a);
-    assert_eq!(sched_policy(supd), rr, "supd after a reexec");
+    assert_eq!(sched_policy(supd), rr, "supd after a reexec, {at}");
     assert_eq!(
         (sched_policy(a), nice_of(a)),
-        (normal, -5),
+        (normal, started),
         "a after a reexec"
     );
     // Without the key, supd is back under the normal policy, at its nice value.
@@ -528,10 +544,16 @@ fn supd_runs_realtime_and_nothing_it_starts_does() {
     assert_eq!(
         sched_policy(supd),
         normal,
-        "after the reload\n{}",
+        "after the reload, {at}\n{}",
         sb.supd_log()
     );
-    assert_eq!(nice_of(supd), -5);
+    assert_eq!(nice_of(supd), started);
+    let a = killed_and_back(&sb, "a", a);
+    assert_eq!(
+        (sched_policy(a), nice_of(a)),
+        (normal, started),
+        "a after the reload"
+    );
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
 }
 
