@@ -117,6 +117,29 @@ fn child_with_cmdline(parent: i32, argv: &[&str]) -> Option<i32> {
         .find(|p| status_field(*p, "PPid:") == parent.to_string())
 }
 
+/// Once service `a` (pid `a`) has written its first line to `ran`: supd's spawner
+/// SIGSTOPped, a watch opened, then `a` SIGKILLed. The spawner's pid and the watch.
+fn spawner_stopped_and_a_killed(
+    sb: &Sandbox,
+    supd: i32,
+    a: i32,
+    ran: &std::path::Path,
+) -> (i32, Watch) {
+    use nix::sys::signal::{kill, Signal};
+    let pid = nix::unistd::Pid::from_raw;
+    let spawner = child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
+        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
+    assert_eq!(
+        lines_once_there(ran, 1).len(),
+        1,
+        "a's first run wrote its line"
+    );
+    kill(pid(spawner), Signal::SIGSTOP).expect("stop the spawner");
+    let w = sb.watch();
+    kill(pid(a), Signal::SIGKILL).expect("kill a");
+    (spawner, w)
+}
+
 /// The lines of `path` once it has at least `n` (or after 20 s): a service's shell
 /// writes its line after its exec, which made it `running`.
 fn lines_once_there(path: &std::path::Path, n: usize) -> Vec<String> {
@@ -334,18 +357,9 @@ command = ["/bin/sleep", "3606"]
     let supd = sb.supd_pid();
     let a = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
     sb.wait_state("b", "running");
-    let spawner = child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
-        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
+    let (spawner, mut w) = spawner_stopped_and_a_killed(&sb, supd, a, &ran);
     let pid = nix::unistd::Pid::from_raw;
     use nix::sys::signal::{kill, Signal};
-    assert_eq!(
-        lines_once_there(&ran, 1).len(),
-        1,
-        "a's first run wrote its line"
-    );
-    kill(pid(spawner), Signal::SIGSTOP).expect("stop the spawner");
-    let mut w = sb.watch();
-    kill(pid(a), Signal::SIGKILL).expect("kill a");
     // Its backoff is over: the next pass asks the spawner for its child, in the same
     // turn of supd's loop that sent this event.
     w.until(&sb, |e| {
@@ -611,18 +625,9 @@ fn a_spawner_killed_with_a_start_on_its_queue_is_replaced_by_supds_own_fork() {
     sb.start();
     let supd = sb.supd_pid();
     let a = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
-    let spawner = child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
-        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
-    use nix::sys::signal::{kill, Signal};
+    let (spawner, mut w) = spawner_stopped_and_a_killed(&sb, supd, a, &ran);
     let pid = nix::unistd::Pid::from_raw;
-    assert_eq!(
-        lines_once_there(&ran, 1).len(),
-        1,
-        "a's first run wrote its line"
-    );
-    kill(pid(spawner), Signal::SIGSTOP).expect("stop the spawner");
-    let mut w = sb.watch();
-    kill(pid(a), Signal::SIGKILL).expect("kill a");
+    use nix::sys::signal::{kill, Signal};
     // Its start is on the queue (said in its reason) when the spawner is killed.
     let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
