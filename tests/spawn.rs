@@ -117,6 +117,12 @@ fn child_with_cmdline(parent: i32, argv: &[&str]) -> Option<i32> {
         .find(|p| status_field(*p, "PPid:") == parent.to_string())
 }
 
+/// supd's spawner (`/proc/self/exe --spawner`, its child).
+fn spawner_of(sb: &Sandbox, supd: i32) -> i32 {
+    child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
+        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()))
+}
+
 /// Once service `a` (pid `a`) has written its first line to `ran`: supd's spawner
 /// SIGSTOPped, a watch opened, then `a` SIGKILLed. The spawner's pid and the watch.
 fn spawner_stopped_and_a_killed(
@@ -127,8 +133,7 @@ fn spawner_stopped_and_a_killed(
 ) -> (i32, Watch) {
     use nix::sys::signal::{kill, Signal};
     let pid = nix::unistd::Pid::from_raw;
-    let spawner = child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
-        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
+    let spawner = spawner_of(sb, supd);
     assert_eq!(
         lines_once_there(ran, 1).len(),
         1,
@@ -243,8 +248,7 @@ fn a_stopped_spawner_is_given_up_and_supd_forks_itself() {
     sb.start();
     let supd = sb.supd_pid();
     let a = sb.wait_state("a", "running")["pid"].as_i64().expect("pid") as i32;
-    let spawner = child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
-        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
+    let spawner = spawner_of(&sb, supd);
     let pid = nix::unistd::Pid::from_raw;
     nix::sys::signal::kill(pid(spawner), nix::sys::signal::Signal::SIGSTOP).expect("stop it");
     let mut w = sb.watch();
@@ -452,12 +456,7 @@ fn supd_runs_at_its_own_nice_and_its_services_at_theirs() {
         );
     }
     // A reexec keeps both: supd's, and the one its services get back.
-    let out = sb.supctl(&["reexec"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sb.reexec();
     let a = killed_and_back(&sb, "a", a);
     assert_eq!(nice_of(supd), -7, "supd's own, after a reexec");
     assert_eq!(nice_of(a), base, "a restarted after a reexec");
@@ -535,16 +534,10 @@ fn realtime_started_at(started: i32) {
         (normal, 3),
         "a service's own, {at}"
     );
-    let spawner = child_with_cmdline(supd, &["/proc/self/exe", "--spawner"])
-        .unwrap_or_else(|| panic!("no spawner child of supd\n{}", sb.supd_log()));
+    let spawner = spawner_of(&sb, supd);
     assert_eq!(sched_policy(spawner), normal, "the spawner, {at}");
     // A reexec keeps it; what starts after it is normal still.
-    let out = sb.supctl(&["reexec"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sb.reexec();
     let a = killed_and_back(&sb, "a", a);
     assert_eq!(sched_policy(supd), rr, "supd after a reexec, {at}");
     assert_eq!(

@@ -249,6 +249,17 @@ impl Sandbox {
         self.status(service)
     }
 
+    /// `supctl reexec`, which answers once the new image serves: it must succeed.
+    pub fn reexec(&self) {
+        let out = self.supctl(&["reexec"]);
+        assert!(
+            out.status.success(),
+            "reexec: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.supd_log()
+        );
+    }
+
     /// Runs supctl against this sandbox, killed after the deadline (a wait that never
     /// ends fails the test instead of hanging it).
     pub fn supctl(&self, args: &[&str]) -> std::process::Output {
