@@ -145,17 +145,13 @@ fn spawner_stopped_and_a_killed(
     (spawner, w)
 }
 
-/// The lines of `path` once it has at least `n` (or after 20 s): a service's shell
-/// writes its line after its exec, which made it `running`.
+/// The lines of `path` once it has at least `n` (inotify, with the deadline): a
+/// service's shell writes its line after its exec, which made it `running`.
 fn lines_once_there(path: &std::path::Path, n: usize) -> Vec<String> {
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().count() >= n || std::time::Instant::now() > end {
-            return text.lines().map(str::to_string).collect();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    files::wait_file(path, |text| text.lines().count() >= n)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// SIGKILLs `pid`, `name`'s process, and waits for its restart; returns the new pid.
@@ -621,7 +617,8 @@ fn a_spawner_killed_with_a_start_on_its_queue_is_replaced_by_supds_own_fork() {
     let (spawner, mut w) = spawner_stopped_and_a_killed(&sb, supd, a, &ran);
     let pid = nix::unistd::Pid::from_raw;
     use nix::sys::signal::{kill, Signal};
-    // Its start is on the queue (said in its reason) when the spawner is killed.
+    // Its start is on the queue (said in its reason) when the spawner is killed. No
+    // event tells a reason: status is asked every 5 ms.
     let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let st = sb.status("a");
