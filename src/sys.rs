@@ -37,11 +37,6 @@ pub struct Tuning {
 /// The nice value supd was started with, and the one it runs at now (`[supd] nice`).
 static NICE: std::sync::Mutex<Option<(i32, i32)>> = std::sync::Mutex::new(None);
 
-/// This process's nice value.
-fn own_nice() -> Option<i32> {
-    nice_of(0)
-}
-
 /// A process's nice value (`0`: this one's).
 fn nice_of(pid: i32) -> Option<i32> {
     // -1 is also a valid nice value: errno, cleared before, tells a failure apart.
@@ -69,7 +64,7 @@ pub fn note_spawner_nice(pid: i32) {
 /// ([`child_nice`]); its own helpers keep supd's (0 under `realtime`).
 pub fn set_own_nice(want: Option<i32>) {
     let mut nice = NICE.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(now) = nice.map(|(_, n)| n).or_else(own_nice) else {
+    let Some(now) = nice.map(|(_, n)| n).or_else(|| nice_of(0)) else {
         return;
     };
     // After a reexec, the value children get is the one the first image was started with.
