@@ -38,6 +38,16 @@ pub fn hit(name: &str) {
     }
 }
 
+/// Whether `SUP_FAILPOINT` asks for the error named `name` to be made up (a step whose
+/// failure cannot be had for real in a test, such as the fsync of a directory).
+pub fn error_at(name: &str) -> bool {
+    static POINT: OnceLock<Option<String>> = OnceLock::new();
+    POINT
+        .get_or_init(|| std::env::var("SUP_FAILPOINT").ok())
+        .as_deref()
+        == Some(name)
+}
+
 /// For the test of a panic: true (and the caller panics) when `SUP_FAILPOINT` is
 /// `panic-on-hello` and the file `state_dir/panic-now` existed (it is removed, so the
 /// re-executed image does not panic again).

@@ -25,7 +25,7 @@ use crate::signals::Signals;
 use crate::slots::{Slots, Timers};
 use crate::sys::{self, Io, SpawnSpec};
 use crate::time::Mono;
-use crate::tools::{Task, ToolState};
+use crate::tools::{StartGo, Task, ToolState};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -369,6 +369,10 @@ impl Supervisor {
         if from != to {
             self.state_changed(name, from, to);
         }
+        // What a watched version's verdict rests on is durable before it is acted on.
+        if tool.is_some() {
+            self.note_history(name, now);
+        }
         let mut probation_ended = false;
         for a in actions {
             if let Action::Unhealthy(why) = &a {
@@ -440,14 +444,18 @@ impl Supervisor {
             slot.cfg.tool.clone(),
             plan.as_ref().map(|p| p.version.clone()),
         ) {
-            if !self.check_start(&tool, name, &version, now) {
-                // `current` was switched back from a bad version: plan again (once).
-                let again = launch::plan(
-                    &self.slots[name].cfg,
-                    &self.cfg.supd,
-                    notify_path.as_deref(),
-                );
-                return self.spawn_planned(name, again, now);
+            match self.check_start(&tool, name, &version, now) {
+                StartGo::AsPlanned => {}
+                StartGo::Replan => {
+                    // `current` was switched back from a bad version: plan again (once).
+                    let again = launch::plan(
+                        &self.slots[name].cfg,
+                        &self.cfg.supd,
+                        notify_path.as_deref(),
+                    );
+                    return self.spawn_planned(name, again, now);
+                }
+                StartGo::Held(why) => return self.apply(name, Event::Unavailable(why), now),
             }
         }
         self.spawn_planned(name, plan, now)

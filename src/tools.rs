@@ -12,16 +12,19 @@
 //! changed"); supd's own (a rollback, a commit, a self-switch, the fix at start) waits
 //! in a visible state and is retried with a growing delay, with nothing switched.
 
+mod probation;
+mod tasks;
+
+pub use tasks::Task;
+
 use crate::failpoint;
 use crate::protocol::{Error, ErrorKind};
 use crate::supervisor::{unix_ms, Supervisor};
-use crate::sys::{self, SpawnSpec};
 use crate::time::{Clocks, Human, Mono};
-use crate::upgrade::{self, Change, Fix, Outcome, Phase, Record, Request, StartCheck};
+use crate::upgrade::{self, Change, Fix, Phase, Record, Request, StartCheck};
 use crate::versions;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// The first wait before a change whose record could not be written is tried again;
@@ -38,6 +41,11 @@ pub struct ToolState {
     pub deadline: Option<Mono>,
     /// The deadline came: commit as soon as every service of the tool is ready.
     pub overdue: bool,
+    /// The end of the regression window after a commit, while it has not come.
+    pub window: Option<Mono>,
+    /// Services of the tool whose start waits for a change of `current` that supd could
+    /// not make yet (a switch back from a bad version): started once it is made.
+    pub held: BTreeSet<String>,
     /// The record could not be read at start (it was set aside).
     pub record_error: Option<String>,
     /// A change supd decided but could not write: nothing of it is done; retried.
@@ -84,6 +92,9 @@ pub enum Op {
         version: String,
         to: String,
     },
+    /// What a watched version's verdict rests on (its services' crash histories, a
+    /// leader-only probation paused or counting again, a regression window's end).
+    Note,
 }
 
 impl Op {
@@ -97,6 +108,7 @@ impl Op {
             Op::OpRollback { .. } => "oprollback",
             Op::SelfUpgrade { .. } => "selfupgrade",
             Op::SwitchBack { .. } => "switchback",
+            Op::Note => "note",
         }
     }
 
@@ -118,6 +130,7 @@ impl Op {
             Op::SwitchBack { version, to } => {
                 format!("switching back from the bad version {version} to {to}")
             }
+            Op::Note => format!("the probation record of {p}"),
         }
     }
 }
@@ -150,24 +163,15 @@ pub fn errno_text(e: &std::io::Error) -> String {
     }
 }
 
-/// A helper process supd waits for.
-#[derive(Clone, Debug)]
-pub enum Task {
-    /// Copying a version in; the client (if it is still there: not after a reexec) is
-    /// answered when it ends.
-    Install {
-        tool: String,
-        version: String,
-        client: Option<(u64, Value)>,
-    },
-    /// Deleting pruned versions and leftovers.
-    Prune { dirs: Vec<PathBuf> },
-    /// `BINARY --check`, before re-executing into it.
-    ReexecCheck {
-        binary: PathBuf,
-        client: u64,
-        id: Value,
-    },
+/// Whether a start of a tool's service goes on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartGo {
+    /// On the version planned.
+    AsPlanned,
+    /// `current` was switched back from a bad version: plan again (once).
+    Replan,
+    /// Not now, for this reason (a change of the tool must be made first).
+    Held(String),
 }
 
 fn failed(msg: impl Into<String>) -> Error {
@@ -220,6 +224,18 @@ impl Supervisor {
             }
             Fix::Nothing => None,
         };
+        // A probation (or a regression window) of this boot goes on with the crashes
+        // counted before: its services' histories are taken up where they were.
+        if upgrade::watched(&fixed, &clocks) {
+            for (name, h) in &fixed.histories {
+                if let Some(slot) = self.slots.get_mut(name) {
+                    if slot.cfg.tool.as_deref() == Some(tool) && slot.svc.history.recent.is_empty()
+                    {
+                        slot.svc.history = h.clone();
+                    }
+                }
+            }
+        }
         self.tools.insert(
             tool.to_string(),
             ToolState {
@@ -248,6 +264,24 @@ impl Supervisor {
         now: Mono,
     ) -> Result<(), Failure> {
         let name = op.name();
+        // A leader-only tool's probation is recorded paused from its first write unless
+        // its leader-only services run now: a supd killed before its next turn must not
+        // find a probation that counted while nothing ran.
+        let waits = match self.leader_only_running(tool) {
+            Some(false) => upgrade::pause(&change.record, &Clocks::now()),
+            _ => None,
+        };
+        let paused;
+        let change = match waits {
+            Some(record) => {
+                paused = Change {
+                    record,
+                    ..change.clone()
+                };
+                &paused
+            }
+            None => change,
+        };
         let held = self.tools.get(tool).map(|t| &t.record);
         if held != Some(&change.record) {
             failpoint::hit(&format!("{name}-before-record"));
@@ -264,12 +298,20 @@ impl Supervisor {
         let t = self.tools.entry(tool.to_string()).or_default();
         t.record = change.record.clone();
         if let Some(v) = &change.switch {
-            versions::switch(&self.cfg.supd.tools_dir, tool, v).map_err(|e| {
+            let switched = versions::switch(&self.cfg.supd.tools_dir, tool, v).map_err(|e| {
                 Failure::Switch(format!(
                     "cannot switch {tool}'s current to {v}: {}",
                     errno_text(&e)
                 ))
             })?;
+            if let versions::Switched::NotSynced(e) = switched {
+                // The rename is made: the switch is. Only its durability is in doubt,
+                // and the record written before explains either link after a power cut.
+                log::warn!(
+                    "{tool}: current switched to {v}, but the fsync of its directory failed ({}): a power cut may bring back the link before; the record explains both",
+                    errno_text(&e)
+                );
+            }
             failpoint::hit(&format!("{name}-after-switch"));
         }
         let t = self.tools.entry(tool.to_string()).or_default();
@@ -277,13 +319,26 @@ impl Supervisor {
         t.overdue = false;
         // Counted from the clocks read now, together: the record's writes took time
         // since the loop's `now`, and a probation never ends before its length.
-        t.deadline = (t.record.phase == Phase::Probation)
-            .then(|| Mono::now().plus(upgrade::probation_left(&t.record, &Clocks::now())));
+        let (mono, clocks) = (Mono::now(), Clocks::now());
+        t.deadline = (t.record.phase == Phase::Probation && !upgrade::paused(&t.record))
+            .then(|| mono.plus(upgrade::probation_left(&t.record, &clocks)));
+        t.window = upgrade::window_left(&t.record, &clocks).map(|left| mono.plus(left));
+        let held = std::mem::take(&mut t.held);
         // Told before its consequences: the restarts.
         self.changed(tool, op);
         if change.restart {
             self.restart_tool(tool, change.except.as_deref(), now);
             failpoint::hit(&format!("{name}-after-restart"));
+        }
+        // Starts that waited for this change go on (on what `current` names now).
+        for name in held {
+            if self.slots.get(&name).is_some_and(|s| {
+                s.svc.want == crate::service::Want::Up
+                    && s.svc.pid.is_none()
+                    && s.svc.state == crate::service::State::Failed
+            }) {
+                self.apply(&name, crate::service::Event::Start, now);
+            }
         }
         Ok(())
     }
@@ -371,6 +426,7 @@ impl Supervisor {
                 log::warn!("{tool}: current was switched to {version}, which is marked bad; switched back to {to}");
                 return;
             }
+            Op::Note => return,
         }
         self.emit_upgrade(tool);
     }
@@ -608,117 +664,47 @@ impl Supervisor {
         }
     }
 
-    /// A service of a tool crash-looped or was not ready in time. In probation, that is
-    /// the end of it: roll back, or stay when it may not be rolled back. Returns whether
-    /// it was a probation's end (the service's own crash-loop outcome is then moot). When
-    /// the record cannot be written, nothing is switched: the end waits, retried.
-    pub fn probation_failed(&mut self, tool: &str, why: &str, now: Mono) -> bool {
-        self.end_probation(tool, why, true, now)
-    }
-
-    /// A service of a tool in probation could not start for want of permission: the
-    /// probation ends as for a failure (rolled back, or staying with nothing to go back
-    /// to), but the version is not marked bad.
-    pub fn probation_refused(&mut self, tool: &str, why: &str, now: Mono) -> bool {
-        self.end_probation(tool, why, false, now)
-    }
-
-    fn end_probation(&mut self, tool: &str, why: &str, mark: bool, now: Mono) -> bool {
-        let Some(state) = self.tools.get(tool) else {
-            return false;
-        };
-        if state.record.phase != Phase::Probation {
-            return false;
-        }
-        let (new, outcome) = if mark {
-            upgrade::probation_failed(&state.record, why, unix_ms())
-        } else {
-            upgrade::probation_refused(&state.record, why)
-        };
-        let version = new.proposed.clone().unwrap_or_default();
-        let (change, to) = match outcome {
-            Outcome::RollBack(to) => (Change::switch(new, &to), Some(to)),
-            Outcome::Stay => (Change::record(new), None),
-        };
-        let op = Op::Rollback {
-            version,
-            to,
-            why: why.to_string(),
-            marked: mark,
-        };
-        self.change_or_retry(tool, change, op, now);
-        true
-    }
-
-    /// Retries what waits for its record, then commits the probations whose deadline
-    /// came, once every service is ready.
-    pub fn check_probations(&mut self, now: Mono) {
-        self.retry_pending(now);
-        let due: Vec<String> = self
-            .tools
-            .iter_mut()
-            .filter_map(|(n, t)| {
-                if t.deadline.is_some_and(|d| d <= now) {
-                    t.deadline = None;
-                    t.overdue = true;
-                }
-                (t.overdue && t.pending.is_none()).then(|| n.clone())
-            })
-            .collect();
-        for tool in due {
-            // Ready, and healthy where it has a check: a check that has not passed yet
-            // holds the commit until it passes, or fails `failures` times (which ends the
-            // probation). An unhealthy verdict during probation has ended it already. A
-            // watchdog likewise holds it until the run's first WATCHDOG=1, or until its
-            // deadline fails the probation.
-            let ready = self.tool_services(&tool).iter().all(|n| {
-                let s = &self.slots[n];
-                s.svc.want == crate::service::Want::Down
-                    || (s.svc.is_ready(&s.cfg)
-                        && (s.cfg.health.is_none()
-                            || s.check.health == crate::health::Health::Healthy)
-                        && (s.cfg.watchdog.is_none() || s.watchdog.pinged))
-            });
-            if !ready {
-                continue;
-            }
-            let new = upgrade::probation_passed(&self.tools[&tool].record);
-            self.change_or_retry(&tool, Change::record(new), Op::Commit, now);
-        }
-    }
-
-    /// The earliest probation deadline or retry of a change waiting for its record.
-    pub fn next_probation_deadline(&self) -> Option<Mono> {
-        let retries = self
-            .tools
-            .values()
-            .filter_map(|t| t.pending.as_ref().map(|p| p.retry_at));
-        self.tools
-            .values()
-            .filter_map(|t| t.deadline)
-            .chain(retries)
-            .chain(self.down_retry.as_ref().map(|r| r.0))
-            .min()
-    }
-
     /// A service of `tool` is about to start on `version`: a tool that switched its own
     /// `current` gets an upgrade with probation; one that switched to a bad version is
-    /// switched back. Returns whether the start may go on as planned.
-    pub fn check_start(&mut self, tool: &str, name: &str, version: &str, now: Mono) -> bool {
+    /// switched back before anything of it runs. While a change of supd's own waits for
+    /// its record, a start goes on only on the version that change names; a version it
+    /// cannot vouch for waits with it (the service is held, `Failed` with the reason,
+    /// and started once the change is made).
+    pub fn check_start(&mut self, tool: &str, name: &str, version: &str, now: Mono) -> StartGo {
         self.ensure_tool(tool, now);
-        if self.tools[tool].pending.is_some() {
-            // supd's own change waits for its record: nothing new is decided meanwhile.
-            return true;
+        if let Some(p) = &self.tools[tool].pending {
+            let r = &p.change.record;
+            let vouched = r.current.as_deref() == Some(version) && !r.bad.contains_key(version);
+            if vouched {
+                return StartGo::AsPlanned;
+            }
+            let why = format!(
+                "tool {tool}: {} waits ({}); {version} does not run meanwhile",
+                p.op.describe(r),
+                p.error
+            );
+            return self.hold(tool, name, why);
         }
-        let probation = self.probation_of(tool);
         let held = self.tools[tool].record.clone();
-        let (new, check) = upgrade::on_start(&held, version, probation, &Clocks::now());
+        let vdir = versions::tool_dir(&self.cfg.supd.tools_dir, tool).join(version);
+        let switch = upgrade::SelfSwitch {
+            probation: self.probation_of(tool),
+            manifest_irreversible: match versions::irreversible(&vdir) {
+                Ok(b) => b,
+                Err(e) => {
+                    // Unreadable: taken as irreversible (the safe side: never rolled back).
+                    log::warn!("{tool}: {e}: {version} is taken as not revertible");
+                    true
+                }
+            },
+        };
+        let (new, check) = upgrade::on_start(&held, version, &switch, &Clocks::now());
         match check {
             StartCheck::Expected => {
                 if new != held {
                     self.change_or_retry(tool, Change::record(new), Op::Load, now);
                 }
-                true
+                StartGo::AsPlanned
             }
             StartCheck::SelfUpgrade => {
                 let change = Change {
@@ -730,8 +716,21 @@ impl Supervisor {
                 let op = Op::SelfUpgrade {
                     version: version.to_string(),
                 };
-                self.change_or_retry(tool, change, op, now);
-                true
+                if self.change_or_retry(tool, change, op, now) {
+                    StartGo::AsPlanned
+                } else {
+                    // Its probation could not be recorded: it does not run unrecorded.
+                    let why = self.tools[tool]
+                        .pending
+                        .as_ref()
+                        .map(|p| p.error.clone())
+                        .unwrap_or_default();
+                    self.hold(
+                        tool,
+                        name,
+                        format!("tool {tool}: the probation of {version} cannot be recorded ({why}); it does not run meanwhile"),
+                    )
+                }
             }
             StartCheck::SwitchBack(to) => {
                 let change = Change {
@@ -742,11 +741,33 @@ impl Supervisor {
                 };
                 let op = Op::SwitchBack {
                     version: version.to_string(),
-                    to,
+                    to: to.clone(),
                 };
-                !self.change_or_retry(tool, change, op, now)
+                if self.change_or_retry(tool, change, op, now) {
+                    StartGo::Replan
+                } else {
+                    let why = self.tools[tool]
+                        .pending
+                        .as_ref()
+                        .map(|p| p.error.clone())
+                        .unwrap_or_default();
+                    self.hold(
+                        tool,
+                        name,
+                        format!("tool {tool}: current names {version}, which is marked bad, and cannot be switched back to {to} ({why}); nothing of {tool} runs until it can"),
+                    )
+                }
             }
         }
+    }
+
+    /// A start that must wait for a change of the tool: noted, so the change's end
+    /// starts it; the caller fails the start with `why`.
+    fn hold(&mut self, tool: &str, name: &str, why: String) -> StartGo {
+        if let Some(t) = self.tools.get_mut(tool) {
+            t.held.insert(name.to_string());
+        }
+        StartGo::Held(why)
     }
 
     /// `rollback TOOL [VERSION] [--force]`.
@@ -818,269 +839,6 @@ impl Supervisor {
         Ok(json!({"tool": tool, "pruned": candidates, "kept": kept}))
     }
 
-    /// `install TOOL VERSION DIR`: checks, then a helper copies into a hidden staging
-    /// directory; the client is answered when it ends. Two installs of one version at
-    /// once are refused: the second would take the first one's staging directory.
-    pub fn install(
-        &mut self,
-        tool: &str,
-        version: &str,
-        dir: &str,
-        client: u64,
-        id: &Value,
-    ) -> Result<(), Error> {
-        let src = PathBuf::from(dir);
-        if !src.is_absolute() {
-            return Err(bad_request(format!("'{dir}' is not an absolute path")));
-        }
-        if self.installing(tool, version) {
-            return Err(failed(format!(
-                "an install of {tool} {version} is under way; wait for it to end"
-            )));
-        }
-        let (tmp, leftover) =
-            versions::prepare_install(&self.cfg.supd.tools_dir, tool, version, &src)
-                .map_err(failed)?;
-        if let Some(old) = leftover {
-            log::info!(
-                "{tool}: deleting {} left by an interrupted install",
-                old.display()
-            );
-            self.delete_in_background(tool, vec![old]);
-        }
-        let argv = versions::install_command(&src, &tmp);
-        let pid = match self.spawn_helper(&argv[0], argv[1..].to_vec()) {
-            Ok(pid) => pid,
-            Err(e) => {
-                let _ = std::fs::remove_dir(&tmp);
-                return Err(failed(format!("cannot start the copy: {e}")));
-            }
-        };
-        self.tasks.insert(
-            pid,
-            Task::Install {
-                tool: tool.into(),
-                version: version.into(),
-                client: Some((client, id.clone())),
-            },
-        );
-        if let Some(c) = self.server.clients.get_mut(&client) {
-            c.parked = true;
-        }
-        Ok(())
-    }
-
-    /// Whether a helper of this supd is copying `version` in.
-    fn installing(&self, tool: &str, version: &str) -> bool {
-        self.tasks.values().any(
-            |t| matches!(t, Task::Install { tool: t, version: v, .. } if t == tool && v == version),
-        )
-    }
-
-    /// Deletes hidden directories by a helper (`rm -rf`), never in the loop.
-    fn delete_in_background(&mut self, tool: &str, dirs: Vec<PathBuf>) {
-        if dirs.is_empty() {
-            return;
-        }
-        let mut args = vec!["-rf".to_string(), "--".to_string()];
-        args.extend(dirs.iter().map(|p| p.to_string_lossy().into_owned()));
-        match self.spawn_helper("/bin/rm", args) {
-            Ok(pid) => {
-                self.tasks.insert(pid, Task::Prune { dirs });
-            }
-            Err(e) => log::warn!(
-                "{tool}: cannot start rm for {dirs:?}: {e}; they stay hidden until the next start"
-            ),
-        }
-    }
-
-    /// Deletes what interrupted installs, prunes and switches left in the directory of
-    /// each tool loaded since the last call, except what a helper of this supd (or of
-    /// the image it took over from) is still working on: a live install's staging
-    /// directory is never touched. Dead staging is renamed aside at once and deleted by
-    /// a helper.
-    pub fn sweep_tools(&mut self) {
-        let fresh: Vec<String> = self
-            .tools
-            .iter_mut()
-            .filter(|(_, t)| !t.swept)
-            .map(|(n, t)| {
-                t.swept = true;
-                n.clone()
-            })
-            .collect();
-        let tools_dir = self.cfg.supd.tools_dir.clone();
-        for tool in fresh {
-            let busy: BTreeSet<PathBuf> = self
-                .tasks
-                .values()
-                .flat_map(|t| match t {
-                    Task::Install {
-                        tool: t, version, ..
-                    } if *t == tool => {
-                        vec![versions::install_tmp(&tools_dir, t, version)]
-                    }
-                    Task::Prune { dirs } => dirs.clone(),
-                    Task::Install { .. } | Task::ReexecCheck { .. } => Vec::new(),
-                })
-                .collect();
-            let mut doomed = Vec::new();
-            for p in versions::leftovers(&tools_dir, &tool) {
-                if busy.contains(&p) {
-                    log::debug!("{tool}: {} is in use by a helper; kept", p.display());
-                    continue;
-                }
-                log::info!(
-                    "{tool}: deleting {} left by an interrupted operation",
-                    p.display()
-                );
-                match versions::hide_leftover(&p) {
-                    Ok(Some(hidden)) => doomed.push(hidden),
-                    Ok(None) => {}
-                    Err(e) => log::warn!("{tool}: cannot move {} aside: {e}", p.display()),
-                }
-            }
-            self.delete_in_background(&tool, doomed);
-        }
-    }
-
-    /// `reexec [--binary PATH]`: checks the new program on the current config first.
-    pub fn begin_reexec(
-        &mut self,
-        binary: Option<PathBuf>,
-        client: u64,
-        id: &Value,
-    ) -> Result<(), Error> {
-        if let Some(c) = &self.cleanup {
-            return Err(failed(format!(
-                "supd is still ending what a previous supd left ({}); try again once it is done",
-                c.services.join(", ")
-            )));
-        }
-        let binary = binary.unwrap_or_else(|| self.program.clone());
-        let args = vec![
-            "--check".to_string(),
-            "-c".into(),
-            self.config_path.to_string_lossy().into_owned(),
-            "--handoff-format".into(),
-            crate::handoff::FORMAT.to_string(),
-        ];
-        let pid = self
-            .spawn_helper(&binary.to_string_lossy(), args)
-            .map_err(|e| {
-                failed(format!(
-                    "cannot run {}: {e}; supd keeps running",
-                    binary.display()
-                ))
-            })?;
-        self.tasks.insert(
-            pid,
-            Task::ReexecCheck {
-                binary,
-                client,
-                id: id.clone(),
-            },
-        );
-        if let Some(c) = self.server.clients.get_mut(&client) {
-            c.parked = true;
-        }
-        Ok(())
-    }
-
-    fn spawn_helper(&self, program: &str, args: Vec<String>) -> Result<i32, String> {
-        sys::spawn(SpawnSpec {
-            program: program.into(),
-            args,
-            env: vec![("PATH".into(), crate::launch::DEFAULT_PATH.into())],
-            cwd: "/".into(),
-            stdout: sys::Io::Null,
-            stderr: sys::Io::Inherit,
-            creds: None,
-            give: None,
-            ready_fd: None,
-            tuning: Default::default(),
-            own_pid_env: None,
-            dies_with_supd: false,
-            join: None,
-        })
-    }
-
-    /// A helper process ended.
-    pub fn task_done(&mut self, task: Task, exit: crate::service::Exit, now: Mono) {
-        let ok = exit == crate::service::Exit::Code(0);
-        match task {
-            Task::Install {
-                tool,
-                version,
-                client,
-            } => {
-                let tools_dir = self.cfg.supd.tools_dir.clone();
-                let answer = if ok {
-                    versions::finish_install(&tools_dir, &tool, &version)
-                        .map(|()| json!({"tool": tool, "version": version, "path": versions::tool_dir(&tools_dir, &tool).join(&version)}))
-                        .map_err(|e| failed(format!("cannot move the copy into place: {e}")))
-                } else {
-                    Err(failed(format!(
-                        "copying into {tool} {version} failed ({exit}); nothing was installed"
-                    )))
-                };
-                match &answer {
-                    Ok(_) => log::info!("{tool}: installed {version}"),
-                    Err(e) => {
-                        log::warn!("{tool}: {}", e.message);
-                        let tmp = versions::install_tmp(&tools_dir, &tool, &version);
-                        match versions::hide_leftover(&tmp) {
-                            Ok(Some(hidden)) => self.delete_in_background(&tool, vec![hidden]),
-                            Ok(None) => {}
-                            Err(e) => {
-                                log::warn!("{tool}: cannot move {} aside: {e}", tmp.display())
-                            }
-                        }
-                    }
-                }
-                let e = json!({"event": "install", "tool": tool, "version": version, "ok": answer.is_ok(),
-                               "error": answer.as_ref().err().map(|e| e.message.clone()), "time": unix_ms()});
-                self.server.broadcast(&crate::protocol::line(e));
-                if let Some((client, id)) = client {
-                    self.unpark(client, &id, answer, now);
-                }
-            }
-            Task::Prune { dirs } => {
-                if !ok {
-                    log::warn!("deleting pruned versions failed ({exit}): {dirs:?}; they stay hidden until the next start");
-                }
-            }
-            Task::ReexecCheck { binary, client, id } => {
-                let why = if !ok {
-                    format!(
-                        "{} --check failed ({exit}) on the current config; supd keeps running",
-                        binary.display()
-                    )
-                } else if self.shutting_down() {
-                    "supd is shutting down".into()
-                } else {
-                    // Tell the client first: its connection closes with the exec.
-                    self.unpark(
-                        client,
-                        &id,
-                        Ok(json!({"reexec": binary, "pid": std::process::id()})),
-                        now,
-                    );
-                    // Held stops and restarts are not handed over: carried out now,
-                    // their order lost but not their intent.
-                    for q in std::mem::take(&mut self.queued) {
-                        self.apply(&q.name, q.event, now);
-                    }
-                    let why = self.exec_handoff(&binary);
-                    log::error!("reexec: {why}; supd keeps running");
-                    return;
-                };
-                log::error!("reexec: {why}");
-                self.unpark(client, &id, Err(failed(why)), now);
-            }
-        }
-    }
-
     /// The answer to `upgrade --wait`, once the probation is over.
     pub fn upgrade_settled(&self, tool: &str) -> Option<Result<Value, Error>> {
         let r = &self.tools.get(tool)?.record;
@@ -1134,6 +892,12 @@ impl Supervisor {
             "from": r.from,
             "deadline_ms": r.deadline_ms.filter(|_| r.phase == Phase::Probation),
             "deadline_in_ms": state.deadline.map(|d| d.since(now).as_millis() as u64),
+            "probation_waits": upgrade::paused(r).then_some(
+                "a leader-only service of the tool does not run on this node: its probation counts only while it runs"
+            ),
+            "probation_left_ms": (r.phase == Phase::Probation)
+                .then(|| upgrade::probation_left(r, &Clocks::now()).as_millis() as u64),
+            "window_in_ms": state.window.map(|d| d.since(now).as_millis() as u64),
             "attempts": r.attempts,
             "reason": r.reason,
             "record_error": state.record_error,

@@ -15,6 +15,7 @@
 //! order and stops at the first failure, so `current` never names a version the durable
 //! record does not explain.
 
+use crate::restart::History;
 use crate::time::{Clocks, MAX_DURATION};
 use semver::Version;
 use serde::{Deserialize, Serialize};
@@ -85,6 +86,21 @@ pub struct Record {
     pub irreversible: BTreeSet<String>,
     /// Why the last upgrade ended as it did.
     pub reason: Option<String>,
+    /// The version the last rollback left (a bad version, or the one an operator rolled
+    /// back from): a link still naming it after a crash is a rollback not carried out.
+    pub rolled_back_from: Option<String>,
+    /// The restart histories of the tool's services while its version is watched (in
+    /// probation or in its regression window), on CLOCK_MONOTONIC of the boot `boot_id`
+    /// names: a supd restarted meanwhile counts the crashes before it, so it reaches the
+    /// verdict an undisturbed one would.
+    pub histories: BTreeMap<String, History>,
+    /// A probation that does not count now (a leader-only service of the tool does not
+    /// run on this node): what is left of it. No BOOTTIME deadline meanwhile.
+    pub paused_left_ms: Option<u64>,
+    /// After a commit: the regression window's length and its end on CLOCK_BOOTTIME (of
+    /// the boot `boot_id` names).
+    pub window_ms: Option<u64>,
+    pub window_boot_deadline_ms: Option<u64>,
 }
 
 /// An operator's `upgrade`.
@@ -150,6 +166,15 @@ fn start_probation(n: &mut Record, length: Duration, c: &Clocks) {
     // `boot_ms` is rounded down: one more millisecond keeps the deadline from coming
     // before the probation's length has passed.
     n.boot_deadline_ms = Some(c.boot_ms.saturating_add(ms).saturating_add(1));
+    n.paused_left_ms = None;
+    n.histories.clear();
+    end_window(n);
+}
+
+/// The regression window is over (or another change came).
+fn end_window(n: &mut Record) {
+    n.window_ms = None;
+    n.window_boot_deadline_ms = None;
 }
 
 /// The probation's length: recorded, or (a record of an older supd) the difference of
@@ -167,6 +192,9 @@ pub fn probation_length(r: &Record) -> Duration {
 /// BOOTTIME deadline, never more than its length; otherwise its whole length.
 pub fn probation_left(r: &Record, c: &Clocks) -> Duration {
     let length = probation_length(r);
+    if let Some(left) = r.paused_left_ms {
+        return Duration::from_millis(left).min(length);
+    }
     match (&r.boot_id, r.boot_deadline_ms) {
         (Some(id), Some(d)) if !c.boot_id.is_empty() && *id == c.boot_id => {
             Duration::from_millis(d.saturating_sub(c.boot_ms)).min(length)
@@ -177,16 +205,139 @@ pub fn probation_left(r: &Record, c: &Clocks) -> Duration {
 
 /// At start: a probation recorded in another boot (or by an older supd, without a BOOTTIME
 /// deadline) begins again, whole; one of this boot goes on unchanged.
+///
+/// Likewise a regression window: whole again in another boot. Restart histories are
+/// times of one boot: kept in it, dropped in another.
 pub fn resume(r: &Record, c: &Clocks) -> Record {
-    let this_boot = !c.boot_id.is_empty()
-        && r.boot_id.as_deref() == Some(c.boot_id.as_str())
-        && r.boot_deadline_ms.is_some();
-    if r.phase != Phase::Probation || this_boot {
-        return r.clone();
+    let same_boot = this_boot(r, c);
+    let mut n = r.clone();
+    if !same_boot {
+        n.histories.clear();
+    }
+    let goes_on = same_boot && (r.boot_deadline_ms.is_some() || r.paused_left_ms.is_some());
+    if r.phase == Phase::Probation && !goes_on {
+        if r.paused_left_ms.is_some() {
+            // It does not count now: still paused, whole again (another boot).
+            n.paused_left_ms = Some(probation_length(r).as_millis() as u64);
+            n.boot_id = Some(c.boot_id.clone()).filter(|id| !id.is_empty());
+            n.boot_deadline_ms = None;
+            n.histories.clear();
+        } else {
+            start_probation(&mut n, probation_length(r), c);
+        }
+    }
+    if let (Some(ms), false) = (r.window_ms, same_boot) {
+        start_window(&mut n, Duration::from_millis(ms), c);
+    }
+    n
+}
+
+/// Whether the record's times belong to this boot.
+fn this_boot(r: &Record, c: &Clocks) -> bool {
+    !c.boot_id.is_empty() && r.boot_id.as_deref() == Some(c.boot_id.as_str())
+}
+
+/// A probation that waits for its leader-only services: it stops counting, what is
+/// left kept. `None` when it is not counting already (or not a probation).
+pub fn pause(r: &Record, c: &Clocks) -> Option<Record> {
+    if r.phase != Phase::Probation || r.paused_left_ms.is_some() {
+        return None;
     }
     let mut n = r.clone();
-    start_probation(&mut n, probation_length(r), c);
+    n.paused_left_ms = Some(probation_left(r, c).as_millis() as u64);
+    n.boot_deadline_ms = None;
+    n.boot_id = Some(c.boot_id.clone()).filter(|id| !id.is_empty());
+    Some(n)
+}
+
+/// A paused probation counts again from now. `None` when it was not paused.
+pub fn unpause(r: &Record, c: &Clocks) -> Option<Record> {
+    let left = r.paused_left_ms.filter(|_| r.phase == Phase::Probation)?;
+    let mut n = r.clone();
+    n.paused_left_ms = None;
+    n.boot_id = Some(c.boot_id.clone()).filter(|id| !id.is_empty());
+    // `left` came from a deadline already rounded up (`start_probation`).
+    n.boot_deadline_ms = Some(c.boot_ms.saturating_add(left));
+    // The wall-clock deadline, for people, follows.
+    n.deadline_ms = Some(c.wall_ms.saturating_add(left));
+    Some(n)
+}
+
+/// Whether the probation waits (does not count).
+pub fn paused(r: &Record) -> bool {
+    r.phase == Phase::Probation && r.paused_left_ms.is_some()
+}
+
+/// Starts a regression window of `length` now.
+fn start_window(n: &mut Record, length: Duration, c: &Clocks) {
+    let ms = length.min(MAX_DURATION).as_millis() as u64;
+    if ms == 0 {
+        end_window(n);
+        return;
+    }
+    n.window_ms = Some(ms);
+    n.boot_id = Some(c.boot_id.clone()).filter(|id| !id.is_empty());
+    n.window_boot_deadline_ms = Some(c.boot_ms.saturating_add(ms).saturating_add(1));
+}
+
+/// How much of a committed version's regression window is left (`None`: none is).
+pub fn window_left(r: &Record, c: &Clocks) -> Option<Duration> {
+    if r.phase != Phase::Committed {
+        return None;
+    }
+    let end = r.window_boot_deadline_ms.filter(|_| this_boot(r, c))?;
+    let left = end.saturating_sub(c.boot_ms);
+    (left > 0).then(|| Duration::from_millis(left))
+}
+
+/// The window came to its end: the record forgets it (and the histories kept for it).
+pub fn window_over(r: &Record) -> Record {
+    let mut n = r.clone();
+    end_window(&mut n);
+    n.histories.clear();
     n
+}
+
+/// Whether a failure of the tool's services decides about its version now: in
+/// probation, or in the regression window after its commit.
+pub fn watched(r: &Record, c: &Clocks) -> bool {
+    r.phase == Phase::Probation || window_left(r, c).is_some()
+}
+
+/// A service's restart history, kept in the record while the version is watched.
+/// `None` when nothing changes.
+pub fn note_history(r: &Record, service: &str, h: &History, c: &Clocks) -> Option<Record> {
+    if !watched(r, c) || r.histories.get(service) == Some(h) {
+        return None;
+    }
+    let mut n = r.clone();
+    n.histories.insert(service.to_string(), h.clone());
+    n.boot_id = Some(c.boot_id.clone()).filter(|id| !id.is_empty());
+    Some(n)
+}
+
+/// A crash loop or an unhealthy verdict in the regression window: rolled back to the
+/// version before (marked bad), exactly as in probation; irreversible: it stays, failed.
+pub fn regressed(r: &Record, reason: &str, now_ms: u64) -> (Record, Outcome) {
+    let mut p = r.clone();
+    p.phase = Phase::Probation;
+    p.from = r.previous.clone();
+    p.proposed = r.current.clone();
+    p.irreversible_upgrade = r
+        .current
+        .as_ref()
+        .is_some_and(|v| r.irreversible.contains(v));
+    let (mut n, outcome) = end_probation(
+        &p,
+        &format!("regression after its commit: {reason}"),
+        Some(now_ms),
+    );
+    if matches!(outcome, Outcome::RollBack(_)) {
+        // The version before becomes current; the one before it stays `previous`
+        // unknown: what was rolled back from is kept as such.
+        n.previous = None;
+    }
+    (n, outcome)
 }
 
 /// What a failed probation leads to.
@@ -288,8 +439,9 @@ pub fn begin_upgrade(tool: &str, r: &Record, req: &Request, f: &Facts) -> Result
     Ok(n)
 }
 
-/// The probation passed: the version is committed.
-pub fn probation_passed(r: &Record) -> Record {
+/// The probation passed: the version is committed, and watched for `window` more (its
+/// regression window; none when zero).
+pub fn probation_passed(r: &Record, window: Duration, c: &Clocks) -> Record {
     let mut n = r.clone();
     n.phase = Phase::Committed;
     if r.from.is_some() {
@@ -298,13 +450,16 @@ pub fn probation_passed(r: &Record) -> Record {
     n.from = None;
     clear_probation(&mut n);
     n.reason = None;
+    start_window(&mut n, window, c);
     n
 }
 
-/// A probation is over: no deadline is left in the record.
+/// A probation is over: no deadline is left in the record, nor what it counted.
 fn clear_probation(n: &mut Record) {
     n.deadline_ms = None;
     n.boot_deadline_ms = None;
+    n.paused_left_ms = None;
+    n.histories.clear();
 }
 
 /// The probation failed (a crash loop, a ready timeout): roll back or stay.
@@ -332,7 +487,7 @@ fn end_probation(r: &Record, reason: &str, bad_at: Option<u64>) -> (Record, Outc
         (Some(from), false) => {
             if let Some(time_ms) = bad_at {
                 n.bad.insert(
-                    v,
+                    v.clone(),
                     BadMark {
                         reason: reason.to_string(),
                         time_ms,
@@ -340,6 +495,7 @@ fn end_probation(r: &Record, reason: &str, bad_at: Option<u64>) -> (Record, Outc
                 );
             }
             n.phase = Phase::RolledBack;
+            n.rolled_back_from = Some(v);
             n.current = Some(from.clone());
             n.from = None;
             (n, Outcome::RollBack(from.clone()))
@@ -411,10 +567,12 @@ pub fn begin_rollback(
         n.reason = Some("rolled back by an operator".into());
     }
     n.phase = Phase::RolledBack;
+    n.rolled_back_from = Some(cur.clone());
     n.previous = Some(cur);
     n.current = Some(to.clone());
     n.from = None;
     clear_probation(&mut n);
+    end_window(&mut n);
     Ok((n, to))
 }
 
@@ -434,13 +592,22 @@ fn crossed_irreversible(r: &Record, to: &str, cur: &str) -> Option<String> {
         .cloned()
 }
 
+/// What supd knows of a version a tool switched to by itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelfSwitch {
+    pub probation: Duration,
+    /// `revertible = false` in the version's `sup-tool.toml`.
+    pub manifest_irreversible: bool,
+}
+
 /// A service of the tool is starting on `version` (what `current` names now).
-pub fn on_start(
-    r: &Record,
-    version: &str,
-    probation: Duration,
-    c: &Clocks,
-) -> (Record, StartCheck) {
+///
+/// A version the tool switched to by itself is an upgrade with the operator's rules: its
+/// rollback goes to the last committed version (a switch during another version's
+/// probation does not make that one the target), its manifest may make it irreversible
+/// (and a switch away from an irreversible version in probation cannot be undone
+/// either), and a version marked bad is switched back from before anything of it runs.
+pub fn on_start(r: &Record, version: &str, s: &SelfSwitch, c: &Clocks) -> (Record, StartCheck) {
     let expected = r.current.as_deref();
     if expected == Some(version)
         || r.phase == Phase::Probation && r.proposed.as_deref() == Some(version)
@@ -457,15 +624,30 @@ pub fn on_start(
     if r.bad.contains_key(version) {
         return (r.clone(), StartCheck::SwitchBack(last.to_string()));
     }
+    let in_probation = r.phase == Phase::Probation;
     let mut n = r.clone();
     *n.attempts.entry(version.to_string()).or_insert(0) += 1;
-    n.from = Some(last.to_string());
+    n.from = if in_probation {
+        r.from.clone()
+    } else {
+        Some(last.to_string())
+    };
     n.current = Some(version.to_string());
     n.proposed = Some(version.to_string());
     n.phase = Phase::Probation;
-    start_probation(&mut n, probation, c);
-    n.irreversible_upgrade = false;
-    n.reason = Some(format!("the tool switched itself from {last} to {version}"));
+    start_probation(&mut n, s.probation, c);
+    n.irreversible_upgrade = s.manifest_irreversible || in_probation && r.irreversible_upgrade;
+    if s.manifest_irreversible {
+        n.irreversible.insert(version.to_string());
+    }
+    n.reason = Some(if in_probation {
+        format!(
+            "the tool switched itself from {last} (in probation) to {version}; a rollback goes to {}",
+            r.from.as_deref().unwrap_or("nothing")
+        )
+    } else {
+        format!("the tool switched itself from {last} to {version}")
+    });
     (n, StartCheck::SelfUpgrade)
 }
 
@@ -492,10 +674,23 @@ pub fn reconcile(r: &Record, link: Option<&str>, c: &Clocks) -> (Record, Fix) {
             (n, Fix::SwitchTo(want.unwrap_or_default().to_string()))
         }
         // A rollback (automatic or not) was recorded but not carried out: carry it out.
-        Phase::RolledBack => (
-            r.clone(),
-            Fix::SwitchTo(want.unwrap_or_default().to_string()),
-        ),
+        // Only when the link still names what was rolled back from (a record of an
+        // older supd: the bad version or the one rolled back from by an operator); a
+        // link moved since to a third version is the tool's or an operator's doing,
+        // which the start decides (`on_start`: a self-switch, with probation).
+        Phase::RolledBack
+            if link.is_some()
+                && match &r.rolled_back_from {
+                    Some(v) => link == Some(v.as_str()),
+                    None => link == r.proposed.as_deref() || link == r.previous.as_deref(),
+                } =>
+        {
+            (
+                r.clone(),
+                Fix::SwitchTo(want.unwrap_or_default().to_string()),
+            )
+        }
+        Phase::RolledBack => (r.clone(), Fix::Nothing),
         // Anything else: the link moved without supd; starting the service decides
         // (`on_start`: a self-switch, with probation).
         Phase::Idle | Phase::Probation | Phase::Committed | Phase::Failed => {

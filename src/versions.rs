@@ -80,13 +80,31 @@ pub fn is_installed(tools_dir: &Path, tool: &str, version: &str) -> bool {
 
 /// Points `current` at `version`: a new relative symlink renamed over the old one, then
 /// the directory fsynced. At every instant `current` names the old or the new version.
-pub fn switch(tools_dir: &Path, tool: &str, version: &str) -> io::Result<()> {
+pub fn switch(tools_dir: &Path, tool: &str, version: &str) -> Result<Switched, io::Error> {
     let dir = tool_dir(tools_dir, tool);
     let tmp = dir.join(".current.tmp");
     let _ = fs::remove_file(&tmp);
     std::os::unix::fs::symlink(version, &tmp)?;
     fs::rename(&tmp, dir.join(CURRENT))?;
-    File::open(&dir)?.sync_all()
+    // Renamed: `current` names the version now, whatever follows. A failed fsync of the
+    // directory only leaves which link a power cut keeps open, and the record, written
+    // before, explains both.
+    let synced = if crate::failpoint::error_at("switch-fsync-fails") {
+        Err(io::Error::from_raw_os_error(nix::libc::EIO))
+    } else {
+        File::open(&dir).and_then(|d| d.sync_all())
+    };
+    Ok(match synced {
+        Ok(()) => Switched::Durable,
+        Err(e) => Switched::NotSynced(e),
+    })
+}
+
+/// A switch that was made: durable, or renamed but with the directory's fsync failed.
+#[derive(Debug)]
+pub enum Switched {
+    Durable,
+    NotSynced(io::Error),
 }
 
 /// Whether the version's manifest says it may not be gone back from once it has run.

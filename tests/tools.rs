@@ -308,11 +308,13 @@ fn a_tool_that_switches_itself_to_a_good_version_commits() {
     let mut w = sb.watch();
     let out = sb.supctl(&["upgrade", "agent", "1.1.0"]);
     assert_eq!(out.status.code(), Some(0));
-    // 1.1.0 starts, switches to 1.2.0 and exits; supd starts 1.2.0 as an upgrade from 1.1.0.
+    // 1.1.0 starts, switches to 1.2.0 and exits; supd starts 1.2.0 as an upgrade whose
+    // rollback goes to the last committed version, 1.0.0 (1.1.0 never finished its
+    // probation: issue 21, item 3).
     let p = w.until(&sb, |e| {
         e["event"] == "upgrade" && e["phase"] == "probation" && e["version"] == "1.2.0"
     });
-    assert_eq!(p["from"], "1.1.0");
+    assert_eq!(p["from"], "1.0.0");
     w.until(&sb, |e| {
         e["event"] == "upgrade" && e["phase"] == "committed" && e["current"] == "1.2.0"
     });

@@ -795,12 +795,24 @@ fn print_versions(o: &mut String, d: &Value) {
             .as_u64()
             .map(|ms| Human(std::time::Duration::from_millis(ms)).to_string())
             .unwrap_or_else(|| "?".into());
-        outln!(
-            o,
-            "  probation of {} from {}: {left} left",
-            s("proposed"),
-            s("from")
-        );
+        match d["probation_waits"].as_str() {
+            Some(why) => outln!(
+                o,
+                "  probation of {} from {}: waits ({why}), {} left",
+                s("proposed"),
+                s("from"),
+                d["probation_left_ms"]
+                    .as_u64()
+                    .map(|ms| Human(std::time::Duration::from_millis(ms)).to_string())
+                    .unwrap_or_else(|| "?".into())
+            ),
+            None => outln!(
+                o,
+                "  probation of {} from {}: {left} left",
+                s("proposed"),
+                s("from")
+            ),
+        }
         let health: Vec<String> = d["health"]
             .as_array()
             .into_iter()
@@ -816,6 +828,13 @@ fn print_versions(o: &mut String, d: &Value) {
         if !health.is_empty() {
             outln!(o, "  health: {}", health.join(", "));
         }
+    }
+    if let Some(ms) = d["window_in_ms"].as_u64() {
+        let left = Human(std::time::Duration::from_millis(ms));
+        outln!(
+            o,
+            "  regression window: {left} left (a crash loop or an unhealthy verdict rolls back)"
+        );
     }
     if let Some(r) = d["reason"].as_str() {
         outln!(o, "  last: {r}");

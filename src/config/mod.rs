@@ -197,6 +197,9 @@ pub struct ServiceConfig {
     pub group: Option<String>,
     pub policy: Policy,
     pub probation: Duration,
+    /// After a commit, how long a crash loop or an unhealthy verdict still rolls back.
+    #[serde(default)]
+    pub regression_window: Duration,
     pub ready: Ready,
     pub ready_timeout: Duration,
     #[serde(with = "signal_number")]
@@ -329,6 +332,7 @@ impl ServiceConfig {
             group: None,
             policy: Policy::default(),
             probation: Duration::from_secs(300),
+            regression_window: Duration::ZERO,
             ready: Ready::Started,
             ready_timeout: Duration::from_secs(60),
             stop_signal: Signal::SIGTERM,

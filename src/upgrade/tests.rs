@@ -19,6 +19,14 @@ fn clocks(ms: u64) -> Clocks {
     }
 }
 
+/// A self-switch with a probation of 2 s, to an irreversible version or not.
+fn sw(irreversible: bool) -> SelfSwitch {
+    SelfSwitch {
+        probation: Duration::from_secs(2),
+        manifest_irreversible: irreversible,
+    }
+}
+
 fn req(v: &str) -> Request {
     Request {
         version: v.into(),
@@ -173,7 +181,7 @@ fn force_to_the_current_version_clears_its_mark() {
 #[test]
 fn probation_outcomes() {
     let base = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("upgrade");
-    let ok = probation_passed(&base);
+    let ok = probation_passed(&base, Duration::ZERO, &clocks(0));
     assert_eq!(
         (
             ok.phase,
@@ -265,6 +273,8 @@ fn a_probation_ended_by_a_refused_start_marks_nothing_bad() {
 fn operator_rollbacks() {
     let mut r = probation_passed(
         &begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up"),
+        Duration::ZERO,
+        &clocks(0),
     );
     let installed = |_: &str| true;
     let (n, to) = begin_rollback("agent", &r, None, false, installed).expect("rollback");
@@ -307,9 +317,9 @@ fn operator_rollbacks() {
 #[test]
 fn a_tool_that_switches_itself_gets_probation() {
     let r = at("1.0.0");
-    let (n, c) = on_start(&r, "1.0.0", Duration::from_secs(2), &clocks(10));
+    let (n, c) = on_start(&r, "1.0.0", &sw(false), &clocks(10));
     assert_eq!((c, n), (StartCheck::Expected, r.clone()));
-    let (n, c) = on_start(&r, "1.1.0", Duration::from_secs(2), &clocks(10));
+    let (n, c) = on_start(&r, "1.1.0", &sw(false), &clocks(10));
     assert_eq!(c, StartCheck::SelfUpgrade);
     assert_eq!(
         (
@@ -329,15 +339,10 @@ fn a_tool_that_switches_itself_gets_probation() {
         },
     );
     assert_eq!(
-        on_start(&bad, "1.1.0", Duration::from_secs(2), &clocks(10)).1,
+        on_start(&bad, "1.1.0", &sw(false), &clocks(10)).1,
         StartCheck::SwitchBack("1.0.0".into())
     );
-    let (n, c) = on_start(
-        &Record::default(),
-        "0.9.0",
-        Duration::from_secs(2),
-        &clocks(10),
-    );
+    let (n, c) = on_start(&Record::default(), "0.9.0", &sw(false), &clocks(10));
     assert_eq!(
         (c, n.phase, n.current.as_deref()),
         (StartCheck::Expected, Phase::Committed, Some("0.9.0"))
@@ -495,4 +500,200 @@ fn huge_lengths_saturate() {
         n.probation_ms,
         Some(crate::time::MAX_DURATION.as_millis() as u64)
     );
+}
+
+fn bad_mark() -> BadMark {
+    BadMark {
+        reason: "x".into(),
+        time_ms: 1,
+    }
+}
+
+/// Issue 21, item 3: a switch during another version's probation rolls back, on
+/// failure, to the last committed version; the one in probation is never the target.
+#[test]
+fn a_self_switch_in_probation_keeps_the_last_committed_as_target() {
+    let p = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up");
+    let (n, c) = on_start(&p, "2.1.0", &sw(false), &clocks(100));
+    assert_eq!(c, StartCheck::SelfUpgrade);
+    assert_eq!(
+        (n.from.as_deref(), n.proposed.as_deref(), n.phase),
+        (Some("1.0.0"), Some("2.1.0"), Phase::Probation)
+    );
+    let (f, out) = probation_failed(&n, "crash loop", 500);
+    assert_eq!(out, Outcome::RollBack("1.0.0".into()));
+    assert!(f.bad.contains_key("2.1.0") && !f.bad.contains_key("2.0.0"));
+    // Outside a probation the version that runs is the one to go back to.
+    let (n, _) = on_start(&at("1.0.0"), "1.1.0", &sw(false), &clocks(100));
+    assert_eq!(n.from.as_deref(), Some("1.0.0"));
+    // A first version in probation: nothing committed, nothing to go back to.
+    let first = begin_upgrade("agent", &Record::default(), &req("1.0.0"), &facts()).expect("up");
+    let (n, _) = on_start(&first, "1.1.0", &sw(false), &clocks(100));
+    assert_eq!(probation_failed(&n, "x", 1).1, Outcome::Stay);
+}
+
+/// Issue 21, item 4: a self-switch to a version whose manifest says `revertible = false`
+/// is irreversible; a switch away from an irreversible version in probation too.
+#[test]
+fn a_self_switch_to_an_irreversible_version_stays() {
+    let (n, _) = on_start(&at("1.0.0"), "2.0.0", &sw(true), &clocks(100));
+    assert!(n.irreversible_upgrade && n.irreversible.contains("2.0.0"));
+    let (f, out) = probation_failed(&n, "crash loop", 500);
+    assert_eq!((f.phase, out), (Phase::Failed, Outcome::Stay));
+    assert_eq!(f.current.as_deref(), Some("2.0.0"));
+    // From the irreversible 2.0.0, still in probation, to 2.1.0: no way back either.
+    let (m, _) = on_start(&n, "2.1.0", &sw(false), &clocks(200));
+    assert!(m.irreversible_upgrade);
+    assert_eq!(probation_failed(&m, "x", 1).1, Outcome::Stay);
+}
+
+/// Issue 21, item 7: a rollback is carried out after a crash only while the link still
+/// names what it rolled back from; a link moved to a third version is a self-switch.
+#[test]
+fn a_link_moved_after_a_rollback_is_not_switched_back() {
+    let intent = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up");
+    let (rolled, _) = probation_failed(&intent, "crash loop", 2000);
+    assert_eq!(rolled.rolled_back_from.as_deref(), Some("2.0.0"));
+    assert_eq!(
+        reconcile(&rolled, Some("2.0.0"), &clocks(1)).1,
+        Fix::SwitchTo("1.0.0".into())
+    );
+    assert_eq!(
+        reconcile(&rolled, Some("3.0.0"), &clocks(1)).1,
+        Fix::Nothing
+    );
+    // An operator's rollback: from what it left.
+    let committed = probation_passed(&intent, Duration::ZERO, &clocks(1));
+    let (op, _) = begin_rollback("agent", &committed, None, false, |_| true).expect("rb");
+    assert_eq!(
+        reconcile(&op, Some("2.0.0"), &clocks(1)).1,
+        Fix::SwitchTo("1.0.0".into())
+    );
+    assert_eq!(reconcile(&op, Some("3.0.0"), &clocks(1)).1, Fix::Nothing);
+    // A record of an older supd (no `rolled_back_from`): the bad version, or previous.
+    let mut old = rolled.clone();
+    old.rolled_back_from = None;
+    assert_eq!(
+        reconcile(&old, Some("2.0.0"), &clocks(1)).1,
+        Fix::SwitchTo("1.0.0".into())
+    );
+    assert_eq!(reconcile(&old, Some("3.0.0"), &clocks(1)).1, Fix::Nothing);
+}
+
+/// Issue 21, item 1: a probation that waits (its leader-only services do not run here)
+/// keeps what is left of it, across restarts of supd and in another boot.
+#[test]
+fn a_paused_probation_keeps_what_is_left() {
+    let p = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up");
+    // facts(): a probation of 2 s from 1000 ms; paused at 1500 ms: 1.5 s left.
+    let paused = pause(&p, &clocks(1500)).expect("paused");
+    assert!(self::paused(&paused));
+    assert!(pause(&paused, &clocks(1600)).is_none(), "already paused");
+    assert_eq!(
+        probation_left(&paused, &clocks(90_000)),
+        Duration::from_millis(1501)
+    );
+    // supd restarted, same boot: still paused, the same left.
+    assert_eq!(resume(&paused, &clocks(90_000)), paused);
+    let on = unpause(&paused, &clocks(90_000)).expect("counts");
+    assert!(!self::paused(&on));
+    assert_eq!(
+        probation_left(&on, &clocks(90_000)),
+        Duration::from_millis(1501)
+    );
+    assert_eq!(
+        probation_left(&on, &clocks(91_000)),
+        Duration::from_millis(501)
+    );
+    assert!(unpause(&on, &clocks(1)).is_none(), "not paused");
+    // Another boot: paused still, the whole probation again.
+    let other = Clocks {
+        boot_id: "b2".into(),
+        ..clocks(5)
+    };
+    let again = resume(&paused, &other);
+    assert!(self::paused(&again));
+    assert_eq!(probation_left(&again, &other), Duration::from_secs(2));
+    // No pause outside a probation.
+    assert!(pause(&at("1.0.0"), &clocks(1)).is_none());
+}
+
+/// Issue 21, item 2: the crash histories of a watched version are kept in its record,
+/// for this boot only, and a probation's end forgets them.
+#[test]
+fn a_probation_keeps_its_crash_histories() {
+    use crate::time::Mono;
+    let p = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up");
+    let mut h = History::default();
+    h.recent.push_back(Mono(5));
+    h.streak = 1;
+    let n = note_history(&p, "agent", &h, &clocks(1200)).expect("noted");
+    assert_eq!(n.histories.get("agent"), Some(&h));
+    assert!(
+        note_history(&n, "agent", &h, &clocks(1200)).is_none(),
+        "unchanged"
+    );
+    assert_eq!(resume(&n, &clocks(1300)).histories.get("agent"), Some(&h));
+    let other = Clocks {
+        boot_id: "b2".into(),
+        ..clocks(5)
+    };
+    assert!(resume(&n, &other).histories.is_empty(), "another boot");
+    assert!(probation_failed(&n, "x", 1).0.histories.is_empty());
+    assert!(probation_passed(&n, Duration::ZERO, &clocks(3000))
+        .histories
+        .is_empty());
+    // Not watched: nothing kept.
+    assert!(note_history(&at("1.0.0"), "agent", &h, &clocks(1)).is_none());
+}
+
+/// Issue 21, item 9: after a commit the regression window watches; a failure in it
+/// rolls back and marks the version bad as in probation; irreversible stays.
+#[test]
+fn a_regression_window_rolls_back_as_a_probation() {
+    let p = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up");
+    let c = probation_passed(&p, Duration::from_secs(30), &clocks(3000));
+    assert_eq!(
+        window_left(&c, &clocks(3000)),
+        Some(Duration::from_millis(30_001))
+    );
+    assert!(watched(&c, &clocks(10_000)));
+    assert!(!watched(&c, &clocks(40_000)), "over");
+    assert_eq!(
+        window_left(
+            &probation_passed(&p, Duration::ZERO, &clocks(3000)),
+            &clocks(3000)
+        ),
+        None
+    );
+    let (r, out) = regressed(&c, "crash loop", 9000);
+    assert_eq!(out, Outcome::RollBack("1.0.0".into()));
+    assert_eq!(
+        (r.phase, r.current.as_deref(), r.rolled_back_from.as_deref()),
+        (Phase::RolledBack, Some("1.0.0"), Some("2.0.0"))
+    );
+    assert!(r.bad["2.0.0"]
+        .reason
+        .contains("regression after its commit: crash loop"));
+    assert_eq!(window_left(&r, &clocks(9000)), None);
+    // Irreversible: stays, failed, marked bad? no: as in probation, not marked.
+    let mut irr = c.clone();
+    irr.irreversible.insert("2.0.0".into());
+    let (f, out) = regressed(&irr, "crash loop", 9000);
+    assert_eq!(
+        (f.phase, out, f.current.as_deref()),
+        (Phase::Failed, Outcome::Stay, Some("2.0.0"))
+    );
+    let over = window_over(&c);
+    assert_eq!(window_left(&over, &clocks(4000)), None);
+    // A new boot: the window whole again.
+    let other = Clocks {
+        boot_id: "b2".into(),
+        ..clocks(5)
+    };
+    assert_eq!(
+        window_left(&resume(&c, &other), &other),
+        Some(Duration::from_millis(30_001))
+    );
+    let _ = bad_mark();
 }

@@ -58,6 +58,7 @@ crash_loop = { restarts = 4, window = "1m" }
 on_crash_loop = "stop"
 cooldown = "1m"
 probation = "2s"
+regression_window = "30s"
 ready = "fd:3"
 ready_timeout = "5s"
 stop_signal = "INT"
@@ -105,6 +106,7 @@ tool = "agent"
     assert_eq!(a.log, LogMode::Null);
     assert_eq!(a.log_max_size, 1 << 20);
     assert_eq!(a.leader_only.as_deref(), Some("engine"));
+    assert_eq!(a.regression_window, Duration::from_secs(30));
     assert_eq!(cfg.services["db"].ready, Ready::Notify);
     assert_eq!(cfg.leases["engine"].tool.as_deref(), Some("agent"));
 }
@@ -123,6 +125,7 @@ fn defaults_are_the_spec_values() {
         }
     );
     assert_eq!(x.probation, Duration::from_secs(300));
+    assert_eq!(x.regression_window, Duration::ZERO);
     assert_eq!(x.stop_timeout, Duration::from_secs(10));
     assert_eq!(x.ready_timeout, Duration::from_secs(60));
     assert_eq!(cfg.supd.socket, PathBuf::from(DEFAULT_SOCKET));

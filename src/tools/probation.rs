@@ -1,0 +1,204 @@
+//! The watch over a tool's version: its probation (committed once its services have
+//! run its length, rolled back on a crash loop, a ready timeout or a health failure),
+//! the leader-only probation that counts only while it runs here, the crash histories
+//! a verdict rests on, kept in the record, and the regression window after a commit.
+
+use super::Op;
+use crate::supervisor::{unix_ms, Supervisor};
+use crate::time::{Clocks, Human, Mono};
+use crate::upgrade::{self, Change, Outcome, Phase};
+
+impl Supervisor {
+    /// A service of a tool crash-looped or was not ready in time. In probation, that is
+    /// the end of it: roll back, or stay when it may not be rolled back. Returns whether
+    /// it was a probation's end (the service's own crash-loop outcome is then moot). When
+    /// the record cannot be written, nothing is switched: the end waits, retried.
+    pub fn probation_failed(&mut self, tool: &str, why: &str, now: Mono) -> bool {
+        self.end_probation(tool, why, true, now)
+    }
+
+    /// A service of a tool in probation could not start for want of permission: the
+    /// probation ends as for a failure (rolled back, or staying with nothing to go back
+    /// to), but the version is not marked bad.
+    pub fn probation_refused(&mut self, tool: &str, why: &str, now: Mono) -> bool {
+        self.end_probation(tool, why, false, now)
+    }
+
+    fn end_probation(&mut self, tool: &str, why: &str, mark: bool, now: Mono) -> bool {
+        let Some(state) = self.tools.get(tool) else {
+            return false;
+        };
+        let in_window = upgrade::window_left(&state.record, &Clocks::now()).is_some();
+        if state.record.phase != Phase::Probation && !(mark && in_window) {
+            return false;
+        }
+        let (new, outcome) = if state.record.phase != Phase::Probation {
+            // In the regression window after its commit: as in probation.
+            upgrade::regressed(&state.record, why, unix_ms())
+        } else if mark {
+            upgrade::probation_failed(&state.record, why, unix_ms())
+        } else {
+            upgrade::probation_refused(&state.record, why)
+        };
+        let version = new.proposed.clone().unwrap_or_default();
+        let (change, to) = match outcome {
+            Outcome::RollBack(to) => (Change::switch(new, &to), Some(to)),
+            Outcome::Stay => (Change::record(new), None),
+        };
+        let op = Op::Rollback {
+            version,
+            to,
+            why: why.to_string(),
+            marked: mark,
+        };
+        self.change_or_retry(tool, change, op, now);
+        true
+    }
+
+    /// A service of a watched version (in probation, or in its regression window) went
+    /// through its restart rule: its history is written into the tool's record, so a
+    /// supd restarted meanwhile counts the same crashes. Written before the restart it
+    /// may lead to (that comes from the loop's next pass).
+    pub fn note_history(&mut self, name: &str, now: Mono) {
+        let Some(slot) = self.slots.get(name) else {
+            return;
+        };
+        let Some(tool) = slot.cfg.tool.clone() else {
+            return;
+        };
+        let Some(t) = self.tools.get(&tool).filter(|t| t.pending.is_none()) else {
+            return;
+        };
+        let Some(new) = upgrade::note_history(&t.record, name, &slot.svc.history, &Clocks::now())
+        else {
+            return;
+        };
+        self.change_or_retry(&tool, Change::record(new), Op::Note, now);
+    }
+
+    /// A leader-only service's probation counts only while it runs, ready, on this
+    /// node: the probation of a tool with such services is paused while any of them is
+    /// not up (the node does not lead, or it is between runs), and counts again once all
+    /// are. Only tools in probation are looked at.
+    fn pause_probations(&mut self, now: Mono) {
+        let in_probation: Vec<String> = self
+            .tools
+            .iter()
+            .filter(|(_, t)| t.record.phase == Phase::Probation && t.pending.is_none())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for tool in in_probation {
+            let Some(counting) = self.leader_only_running(&tool) else {
+                continue;
+            };
+            let r = &self.tools[&tool].record;
+            let clocks = Clocks::now();
+            let new = if counting {
+                upgrade::unpause(r, &clocks)
+            } else {
+                upgrade::pause(r, &clocks)
+            };
+            if let Some(new) = new {
+                let left = Human(upgrade::probation_left(&new, &clocks));
+                if counting {
+                    log::info!("{tool}: its leader-only services run: the probation counts again ({left} left)");
+                } else {
+                    log::info!("{tool}: a leader-only service of it does not run here: the probation waits ({left} left)");
+                }
+                self.change_or_retry(&tool, Change::record(new), Op::Note, now);
+            }
+        }
+    }
+
+    /// Whether every leader-only service of the tool runs, ready, here; `None` when the
+    /// tool has none.
+    pub(super) fn leader_only_running(&self, tool: &str) -> Option<bool> {
+        let mut any = false;
+        for s in self.slots.values() {
+            if s.cfg.tool.as_deref() != Some(tool) || s.cfg.leader_only.is_none() {
+                continue;
+            }
+            any = true;
+            if !(s.svc.state == crate::service::State::Running && s.svc.is_ready(&s.cfg)) {
+                return Some(false);
+            }
+        }
+        any.then_some(true)
+    }
+
+    /// Retries what waits for its record, then commits the probations whose deadline
+    /// came, once every service is ready.
+    pub fn check_probations(&mut self, now: Mono) {
+        self.retry_pending(now);
+        self.pause_probations(now);
+        let windows_over: Vec<String> = self
+            .tools
+            .iter()
+            .filter(|(_, t)| t.window.is_some_and(|w| w <= now) && t.pending.is_none())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for tool in windows_over {
+            let t = self.tools.get_mut(&tool).expect("listed");
+            t.window = None;
+            let new = upgrade::window_over(&t.record);
+            log::info!(
+                "{tool}: the regression window of {} is over",
+                new.current.as_deref().unwrap_or("?")
+            );
+            self.change_or_retry(&tool, Change::record(new), Op::Note, now);
+        }
+        let due: Vec<String> = self
+            .tools
+            .iter_mut()
+            .filter_map(|(n, t)| {
+                if t.deadline.is_some_and(|d| d <= now) {
+                    t.deadline = None;
+                    t.overdue = true;
+                }
+                (t.overdue && t.pending.is_none()).then(|| n.clone())
+            })
+            .collect();
+        for tool in due {
+            // Ready, and healthy where it has a check: a check that has not passed yet
+            // holds the commit until it passes, or fails `failures` times (which ends the
+            // probation). An unhealthy verdict during probation has ended it already. A
+            // watchdog likewise holds it until the run's first WATCHDOG=1, or until its
+            // deadline fails the probation.
+            let ready = self.tool_services(&tool).iter().all(|n| {
+                let s = &self.slots[n];
+                s.svc.want == crate::service::Want::Down
+                    || (s.svc.is_ready(&s.cfg)
+                        && (s.cfg.health.is_none()
+                            || s.check.health == crate::health::Health::Healthy)
+                        && (s.cfg.watchdog.is_none() || s.watchdog.pinged))
+            });
+            if !ready {
+                continue;
+            }
+            let window = self
+                .slots
+                .values()
+                .filter(|s| s.cfg.tool.as_deref() == Some(tool.as_str()))
+                .map(|s| s.cfg.regression_window)
+                .max()
+                .unwrap_or_default();
+            let new = upgrade::probation_passed(&self.tools[&tool].record, window, &Clocks::now());
+            self.change_or_retry(&tool, Change::record(new), Op::Commit, now);
+        }
+    }
+
+    /// The earliest probation deadline or retry of a change waiting for its record.
+    pub fn next_probation_deadline(&self) -> Option<Mono> {
+        let retries = self
+            .tools
+            .values()
+            .filter_map(|t| t.pending.as_ref().map(|p| p.retry_at));
+        self.tools
+            .values()
+            .filter_map(|t| t.deadline)
+            .chain(self.tools.values().filter_map(|t| t.window))
+            .chain(retries)
+            .chain(self.down_retry.as_ref().map(|r| r.0))
+            .min()
+    }
+}

@@ -1,0 +1,298 @@
+//! A tool's helper processes: installs and prunes copied and deleted by a helper so a
+//! large tree never blocks the loop, the leftovers of interrupted ones swept, and the
+//! `--check` of a binary before `reexec` runs it.
+
+use super::{bad_request, failed};
+use crate::protocol::Error;
+use crate::supervisor::{unix_ms, Supervisor};
+use crate::sys::{self, SpawnSpec};
+use crate::time::Mono;
+use crate::versions;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+/// A helper process supd waits for.
+#[derive(Clone, Debug)]
+pub enum Task {
+    /// Copying a version in; the client (if it is still there: not after a reexec) is
+    /// answered when it ends.
+    Install {
+        tool: String,
+        version: String,
+        client: Option<(u64, Value)>,
+    },
+    /// Deleting pruned versions and leftovers.
+    Prune { dirs: Vec<PathBuf> },
+    /// `BINARY --check`, before re-executing into it.
+    ReexecCheck {
+        binary: PathBuf,
+        client: u64,
+        id: Value,
+    },
+}
+
+impl Supervisor {
+    /// `install TOOL VERSION DIR`: checks, then a helper copies into a hidden staging
+    /// directory; the client is answered when it ends. Two installs of one version at
+    /// once are refused: the second would take the first one's staging directory.
+    pub fn install(
+        &mut self,
+        tool: &str,
+        version: &str,
+        dir: &str,
+        client: u64,
+        id: &Value,
+    ) -> Result<(), Error> {
+        let src = PathBuf::from(dir);
+        if !src.is_absolute() {
+            return Err(bad_request(format!("'{dir}' is not an absolute path")));
+        }
+        if self.installing(tool, version) {
+            return Err(failed(format!(
+                "an install of {tool} {version} is under way; wait for it to end"
+            )));
+        }
+        let (tmp, leftover) =
+            versions::prepare_install(&self.cfg.supd.tools_dir, tool, version, &src)
+                .map_err(failed)?;
+        if let Some(old) = leftover {
+            log::info!(
+                "{tool}: deleting {} left by an interrupted install",
+                old.display()
+            );
+            self.delete_in_background(tool, vec![old]);
+        }
+        let argv = versions::install_command(&src, &tmp);
+        let pid = match self.spawn_helper(&argv[0], argv[1..].to_vec()) {
+            Ok(pid) => pid,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&tmp);
+                return Err(failed(format!("cannot start the copy: {e}")));
+            }
+        };
+        self.tasks.insert(
+            pid,
+            Task::Install {
+                tool: tool.into(),
+                version: version.into(),
+                client: Some((client, id.clone())),
+            },
+        );
+        if let Some(c) = self.server.clients.get_mut(&client) {
+            c.parked = true;
+        }
+        Ok(())
+    }
+
+    /// Whether a helper of this supd is copying `version` in.
+    fn installing(&self, tool: &str, version: &str) -> bool {
+        self.tasks.values().any(
+            |t| matches!(t, Task::Install { tool: t, version: v, .. } if t == tool && v == version),
+        )
+    }
+
+    /// Deletes hidden directories by a helper (`rm -rf`), never in the loop.
+    pub(super) fn delete_in_background(&mut self, tool: &str, dirs: Vec<PathBuf>) {
+        if dirs.is_empty() {
+            return;
+        }
+        let mut args = vec!["-rf".to_string(), "--".to_string()];
+        args.extend(dirs.iter().map(|p| p.to_string_lossy().into_owned()));
+        match self.spawn_helper("/bin/rm", args) {
+            Ok(pid) => {
+                self.tasks.insert(pid, Task::Prune { dirs });
+            }
+            Err(e) => log::warn!(
+                "{tool}: cannot start rm for {dirs:?}: {e}; they stay hidden until the next start"
+            ),
+        }
+    }
+
+    /// Deletes what interrupted installs, prunes and switches left in the directory of
+    /// each tool loaded since the last call, except what a helper of this supd (or of
+    /// the image it took over from) is still working on: a live install's staging
+    /// directory is never touched. Dead staging is renamed aside at once and deleted by
+    /// a helper.
+    pub fn sweep_tools(&mut self) {
+        let fresh: Vec<String> = self
+            .tools
+            .iter_mut()
+            .filter(|(_, t)| !t.swept)
+            .map(|(n, t)| {
+                t.swept = true;
+                n.clone()
+            })
+            .collect();
+        let tools_dir = self.cfg.supd.tools_dir.clone();
+        for tool in fresh {
+            let busy: BTreeSet<PathBuf> = self
+                .tasks
+                .values()
+                .flat_map(|t| match t {
+                    Task::Install {
+                        tool: t, version, ..
+                    } if *t == tool => {
+                        vec![versions::install_tmp(&tools_dir, t, version)]
+                    }
+                    Task::Prune { dirs } => dirs.clone(),
+                    Task::Install { .. } | Task::ReexecCheck { .. } => Vec::new(),
+                })
+                .collect();
+            let mut doomed = Vec::new();
+            for p in versions::leftovers(&tools_dir, &tool) {
+                if busy.contains(&p) {
+                    log::debug!("{tool}: {} is in use by a helper; kept", p.display());
+                    continue;
+                }
+                log::info!(
+                    "{tool}: deleting {} left by an interrupted operation",
+                    p.display()
+                );
+                match versions::hide_leftover(&p) {
+                    Ok(Some(hidden)) => doomed.push(hidden),
+                    Ok(None) => {}
+                    Err(e) => log::warn!("{tool}: cannot move {} aside: {e}", p.display()),
+                }
+            }
+            self.delete_in_background(&tool, doomed);
+        }
+    }
+
+    /// `reexec [--binary PATH]`: checks the new program on the current config first.
+    pub fn begin_reexec(
+        &mut self,
+        binary: Option<PathBuf>,
+        client: u64,
+        id: &Value,
+    ) -> Result<(), Error> {
+        if let Some(c) = &self.cleanup {
+            return Err(failed(format!(
+                "supd is still ending what a previous supd left ({}); try again once it is done",
+                c.services.join(", ")
+            )));
+        }
+        let binary = binary.unwrap_or_else(|| self.program.clone());
+        let args = vec![
+            "--check".to_string(),
+            "-c".into(),
+            self.config_path.to_string_lossy().into_owned(),
+            "--handoff-format".into(),
+            crate::handoff::FORMAT.to_string(),
+        ];
+        let pid = self
+            .spawn_helper(&binary.to_string_lossy(), args)
+            .map_err(|e| {
+                failed(format!(
+                    "cannot run {}: {e}; supd keeps running",
+                    binary.display()
+                ))
+            })?;
+        self.tasks.insert(
+            pid,
+            Task::ReexecCheck {
+                binary,
+                client,
+                id: id.clone(),
+            },
+        );
+        if let Some(c) = self.server.clients.get_mut(&client) {
+            c.parked = true;
+        }
+        Ok(())
+    }
+
+    fn spawn_helper(&self, program: &str, args: Vec<String>) -> Result<i32, String> {
+        sys::spawn(SpawnSpec {
+            program: program.into(),
+            args,
+            env: vec![("PATH".into(), crate::launch::DEFAULT_PATH.into())],
+            cwd: "/".into(),
+            stdout: sys::Io::Null,
+            stderr: sys::Io::Inherit,
+            creds: None,
+            give: None,
+            ready_fd: None,
+            tuning: Default::default(),
+            own_pid_env: None,
+            dies_with_supd: false,
+            join: None,
+        })
+    }
+
+    /// A helper process ended.
+    pub fn task_done(&mut self, task: Task, exit: crate::service::Exit, now: Mono) {
+        let ok = exit == crate::service::Exit::Code(0);
+        match task {
+            Task::Install {
+                tool,
+                version,
+                client,
+            } => {
+                let tools_dir = self.cfg.supd.tools_dir.clone();
+                let answer = if ok {
+                    versions::finish_install(&tools_dir, &tool, &version)
+                        .map(|()| json!({"tool": tool, "version": version, "path": versions::tool_dir(&tools_dir, &tool).join(&version)}))
+                        .map_err(|e| failed(format!("cannot move the copy into place: {e}")))
+                } else {
+                    Err(failed(format!(
+                        "copying into {tool} {version} failed ({exit}); nothing was installed"
+                    )))
+                };
+                match &answer {
+                    Ok(_) => log::info!("{tool}: installed {version}"),
+                    Err(e) => {
+                        log::warn!("{tool}: {}", e.message);
+                        let tmp = versions::install_tmp(&tools_dir, &tool, &version);
+                        match versions::hide_leftover(&tmp) {
+                            Ok(Some(hidden)) => self.delete_in_background(&tool, vec![hidden]),
+                            Ok(None) => {}
+                            Err(e) => {
+                                log::warn!("{tool}: cannot move {} aside: {e}", tmp.display())
+                            }
+                        }
+                    }
+                }
+                let e = json!({"event": "install", "tool": tool, "version": version, "ok": answer.is_ok(),
+                               "error": answer.as_ref().err().map(|e| e.message.clone()), "time": unix_ms()});
+                self.server.broadcast(&crate::protocol::line(e));
+                if let Some((client, id)) = client {
+                    self.unpark(client, &id, answer, now);
+                }
+            }
+            Task::Prune { dirs } => {
+                if !ok {
+                    log::warn!("deleting pruned versions failed ({exit}): {dirs:?}; they stay hidden until the next start");
+                }
+            }
+            Task::ReexecCheck { binary, client, id } => {
+                let why = if !ok {
+                    format!(
+                        "{} --check failed ({exit}) on the current config; supd keeps running",
+                        binary.display()
+                    )
+                } else if self.shutting_down() {
+                    "supd is shutting down".into()
+                } else {
+                    // Tell the client first: its connection closes with the exec.
+                    self.unpark(
+                        client,
+                        &id,
+                        Ok(json!({"reexec": binary, "pid": std::process::id()})),
+                        now,
+                    );
+                    // Held stops and restarts are not handed over: carried out now,
+                    // their order lost but not their intent.
+                    for q in std::mem::take(&mut self.queued) {
+                        self.apply(&q.name, q.event, now);
+                    }
+                    let why = self.exec_handoff(&binary);
+                    log::error!("reexec: {why}; supd keeps running");
+                    return;
+                };
+                log::error!("reexec: {why}");
+                self.unpark(client, &id, Err(failed(why)), now);
+            }
+        }
+    }
+}
