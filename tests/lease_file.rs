@@ -244,3 +244,28 @@ fn i21_a_failed_trial_rolls_back_and_leadership_stays_with_a_committed_member() 
     assert!(!st.contains("on trial"), "{st}");
     assert!(st.contains("member n2: 1.0.0 (committed"), "{st}");
 }
+
+/// Issue 21, item 1: a trial is offered once. n2 leads on trial; its sup-lease is paused
+/// (SIGSTOP) until n1 took over; resumed, n2 still waits in probation on 2.0.0 but is
+/// not preferred on trial again: n1, committed, keeps leading.
+#[test]
+fn i21_a_trial_lost_is_not_offered_again() {
+    let (mut c, _) = leader_only_pair(false);
+    c.wait_leader("n2");
+    c.nodes[1].signal_lease(nix::sys::signal::Signal::SIGSTOP);
+    c.wait_leader("n1");
+    c.nodes[1].signal_lease(nix::sys::signal::Signal::SIGCONT);
+    c.wait("n2 back, in probation", |c| {
+        c.status_text().contains("member n2: 2.0.0 (in probation")
+    });
+    ttls(&c, 4);
+    assert_eq!(c.running_engines(), ["n1"], "{}", c.status_text());
+    let v = versions(&c, "n2");
+    assert_eq!(v["phase"], "probation", "{v}");
+    assert!(
+        c.logs()
+            .contains("n2 lost leadership while on trial of 2.0.0"),
+        "{}",
+        c.logs()
+    );
+}

@@ -250,6 +250,8 @@ pub struct Node {
     tool: Option<String>,
     /// The trials this node had (one each, see [`Trials`]).
     trials: Trials,
+    /// The version whose spent trial was withheld at the last tick, to say it once.
+    withheld: Option<String>,
 }
 
 impl Node {
@@ -276,6 +278,7 @@ impl Node {
             unhealthy: None,
             tool: None,
             trials: Trials::default(),
+            withheld: None,
         }
     }
 
@@ -387,11 +390,17 @@ impl Node {
     pub fn tick(&mut self) {
         let (me, answered) = self.candidacy();
         let (me, withheld) = self.trials.offer(me, answered);
-        if withheld {
-            let v = me.version.as_deref().unwrap_or("?");
-            self.note(format!(
-                "{v} waits in probation, but its trial on this node was had and lost: it is not offered the lease on trial again"
-            ));
+        let withheld = withheld.then(|| me.version.clone().unwrap_or_default());
+        if withheld.is_some() && withheld != self.withheld {
+            log::warn!(
+                "{}: {} waits in probation on {}, but its trial was had and lost: not eligible (restart sup-lease to offer it again, or roll it back)",
+                self.lease,
+                self.name,
+                withheld.as_deref().unwrap_or("?")
+            );
+        }
+        if answered {
+            self.withheld = withheld;
         }
         self.say_health(&me);
         if let Err(e) = self.renew(&me) {
