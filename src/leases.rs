@@ -139,6 +139,14 @@ impl Supervisor {
         self.grants.get(lease).is_some_and(|g| g.until > now)
     }
 
+    /// Whether a leader-only service of `lease` runs `tool`: its probation proves itself
+    /// only while this node leads, so the candidacy offers the lease on trial.
+    fn runs_leader_only(&self, lease: &str, tool: &str) -> bool {
+        self.leader_only(lease)
+            .iter()
+            .any(|n| self.slots[n].cfg.tool.as_deref() == Some(tool))
+    }
+
     /// A service turned unhealthy (its check failed `failures` times, or its watchdog
     /// was missed): remembered for the candidacy of its lease.
     pub fn note_unhealthy(&mut self, name: &str, why: &str, now: Mono) {
@@ -186,7 +194,9 @@ impl Supervisor {
         Ok(c)
     }
 
-    /// The candidacy's version, and whether it is committed, running and irreversible.
+    /// The candidacy's version, and whether it is committed, running and irreversible;
+    /// `trial` when the tool waits in a probation that a leader-only service of the lease
+    /// must pass, which only leading lets it run (sup-lease(8), THE RULE).
     fn candidacy_of_tool(&mut self, lease: &str, now: Mono) -> Result<Value, Error> {
         let tool = self.cfg.leases[lease].tool.clone();
         let Some(tool) = tool else {
@@ -212,13 +222,15 @@ impl Supervisor {
             && services
                 .iter()
                 .all(|n| self.slots[n].svc.state == State::Running);
+        let in_probation = r.phase == Phase::Probation;
         Ok(json!({
             "lease": lease,
             "tool": tool,
             "version": version,
-            "committed": r.phase != Phase::Probation && version.is_some(),
+            "committed": !in_probation && version.is_some(),
             "running": running,
             "irreversible": irreversible,
+            "trial": in_probation && version.is_some() && self.runs_leader_only(lease, &tool),
         }))
     }
 

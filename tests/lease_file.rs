@@ -128,3 +128,144 @@ fn i11_a_wall_clock_step_ends_no_store_lease() {
 fn i13_leadership_leaves_a_node_whose_leader_only_service_turned_unhealthy() {
     scenarios::unhealthy_holder(None, TTL, "5s");
 }
+
+// Issue 21 -------------------------------------------------------------------------
+
+/// Two nodes whose agent is leader-only (sup.toml(5)'s lease example), both on a
+/// committed 1.0.0, n1 leading; the agent's probation is long (an hour), so nothing here
+/// waits on it. n2 is upgraded to `v2` (which stays up, or exits at once: `crash`).
+fn leader_only_pair(crash: bool) -> (Cluster, Instant) {
+    let opts = Options {
+        agent_leads: true,
+        hold_leases: true,
+        probation: "1h",
+        ..Options::default()
+    };
+    let mut c = Cluster::with(&["1.0.0", "1.0.0"], None, TTL, opts);
+    c.start_lease(0);
+    c.wait_leader("n1");
+    c.start_lease(1);
+    c.wait("n2 a member", |c| {
+        c.status_text().contains("member n2: 1.0.0")
+    });
+    ttls(&c, 2);
+    assert_eq!(c.running_engines(), ["n1"], "{}", c.status_text());
+    assert_eq!(agent(&c, "n1"), ("running".into(), "1.0.0".into()));
+    assert_eq!(agent(&c, "n2").0, "stopped", "held down: n2 does not lead");
+    let n2 = c.node("n2");
+    n2.install("2.0.0", crash);
+    let out = n2.sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (c, Instant::now())
+}
+
+/// A node's agent: its state and version.
+fn agent(c: &Cluster, node: &str) -> (String, String) {
+    let st = c.node(node).sb.status("agent");
+    let s = |k: &str| st[k].as_str().unwrap_or("-").to_string();
+    (s("state"), s("version"))
+}
+
+fn versions(c: &Cluster, node: &str) -> serde_json::Value {
+    c.node(node)
+        .sb
+        .ok(serde_json::json!({"cmd": "versions", "tool": "agent"}))
+}
+
+/// Issue 21, item 1: a leader-only version upgraded on a node that does not lead was
+/// held down, so it never ran; in probation it was not eligible, so it never led either.
+/// Now it is offered the lease on trial: preferred as 2.0.0 would be, the 1.0.0 holder
+/// steps down to it within a few T, and it runs, still in probation (not committed
+/// before it has run). The floor does not move for a version on trial.
+#[test]
+fn i21_a_leader_only_upgrade_on_a_follower_gets_the_lease_on_trial() {
+    let (c, upgraded) = leader_only_pair(false);
+    c.wait_leader("n2");
+    let took = upgraded.elapsed();
+    let ttl = parse_ttl(c.ttl);
+    assert!(
+        took < ttl * 8,
+        "n2 led {took:?} after its upgrade, not within 8 T"
+    );
+    c.wait("n2's agent 2.0.0 running", |c| {
+        agent(c, "n2") == ("running".into(), "2.0.0".into())
+    });
+    let st = c.status_text();
+    assert!(st.contains("leader: n2 (2.0.0)"), "{st}");
+    assert!(st.contains("member n2: 2.0.0 (on trial"), "{st}");
+    assert!(st.contains("floor none"), "no floor for a trial: {st}");
+    let v = versions(&c, "n2");
+    assert_eq!(
+        (v["phase"].clone(), v["current"].clone()),
+        (serde_json::json!("probation"), serde_json::json!("2.0.0")),
+        "{v}"
+    );
+    ttls(&c, 3);
+    assert_eq!(c.running_engines(), ["n2"], "{}", c.status_text());
+    assert_eq!(agent(&c, "n1").0, "stopped");
+}
+
+/// Issue 21, item 1: the trial of a version that exits at once fails: n2 leads on trial,
+/// its agent crash-loops in probation, supd rolls it back to 1.0.0 and marks 2.0.0 bad,
+/// and leadership stays with a committed member running 1.0.0 (n2 back on 1.0.0, or n1):
+/// never two engines, never an agent 2.0.0 leading for long.
+#[test]
+fn i21_a_failed_trial_rolls_back_and_leadership_stays_with_a_committed_member() {
+    let (c, _) = leader_only_pair(true);
+    c.wait("2.0.0 rolled back and marked bad on n2", |c| {
+        let v = versions(c, "n2");
+        v["current"] == "1.0.0"
+            && v["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|x| x["version"] == "2.0.0" && x["bad"] == true)
+    });
+    let v = versions(&c, "n2");
+    assert_eq!(v["phase"], "rolled-back", "{v}");
+    assert!(
+        c.logs().contains("on trial of 2.0.0"),
+        "n2 led on trial: {}",
+        c.logs()
+    );
+    let committed_leads = |c: &Cluster| {
+        let e = c.running_engines();
+        e.len() == 1 && agent(c, &e[0]) == ("running".into(), "1.0.0".into())
+    };
+    c.wait("a committed 1.0.0 member leads", committed_leads);
+    ttls(&c, 3);
+    assert!(committed_leads(&c), "{}", c.status_text());
+    let st = c.status_text();
+    assert!(!st.contains("on trial"), "{st}");
+    assert!(st.contains("member n2: 1.0.0 (committed"), "{st}");
+}
+
+/// Issue 21, item 1: a trial is offered once. n2 leads on trial; its sup-lease is paused
+/// (SIGSTOP) until n1 took over; resumed, n2 still waits in probation on 2.0.0 but is
+/// not preferred on trial again: n1, committed, keeps leading.
+#[test]
+fn i21_a_trial_lost_is_not_offered_again() {
+    let (mut c, _) = leader_only_pair(false);
+    c.wait_leader("n2");
+    c.nodes[1].signal_lease(nix::sys::signal::Signal::SIGSTOP);
+    c.wait_leader("n1");
+    c.nodes[1].signal_lease(nix::sys::signal::Signal::SIGCONT);
+    c.wait("n2 back, in probation", |c| {
+        c.status_text().contains("member n2: 2.0.0 (in probation")
+    });
+    ttls(&c, 4);
+    assert_eq!(c.running_engines(), ["n1"], "{}", c.status_text());
+    let v = versions(&c, "n2");
+    assert_eq!(v["phase"], "probation", "{v}");
+    assert!(
+        c.logs()
+            .contains("n2 lost leadership while on trial of 2.0.0"),
+        "{}",
+        c.logs()
+    );
+}

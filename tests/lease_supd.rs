@@ -251,3 +251,55 @@ fn i13_a_leader_only_service_that_stops_pinging_its_watchdog_holds_the_node_out(
     let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
     assert_eq!(c["healthy"], false, "after a reexec: {c}");
 }
+
+/// Issue 21, item 1: a leader-only versioned tool in probation is offered the lease on
+/// trial: the candidacy says `trial` (and stays uncommitted); a committed version, or a
+/// tool in probation that no leader-only service of the lease runs, is not on trial.
+#[test]
+fn i21_a_leader_only_tool_in_probation_is_a_candidate_on_trial() {
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[lease.engine]\ntool = \"agent\"\n\n[service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\n\
+         leader_only = \"engine\"\nprobation = \"1h\"\nrestart_delay = \"10ms\"\n\n\
+         [lease.other]\ntool = \"agent\"\n",
+    );
+    sb.provision_version("1.0.0", "exec /bin/sleep 3600");
+    sb.start();
+    let candidacy = |lease: &str| sb.ok(json!({"cmd": "lease-candidacy", "lease": lease}));
+    let c = candidacy("engine");
+    assert_eq!(
+        (
+            c["version"].clone(),
+            c["committed"].clone(),
+            c["trial"].clone()
+        ),
+        (json!("1.0.0"), json!(true), json!(false)),
+        "provisioned: committed, no trial: {c}"
+    );
+    sb.install_version("2.0.0", "exec /bin/sleep 3600");
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c = candidacy("engine");
+    assert_eq!(
+        (
+            c["version"].clone(),
+            c["committed"].clone(),
+            c["trial"].clone()
+        ),
+        (json!("2.0.0"), json!(false), json!(true)),
+        "in probation, held down: on trial: {c}"
+    );
+    // The same tool under a lease none of whose leader-only services runs it: its
+    // probation does not wait for that lease, so no trial there.
+    let c = candidacy("other");
+    assert_eq!(
+        (c["committed"].clone(), c["trial"].clone()),
+        (json!(false), json!(false)),
+        "{c}"
+    );
+}

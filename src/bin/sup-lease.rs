@@ -386,7 +386,8 @@ fn status(mut store: Box<dyn store::Store>, lease: &str) -> ExitCode {
         );
         let marks = [
             (m.committed, "committed"),
-            (!m.committed, "in probation"),
+            (!m.committed && m.trial, "on trial"),
+            (!m.committed && !m.trial, "in probation"),
             (m.irreversible, "irreversible"),
             (m.healthy, "healthy"),
             (!m.healthy, unhealthy.as_str()),

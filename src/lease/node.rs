@@ -3,7 +3,7 @@
 //! and carry out its decision (in the store, then in supd).
 
 use super::record::{prefix, Leader, Member, Policy};
-use super::rule::{decide, kill_grace, Decision, Memory, View};
+use super::rule::{decide, kill_grace, Decision, Memory, Trials, View};
 use super::store::{Cond, Kv, LeaseId, Store, StoreError};
 use crate::time::{Boot, Human};
 use serde_json::{json, Value};
@@ -248,6 +248,10 @@ pub struct Node {
     unhealthy: Option<String>,
     /// The lease's tool on this node, as supd last said.
     tool: Option<String>,
+    /// The trials this node had (one each, see [`Trials`]).
+    trials: Trials,
+    /// The version whose spent trial was withheld at the last tick, to say it once.
+    withheld: Option<String>,
 }
 
 impl Node {
@@ -273,6 +277,8 @@ impl Node {
             last_note: String::new(),
             unhealthy: None,
             tool: None,
+            trials: Trials::default(),
+            withheld: None,
         }
     }
 
@@ -288,35 +294,41 @@ impl Node {
         format!("{}{k}", prefix(&self.lease))
     }
 
-    /// This node's candidacy; on any doubt, one that cannot lead.
-    fn candidacy(&mut self) -> Member {
+    /// This node's candidacy, and whether supd answered; on any doubt, one that cannot
+    /// lead.
+    fn candidacy(&mut self) -> (Member, bool) {
         let req = json!({"cmd": "lease-candidacy", "lease": self.lease});
         match self.supd.call(req, self.ttl / 3) {
             Ok(c) => {
                 self.tool = c["tool"].as_str().map(str::to_string);
-                Member {
+                let m = Member {
                     node: self.name.clone(),
                     version: c["version"].as_str().map(str::to_string),
                     // supd answers `"tool": null` for a lease without a tool.
                     versioned: !c["tool"].is_null(),
                     committed: c["committed"] == true,
+                    // An older supd does not answer it: no trial, as before.
+                    trial: c["trial"] == true && c["committed"] != true,
                     irreversible: c["irreversible"] == true,
                     // An older supd does not answer it: healthy, as before.
                     healthy: c["healthy"] != false,
                     reason: c["reason"].as_str().map(str::to_string),
-                }
+                };
+                (m, true)
             }
             Err(e) => {
                 self.note(format!("candidacy: {e}"));
-                Member {
+                let m = Member {
                     node: self.name.clone(),
                     version: None,
                     versioned: true,
                     committed: false,
+                    trial: false,
                     irreversible: false,
                     healthy: true,
                     reason: None,
-                }
+                };
+                (m, false)
             }
         }
     }
@@ -376,7 +388,20 @@ impl Node {
     /// One tick. The clock is read where it matters: before a keepalive is sent, and
     /// after the last store call that a decision rests on.
     pub fn tick(&mut self) {
-        let me = self.candidacy();
+        let (me, answered) = self.candidacy();
+        let (me, withheld) = self.trials.offer(me, answered);
+        let withheld = withheld.then(|| me.version.clone().unwrap_or_default());
+        if withheld.is_some() && withheld != self.withheld {
+            log::warn!(
+                "{}: {} waits in probation on {}, but its trial was had and lost: not eligible (restart sup-lease to offer it again, or roll it back)",
+                self.lease,
+                self.name,
+                withheld.as_deref().unwrap_or("?")
+            );
+        }
+        if answered {
+            self.withheld = withheld;
+        }
         self.say_health(&me);
         if let Err(e) = self.renew(&me) {
             // Unreachable store: nothing is renewed, the grant runs out by itself; the
@@ -399,6 +424,17 @@ impl Node {
                 return;
             }
         };
+        let holds = snap
+            .leader
+            .as_ref()
+            .is_some_and(|(l, _, _)| l.node == self.name);
+        if let Some(v) = self.trials.observe(&me, answered, holds) {
+            log::warn!(
+                "{}: {} lost leadership while on trial of {v}: that trial is not offered again",
+                self.lease,
+                self.name
+            );
+        }
         let decision = self.decide_on(&snap);
         self.act(decision, &snap, &me);
     }
@@ -482,7 +518,11 @@ impl Node {
                 match self.supd.call(req, self.ttl / 3) {
                     Ok(_) => {
                         if self.leading != Some(term) {
-                            log::info!("{}: {} leads (term {term})", self.lease, self.name);
+                            let trial = match (me.trial, me.version.as_deref()) {
+                                (true, Some(v)) => format!(", on trial of {v}"),
+                                _ => String::new(),
+                            };
+                            log::info!("{}: {} leads (term {term}{trial})", self.lease, self.name);
                         }
                         self.leading = Some(term);
                         self.note(String::new());

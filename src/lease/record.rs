@@ -21,6 +21,12 @@ pub struct Member {
     pub versioned: bool,
     /// Past probation.
     pub committed: bool,
+    /// Not committed: its version waits in a probation that only leading lets it pass
+    /// (the lease's tool runs as a leader-only service of the lease), and the lease is
+    /// offered to it on trial, once (sup-lease remembers a trial it had and lost).
+    /// Absent in records of older sup-leases: false.
+    #[serde(default)]
+    pub trial: bool,
     pub irreversible: bool,
     /// None of the lease's leader-only services on that node is unhealthy, or was so
     /// recently (supd holds a node out for the service's `cooldown` after its last

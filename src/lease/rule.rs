@@ -3,9 +3,13 @@
 //! do out. T is the store lease's TTL.
 //!
 //! - eligible: healthy (no leader-only service of the lease unhealthy on that node, as
-//!   its supd says), committed, not below the floor, and the target when pinned;
+//!   its supd says), committed or on trial, not below the floor, and the target when
+//!   pinned;
 //! - preferred: the highest eligible version (`newest`), the lowest (`oldest`), or the
-//!   target (`pinned`);
+//!   target (`pinned`); a member on trial (its leader-only tool waits in a probation that
+//!   only leading lets it pass) counts as its version would if committed, once: a node
+//!   that loses leadership while still on trial for a version is not offered it again
+//!   ([`Trials`]);
 //! - a holder leads while the keepalive of its last renewal was *sent* less than
 //!   [`validity`] (T/2) ago, it proved this tick that it owns `leader`, and it is
 //!   eligible; its grant is an absolute deadline, that send plus T/2, and supd kills what
@@ -16,7 +20,8 @@
 //! - an eligible candidate takes an empty `leader`; one that is not preferred waits T;
 //! - a preferred candidate takes over a holder that for 2T was not a live member, not
 //!   eligible, or not preferred and did not step down; it waits T before it leads;
-//! - an irreversible version that leads raises the floor to itself;
+//! - an irreversible version that leads raises the floor to itself, once committed (a
+//!   version on trial may still be rolled back: it raises nothing);
 //! - a lease without a tool (members without a version) is plain leader election: every
 //!   live member is eligible and preferred, and compare-and-create picks one.
 //!
@@ -26,7 +31,7 @@
 use super::record::{Leader, Member, Policy, Strategy};
 use crate::time::Boot;
 use semver::Version;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// How long a grant lasts after the keepalive it rests on was sent: T/2.
@@ -132,7 +137,7 @@ pub fn ineligible(m: &Member, p: &Policy) -> Option<String> {
     let Some(v) = m.semver() else {
         return Some("no version".into());
     };
-    if !m.committed {
+    if !m.committed && !m.trial {
         return Some(format!("{v} is not committed (in probation)"));
     }
     if let Some(f) = p.floor().filter(|f| &v < f) {
@@ -222,7 +227,8 @@ pub fn decide(v: &View, mem: &Memory) -> (Decision, Memory) {
             }
             mem.lead_from = None;
             let until = until.unwrap_or(v.now);
-            let raise_floor = match (me.irreversible, me.semver()) {
+            // Only a committed version raises the floor: one on trial may be rolled back.
+            let raise_floor = match (me.irreversible && me.committed, me.semver()) {
                 (true, Some(mv)) if p.floor().is_none_or(|f| mv > f) => me.version.clone(),
                 _ => None,
             };
@@ -297,6 +303,63 @@ fn remember(v: &View, mem: &Memory) -> Memory {
         n.first_seen.entry(m.node.clone()).or_insert(v.now);
     }
     n
+}
+
+/// What a node remembers of its own trials, between ticks: a trial is offered once.
+/// A node that held `leader` on trial for a version and lost it while still on trial for
+/// it (it stepped down, was fenced or taken over) does not offer that trial again: its
+/// member is then in probation, not eligible. The mark is forgotten once supd's
+/// candidacy is no longer on trial for that version (committed, rolled back, another
+/// upgrade), so that an operator's later `upgrade --force` of it is a new trial. It lives
+/// in sup-lease's memory: a restart of sup-lease forgets it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trials {
+    /// The version this node held `leader` on trial for, at its last look.
+    pub holding: Option<String>,
+    /// Versions whose trial this node had and lost.
+    pub spent: BTreeSet<String>,
+}
+
+impl Trials {
+    /// The candidacy to publish, from supd's `c` (`answered`: supd was asked; when it
+    /// could not be, nothing is forgotten): a spent trial is withheld (`trial` false, so
+    /// in probation). Also whether it withheld one.
+    pub fn offer(&mut self, c: Member, answered: bool) -> (Member, bool) {
+        let mut c = c;
+        if answered {
+            self.spent
+                .retain(|v| c.trial && c.version.as_deref() == Some(v.as_str()));
+        }
+        let withheld = c.trial && c.version.as_ref().is_some_and(|v| self.spent.contains(v));
+        if withheld {
+            c.trial = false;
+        }
+        (c, withheld)
+    }
+
+    /// After a look at the store: `me` is what this node published, `holds` whether
+    /// `leader` names it. Returns the version whose trial was just spent, if any.
+    pub fn observe(&mut self, me: &Member, answered: bool, holds: bool) -> Option<String> {
+        if !answered {
+            return None;
+        }
+        if !me.trial {
+            self.holding = None;
+            return None;
+        }
+        if holds {
+            self.holding = me.version.clone();
+            return None;
+        }
+        let lost = self
+            .holding
+            .take()
+            .filter(|v| me.version.as_ref() == Some(v));
+        if let Some(v) = &lost {
+            self.spent.insert(v.clone());
+        }
+        lost
+    }
 }
 
 #[cfg(test)]

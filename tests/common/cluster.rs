@@ -36,6 +36,11 @@ pub struct Options {
     /// Each node's sup-lease also follows the fleet of `agent` (`--fleet agent`, staging
     /// in its sandbox).
     pub fleet: bool,
+    /// The agent is leader-only too (`leader_only = "engine"`), as in sup.toml(5)'s lease
+    /// example: it runs only on the holder, and its upgrades are tried on the lease. Each
+    /// node's first version is placed with its `current` link before supd starts
+    /// (committed: a held-down agent could not pass a probation).
+    pub agent_leads: bool,
 }
 
 pub struct Cluster {
@@ -128,10 +133,15 @@ impl Cluster {
             };
             sb.config(&format!(
                 "[lease.engine]\n{tool}\n\
-                 [service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nrestart_delay = \"10ms\"\n\
+                 [service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nrestart_delay = \"10ms\"\n{agent_leads}\
                  crash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\nprobation = \"{probation}\"\n\n\
                  [service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nenv = {{ NODE = \"{name}\" }}\nstop_timeout = \"{stop}s\"\n{more}",
-                stop = stop_secs as u32 + 2
+                stop = stop_secs as u32 + 2,
+                agent_leads = if opts.agent_leads {
+                    "leader_only = \"engine\"\n"
+                } else {
+                    ""
+                },
             ));
             nodes.push(Node {
                 name,
@@ -139,8 +149,11 @@ impl Cluster {
                 lease: None,
             });
             let n = nodes.last_mut().expect("node");
+            if opts.agent_leads {
+                n.sb.provision_version(v, agent_body(false));
+            }
             n.sb.start();
-            if !opts.no_tool {
+            if !opts.no_tool && !opts.agent_leads {
                 n.install(v, false);
                 n.upgrade(v, true);
             }

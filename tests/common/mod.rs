@@ -119,6 +119,17 @@ impl Sandbox {
         );
     }
 
+    /// Places a version of `agent` and its `current` link as a provisioner does, before
+    /// supd starts: committed, no probation (a leader-only agent, held down while the
+    /// node does not lead, could not pass one).
+    pub fn provision_version(&self, version: &str, body: &str) {
+        let src = self.stage_version(version, body);
+        let tool = self.path("tools/agent");
+        fs::create_dir_all(&tool).expect("mkdir tools/agent");
+        fs::rename(&src, tool.join(version)).expect("place the version");
+        std::os::unix::fs::symlink(version, tool.join("current")).expect("current");
+    }
+
     /// Stages a version and installs it with `supctl install` (which must succeed).
     pub fn install_version(&self, version: &str, body: &str) {
         let src = self.stage_version(version, body);

@@ -77,6 +77,9 @@ struct World {
     faults: bool,
     /// While faults last, members turn unhealthy and healthy again at random.
     flaky_health: bool,
+    /// While faults last, members go on trial of 2.0.0, lose it (in probation, the trial
+    /// spent) and are rolled back to a committed 1.0.0 at random.
+    flaky_trial: bool,
     nodes: Vec<Node>,
     leases: BTreeMap<u64, u64>,
     next_lease: u64,
@@ -112,6 +115,7 @@ impl World {
             rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
             faults: true,
             flaky_health: false,
+            flaky_trial: false,
             nodes,
             leases: BTreeMap::new(),
             next_lease: 0,
@@ -292,6 +296,14 @@ impl World {
             m.healthy = !m.healthy;
             m.reason = (!m.healthy).then(|| "engine: watchdog missed".into());
         }
+        if self.faults && self.flaky_trial && self.rng.chance(10) {
+            let m = &mut self.nodes[i].member;
+            (m.version, m.committed, m.trial) = match (m.committed, m.trial) {
+                (true, _) => (Some("2.0.0".into()), false, true),
+                (false, true) => (Some("2.0.0".into()), false, false),
+                (false, false) => (Some("1.0.0".into()), true, false),
+            };
+        }
         let now = self.clock(i, t);
         let n = &self.nodes[i];
         let (members, leader) = &n.snap;
@@ -390,15 +402,24 @@ fn under_faults(members: impl Fn() -> Vec<Member>) {
 }
 
 fn under(members: impl Fn() -> Vec<Member>, flaky_health: bool) {
+    under_with(members, flaky_health, false);
+}
+
+fn under_with(members: impl Fn() -> Vec<Member>, flaky_health: bool, flaky_trial: bool) {
     let ttl = T.as_millis() as u64;
     for seed in 1..=150 {
         let mut w = World::new(seed, members());
         w.flaky_health = flaky_health;
+        w.flaky_trial = flaky_trial;
         w.run_until(60 * ttl);
         w.faults = false;
         for n in &mut w.nodes {
             n.member.healthy = true;
             n.member.reason = None;
+            if !n.member.committed && !n.member.trial {
+                // A spent trial, rolled back at last: a committed member again.
+                (n.member.version, n.member.committed) = (Some("1.0.0".into()), true);
+            }
         }
         w.run_until(90 * ttl);
         let running = w.running();
@@ -433,6 +454,24 @@ fn no_overlap_when_health_comes_and_goes_under_faults() {
                 m("n3", "1.1.0", true),
             ]
         },
+        true,
+    );
+}
+
+/// Issue 21: trials that come, are lost and roll back, with health coming and going, under
+/// the same faults: a member on trial changes only who is eligible and preferred, never
+/// the grants' arithmetic, so never two nodes' services at once.
+#[test]
+fn no_overlap_when_trials_come_and_go_under_faults() {
+    under_with(
+        || {
+            vec![
+                m("n1", "1.0.0", true),
+                m("n2", "1.0.0", true),
+                m("n3", "1.0.0", true),
+            ]
+        },
+        true,
         true,
     );
 }
