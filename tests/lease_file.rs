@@ -269,3 +269,45 @@ fn i21_a_trial_lost_is_not_offered_again() {
         c.logs()
     );
 }
+
+/// Issue 21, item 1, as a roll goes: the holder upgraded first commits 2.0.0 while it
+/// leads; n2, upgraded next, is on trial for the holder's own version and comes first
+/// among its members, so n1 hands the lease over and n2's probation, which counts only
+/// while it leads, ends in a commit too. Failed before the trial came first: n1 kept
+/// the lease and n2 waited in probation for ever.
+#[test]
+fn i21_each_node_of_a_roll_leads_once_on_trial_and_commits() {
+    let opts = Options {
+        agent_leads: true,
+        hold_leases: true,
+        probation: "2s",
+        ..Options::default()
+    };
+    let mut c = Cluster::with(&["1.0.0", "1.0.0"], None, TTL, opts);
+    c.start_lease(0);
+    c.wait_leader("n1");
+    c.start_lease(1);
+    c.wait("n2 a member", |c| {
+        c.status_text().contains("member n2: 1.0.0")
+    });
+    for (node, version) in [("n1", "2.0.0"), ("n2", "2.0.0")] {
+        let n = c.node(node);
+        n.install(version, false);
+        let out = n.sb.supctl(&["upgrade", "agent", version]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c.wait(&format!("{node} commits {version}"), |c| {
+            let v = versions(c, node);
+            v["phase"] == "committed" && v["current"] == version
+        });
+        assert_eq!(c.running_engines(), [node], "{}", c.status_text());
+        assert_eq!(agent(&c, node), ("running".into(), version.into()));
+    }
+    // Both committed: the holder keeps the lease.
+    ttls(&c, 3);
+    assert_eq!(c.running_engines(), ["n2"], "{}", c.status_text());
+}

@@ -163,13 +163,32 @@ pub fn preferred(members: &[Member], p: &Policy) -> Option<Version> {
     }
 }
 
+/// The preferred version, and whether an eligible member of it is on trial.
+struct Pref {
+    version: Option<Version>,
+    trial: bool,
+}
+
+fn preference(members: &[Member], p: &Policy) -> Pref {
+    let version = preferred(members, p);
+    let trial = version.is_some()
+        && members
+            .iter()
+            .any(|m| m.trial && eligible(m, p) && m.semver() == version);
+    Pref { version, trial }
+}
+
 /// A versioned member is preferred when its version is the preferred one; one without a
-/// tool when no versioned member is eligible (then all of them are, alike).
-fn is_preferred(m: &Member, p: &Policy, pref: &Option<Version>) -> bool {
+/// tool when no versioned member is eligible (then all of them are, alike). Among the
+/// members of the preferred version, those on trial come first: a version committed on
+/// the holder does not keep another node's probation of it waiting for ever (its
+/// leader-only services prove it only while they run there), so each node of a roll
+/// leads once, on trial, and commits.
+fn is_preferred(m: &Member, p: &Policy, pref: &Pref) -> bool {
     if !m.versioned {
-        return eligible(m, p) && pref.is_none();
+        return eligible(m, p) && pref.version.is_none();
     }
-    eligible(m, p) && m.semver().is_some() && &m.semver() == pref
+    eligible(m, p) && m.semver().is_some() && m.semver() == pref.version && (m.trial || !pref.trial)
 }
 
 /// The decision of this tick, and what to remember.
@@ -177,7 +196,7 @@ pub fn decide(v: &View, mem: &Memory) -> (Decision, Memory) {
     let mut mem = remember(v, mem);
     let t = v.ttl;
     let p = v.policy;
-    let pref = preferred(v.members, p);
+    let pref = preference(v.members, p);
     let me = v.members.iter().find(|m| m.node == v.me);
     let live_preferred_other = |mem: &Memory| {
         v.members.iter().any(|m| {
@@ -214,10 +233,11 @@ pub fn decide(v: &View, mem: &Memory) -> (Decision, Memory) {
                 );
             };
             if !is_preferred(me, p, &pref) && live_preferred_other(&mem) {
-                let want = pref.map(|v| v.to_string()).unwrap_or_default();
+                let want = pref.version.map(|v| v.to_string()).unwrap_or_default();
+                let trial = if pref.trial { " on trial" } else { "" };
                 return (
                     Decision::StepDown(format!(
-                        "version {want} is preferred and has been live for T"
+                        "version {want}{trial} is preferred and has been live for T"
                     )),
                     mem,
                 );
@@ -281,7 +301,7 @@ pub fn decide(v: &View, mem: &Memory) -> (Decision, Memory) {
 }
 
 /// A preferred member other than `holder` (and not necessarily this node) live for T.
-fn live_preferred_other_than(v: &View, mem: &Memory, pref: &Option<Version>, holder: &str) -> bool {
+fn live_preferred_other_than(v: &View, mem: &Memory, pref: &Pref, holder: &str) -> bool {
     v.members.iter().any(|m| {
         m.node != holder
             && is_preferred(m, v.policy, pref)

@@ -950,7 +950,7 @@ fn an_older_committed_holder_steps_down_to_a_member_on_trial_and_an_empty_leader
     )
     .0
     {
-        Decision::StepDown(why) => assert!(why.contains("2.0.0 is preferred"), "{why}"),
+        Decision::StepDown(why) => assert!(why.contains("2.0.0 on trial is preferred"), "{why}"),
         d => panic!("{d:?}"),
     }
     // The key given up, b takes it at once; a waits T for it.
@@ -1143,3 +1143,73 @@ fn a_trial_lost_is_not_offered_again() {
 }
 
 mod faults;
+
+/// Issue 21, item 1, through a roll: once a version is committed on the holder (it led
+/// on trial there), another node upgraded to it is on trial and comes first among the
+/// members of that version, so its probation (which counts only while it leads) ends;
+/// once it is committed too, no member of the version is preferred over another.
+#[test]
+fn a_trial_of_the_holder_s_own_version_comes_first() {
+    let p = Policy::default();
+    let at = |ms: u64| Boot(ms * 1_000_000);
+    let la = Leader {
+        node: "a".into(),
+        version: Some("2.0.0".into()),
+        epoch: 1,
+    };
+    let members = [
+        m("a", "2.0.0", true),
+        on_trial("b", "2.0.0"),
+        m("c", "1.0.0", true),
+    ];
+    let (_, mem) = decide(
+        &view("a", &members, Some((&la, 5)), &p, at(0), true),
+        &Memory::default(),
+    );
+    match decide(
+        &view("a", &members, Some((&la, 5)), &p, at(900), true),
+        &mem,
+    )
+    .0
+    {
+        Decision::StepDown(why) => assert!(why.contains("2.0.0 on trial"), "{why}"),
+        d => panic!("the committed holder of 2.0.0 keeps it from b's trial: {d:?}"),
+    }
+    // An empty key: b's at once, a waits T.
+    assert_eq!(
+        decide(
+            &view("b", &members, None, &p, at(0), false),
+            &Memory::default()
+        )
+        .0,
+        Decision::Acquire
+    );
+    assert!(matches!(
+        decide(
+            &view("a", &members, None, &p, at(0), false),
+            &Memory::default()
+        )
+        .0,
+        Decision::Follow(_)
+    ));
+    // Both committed: the holder keeps it.
+    let done = [m("a", "2.0.0", true), m("b", "2.0.0", true)];
+    let (_, mem) = decide(
+        &view("a", &done, Some((&la, 5)), &p, at(0), true),
+        &Memory::default(),
+    );
+    assert!(matches!(
+        decide(&view("a", &done, Some((&la, 5)), &p, at(900), true), &mem).0,
+        Decision::Lead { .. }
+    ));
+    // A trial of an older version than the preferred one comes first for nothing.
+    let older = [m("a", "2.0.0", true), on_trial("b", "1.5.0")];
+    let (_, mem) = decide(
+        &view("a", &older, Some((&la, 5)), &p, at(0), true),
+        &Memory::default(),
+    );
+    assert!(matches!(
+        decide(&view("a", &older, Some((&la, 5)), &p, at(900), true), &mem).0,
+        Decision::Lead { .. }
+    ));
+}
