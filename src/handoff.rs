@@ -410,11 +410,6 @@ impl Supervisor {
             slot.version = s.version;
             slot.status_text = s.status_text;
             slot.ran_as = s.ran_as.map(Box::new);
-            if let Some(pid) = s.svc.pid {
-                self.pids.insert(pid, s.name.clone());
-                // Still this process's child (exec keeps the pid): watched as at a spawn.
-                slot.leader = crate::sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
-            }
             slot.instance = s.instance.or_else(|| {
                 s.svc.pid.map(|pid| crate::instance::Instance {
                     pid,
@@ -424,8 +419,20 @@ impl Supervisor {
                     guard: None,
                 })
             });
-            if slot.instance.as_ref().is_some_and(|i| i.leader_gone()) {
-                self.draining.insert(s.name.clone());
+            // A leader not reaped yet is still this process's child (exec keeps the
+            // pid): in the pid table and watched as at a spawn. One reaped already (its
+            // run drains) is neither: its pid may name another process by now, and in
+            // the table it would never be removed (nothing reaps it again), so that
+            // supd could never finish a shutdown.
+            match slot.instance.as_ref() {
+                Some(i) if i.leader_gone() => {
+                    self.draining.insert(s.name.clone());
+                }
+                Some(i) => {
+                    self.pids.insert(i.pid, s.name.clone());
+                    slot.leader = crate::sys::pidfd_open(i.pid).ok().map(|fd| (i.pid, fd));
+                }
+                None => {}
             }
             slot.svc = s.svc;
             if gone {
