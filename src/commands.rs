@@ -351,6 +351,9 @@ impl Supervisor {
             Command::Halt {} => self.end_system(crate::pid1::Final::Halt, now),
             Command::Reexec { binary } => {
                 self.refuse_during_shutdown()?;
+                if let Some(busy) = self.reexec_refusal() {
+                    return Err(busy);
+                }
                 self.begin_reexec(binary.map(PathBuf::from), client, id)?;
                 Ok(Outcome::Parked)
             }

@@ -396,11 +396,14 @@ impl Supervisor {
     /// Refuses an operator's change while one of supd's own waits for its record.
     fn refuse_while_pending(&self, tool: &str) -> Result<(), Error> {
         match self.tools.get(tool).and_then(|t| t.pending.as_ref()) {
-            Some(p) => Err(failed(format!(
-                "{tool}: {} waits for its record ({}); supd retries it; nothing changed",
-                p.op.describe(&p.change.record),
-                p.error
-            ))),
+            Some(p) => Err(Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "{tool}: {} waits for its record ({}); supd retries it; nothing changed",
+                    p.op.describe(&p.change.record),
+                    p.error
+                ),
+            )),
             None => Ok(()),
         }
     }
@@ -1051,32 +1054,7 @@ impl Supervisor {
                 }
             }
             Task::ReexecCheck { binary, client, id } => {
-                let why = if !ok {
-                    format!(
-                        "{} --check failed ({exit}) on the current config; supd keeps running",
-                        binary.display()
-                    )
-                } else if self.shutting_down() {
-                    "supd is shutting down".into()
-                } else {
-                    // Tell the client first: its connection closes with the exec.
-                    self.unpark(
-                        client,
-                        &id,
-                        Ok(json!({"reexec": binary, "pid": std::process::id()})),
-                        now,
-                    );
-                    // Held stops and restarts are not handed over: carried out now,
-                    // their order lost but not their intent.
-                    for q in std::mem::take(&mut self.queued) {
-                        self.apply(&q.name, q.event, now);
-                    }
-                    let why = self.exec_handoff(&binary);
-                    log::error!("reexec: {why}; supd keeps running");
-                    return;
-                };
-                log::error!("reexec: {why}");
-                self.unpark(client, &id, Err(failed(why)), now);
+                self.finish_reexec(binary, client, id, exit, now)
             }
         }
     }

@@ -123,3 +123,108 @@ fn a_shutdown_after_a_reexec_while_a_run_drains_ends() {
     freezer.thaw();
     terminate_within_bound(&mut sb);
 }
+
+/// `stop a b` where b comes after a: a's stop is held until b is down. A reexec while
+/// b is still stopping carries the held stop: a keeps running until b is down, then
+/// stops (before, the old image carried it out at once, out of order).
+#[test]
+fn a_held_stop_is_carried_across_reexec() {
+    let mut sb = Sandbox::new();
+    // b ignores its stop signal (the ignored disposition is kept across exec).
+    sb.config(
+        r#"
+[service.a]
+command = ["/bin/sleep", "3600"]
+
+[service.b]
+command = ["/bin/sh", "-c", "trap '' TERM; exec /bin/sleep 3600"]
+after = ["a"]
+stop_timeout = "1h"
+"#,
+    );
+    sb.start();
+    sb.wait_state("a", "running");
+    let b = pid_of(&sb.wait_state("b", "running"));
+    let mut stopper = sb.client();
+    stopper.send_raw(b"{\"id\": 1, \"cmd\": \"stop\", \"services\": [\"a\", \"b\"]}\n");
+    status_until(&sb, "b", |s| s["state"] == "stopping");
+    assert_eq!(sb.status("a")["state"], "running", "held until b is down");
+    sb.reexec();
+    let a = sb.status("a");
+    assert_eq!(
+        a["state"], "running",
+        "the held stop of a waits for b after the reexec too: {a}"
+    );
+    let mut w = sb.watch();
+    kill(Pid::from_raw(b), Signal::SIGKILL).expect("kill b");
+    w.state(&sb, "a", "stopped");
+    assert_eq!(sb.status("b")["state"], "stopped");
+    drop(stopper);
+    terminate_within_bound(&mut sb);
+}
+
+/// A service's health is carried across reexec: healthy stays healthy (it was unknown
+/// again until the next check, which start_delay put off), its check not made anew.
+#[test]
+fn health_state_is_carried_across_reexec() {
+    let mut sb = Sandbox::new();
+    let count = sb.path("checks");
+    let check = sb.script("check", &format!("echo x >> {}", count.display()));
+    sb.config(&format!(
+        r#"
+[service.h]
+command = ["/bin/sleep", "3600"]
+health = {{ command = ["{check}"], interval = "1h", timeout = "5s", failures = 1, start_delay = "300ms" }}
+"#
+    ));
+    sb.start();
+    sb.wait_state("h", "running");
+    status_until(&sb, "h", |s| s["health"] == "healthy");
+    sb.reexec();
+    let s = sb.status("h");
+    assert_eq!(s["health"], "healthy", "health carried: {s}");
+    assert_eq!(
+        lines(&sb, "checks").len(),
+        1,
+        "the check is not started anew"
+    );
+    terminate_within_bound(&mut sb);
+}
+
+/// A reload under way cannot be carried (its client and helper belong to the old
+/// image): `reexec` is refused with the kind `busy`, saying what it waits for, and
+/// succeeds once the reload answered.
+#[test]
+fn a_reexec_while_a_reload_is_under_way_is_refused_as_busy() {
+    let mut sb = Sandbox::new();
+    sb.config("[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n");
+    let mut cmd = std::process::Command::new(SUPD);
+    cmd.env("SUP_FAILPOINT", "reload-reader-waits");
+    sb.start_with(cmd, &["-c"]);
+    sb.wait_state("a", "running");
+    let gate = sb.path("state/reload-gate");
+    nix::unistd::mkfifo(&gate, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let mut reloader = sb.client();
+    reloader.send_raw(b"{\"id\": 1, \"cmd\": \"reload\"}\n");
+    // The reload's helper waits at the gate: the reload is under way.
+    let a = sb.request(json!({"cmd": "reexec"}));
+    assert_eq!(a["ok"], false, "{a}");
+    assert_eq!(a["error"]["kind"], "busy", "{a}");
+    let msg = a["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("reload") && msg.contains("try again"), "{msg}");
+    let out = sb.supctl(&["reexec"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("busy") && err.contains("reload"), "{err}");
+    // Open the gate: the reload is read and answered; then the reexec goes through.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&gate)
+        .expect("open the gate");
+    let answer = reloader.read().expect("the reload's answer");
+    assert_eq!(answer["ok"], true, "{answer}");
+    let _ = std::fs::remove_file(&gate);
+    sb.reexec();
+    assert_eq!(sb.status("a")["state"], "running");
+    terminate_within_bound(&mut sb);
+}
