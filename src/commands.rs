@@ -201,16 +201,8 @@ impl Supervisor {
                     SignalArg::Number(n) => config::parse_signal(&n.to_string()),
                 }
                 .map_err(|e| Error::new(ErrorKind::BadRequest, e))?;
-                let pid = self.slots[&service].svc.pid.ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Failed,
-                        format!("service '{service}' has no process to signal"),
-                    )
-                })?;
-                signal_group(pid, sig);
-                Ok(Outcome::Answer(
-                    json!({"service": service, "pid": pid, "signal": config::signal_name(sig)}),
-                ))
+                self.signal_run(&service, sig, "signal")
+                    .map(Outcome::Answer)
             }
             Command::Log {
                 service,
@@ -257,18 +249,9 @@ impl Supervisor {
                 service: Some(service),
             } => {
                 self.known(&service)?;
-                let slot = &self.slots[&service];
-                let sig = slot.cfg.reload_signal;
-                let pid = slot.svc.pid.ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Failed,
-                        format!("service '{service}' has no process to reload"),
-                    )
-                })?;
-                signal_group(pid, sig);
-                Ok(Outcome::Answer(
-                    json!({"service": service, "pid": pid, "signal": config::signal_name(sig)}),
-                ))
+                let sig = self.slots[&service].cfg.reload_signal;
+                self.signal_run(&service, sig, "reload")
+                    .map(Outcome::Answer)
             }
             Command::Reload { service: None } => {
                 self.refuse_during_shutdown()?;
@@ -377,6 +360,44 @@ impl Supervisor {
         }
         self.begin_final(action, now);
         Ok(Outcome::Answer(json!({"action": action.as_str()})))
+    }
+
+    /// `signal` and `reload NAME`: `sig` to the process group of the service's run, while
+    /// its leader is there (not reaped: its zombie still holds the group's id). Once it
+    /// was reaped and the rest of the run drains, to the members of the run's cgroup
+    /// alone (`Instance::signal_left`), the answer naming them (`"leader_gone": true`,
+    /// `"sent_to"`); without a cgroup nothing is sent and the answer says why: the
+    /// group's id may name another group by now.
+    fn signal_run(
+        &self,
+        service: &str,
+        sig: nix::sys::signal::Signal,
+        what: &str,
+    ) -> Result<Value, Error> {
+        let slot = &self.slots[service];
+        let name = config::signal_name(sig);
+        let pid = slot.svc.pid.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Failed,
+                format!("service '{service}' has no process to {what}"),
+            )
+        })?;
+        match slot.instance.as_ref().filter(|i| i.leader_gone()) {
+            None => {
+                signal_group(pid, sig);
+                Ok(json!({"service": service, "pid": pid, "signal": name}))
+            }
+            Some(run) => match run.signal_left(sig) {
+                Some(sent) => Ok(json!({"service": service, "pid": pid, "signal": name,
+                                        "leader_gone": true, "sent_to": sent})),
+                None => Err(Error::new(
+                    ErrorKind::Failed,
+                    format!(
+                        "service '{service}': its main process {pid} has exited and the rest of its run has no cgroup to reach it by (the group id {pid} may be another's by now): {name} not sent"
+                    ),
+                )),
+            },
+        }
     }
 
     /// `name` is one service (`signal`, `log`, `reload NAME`).
