@@ -283,6 +283,7 @@ impl Supervisor {
                 wait,
             } => {
                 self.refuse_during_shutdown()?;
+                self.refuse_during_probation(&tool)?;
                 let data = self.upgrade(
                     &tool,
                     crate::upgrade::Request {
@@ -656,6 +657,22 @@ impl Supervisor {
             None => mark(&mut data),
         }
         data
+    }
+
+    /// An upgrade while another is in probation is refused for now (kind `busy`): it
+    /// may be asked again once that one committed or rolled back.
+    fn refuse_during_probation(&self, tool: &str) -> Result<(), Error> {
+        let record = self.tools.get(tool).map(|t| &t.record);
+        match record.filter(|r| r.phase == crate::upgrade::Phase::Probation) {
+            Some(r) => Err(Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "the upgrade of {tool} to {} is in probation; wait for it to commit or roll back, then try again",
+                    r.proposed.as_deref().unwrap_or("?")
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     fn refuse_during_shutdown(&self) -> Result<(), Error> {
