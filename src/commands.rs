@@ -201,16 +201,8 @@ impl Supervisor {
                     SignalArg::Number(n) => config::parse_signal(&n.to_string()),
                 }
                 .map_err(|e| Error::new(ErrorKind::BadRequest, e))?;
-                let pid = self.slots[&service].svc.pid.ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Failed,
-                        format!("service '{service}' has no process to signal"),
-                    )
-                })?;
-                signal_group(pid, sig);
-                Ok(Outcome::Answer(
-                    json!({"service": service, "pid": pid, "signal": config::signal_name(sig)}),
-                ))
+                self.signal_run(&service, sig, "signal")
+                    .map(Outcome::Answer)
             }
             Command::Log {
                 service,
@@ -257,18 +249,9 @@ impl Supervisor {
                 service: Some(service),
             } => {
                 self.known(&service)?;
-                let slot = &self.slots[&service];
-                let sig = slot.cfg.reload_signal;
-                let pid = slot.svc.pid.ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Failed,
-                        format!("service '{service}' has no process to reload"),
-                    )
-                })?;
-                signal_group(pid, sig);
-                Ok(Outcome::Answer(
-                    json!({"service": service, "pid": pid, "signal": config::signal_name(sig)}),
-                ))
+                let sig = self.slots[&service].cfg.reload_signal;
+                self.signal_run(&service, sig, "reload")
+                    .map(Outcome::Answer)
             }
             Command::Reload { service: None } => {
                 self.refuse_during_shutdown()?;
@@ -300,6 +283,7 @@ impl Supervisor {
                 wait,
             } => {
                 self.refuse_during_shutdown()?;
+                self.refuse_during_probation(&tool)?;
                 let data = self.upgrade(
                     &tool,
                     crate::upgrade::Request {
@@ -351,6 +335,9 @@ impl Supervisor {
             Command::Halt {} => self.end_system(crate::pid1::Final::Halt, now),
             Command::Reexec { binary } => {
                 self.refuse_during_shutdown()?;
+                if let Some(busy) = self.reexec_refusal() {
+                    return Err(busy);
+                }
                 self.begin_reexec(binary.map(PathBuf::from), client, id)?;
                 Ok(Outcome::Parked)
             }
@@ -374,6 +361,44 @@ impl Supervisor {
         }
         self.begin_final(action, now);
         Ok(Outcome::Answer(json!({"action": action.as_str()})))
+    }
+
+    /// `signal` and `reload NAME`: `sig` to the process group of the service's run, while
+    /// its leader is there (not reaped: its zombie still holds the group's id). Once it
+    /// was reaped and the rest of the run drains, to the members of the run's cgroup
+    /// alone (`Instance::signal_left`), the answer naming them (`"leader_gone": true`,
+    /// `"sent_to"`); without a cgroup nothing is sent and the answer says why: the
+    /// group's id may name another group by now.
+    fn signal_run(
+        &self,
+        service: &str,
+        sig: nix::sys::signal::Signal,
+        what: &str,
+    ) -> Result<Value, Error> {
+        let slot = &self.slots[service];
+        let name = config::signal_name(sig);
+        let pid = slot.svc.pid.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Failed,
+                format!("service '{service}' has no process to {what}"),
+            )
+        })?;
+        match slot.instance.as_ref().filter(|i| i.leader_gone()) {
+            None => {
+                signal_group(pid, sig);
+                Ok(json!({"service": service, "pid": pid, "signal": name}))
+            }
+            Some(run) => match run.signal_left(sig) {
+                Some(sent) => Ok(json!({"service": service, "pid": pid, "signal": name,
+                                        "leader_gone": true, "sent_to": sent})),
+                None => Err(Error::new(
+                    ErrorKind::Failed,
+                    format!(
+                        "service '{service}': its main process {pid} has exited and the rest of its run has no cgroup to reach it by (the group id {pid} may be another's by now): {name} not sent"
+                    ),
+                )),
+            },
+        }
     }
 
     /// `name` is one service (`signal`, `log`, `reload NAME`).
@@ -632,6 +657,22 @@ impl Supervisor {
             None => mark(&mut data),
         }
         data
+    }
+
+    /// An upgrade while another is in probation is refused for now (kind `busy`): it
+    /// may be asked again once that one committed or rolled back.
+    fn refuse_during_probation(&self, tool: &str) -> Result<(), Error> {
+        let record = self.tools.get(tool).map(|t| &t.record);
+        match record.filter(|r| r.phase == crate::upgrade::Phase::Probation) {
+            Some(r) => Err(Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "the upgrade of {tool} to {} is in probation; wait for it to commit or roll back, then try again",
+                    r.proposed.as_deref().unwrap_or("?")
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     fn refuse_during_shutdown(&self) -> Result<(), Error> {

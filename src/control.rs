@@ -365,9 +365,10 @@ impl Server {
         };
         if let Some(why) = self.refusal(access, uid) {
             log::warn!("refused a connection from pid {pid} uid {uid}: {why}");
+            // For now: a connection may be taken once others closed.
             client.send(&protocol::encode_err(
                 &Value::Null,
-                &Error::new(ErrorKind::Failed, why),
+                &Error::new(ErrorKind::Busy, why),
             ));
             client.flush();
             return;

@@ -55,3 +55,14 @@ pub fn panic_now(state_dir: &std::path::Path) -> bool {
     std::env::var("SUP_FAILPOINT").ok().as_deref() == Some("panic-on-hello")
         && std::fs::remove_file(state_dir.join("panic-now")).is_ok()
 }
+
+/// For the tests of what waits for a reload: when `SUP_FAILPOINT` is
+/// `reload-reader-waits` and `state_dir/reload-gate` is a FIFO, the reload's helper
+/// (never the loop) opens it for reading before it reads the config, so it waits there
+/// until the test opens the FIFO for writing: a reload stays under way for as long as
+/// the test needs.
+pub fn reload_gate(state_dir: &std::path::Path) {
+    if std::env::var("SUP_FAILPOINT").ok().as_deref() == Some("reload-reader-waits") {
+        let _ = std::fs::File::open(state_dir.join("reload-gate"));
+    }
+}

@@ -11,8 +11,9 @@
 //! --handoff-format N`) that it reads this format.
 
 use crate::leases::Grant;
-use crate::service::Service;
-use crate::supervisor::Supervisor;
+use crate::protocol::{Error, ErrorKind};
+use crate::service::{Event, Exit, Service};
+use crate::supervisor::{Queued, Supervisor};
 use crate::time::Mono;
 use crate::tools::Task;
 use serde::{Deserialize, Serialize};
@@ -23,8 +24,10 @@ use std::time::Duration;
 /// The format written by this supd; it reads every format up to it. 2: a notify socket
 /// per service (`ServiceState::notify`); format 1 had the one `Handoff::notify`. 3: a
 /// stderr pipe per service (`ServiceState::output_err`): an older image would leave it
-/// unread (and the service blocked on a full pipe), so it is refused one.
-pub const FORMAT: u32 = 3;
+/// unread (and the service blocked on a full pipe), so it is refused one. 4: held stops
+/// and restarts (`Handoff::queued`) and each service's health state
+/// (`ServiceState::health`): an older image would drop them, so it is refused one.
+pub const FORMAT: u32 = 4;
 
 /// Everything a new image needs.
 #[derive(Debug, Serialize, Deserialize)]
@@ -65,6 +68,29 @@ pub struct Handoff {
     /// node out of its lease for its cooldown, across the exec too.
     #[serde(default)]
     pub unhealthy_at: std::collections::BTreeMap<String, (Mono, String)>,
+    /// Stops and restarts held until the services named with them that come after them
+    /// are down (`stop a b`): carried in their order (format 4).
+    #[serde(default)]
+    pub queued: Vec<QueuedState>,
+}
+
+/// A held stop or restart (`Supervisor::queued`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct QueuedState {
+    pub name: String,
+    /// A restart; else a stop.
+    pub restart: bool,
+    pub until_down: Vec<String>,
+}
+
+/// A service's health checks and watchdog for its run under way (format 4): a run
+/// under way of the check itself was ended by the old image and is made again at once.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HealthState {
+    /// The run (main pid) they belong to.
+    pub pid: i32,
+    pub check: crate::health::CheckState,
+    pub watchdog: crate::health::Watchdog,
 }
 
 /// A helper process carried across `exec` (it stays a child of the same pid).
@@ -112,6 +138,9 @@ pub struct ServiceState {
     /// What this image had read of that report (records before its end).
     #[serde(default)]
     pub exec_read: Vec<u8>,
+    /// Its health checks' and watchdog's state, while they run (format 4).
+    #[serde(default)]
+    pub health: Option<HealthState>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -211,6 +240,11 @@ impl Supervisor {
                 notify,
                 exec,
                 exec_read,
+                health: slot.health_pid.map(|pid| HealthState {
+                    pid,
+                    check: slot.check.clone(),
+                    watchdog: slot.watchdog.clone(),
+                }),
             });
         }
         let grants = self
@@ -251,6 +285,21 @@ impl Supervisor {
             fds.extend([r, w]);
             (r.as_raw_fd(), w.as_raw_fd())
         });
+        let queued = (self.queued.iter())
+            .filter_map(|q| {
+                let restart = match q.event {
+                    Event::Restart => true,
+                    Event::Stop => false,
+                    // Only stops and restarts are held (`dependents_first`).
+                    _ => return None,
+                };
+                Some(QueuedState {
+                    name: q.name.clone(),
+                    restart,
+                    until_down: q.until_down.clone(),
+                })
+            })
+            .collect();
         let h = Handoff {
             format: FORMAT,
             from: crate::VERSION.into(),
@@ -268,8 +317,80 @@ impl Supervisor {
             socket_group: self.server.socket_group().cloned(),
             deadman,
             unhealthy_at: self.unhealthy_at.clone(),
+            queued,
         };
         (h, fds)
+    }
+
+    /// Why a `reexec` cannot be made now, if it cannot: what is under way and would be
+    /// lost across the exec (the new image could not finish it), as a `busy` refusal
+    /// that says what it waits for. Asked when `reexec` is asked and again when the new
+    /// program passed its check, just before the exec.
+    pub fn reexec_refusal(&self) -> Option<Error> {
+        let busy = |what: String| {
+            Some(Error::new(
+                ErrorKind::Busy,
+                format!("{what}; a reexec now would lose it: nothing changed, try again once it is over"),
+            ))
+        };
+        if let Some(c) = &self.cleanup {
+            return busy(format!(
+                "supd is still ending what a previous supd left ({})",
+                c.services.join(", ")
+            ));
+        }
+        if self.reload_job.is_some() {
+            return busy("a reload of the config is under way".into());
+        }
+        let pending: Vec<&str> = (self.tools.iter())
+            .filter(|(_, t)| t.pending.is_some())
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if !pending.is_empty() {
+            return busy(format!(
+                "a change of {} waits for its record (supd retries writing it)",
+                pending.join(", ")
+            ));
+        }
+        if (self.tasks.values()).any(|t| matches!(t, Task::ReexecCheck { .. })) {
+            return busy("another reexec is under way".into());
+        }
+        None
+    }
+
+    /// The new program's check ended (`exit`): supd re-executes into it, unless the
+    /// check failed or something that cannot be carried began meanwhile; the client is
+    /// answered first (its connection closes with the exec).
+    pub fn finish_reexec(
+        &mut self,
+        binary: PathBuf,
+        client: u64,
+        id: serde_json::Value,
+        exit: Exit,
+        now: Mono,
+    ) {
+        let refusal = if exit != Exit::Code(0) {
+            Error::new(
+                ErrorKind::Failed,
+                format!(
+                    "{} --check failed ({exit}) on the current config; supd keeps running",
+                    binary.display()
+                ),
+            )
+        } else if self.shutting_down() {
+            Error::new(ErrorKind::Failed, "supd is shutting down")
+        } else if let Some(busy) = self.reexec_refusal() {
+            busy
+        } else {
+            let answer = serde_json::json!({"reexec": binary, "pid": std::process::id()});
+            self.unpark(client, &id, Ok(answer), now);
+            // Held stops and restarts go over in the handoff, in their order.
+            let why = self.exec_handoff(&binary);
+            log::error!("reexec: {why}; supd keeps running");
+            return;
+        };
+        log::error!("reexec: {}", refusal.message);
+        self.unpark(client, &id, Err(refusal), now);
     }
 
     /// Execs `binary` with the handoff. Returns only on failure, with everything as it
@@ -279,13 +400,18 @@ impl Supervisor {
         // Children asked for and not released are not handed over: they exit unrun, and
         // their services, still pending, are started by the new image.
         self.drop_forks();
-        // Health checks under way end here (the new image knows nothing of them and
-        // starts its own): a check command's group is killed, a socket closed.
+        // Health checks' runs under way end here (the new image knows nothing of them):
+        // a check command's group is killed, a socket closed. The checks' state goes on
+        // in the new image (`ServiceState::health`), the ended run made again at once.
+        let now = Mono::now();
         for slot in self.slots.values_mut() {
             if let Some(p) = slot.probe.take() {
                 p.cancel();
             }
-            slot.health_pid = None;
+            if slot.check.running() {
+                slot.check.running_until = None;
+                slot.check.next_due = Some(slot.check.next_due.map_or(now, |d| d.min(now)));
+            }
         }
         // What has exited is reaped here, its group killed, by the image that knows it:
         // all of it (a scan cut at its time is made again until it is whole).
@@ -410,10 +536,12 @@ impl Supervisor {
             slot.version = s.version;
             slot.status_text = s.status_text;
             slot.ran_as = s.ran_as.map(Box::new);
-            if let Some(pid) = s.svc.pid {
-                self.pids.insert(pid, s.name.clone());
-                // Still this process's child (exec keeps the pid): watched as at a spawn.
-                slot.leader = crate::sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
+            // Its checks go on where they were, for the same run (one the config no
+            // longer checks is stopped by the next `sync_health`).
+            if let Some(h) = s.health.filter(|h| s.svc.pid == Some(h.pid)) {
+                slot.check = h.check;
+                slot.watchdog = h.watchdog;
+                slot.health_pid = Some(h.pid);
             }
             slot.instance = s.instance.or_else(|| {
                 s.svc.pid.map(|pid| crate::instance::Instance {
@@ -424,8 +552,20 @@ impl Supervisor {
                     guard: None,
                 })
             });
-            if slot.instance.as_ref().is_some_and(|i| i.leader_gone()) {
-                self.draining.insert(s.name.clone());
+            // A leader not reaped yet is still this process's child (exec keeps the
+            // pid): in the pid table and watched as at a spawn. One reaped already (its
+            // run drains) is neither: its pid may name another process by now, and in
+            // the table it would never be removed (nothing reaps it again), so that
+            // supd could never finish a shutdown.
+            match slot.instance.as_ref() {
+                Some(i) if i.leader_gone() => {
+                    self.draining.insert(s.name.clone());
+                }
+                Some(i) => {
+                    self.pids.insert(i.pid, s.name.clone());
+                    slot.leader = crate::sys::pidfd_open(i.pid).ok().map(|fd| (i.pid, fd));
+                }
+                None => {}
             }
             slot.svc = s.svc;
             if gone {
@@ -442,6 +582,18 @@ impl Supervisor {
             self.log_writer.adopt(w);
         }
         self.unhealthy_at = h.unhealthy_at;
+        self.queued = (h.queued.into_iter())
+            .filter(|q| self.slots.contains_key(&q.name))
+            .map(|q| Queued {
+                name: q.name,
+                event: if q.restart {
+                    Event::Restart
+                } else {
+                    Event::Stop
+                },
+                until_down: q.until_down,
+            })
+            .collect();
         for g in h.grants {
             self.recheck_pending = true;
             self.grants.insert(

@@ -13,10 +13,11 @@ pub mod run;
 
 use crate::config::HealthConfig;
 use crate::time::{Human, Mono};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// How a service is, as its check sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Health {
     /// No verdict yet since its start.
     Unknown,
@@ -36,7 +37,7 @@ impl Health {
 }
 
 /// A failed run, for people: why, and when (Unix milliseconds).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
     pub reason: String,
     pub time_ms: u64,
@@ -51,8 +52,9 @@ pub struct Change {
     pub reason: Option<String>,
 }
 
-/// The check of one service during one run of it (reset at each start).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The check of one service during one run of it (reset at each start; handed over
+/// by `reexec`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckState {
     pub health: Health,
     /// Consecutive failures.
@@ -198,7 +200,7 @@ impl CheckState {
 
 /// A service's watchdog: `WATCHDOG=1` must come within `timeout` of the start or of the
 /// last one.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Watchdog {
     pub deadline: Option<Mono>,
     /// A `WATCHDOG=1` came in this run: a probation commits only after one, so that a

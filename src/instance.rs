@@ -43,6 +43,10 @@ impl Instance {
         if sig == Signal::SIGKILL {
             return self.kill_all();
         }
+        if self.leader_gone() {
+            // Its group id may name another group by now (`signal_left`).
+            return;
+        }
         signal_group(self.pid, sig);
         if sig != Signal::SIGCONT {
             signal_group(self.pid, Signal::SIGCONT);
@@ -51,10 +55,15 @@ impl Instance {
 
     /// SIGKILL to the cgroup and to the process group; without a cgroup, also to what
     /// left the group but not the session (the leader's `setsid` made its pid the
-    /// session's id, which stays taken while any process is in the session).
+    /// session's id, which stays taken while any process is in the session). Once the
+    /// leader was reaped, to the cgroup alone: the group and session were killed while
+    /// its zombie held their id, and that id may name another process's by now.
     pub fn kill_all(&self) {
         if let Some(dir) = &self.cgroup {
             cgroup::kill(dir);
+        }
+        if self.leader_gone() {
+            return;
         }
         signal_group(self.pid, Signal::SIGKILL);
         if self.cgroup.is_none() {
@@ -70,6 +79,37 @@ impl Instance {
                 }
             }
         }
+    }
+
+    /// `sig` to what is left of a run whose leader was reaped (`supctl signal`,
+    /// `reload NAME`): to each member of its cgroup, each through a pidfd opened while
+    /// it is a member (a pid the cgroup lists again once the pidfd holds it names that
+    /// member; without pidfds, by pid as the cgroup lists it). Never to the process
+    /// group id: the leader's pid, free since it was reaped, may lead another group by
+    /// now. `None` without a cgroup (nothing is sent: nothing names the rest exactly);
+    /// else the pids signalled.
+    pub fn signal_left(&self, sig: Signal) -> Option<Vec<i32>> {
+        let dir = self.cgroup.as_deref()?;
+        let listed = cgroup::members(dir);
+        let held: Vec<(i32, Option<std::os::fd::OwnedFd>)> = listed
+            .into_iter()
+            .map(|p| (p, crate::sys::pidfd_open(p).ok()))
+            .collect();
+        let still = cgroup::members(dir);
+        let mut sent = Vec::new();
+        for (pid, fd) in held {
+            if !still.contains(&pid) {
+                continue;
+            }
+            let ok = match &fd {
+                Some(fd) => crate::sys::pidfd_send_signal(fd, sig as i32).is_ok(),
+                None => nix::sys::signal::kill(Pid::from_raw(pid), sig).is_ok(),
+            };
+            if ok {
+                sent.push(pid);
+            }
+        }
+        Some(sent)
     }
 
     /// The run is over: its dead-man guard, if any, is ended.

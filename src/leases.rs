@@ -111,6 +111,19 @@ pub fn grant_deadline(
     (until, kill_grace.unwrap_or(valid_for / 2))
 }
 
+/// Whether a grant of `term` may be taken while `held` (its term and holder) is held:
+/// a term never goes back, so an older one is a stale grant (from a holder that lost
+/// leadership, or a store that went back) and is refused, naming both terms. The same
+/// term renews; a newer one replaces it.
+pub fn check_term(lease: &str, held: Option<(u64, &str)>, term: u64) -> Result<(), String> {
+    match held {
+        Some((h, holder)) if term < h => Err(format!(
+            "lease {lease}: term {term} is older than term {h} held (granted to {holder}); a term never goes back: refused, the grant of term {h} stands"
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl Supervisor {
     fn known_lease(&self, lease: &str) -> Result<(), Error> {
         if self.cfg.leases.contains_key(lease) {
@@ -248,6 +261,11 @@ impl Supervisor {
         now: Mono,
     ) -> Result<Value, Error> {
         self.known_lease(lease)?;
+        let held = (self.grants.get(lease)).map(|g| (g.term, g.holder.as_str()));
+        check_term(lease, held, term).map_err(|e| {
+            log::warn!("{e}");
+            Error::new(ErrorKind::BadRequest, e)
+        })?;
         let d = crate::time::parse_duration(valid_for)
             .map_err(|e| Error::new(ErrorKind::BadRequest, format!("valid_for: {e}")))?;
         if d.is_zero() || d > Duration::from_secs(3600) {
@@ -528,6 +546,23 @@ impl GrantTimer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_grant_older_than_the_one_held_is_refused_naming_both_terms() {
+        assert_eq!(check_term("engine", None, 3), Ok(()));
+        assert_eq!(
+            check_term("engine", Some((3, "n1")), 3),
+            Ok(()),
+            "a renewal"
+        );
+        assert_eq!(
+            check_term("engine", Some((3, "n1")), 9),
+            Ok(()),
+            "a newer term"
+        );
+        let e = check_term("engine", Some((7, "n1")), 3).expect_err("older");
+        assert!(e.contains("term 3") && e.contains("term 7"), "{e}");
+    }
 
     fn s(name: &str, unhealthy: bool, since_ms: Option<u64>) -> ServiceHealth {
         ServiceHealth {

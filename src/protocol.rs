@@ -31,6 +31,10 @@ pub enum ErrorKind {
     UnknownTool,
     /// No `[lease.NAME]` of that name.
     UnknownLease,
+    /// Refused for now: something under way must end first (a reload being read, a
+    /// change waiting for its record, a probation); the message says what, and the same
+    /// request may succeed later. Nothing was changed.
+    Busy,
 }
 
 impl ErrorKind {
@@ -44,6 +48,7 @@ impl ErrorKind {
             ErrorKind::InvalidConfig => "invalid-config",
             ErrorKind::UnknownTool => "unknown-tool",
             ErrorKind::UnknownLease => "unknown-lease",
+            ErrorKind::Busy => "busy",
         }
     }
 }

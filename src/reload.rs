@@ -108,6 +108,7 @@ impl Supervisor {
 
     /// In the helper: the config read, compared, and written to `out`; the exit status.
     fn read_in_helper(&self, out: OwnedFd) -> i32 {
+        crate::failpoint::reload_gate(&self.cfg.supd.state_dir);
         let result: Result<Delta, Vec<String>> = match config::load(&self.config_path) {
             Ok(cfg) => Ok(self.delta(cfg)),
             Err(errs) => Err(errs.iter().map(ToString::to_string).collect()),

@@ -1505,6 +1505,15 @@ impl Supervisor {
             );
         }
         assert!(self.timers.len() <= self.slots.len());
+        // Every pid in the table is the leader, not reaped yet, of its service's run: a
+        // pid left there would never be reaped again, and a shutdown never end.
+        for (pid, name) in &self.pids {
+            let run = self.slots.get(name).and_then(|s| s.instance.as_ref());
+            assert!(
+                run.is_some_and(|i| i.pid == *pid && !i.leader_gone()),
+                "{name}: pid {pid} is in the pid table but is no unreaped leader of its run ({run:?})"
+            );
+        }
         // Whatever may start was started, unless the pass stopped at its limit, or at a
         // full spawner queue: then the next pass (woken by the spawner's answers) looks
         // at it again.

@@ -452,11 +452,14 @@ impl Supervisor {
     /// Refuses an operator's change while one of supd's own waits for its record.
     fn refuse_while_pending(&self, tool: &str) -> Result<(), Error> {
         match self.tools.get(tool).and_then(|t| t.pending.as_ref()) {
-            Some(p) => Err(failed(format!(
-                "{tool}: {} waits for its record ({}); supd retries it; nothing changed",
-                p.op.describe(&p.change.record),
-                p.error
-            ))),
+            Some(p) => Err(Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "{tool}: {} waits for its record ({}); supd retries it; nothing changed",
+                    p.op.describe(&p.change.record),
+                    p.error
+                ),
+            )),
             None => Ok(()),
         }
     }

@@ -107,6 +107,7 @@ fn too_many_connections_are_refused_politely() {
     let held: Vec<Client> = (0..64).map(|_| sb.client()).collect();
     let mut extra = sb.client();
     let a = extra.read().expect("an answer before closing");
+    assert_eq!(a["error"]["kind"], "busy", "{a}");
     assert!(
         a["error"]["message"]
             .as_str()

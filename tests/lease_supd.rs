@@ -86,6 +86,27 @@ fn release_answers_once_the_services_have_exited() {
     assert_eq!(sb.status("engine")["pid"], json!(null));
 }
 
+/// A grant whose term is older than the one held is refused (a stale holder, a store
+/// that went back): the grant held stands, its services keep running.
+#[test]
+fn a_grant_with_an_older_term_than_the_one_held_is_refused() {
+    let mut sb = Sandbox::new();
+    config(&sb);
+    sb.start();
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 7, "valid_for": "1h"}));
+    let pid = sb.wait_state("engine", "running")["pid"].clone();
+    let a = sb.request(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n2", "term": 3, "valid_for": "1h"}));
+    assert_eq!(a["ok"], false, "{a}");
+    assert_eq!(a["error"]["kind"], "bad-request", "{a}");
+    let msg = a["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("term 3") && msg.contains("term 7"), "{msg}");
+    let st = sb.status("engine");
+    assert_eq!(st["pid"], pid, "not restarted by the stale grant: {st}");
+    // The same term renews.
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 7, "valid_for": "1h"}));
+    assert_eq!(sb.status("engine")["pid"], pid);
+}
+
 #[test]
 fn candidacy_follows_upgrades_at_once() {
     let mut sb = Sandbox::new();

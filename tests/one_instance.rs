@@ -4,6 +4,7 @@
 
 mod common;
 use common::files::wait_file;
+use common::freezer::Freezer;
 use common::locking::{assert_no_dups, lines};
 use common::*;
 use nix::sys::signal::{kill, Signal};
@@ -82,32 +83,6 @@ fn a_supd_killed_between_fork_and_record_leaves_nothing_unrecorded() {
             "{point}: the program of the first fork must never have run"
         );
         assert!(lines(&sb, "dups").is_empty(), "{point}: two instances");
-    }
-}
-
-/// A cgroup v1 freezer holds a SIGKILLed process alive until it is thawed: a member of a
-/// service's run that is slow to die, deterministically.
-struct Freezer(std::path::PathBuf);
-
-impl Freezer {
-    fn new(tag: u64) -> Option<Freezer> {
-        let dir = std::path::PathBuf::from(format!("/sys/fs/cgroup/freezer/sup-test-{tag}"));
-        fs::create_dir_all(&dir).ok()?;
-        Some(Freezer(dir))
-    }
-    fn freeze(&self, pid: i32) {
-        fs::write(self.0.join("cgroup.procs"), pid.to_string()).expect("join freezer");
-        fs::write(self.0.join("freezer.state"), "FROZEN").expect("freeze");
-    }
-    fn thaw(&self) {
-        fs::write(self.0.join("freezer.state"), "THAWED").expect("thaw");
-    }
-}
-
-impl Drop for Freezer {
-    fn drop(&mut self) {
-        let _ = fs::write(self.0.join("freezer.state"), "THAWED");
-        let _ = fs::remove_dir(&self.0);
     }
 }
 

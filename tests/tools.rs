@@ -432,3 +432,28 @@ fn a_corrupt_record_is_reported_and_supd_goes_on_from_current() {
     );
     assert!(sb.supd_log().contains("is corrupt"));
 }
+
+/// An upgrade asked while another is in probation is refused for now, with the kind
+/// `busy` (a fleet node reads the kind: it waits instead of halting the roll); nothing
+/// changes.
+#[test]
+fn an_upgrade_during_another_probation_is_refused_as_busy() {
+    let mut sb = Sandbox::new();
+    sb.config("[service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nprobation = \"1h\"\n");
+    sb.start();
+    sb.install_version("1.0.0", GOOD);
+    sb.install_version("2.0.0", GOOD);
+    sb.ok(json!({"cmd": "upgrade", "tool": "agent", "version": "1.0.0"}));
+    let a = sb.request(json!({"cmd": "upgrade", "tool": "agent", "version": "2.0.0"}));
+    assert_eq!(a["ok"], false, "{a}");
+    assert_eq!(a["error"]["kind"], "busy", "{a}");
+    let msg = a["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("in probation") && msg.contains("try again"),
+        "{msg}"
+    );
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(link(&sb), "1.0.0");
+    assert_eq!(versions(&sb)["phase"], "probation");
+}

@@ -680,6 +680,15 @@ fn print_answer(cmd: &str, data: &Value, json: bool) -> Result<(), Failure> {
                 outln!(o, "{}", l.as_str().unwrap_or(""));
             }
         }
+        "reload" | "signal" if data["leader_gone"] == true => outln!(
+            o,
+            "{}: its main process {} has exited: sent {} to the {} processes left in its cgroup {}",
+            data["service"].as_str().unwrap_or("?"),
+            data["pid"],
+            data["signal"].as_str().unwrap_or("?"),
+            data["sent_to"].as_array().map_or(0, Vec::len),
+            data["sent_to"]
+        ),
         "reload" if data["service"].is_string() => outln!(
             o,
             "{}: sent {} to process group {}",

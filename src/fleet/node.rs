@@ -9,7 +9,7 @@
 
 use super::record::{prefix, Halt, Mark, Phase, Slot, Status, Target};
 use super::rule::{decide, Action, Fetch, Installed, Local, LocalPhase, Peer, View};
-use crate::lease::node::Supd;
+use crate::lease::node::{Supd, SupdError};
 use crate::lease::store::{Cond, LeaseId, Store, StoreError};
 use crate::time::{Boot, Human};
 use serde_json::{json, Value};
@@ -305,6 +305,12 @@ impl FleetNode {
         self.act(d.action, &snap)
     }
 
+    /// Whether supd says `version` is current here now (false when it cannot be asked).
+    fn is_current(&mut self, version: &str) -> bool {
+        self.local()
+            .is_ok_and(|l| l.current.as_deref() == Some(version))
+    }
+
     /// supd's view of the tool here.
     fn local(&mut self) -> Result<Local, String> {
         let v = self
@@ -471,8 +477,14 @@ impl FleetNode {
                     self.name,
                     if force { " (forced)" } else { "" }
                 );
-                match self.supd.call(req, self.ttl / 3) {
+                match self.supd.call_typed(req, self.ttl / 3) {
                     Ok(_) => Ok(true),
+                    // The version is current here already (made so meanwhile: by hand, a
+                    // self-switch, an answer that did not come back in time): nothing was
+                    // refused; the next round reads supd's record again.
+                    Err(e) if is_refusal(&e) && self.is_current(&version) => Err(format!(
+                        "upgrade to {version}: {e}; it is current here already"
+                    )),
                     Err(e) if is_refusal(&e) => {
                         // supd refused the version (it cannot run here, say): the roll
                         // stops as for a rollback, and the slot is given back.
@@ -718,24 +730,19 @@ fn last_result(l: &Local) -> Option<String> {
 }
 
 /// Whether supd's error answer refuses the request (rather than the request not
-/// reaching it, or its answer not coming back). supd's refusals for the moment (another
-/// upgrade in probation, a record write it retries, the version current already, as
-/// after an answer that did not come back in time) are not: the next round looks again.
-fn is_refusal(e: &str) -> bool {
-    let for_now = [
-        "is in probation; wait",
-        "waits for its record",
-        "is already at ",
-    ];
-    [
-        "failed: ",
-        "unknown-tool: ",
-        "permission-denied: ",
-        "bad-request: ",
-    ]
-    .iter()
-    .any(|k| e.starts_with(k))
-        && !for_now.iter().any(|k| e.contains(k))
+/// reaching it, or its answer not coming back), read from its stable error kind alone,
+/// never from its wording. supd's refusals for the moment (kind `busy`: another upgrade
+/// in probation, a record write it retries) are not: the next round looks again. (A
+/// refusal because the version is current already is told apart by supd's record, not
+/// by the answer: `FleetNode::is_current`.)
+fn is_refusal(e: &SupdError) -> bool {
+    match e {
+        SupdError::Refused { kind, .. } => matches!(
+            kind.as_str(),
+            "failed" | "unknown-tool" | "permission-denied" | "bad-request"
+        ),
+        SupdError::Unreachable(_) => false,
+    }
 }
 
 /// supd's `versions` data as the rule reads it.
@@ -773,71 +780,33 @@ mod tests {
     use super::*;
     use crate::fleet::admin::{self, SetArgs};
 
-    #[test]
-    fn a_refusal_for_now_does_not_mark_the_version_bad() {
-        assert!(is_refusal(
-            "failed: version 2.0.0 of agent cannot run: bin/agent is not executable"
-        ));
-        assert!(is_refusal("unknown-tool: no tool agent"));
-        for e in [
-            "failed: the upgrade of agent to 1.5.0 is in probation; wait for it to commit or roll back",
-            "failed: agent: upgrade to 2.0.0 waits for its record (disk full); supd retries it; nothing changed",
-            "failed: agent is already at 2.0.0",
-            "no answer within 333ms",
-        ] {
-            assert!(!is_refusal(e), "{e}");
+    fn refused(kind: &str, message: &str) -> SupdError {
+        SupdError::Refused {
+            kind: kind.into(),
+            message: message.into(),
         }
     }
-    /// The words `is_refusal` looks for are supd's own: its refusals, as `begin_upgrade`
-    /// words them, are read as supd's answer carries them (kind, then message).
+
+    /// The kind decides, whatever the words: a busy refusal never halts the roll, a
+    /// failed one does even when worded as one for now used to be.
     #[test]
-    fn supds_own_refusals_are_read_as_meant() {
-        use crate::upgrade::{begin_upgrade, Facts, Phase as Up, Record, Request};
-        let facts = |not_executable: Option<&str>| Facts {
-            installed: true,
-            not_executable: not_executable.map(str::to_string),
-            manifest_irreversible: false,
-            probation: Duration::from_secs(2),
-            clocks: crate::time::Clocks {
-                wall_ms: 1,
-                boot_id: "b".into(),
-                boot_ms: 1,
-            },
-        };
-        let req = |v: &str| Request {
-            version: v.into(),
-            force: false,
-            irreversible: false,
-        };
-        let answer = |r: Result<Record, String>| format!("failed: {}", r.unwrap_err());
-        let mut busy = Record {
-            current: Some("1.5.0".into()),
-            phase: Up::Probation,
-            proposed: Some("1.5.0".into()),
-            ..Record::default()
-        };
-        assert!(!is_refusal(&answer(begin_upgrade(
-            "agent",
-            &busy,
-            &req("2.0.0"),
-            &facts(None)
-        ))));
-        busy.phase = Up::Committed;
-        busy.current = Some("2.0.0".into());
-        assert!(!is_refusal(&answer(begin_upgrade(
-            "agent",
-            &busy,
-            &req("2.0.0"),
-            &facts(None)
-        ))));
-        busy.current = Some("1.5.0".into());
-        let cannot = begin_upgrade(
-            "agent",
-            &busy,
-            &req("2.0.0"),
-            &facts(Some("not executable")),
-        );
-        assert!(is_refusal(&answer(cannot)));
+    fn a_refusal_is_read_from_its_kind_not_its_words() {
+        assert!(is_refusal(&refused(
+            "failed",
+            "version 2.0.0 of agent cannot run: bin/agent is not executable"
+        )));
+        assert!(is_refusal(&refused("unknown-tool", "no tool agent")));
+        assert!(is_refusal(&refused("failed", "is in probation; wait")));
+        for e in [
+            refused(
+                "busy",
+                "the upgrade of agent to 1.5.0 is in probation; wait for it to commit or roll back",
+            ),
+            refused("busy", "cannot run"),
+            SupdError::Unreachable("no answer within 333ms".into()),
+        ] {
+            assert!(!is_refusal(&e), "{e}");
+        }
     }
 
     use crate::lease::file::FileStore;

@@ -109,6 +109,32 @@ pub fn grant_request(
     }))
 }
 
+/// Why a request to supd failed: supd refused it (with its stable error kind, which
+/// callers decide on, and its message, which they only show), or it did not get there
+/// or its answer did not come back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SupdError {
+    Refused { kind: String, message: String },
+    Unreachable(String),
+}
+
+impl std::fmt::Display for SupdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SupdError::Refused { kind, message } => write!(f, "{kind}: {message}"),
+            SupdError::Unreachable(why) => f.write_str(why),
+        }
+    }
+}
+
+/// A failed exchange: the connection broke before the request was read (`Gone`: sent
+/// again on a new one), another I/O failure, or supd's refusal.
+enum Fail {
+    Gone(String),
+    Io(String),
+    Refused { kind: String, message: String },
+}
+
 /// A connection to supd, opened again when it breaks.
 pub struct Supd {
     path: PathBuf,
@@ -124,62 +150,69 @@ impl Supd {
     /// meanwhile (it closes connections idle for 10s), before it read the request, is
     /// opened again once.
     pub fn call(&mut self, req: Value, timeout: Duration) -> Result<Value, String> {
+        self.call_typed(req, timeout).map_err(|e| e.to_string())
+    }
+
+    /// The same, with supd's refusal apart (its kind read from the answer).
+    pub fn call_typed(&mut self, req: Value, timeout: Duration) -> Result<Value, SupdError> {
         if self.conn.is_some() {
             match self.exchange(req.clone(), timeout) {
-                Err(e) if e.starts_with("gone:") => self.conn = None,
+                Err(Fail::Gone(_)) => self.conn = None,
                 done => return done.map_err(|e| self.failed(e)),
             }
         }
         if self.conn.is_none() {
-            let s = UnixStream::connect(&self.path)
-                .map_err(|e| format!("cannot reach supd at {}: {e}", self.path.display()))?;
-            let w = s.try_clone().map_err(|e| e.to_string())?;
+            let s = UnixStream::connect(&self.path).map_err(|e| {
+                SupdError::Unreachable(format!("cannot reach supd at {}: {e}", self.path.display()))
+            })?;
+            let w = s
+                .try_clone()
+                .map_err(|e| SupdError::Unreachable(e.to_string()))?;
             self.conn = Some((BufReader::new(s), w));
         }
         let result = self.exchange(req, timeout);
         result.map_err(|e| self.failed(e))
     }
 
-    /// The message of a failed exchange; a broken connection is dropped.
-    fn failed(&mut self, e: String) -> String {
-        match e.split_once(": ") {
-            Some(("io" | "gone", rest)) => {
+    /// What a failed exchange tells the caller; a broken connection is dropped.
+    fn failed(&mut self, e: Fail) -> SupdError {
+        match e {
+            Fail::Io(why) | Fail::Gone(why) => {
                 self.conn = None;
-                rest.to_string()
+                SupdError::Unreachable(why)
             }
-            _ => e,
+            Fail::Refused { kind, message } => SupdError::Refused { kind, message },
         }
     }
 
-    fn exchange(&mut self, req: Value, timeout: Duration) -> Result<Value, String> {
-        let (r, w) = self.conn.as_mut().ok_or("io: not connected")?;
+    fn exchange(&mut self, req: Value, timeout: Duration) -> Result<Value, Fail> {
+        let (r, w) = (self.conn.as_mut()).ok_or_else(|| Fail::Io("not connected".into()))?;
         r.get_ref()
             .set_read_timeout(Some(timeout))
-            .map_err(|e| format!("io: {e}"))?;
+            .map_err(|e| Fail::Io(e.to_string()))?;
         let mut line = req.to_string();
         line.push('\n');
         w.write_all(line.as_bytes()).map_err(|e| match e.kind() {
             std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
-                format!("gone: {e}")
+                Fail::Gone(e.to_string())
             }
-            _ => format!("io: {e}"),
+            _ => Fail::Io(e.to_string()),
         })?;
         let mut answer = String::new();
         match r.read_line(&mut answer) {
-            Ok(0) => return Err("gone: supd closed the connection".into()),
+            Ok(0) => return Err(Fail::Gone("supd closed the connection".into())),
             Ok(_) => {}
-            Err(e) => return Err(format!("io: {e}")),
+            Err(e) => return Err(Fail::Io(e.to_string())),
         }
-        let v: Value =
-            serde_json::from_str(&answer).map_err(|e| format!("io: bad answer from supd: {e}"))?;
+        let v: Value = serde_json::from_str(&answer)
+            .map_err(|e| Fail::Io(format!("bad answer from supd: {e}")))?;
         if v["ok"] == true {
             Ok(v["data"].clone())
         } else {
-            Err(format!(
-                "{}: {}",
-                v["error"]["kind"].as_str().unwrap_or("error"),
-                v["error"]["message"].as_str().unwrap_or("")
-            ))
+            Err(Fail::Refused {
+                kind: v["error"]["kind"].as_str().unwrap_or("error").to_string(),
+                message: v["error"]["message"].as_str().unwrap_or("").to_string(),
+            })
         }
     }
 }

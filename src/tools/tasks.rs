@@ -266,32 +266,7 @@ impl Supervisor {
                 }
             }
             Task::ReexecCheck { binary, client, id } => {
-                let why = if !ok {
-                    format!(
-                        "{} --check failed ({exit}) on the current config; supd keeps running",
-                        binary.display()
-                    )
-                } else if self.shutting_down() {
-                    "supd is shutting down".into()
-                } else {
-                    // Tell the client first: its connection closes with the exec.
-                    self.unpark(
-                        client,
-                        &id,
-                        Ok(json!({"reexec": binary, "pid": std::process::id()})),
-                        now,
-                    );
-                    // Held stops and restarts are not handed over: carried out now,
-                    // their order lost but not their intent.
-                    for q in std::mem::take(&mut self.queued) {
-                        self.apply(&q.name, q.event, now);
-                    }
-                    let why = self.exec_handoff(&binary);
-                    log::error!("reexec: {why}; supd keeps running");
-                    return;
-                };
-                log::error!("reexec: {why}");
-                self.unpark(client, &id, Err(failed(why)), now);
+                self.finish_reexec(binary, client, id, exit, now)
             }
         }
     }

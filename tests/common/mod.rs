@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod files;
 pub mod fleet;
+pub mod freezer;
 pub mod locking;
 pub mod oldkernel;
 pub mod preload;
