@@ -772,6 +772,7 @@ pub fn local_from(v: &Value) -> Local {
         proposed: s(&v["proposed"]),
         reason: s(&v["reason"]),
         installed,
+        watching: v["window_in_ms"].is_u64(),
     }
 }
 

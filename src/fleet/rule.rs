@@ -57,6 +57,9 @@ pub struct Local {
     /// Why the last upgrade ended as it did.
     pub reason: Option<String>,
     pub installed: BTreeMap<String, Installed>,
+    /// The current version is committed but still in its regression window: a crash
+    /// loop or an unhealthy verdict would yet roll it back.
+    pub watching: bool,
 }
 
 /// A node of the roster, in the order of the roll.
@@ -326,6 +329,12 @@ fn with_slot(v: &View, index: u32, slot: &Slot) -> Decision {
         };
         let result = format!("{sv} {result}");
         return decision(phase, Some(&result), Some(reason), action);
+    }
+    if l.current.as_deref() == Some(sv) && l.watching {
+        // Committed, but its regression window is not over: the slot is kept, so the
+        // roll goes on only once the version has held here for it too.
+        let why = format!("{sv} committed, in its regression window");
+        return decision(Phase::Probation, None, Some(why), Action::Nothing);
     }
     if l.current.as_deref() == Some(sv) {
         let irreversible = here.is_some_and(|i| i.irreversible);

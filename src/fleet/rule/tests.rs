@@ -266,6 +266,16 @@ fn a_slot_holder_upgrades_then_gives_the_slot_back_on_commit() {
     let d = a.decide();
     assert_eq!((d.phase, d.action), (Phase::Probation, Action::Nothing));
     a.local.phase = LocalPhase::Committed;
+    // Issue 21, item 9: committed, in its regression window: the slot is kept.
+    a.local.watching = true;
+    let d = a.decide();
+    assert_eq!((d.phase, d.action), (Phase::Probation, Action::Nothing));
+    assert!(d
+        .reason
+        .as_deref()
+        .unwrap_or("")
+        .contains("regression window"));
+    a.local.watching = false;
     let d = a.decide();
     assert_eq!((d.phase, d.action), (Phase::Committed, Action::Release(0)));
     a.slots.clear();
