@@ -379,7 +379,11 @@ impl Supervisor {
             )
         } else if self.shutting_down() {
             Error::new(ErrorKind::Failed, "supd is shutting down")
-        } else if let Some(busy) = self.reexec_refusal() {
+        } else if let Some(busy) = {
+            // What a probation counted is written for the new image to go on from.
+            self.note_probations(now);
+            self.reexec_refusal()
+        } {
             busy
         } else {
             let answer = serde_json::json!({"reexec": binary, "pid": std::process::id()});

@@ -1189,6 +1189,8 @@ impl Supervisor {
             Some(sd) => sd.code = sd.code.max(code),
             None => {
                 log::info!("shutting down: stopping every service");
+                // What a probation counted is written before its services stop.
+                self.note_probations(now);
                 self.drop_forks();
                 self.shutdown = Some(Shutdown {
                     deadline: now.plus(self.cfg.supd.shutdown_timeout),

@@ -283,6 +283,16 @@ impl Supervisor {
             None => change,
         };
         let held = self.tools.get(tool).map(|t| &t.record);
+        let written;
+        let change = if held != Some(&change.record) {
+            written = Change {
+                record: upgrade::noted(&change.record, &Clocks::now()),
+                ..change.clone()
+            };
+            &written
+        } else {
+            change
+        };
         if held != Some(&change.record) {
             failpoint::hit(&format!("{name}-before-record"));
             let dir = &self.cfg.supd.state_dir;

@@ -101,6 +101,10 @@ pub struct Record {
     /// the boot `boot_id` names).
     pub window_ms: Option<u64>,
     pub window_boot_deadline_ms: Option<u64>,
+    /// CLOCK_BOOTTIME when supd last wrote a probation that counts: a supd started
+    /// again in the same boot does not count the time after it (supd may have been down
+    /// for all of it, and nothing watched the version meanwhile).
+    pub boot_noted_ms: Option<u64>,
 }
 
 /// An operator's `upgrade`.
@@ -166,9 +170,20 @@ fn start_probation(n: &mut Record, length: Duration, c: &Clocks) {
     // `boot_ms` is rounded down: one more millisecond keeps the deadline from coming
     // before the probation's length has passed.
     n.boot_deadline_ms = Some(c.boot_ms.saturating_add(ms).saturating_add(1));
+    n.boot_noted_ms = Some(c.boot_ms);
     n.paused_left_ms = None;
     n.histories.clear();
     end_window(n);
+}
+
+/// The record as supd writes it now: a probation that counts notes when (on
+/// CLOCK_BOOTTIME), so that a supd started again counts only the time up to it.
+pub fn noted(r: &Record, c: &Clocks) -> Record {
+    let mut n = r.clone();
+    if r.phase == Phase::Probation && r.boot_deadline_ms.is_some() && this_boot(r, c) {
+        n.boot_noted_ms = Some(c.boot_ms);
+    }
+    n
 }
 
 /// The regression window is over (or another change came).
@@ -215,6 +230,16 @@ pub fn resume(r: &Record, c: &Clocks) -> Record {
         n.histories.clear();
     }
     let goes_on = same_boot && (r.boot_deadline_ms.is_some() || r.paused_left_ms.is_some());
+    if let (true, Phase::Probation, Some(d), Some(at)) =
+        (same_boot, r.phase, r.boot_deadline_ms, r.boot_noted_ms)
+    {
+        // Goes on from when it was last written: the time since, supd down for all or
+        // part of it, does not count. (A clean stop or a reexec writes it just before.)
+        let lost = c.boot_ms.saturating_sub(at);
+        n.boot_deadline_ms = Some(d.saturating_add(lost));
+        n.deadline_ms = r.deadline_ms.map(|w| w.saturating_add(lost));
+        n.boot_noted_ms = Some(c.boot_ms);
+    }
     if r.phase == Phase::Probation && !goes_on {
         if r.paused_left_ms.is_some() {
             // It does not count now: still paused, whole again (another boot).
@@ -258,6 +283,7 @@ pub fn unpause(r: &Record, c: &Clocks) -> Option<Record> {
     n.boot_id = Some(c.boot_id.clone()).filter(|id| !id.is_empty());
     // `left` came from a deadline already rounded up (`start_probation`).
     n.boot_deadline_ms = Some(c.boot_ms.saturating_add(left));
+    n.boot_noted_ms = Some(c.boot_ms);
     // The wall-clock deadline, for people, follows.
     n.deadline_ms = Some(c.wall_ms.saturating_add(left));
     Some(n)

@@ -110,6 +110,24 @@ impl Supervisor {
         }
     }
 
+    /// Before supd stops or re-executes: every probation that counts is written with
+    /// the time it has counted up to now, so the next supd (or image) goes on from here
+    /// rather than from its last note. A write that fails leaves the change pending
+    /// (a reexec is then refused; a stop goes on, the time since the last note lost).
+    pub fn note_probations(&mut self, now: Mono) {
+        let clocks = Clocks::now();
+        let due: Vec<(String, crate::upgrade::Record)> = self
+            .tools
+            .iter()
+            .filter(|(_, t)| t.pending.is_none())
+            .map(|(n, t)| (n.clone(), upgrade::noted(&t.record, &clocks)))
+            .filter(|(n, r)| *r != self.tools[n].record)
+            .collect();
+        for (tool, record) in due {
+            self.change_or_retry(&tool, Change::record(record), Op::Note, now);
+        }
+    }
+
     /// Whether every leader-only service of the tool runs, ready, here; `None` when the
     /// tool has none.
     pub(super) fn leader_only_running(&self, tool: &str) -> Option<bool> {

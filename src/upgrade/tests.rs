@@ -435,7 +435,9 @@ fn a_wall_clock_step_neither_extends_nor_shortens_a_probation() {
             Duration::from_millis(1501),
             "{wall}"
         );
-        assert_eq!(resume(&r, &c), r, "same boot: nothing to rewrite");
+        // Written just now (a supd re-executed): it goes on as it was.
+        let w = noted(&r, &c);
+        assert_eq!(resume(&w, &c), w, "same boot: nothing to rewrite");
     }
     // Past the deadline: nothing left; a corrupt deadline is clamped to the length.
     let late = Clocks {
@@ -696,4 +698,41 @@ fn a_regression_window_rolls_back_as_a_probation() {
         Some(Duration::from_millis(30_001))
     );
     let _ = bad_mark();
+}
+
+/// Issue 21: the time after a probation was last written does not count for it in a
+/// supd started again (it may have been down for all of it, nothing of the version
+/// watched); in another boot it begins again whole, as before.
+#[test]
+fn a_probation_goes_on_from_its_last_write() {
+    // facts(): 2 s from 1000 ms; last written at 1000 ms.
+    let p = noted(
+        &begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up"),
+        &clocks(1000),
+    );
+    assert_eq!(p.boot_noted_ms, Some(1000));
+    // Written again at 1500 (a crash noted), supd down from then to 4000: 1.5 s left.
+    let w = noted(&p, &clocks(1500));
+    let r = resume(&w, &clocks(4000));
+    assert_eq!(
+        probation_left(&r, &clocks(4000)),
+        Duration::from_millis(1501)
+    );
+    assert_eq!(r.deadline_ms, Some(5500));
+    // Resumed at once: what it had.
+    assert_eq!(
+        probation_left(&resume(&w, &clocks(1500)), &clocks(1500)),
+        Duration::from_millis(1501)
+    );
+    // A record of an older supd (nothing noted): its deadline as it was.
+    let mut old = w.clone();
+    old.boot_noted_ms = None;
+    assert_eq!(
+        probation_left(&resume(&old, &clocks(2500)), &clocks(2500)),
+        Duration::from_millis(501)
+    );
+    // Paused, or not a probation: nothing noted.
+    assert_eq!(noted(&at("1.0.0"), &clocks(9)), at("1.0.0"));
+    let paused = pause(&p, &clocks(1200)).expect("paused");
+    assert_eq!(noted(&paused, &clocks(1300)), paused);
 }
