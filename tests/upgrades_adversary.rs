@@ -1,0 +1,133 @@
+//! Issue 21, as an adversary: the promises of tests/upgrades_meet.rs tried where they
+//! meet reloads, restarts of supd, self-switches and operators. Each test shows a
+//! defect found on the landed code.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+const GOOD: &str = "exec /bin/sleep 3600";
+
+fn link(sb: &Sandbox) -> String {
+    fs::read_link(sb.path("tools/agent/current"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn versions(sb: &Sandbox) -> Value {
+    sb.ok(json!({"cmd": "versions", "tool": "agent"}))
+}
+
+fn mark(v: &Value, version: &str, key: &str) -> Value {
+    v["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|x| x["version"] == version)
+        .map(|x| x[key].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// Places a version of `agent` by hand (as a provisioner would): `bin/agent` notes that
+/// it ran (`ran-VERSION` in the sandbox), then runs `body`.
+fn place(sb: &Sandbox, version: &str, body: &str) {
+    let bin = sb.path(&format!("tools/agent/{version}/bin"));
+    fs::create_dir_all(&bin).expect("mkdir");
+    let ran = sb.path(&format!("ran-{version}"));
+    fs::write(
+        bin.join("agent"),
+        format!("#!/bin/sh\necho x >> {}\n{body}\n", ran.display()),
+    )
+    .expect("write");
+    fs::set_permissions(bin.join("agent"), fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+fn runs(sb: &Sandbox, version: &str) -> usize {
+    fs::read_to_string(sb.path(&format!("ran-{version}")))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+/// Points `current` at `version` as a tool would: a new link renamed over the old.
+fn switch_script(sb: &Sandbox, version: &str) -> String {
+    let dir = sb.path("tools/agent");
+    format!(
+        "ln -sfn {version} {d}/.self.tmp && mv -T {d}/.self.tmp {d}/current",
+        d = dir.display()
+    )
+}
+
+fn place_current(sb: &Sandbox, version: &str) {
+    std::os::unix::fs::symlink(version, sb.path("tools/agent/current")).expect("link");
+}
+
+fn agent_config(sb: &Sandbox, extra: &str) {
+    sb.config(&format!(
+        "[service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nrestart_delay = \"10ms\"\n\
+         crash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\nstop_timeout = \"2s\"\n{extra}"
+    ));
+}
+
+/// The config of a leader-only versioned tool: the contract's own lease example.
+fn leader_only_config(sb: &Sandbox, extra: &str) {
+    agent_config(
+        sb,
+        &format!("leader_only = \"engine\"\n{extra}\n[lease.engine]\ntool = \"agent\"\n"),
+    );
+}
+
+/// Waits up to `within` for an event; `None` if none matched.
+fn within(w: &mut Watch, within: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
+    let end = Instant::now() + within;
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        if let Some(e) = w.next_within(left) {
+            if pred(&e) {
+                return Some(e);
+            }
+        }
+    }
+    None
+}
+
+/// A leader-only tool's probation waits (paused) on a node that does not lead. A reload
+/// then makes the service an ordinary one (no `leader_only` any more): it runs the new
+/// version at once, and its probation must count and commit. On the landed code the
+/// probation stays paused for ever (`pause_probations` skips a tool without leader-only
+/// services, so nothing unpauses it), even across a restart of supd: `upgrade` is
+/// refused as "in probation" for good.
+#[test]
+fn a_paused_probation_counts_again_when_a_reload_drops_leader_only() {
+    let mut sb = Sandbox::new();
+    leader_only_config(&sb, "probation = \"500ms\"\n");
+    place(&sb, "1.0.0", GOOD);
+    place(&sb, "2.0.0", GOOD);
+    place_current(&sb, "1.0.0");
+    sb.start();
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = versions(&sb);
+    assert!(v["probation_waits"].is_string(), "it waits: {v}");
+    // Not leader-only any more.
+    agent_config(&sb, "probation = \"500ms\"\n");
+    let mut w = sb.watch();
+    sb.ok(json!({"cmd": "reload"}));
+    // It was held down as leader-only: started by the operator.
+    let out = sb.supctl(&["start", "agent"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    w.until(&sb, |e| {
+        e["event"] == "state" && e["to"] == "running" && e["version"] == "2.0.0"
+    });
+    let committed = within(&mut w, Duration::from_secs(5), |e| {
+        e["event"] == "upgrade" && e["phase"] == "committed"
+    });
+    let v = versions(&sb);
+    assert!(
+        committed.is_some(),
+        "2.0.0 ran 5 s (its probation is 500 ms) and was not committed: {v}\n{}",
+        sb.supd_log()
+    );
+    assert_eq!(v["phase"], "committed", "{v}");
+}
