@@ -131,3 +131,59 @@ fn a_paused_probation_counts_again_when_a_reload_drops_leader_only() {
     );
     assert_eq!(v["phase"], "committed", "{v}");
 }
+
+/// A self-switch is an upgrade with the operator's rules, and a new version owes
+/// nothing to the old one's crashes (`restart_tool` resets every history). But the
+/// service whose start finds the switch is left out of that reset (`except`): its old
+/// version's restarts count against the new one. Here 1.0.0 crashes twice, then
+/// switches `current` to 2.0.0 and exits: three restarts of 1.0.0 in the minute. 2.0.0
+/// fails once at its first start (a migration that needs a second go) and then runs:
+/// one restart of the three its crash-loop rule allows. On the landed code that one
+/// failure is taken for a crash loop: 2.0.0 is rolled back and marked bad. An
+/// operator's `upgrade agent 2.0.0` from the same history runs it.
+#[test]
+fn a_self_switch_does_not_inherit_the_old_version_s_crashes() {
+    let mut sb = Sandbox::new();
+    agent_config(&sb, "probation = \"1h\"\n");
+    let n1 = sb.path("runs-1");
+    place(
+        &sb,
+        "1.0.0",
+        &format!(
+            "echo x >> {n}; [ $(wc -l < {n}) -le 2 ] && exit 3\n[ $(wc -l < {n}) -eq 3 ] && {{ {sw}; exit 0; }}\n{GOOD}",
+            n = n1.display(),
+            sw = switch_script(&sb, "2.0.0")
+        ),
+    );
+    let once = sb.path("migrated");
+    place(
+        &sb,
+        "2.0.0",
+        &format!(
+            "[ -e {o} ] || {{ : > {o}; exit 3; }}\n{GOOD}",
+            o = once.display()
+        ),
+    );
+    place_current(&sb, "1.0.0");
+    let mut w = {
+        sb.start();
+        sb.watch()
+    };
+    let st = w.until(&sb, |e| {
+        e["event"] == "state" && e["to"] == "running" && e["version"] == "2.0.0"
+    });
+    assert_eq!(st["service"], "agent");
+    // Its one failure, and then it runs (or it was rolled back).
+    let next = w.until(&sb, |e| {
+        e["event"] == "rollback"
+            || e["event"] == "state" && e["to"] == "running" && e["version"] == "2.0.0"
+    });
+    let v = versions(&sb);
+    assert_eq!(
+        next["event"], "state",
+        "2.0.0 was rolled back after one failure: {next}\n{v}"
+    );
+    assert_eq!(mark(&v, "2.0.0", "bad"), false, "{v}");
+    assert_eq!(link(&sb), "2.0.0");
+    assert_eq!(runs(&sb, "2.0.0"), 2);
+}
