@@ -187,3 +187,43 @@ fn a_self_switch_does_not_inherit_the_old_version_s_crashes() {
     assert_eq!(link(&sb), "2.0.0");
     assert_eq!(runs(&sb, "2.0.0"), 2);
 }
+
+/// Issue 21, item 7, with the version rolled back from: an operator rolls 2.0.0 (good,
+/// committed, not marked bad) back to 1.0.0, which runs. Later `current` is pointed at
+/// 2.0.0 again while supd is down (the tool updating itself, a provisioner). That is a
+/// self-switch, an upgrade with probation, as with any third version
+/// (`i21_7_current_moved_while_supd_was_down_after_a_rollback_is_kept`). On the landed
+/// code `reconcile` takes it for the operator's rollback not carried out (the link
+/// names `rolled_back_from`, which the record never forgets) and silently switches it
+/// back to 1.0.0: whether a tool's switch stands depends on whether supd was restarted
+/// before it noticed.
+#[test]
+fn a_link_moved_back_to_the_version_rolled_back_from_is_kept() {
+    let mut sb = Sandbox::new();
+    agent_config(&sb, "probation = \"300ms\"\n");
+    place(&sb, "1.0.0", GOOD);
+    place(&sb, "2.0.0", GOOD);
+    place_current(&sb, "1.0.0");
+    sb.start();
+    sb.wait_state("agent", "running");
+    sb.upgrade_wait("2.0.0", true);
+    let out = sb.supctl(&["rollback", "agent"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let st = sb.wait_state("agent", "running");
+    assert_eq!(st["version"], "1.0.0");
+    assert_eq!(link(&sb), "1.0.0");
+    // Long after the rollback was carried out, the link is moved while supd is down.
+    sb.stop_supd(nix::sys::signal::Signal::SIGKILL);
+    fs::remove_file(sb.path("tools/agent/current")).expect("unlink");
+    place_current(&sb, "2.0.0");
+    sb.start();
+    let st = sb.wait_state("agent", "running");
+    let v = versions(&sb);
+    assert_eq!(st["version"], "2.0.0", "switched back: {st}\n{v}");
+    assert_eq!(link(&sb), "2.0.0");
+    assert_eq!(
+        (v["phase"].clone(), v["proposed"].clone(), v["from"].clone()),
+        (json!("probation"), json!("2.0.0"), json!("1.0.0")),
+        "{v}"
+    );
+}
