@@ -227,3 +227,43 @@ fn a_link_moved_back_to_the_version_rolled_back_from_is_kept() {
         "{v}"
     );
 }
+
+/// Issue 21, item 2, with supd down a while: a version that crashes 0.3 s after each
+/// start is in a 3 s probation; undisturbed it reaches its crash loop (the fourth exit,
+/// about 1.3 s in) and is rolled back. Here supd is killed after its first crash and
+/// started again 3 s later (a slow restart, a package's postinst, an operator). Nothing
+/// of 2.0.0 ran meanwhile, yet on the landed code the probation's BOOTTIME deadline
+/// went on counting: the new supd finds it past and commits 2.0.0 the moment it runs
+/// again, after well under a second of running in all ("a version is never committed
+/// without having run for its probation"). It then crash-loops, committed.
+#[test]
+fn time_supd_was_down_does_not_count_for_a_probation() {
+    let mut sb = Sandbox::new();
+    agent_config(&sb, "probation = \"3s\"\n");
+    place(&sb, "1.0.0", GOOD);
+    place(&sb, "2.0.0", "sleep 0.3; exit 3");
+    place_current(&sb, "1.0.0");
+    sb.start();
+    sb.wait_state("agent", "running");
+    let mut w = sb.watch();
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    w.until(&sb, |e| {
+        e["event"] == "state" && e["to"] == "backoff" && e["version"] == "2.0.0"
+    });
+    sb.stop_supd(nix::sys::signal::Signal::SIGKILL);
+    std::thread::sleep(Duration::from_millis(3200));
+    sb.start();
+    let mut w = sb.watch();
+    let end = w.until(&sb, |e| {
+        e["event"] == "rollback" || e["event"] == "upgrade" && e["phase"] == "committed"
+    });
+    let v = versions(&sb);
+    assert_eq!(
+        end["event"],
+        "rollback",
+        "2.0.0 committed after {} runs: {end}\n{v}",
+        runs(&sb, "2.0.0")
+    );
+    assert_eq!(mark(&v, "2.0.0", "bad"), true, "{v}");
+}
