@@ -267,3 +267,54 @@ fn time_supd_was_down_does_not_count_for_a_probation() {
     );
     assert_eq!(mark(&v, "2.0.0", "bad"), true, "{v}");
 }
+
+/// Garbage in the record's new fields: a regression window recorded as 1 s long whose
+/// BOOTTIME end lies years ahead (a corrupt or hand-edited record of this boot). A
+/// probation's time left is never taken above its recorded length
+/// (`probation_left`); the window's is not (`window_left`): on the landed code this
+/// 1 s window never ends, and a crash loop of the committed 2.0.0 a few seconds after
+/// supd started rolls it back and marks it bad.
+#[test]
+fn a_regression_window_never_outlasts_its_recorded_length() {
+    let mut sb = Sandbox::new();
+    agent_config(&sb, "probation = \"300ms\"\n");
+    let fail = sb.path("fail-now");
+    place(&sb, "1.0.0", GOOD);
+    place(
+        &sb,
+        "2.0.0",
+        &format!("[ -e {f} ] && exit 3\n{GOOD}", f = fail.display()),
+    );
+    place_current(&sb, "2.0.0");
+    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .expect("boot_id")
+        .trim()
+        .to_string();
+    fs::create_dir_all(sb.path("state/tools")).expect("mkdir");
+    fs::write(
+        sb.path("state/tools/agent.json"),
+        json!({
+            "current": "2.0.0", "previous": "1.0.0", "phase": "committed",
+            "proposed": "2.0.0", "boot_id": boot_id,
+            "window_ms": 1000, "window_boot_deadline_ms": 1u64 << 50,
+        })
+        .to_string(),
+    )
+    .expect("record");
+    sb.start();
+    sb.wait_state("agent", "running");
+    // Twice the window's length.
+    std::thread::sleep(Duration::from_millis(2000));
+    let mut w = sb.watch();
+    fs::write(&fail, "").expect("fail");
+    let out = sb.supctl(&["signal", "agent", "KILL"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // Its crash loop (the rollback, if any, comes in the same turn).
+    w.until(&sb, |e| {
+        e["event"] == "state" && e["service"] == "agent" && e["to"] == "cooldown"
+    });
+    let v = versions(&sb);
+    assert_eq!(v["phase"], "committed", "rolled back: {v}");
+    assert_eq!(mark(&v, "2.0.0", "bad"), false, "{v}");
+    assert_eq!(link(&sb), "2.0.0");
+}
