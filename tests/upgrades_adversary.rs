@@ -318,3 +318,44 @@ fn a_regression_window_never_outlasts_its_recorded_length() {
     assert_eq!(mark(&v, "2.0.0", "bad"), false, "{v}");
     assert_eq!(link(&sb), "2.0.0");
 }
+
+/// The same ambiguity in probation: `upgrade agent 2.0.0`, and 2.0.0, once it runs,
+/// points `current` back at 1.0.0 by itself (a tool's own downgrade). Undisturbed, supd
+/// takes that as a self-switch and runs 1.0.0. Killed before it restarts the service,
+/// the new supd's `reconcile` takes the link naming `from` for an upgrade whose switch
+/// was never made, switches `current` to 2.0.0 again and runs it: the tool's switch is
+/// silently undone, and the verdict depends on when supd was killed.
+#[test]
+fn a_switch_back_to_from_made_by_the_tool_in_probation_is_kept_across_a_kill() {
+    let mut sb = Sandbox::new();
+    agent_config(&sb, "probation = \"1h\"\n");
+    place(&sb, "1.0.0", GOOD);
+    let switched = sb.path("switched");
+    place(
+        &sb,
+        "2.0.0",
+        &format!(
+            "[ -e {s} ] || {{ {sw}; : > {s}; }}\n{GOOD}",
+            s = switched.display(),
+            sw = switch_script(&sb, "1.0.0")
+        ),
+    );
+    place_current(&sb, "1.0.0");
+    sb.start();
+    sb.wait_state("agent", "running");
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // 2.0.0 ran and switched current back to 1.0.0 (it keeps running until restarted).
+    let end = Instant::now() + Duration::from_secs(10);
+    while !switched.exists() {
+        assert!(Instant::now() < end, "2.0.0 did not run");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(link(&sb), "1.0.0");
+    sb.stop_supd(nix::sys::signal::Signal::SIGKILL);
+    sb.start();
+    let st = sb.wait_state("agent", "running");
+    let v = versions(&sb);
+    assert_eq!(link(&sb), "1.0.0", "the tool's switch was undone: {v}");
+    assert_eq!(st["version"], "1.0.0", "{st}\n{v}");
+}
