@@ -730,6 +730,11 @@ impl Supervisor {
                     version: version.to_string(),
                 };
                 if self.change_or_retry(tool, change, op, now) {
+                    // A new version owes nothing to the old one's crashes: the service
+                    // starting it is left out of `restart_tool`'s reset, so it is here.
+                    if let Some(slot) = self.slots.get_mut(name) {
+                        slot.svc.history.reset();
+                    }
                     StartGo::AsPlanned
                 } else {
                     // Its probation could not be recorded: it does not run unrecorded.

@@ -306,13 +306,19 @@ fn start_window(n: &mut Record, length: Duration, c: &Clocks) {
     n.window_boot_deadline_ms = Some(c.boot_ms.saturating_add(ms).saturating_add(1));
 }
 
-/// How much of a committed version's regression window is left (`None`: none is).
+/// How much of a committed version's regression window is left (`None`: none is); never
+/// more than its recorded length (a record's end past it is garbage), nor any without one.
 pub fn window_left(r: &Record, c: &Clocks) -> Option<Duration> {
     if r.phase != Phase::Committed {
         return None;
     }
     let end = r.window_boot_deadline_ms.filter(|_| this_boot(r, c))?;
-    let left = end.saturating_sub(c.boot_ms);
+    // `start_window` rounds its end up by one millisecond.
+    let length = r
+        .window_ms?
+        .min(MAX_DURATION.as_millis() as u64)
+        .saturating_add(1);
+    let left = end.saturating_sub(c.boot_ms).min(length);
     (left > 0).then(|| Duration::from_millis(left))
 }
 

@@ -79,7 +79,8 @@ impl Supervisor {
     /// A leader-only service's probation counts only while it runs, ready, on this
     /// node: the probation of a tool with such services is paused while any of them is
     /// not up (the node does not lead, or it is between runs), and counts again once all
-    /// are. Only tools in probation are looked at.
+    /// are; a tool that has none (a reload took them away) counts. Only tools in
+    /// probation are looked at.
     fn pause_probations(&mut self, now: Mono) {
         let in_probation: Vec<String> = self
             .tools
@@ -88,9 +89,9 @@ impl Supervisor {
             .map(|(n, _)| n.clone())
             .collect();
         for tool in in_probation {
-            let Some(counting) = self.leader_only_running(&tool) else {
-                continue;
-            };
+            // A tool without leader-only services (any more: a reload dropped the key
+            // or the service) counts: a probation paused before goes on.
+            let counting = self.leader_only_running(&tool).unwrap_or(true);
             let r = &self.tools[&tool].record;
             let clocks = Clocks::now();
             let new = if counting {

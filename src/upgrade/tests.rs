@@ -735,4 +735,18 @@ fn a_probation_goes_on_from_its_last_write() {
     assert_eq!(noted(&at("1.0.0"), &clocks(9)), at("1.0.0"));
     let paused = pause(&p, &clocks(1200)).expect("paused");
     assert_eq!(noted(&paused, &clocks(1300)), paused);
+
+/// A record whose window ends past its recorded length (garbage): never more than the
+/// length is left, and none at all without a length.
+#[test]
+fn a_regression_window_is_never_longer_than_its_length() {
+    let p = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up");
+    let mut c = probation_passed(&p, Duration::from_secs(1), &clocks(3000));
+    c.window_boot_deadline_ms = Some(1 << 50);
+    assert_eq!(
+        window_left(&c, &clocks(3000)),
+        Some(Duration::from_millis(1001))
+    );
+    c.window_ms = None;
+    assert_eq!(window_left(&c, &clocks(3000)), None);
 }
