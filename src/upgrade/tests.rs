@@ -735,6 +735,7 @@ fn a_probation_goes_on_from_its_last_write() {
     assert_eq!(noted(&at("1.0.0"), &clocks(9)), at("1.0.0"));
     let paused = pause(&p, &clocks(1200)).expect("paused");
     assert_eq!(noted(&paused, &clocks(1300)), paused);
+}
 
 /// A record whose window ends past its recorded length (garbage): never more than the
 /// length is left, and none at all without a length.
