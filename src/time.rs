@@ -211,9 +211,21 @@ impl Clocks {
         let boot = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
             .map(|ts| ts.tv_sec() as u64 * 1000 + ts.tv_nsec() as u64 / 1_000_000)
             .unwrap_or(0);
-        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default();
+        // Read once: a boot id does not change under a running process, and this is
+        // asked at events of versioned services.
+        static BOOT_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let boot_id = match BOOT_ID.get() {
+            Some(id) => id.clone(),
+            None => {
+                let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default();
+                if !id.is_empty() {
+                    let _ = BOOT_ID.set(id.clone());
+                }
+                id
+            }
+        };
         Clocks {
             wall_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -105,6 +105,10 @@ pub struct Record {
     /// again in the same boot does not count the time after it (supd may have been down
     /// for all of it, and nothing watched the version meanwhile).
     pub boot_noted_ms: Option<u64>,
+    /// A service of the tool started on `current` since it last changed: the change was
+    /// carried out. A link that names something else after a crash was then moved since
+    /// (by the tool, or by hand), not a change left half done.
+    pub link_seen: bool,
 }
 
 /// An operator's `upgrade`.
@@ -460,6 +464,7 @@ pub fn begin_upgrade(tool: &str, r: &Record, req: &Request, f: &Facts) -> Result
     *n.attempts.entry(v.clone()).or_insert(0) += 1;
     n.from = r.current.clone();
     n.current = Some(v.clone());
+    n.link_seen = false;
     n.proposed = Some(v.clone());
     n.phase = Phase::Probation;
     start_probation(&mut n, f.probation, &f.clocks);
@@ -529,6 +534,7 @@ fn end_probation(r: &Record, reason: &str, bad_at: Option<u64>) -> (Record, Outc
             n.phase = Phase::RolledBack;
             n.rolled_back_from = Some(v);
             n.current = Some(from.clone());
+            n.link_seen = false;
             n.from = None;
             (n, Outcome::RollBack(from.clone()))
         }
@@ -602,6 +608,7 @@ pub fn begin_rollback(
     n.rolled_back_from = Some(cur.clone());
     n.previous = Some(cur);
     n.current = Some(to.clone());
+    n.link_seen = false;
     n.from = None;
     clear_probation(&mut n);
     end_window(&mut n);
@@ -644,13 +651,16 @@ pub fn on_start(r: &Record, version: &str, s: &SelfSwitch, c: &Clocks) -> (Recor
     if expected == Some(version)
         || r.phase == Phase::Probation && r.proposed.as_deref() == Some(version)
     {
-        return (r.clone(), StartCheck::Expected);
+        let mut n = r.clone();
+        n.link_seen |= expected == Some(version);
+        return (n, StartCheck::Expected);
     }
     let Some(last) = expected else {
         // The first version supd sees (placed by a provisioner): committed.
         let mut n = r.clone();
         n.current = Some(version.to_string());
         n.phase = Phase::Committed;
+        n.link_seen = true;
         return (n, StartCheck::Expected);
     };
     if r.bad.contains_key(version) {
@@ -665,6 +675,7 @@ pub fn on_start(r: &Record, version: &str, s: &SelfSwitch, c: &Clocks) -> (Recor
         Some(last.to_string())
     };
     n.current = Some(version.to_string());
+    n.link_seen = true;
     n.proposed = Some(version.to_string());
     n.phase = Phase::Probation;
     start_probation(&mut n, s.probation, c);
@@ -696,6 +707,11 @@ pub fn reconcile(r: &Record, link: Option<&str>, c: &Clocks) -> (Record, Fix) {
             }
         }
         return (n, Fix::Nothing);
+    }
+    if r.link_seen {
+        // The change was carried out (a service started on it): the link moved since,
+        // by the tool or by hand. The start decides (`on_start`: a self-switch).
+        return (r.clone(), Fix::Nothing);
     }
     match r.phase {
         Phase::Probation if link.is_some() && link == r.from.as_deref() => {

@@ -185,6 +185,9 @@ fn a_self_switch_does_not_inherit_the_old_version_s_crashes() {
     );
     assert_eq!(mark(&v, "2.0.0", "bad"), false, "{v}");
     assert_eq!(link(&sb), "2.0.0");
+    // "running" comes at its exec, before its script notes the run: waited for.
+    let ran = sb.path("ran-2.0.0");
+    common::files::wait_file(&ran, |_| runs(&sb, "2.0.0") >= 2);
     assert_eq!(runs(&sb, "2.0.0"), 2);
 }
 

@@ -66,7 +66,10 @@ impl Supervisor {
         let Some(tool) = slot.cfg.tool.clone() else {
             return;
         };
-        let Some(t) = self.tools.get(&tool).filter(|t| t.pending.is_none()) else {
+        // Cheap first: most events of versioned services come with nothing watched.
+        let Some(t) = self.tools.get(&tool).filter(|t| {
+            t.pending.is_none() && (t.record.phase == Phase::Probation || t.window.is_some())
+        }) else {
             return;
         };
         let Some(new) = upgrade::note_history(&t.record, name, &slot.svc.history, &Clocks::now())
@@ -131,9 +134,24 @@ impl Supervisor {
 
     /// Whether every leader-only service of the tool runs, ready, here; `None` when the
     /// tool has none.
-    pub(super) fn leader_only_running(&self, tool: &str) -> Option<bool> {
+    pub(super) fn leader_only_running(&mut self, tool: &str) -> Option<bool> {
+        // Through an index built once per change of the configs: this is asked at every
+        // turn of a probation, which must not cost a walk over every service.
+        let slots = &self.slots;
+        let index = self.leader_only_index.get_or_insert_with(|| {
+            let mut index: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+            for s in slots.values() {
+                if let (Some(t), Some(_)) = (&s.cfg.tool, &s.cfg.leader_only) {
+                    index.entry(t.clone()).or_default().push(s.cfg.name.clone());
+                }
+            }
+            index
+        });
         let mut any = false;
-        for s in self.slots.values() {
+        for name in index.get(tool)? {
+            let Some(s) = self.slots.get(name) else {
+                continue;
+            };
             if s.cfg.tool.as_deref() != Some(tool) || s.cfg.leader_only.is_none() {
                 continue;
             }

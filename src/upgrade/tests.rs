@@ -318,7 +318,13 @@ fn operator_rollbacks() {
 fn a_tool_that_switches_itself_gets_probation() {
     let r = at("1.0.0");
     let (n, c) = on_start(&r, "1.0.0", &sw(false), &clocks(10));
-    assert_eq!((c, n), (StartCheck::Expected, r.clone()));
+    let seen = Record {
+        link_seen: true,
+        ..r.clone()
+    };
+    assert_eq!((c, n), (StartCheck::Expected, seen.clone()));
+    let (n, _) = on_start(&seen, "1.0.0", &sw(false), &clocks(10));
+    assert_eq!(n, seen, "seen already: nothing to write");
     let (n, c) = on_start(&r, "1.1.0", &sw(false), &clocks(10));
     assert_eq!(c, StartCheck::SelfUpgrade);
     assert_eq!(
@@ -750,4 +756,35 @@ fn a_regression_window_is_never_longer_than_its_length() {
     );
     c.window_ms = None;
     assert_eq!(window_left(&c, &clocks(3000)), None);
+}
+
+/// Issue 21, item 7 (an adversary's cases): once a service started on the version a
+/// change named, the change was carried out: a link moved after it, even back to the
+/// version rolled back from or to the probation's `from`, is not undone after a crash.
+#[test]
+fn a_change_seen_carried_out_is_not_redone_after_a_crash() {
+    let intent = begin_upgrade("agent", &at("1.0.0"), &req("2.0.0"), &facts()).expect("up");
+    assert!(!intent.link_seen);
+    // Not seen: the switch was not made; made now.
+    assert_eq!(
+        reconcile(&intent, Some("1.0.0"), &clocks(1)).1,
+        Fix::SwitchTo("2.0.0".into())
+    );
+    // 2.0.0 started: it was. The tool then pointed current back at 1.0.0: kept.
+    let (ran, _) = on_start(&intent, "2.0.0", &sw(false), &clocks(2));
+    assert!(ran.link_seen);
+    assert_eq!(reconcile(&ran, Some("1.0.0"), &clocks(3)).1, Fix::Nothing);
+    // An operator's rollback, carried out and seen: a link back on 2.0.0 is kept.
+    let committed = probation_passed(&ran, Duration::ZERO, &clocks(5));
+    let (rb, _) = begin_rollback("agent", &committed, None, false, |_| true).expect("rb");
+    assert_eq!(
+        reconcile(&rb, Some("2.0.0"), &clocks(6)).1,
+        Fix::SwitchTo("1.0.0".into()),
+        "not seen yet: carried out"
+    );
+    let (seen, _) = on_start(&rb, "1.0.0", &sw(false), &clocks(7));
+    assert_eq!(reconcile(&seen, Some("2.0.0"), &clocks(8)).1, Fix::Nothing);
+    // A probation's rollback likewise.
+    let (failed, _) = probation_failed(&ran, "crash loop", 9);
+    assert!(!failed.link_seen);
 }
