@@ -250,6 +250,7 @@ impl Supervisor {
         legacy_notify: Option<NotifySocket>,
         signals: Signals,
         fdset: FdSet,
+        handed_over: bool,
     ) -> Self {
         let down = records::read_down(&cfg.supd.state_dir);
         let mut sup = Supervisor {
@@ -318,7 +319,7 @@ impl Supervisor {
         for def in defs.into_values() {
             sup.add_slot(def);
         }
-        sup.load_tools(Mono::now());
+        sup.load_tools(Mono::now(), handed_over);
         sup
     }
 

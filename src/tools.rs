@@ -183,15 +183,17 @@ fn bad_request(msg: impl Into<String>) -> Error {
 }
 
 impl Supervisor {
-    /// Loads and puts right the record of every tool a service names.
-    pub fn load_tools(&mut self, now: Mono) {
+    /// Loads and puts right the record of every tool a service names. `handed_over`:
+    /// this image took over from another by `reexec`, which wrote its probations just
+    /// before the exec; they go on as they were, the exec's moment not lost.
+    pub fn load_tools(&mut self, now: Mono, handed_over: bool) {
         let tools: BTreeSet<String> = self
             .slots
             .values()
             .filter_map(|s| s.cfg.tool.clone())
             .collect();
         for t in tools {
-            self.ensure_tool(&t, now);
+            self.load_tool(&t, handed_over, now);
         }
     }
 
@@ -199,6 +201,10 @@ impl Supervisor {
     /// what `reconcile` and `resume` decide is carried out like any other change (the
     /// record written before the link is touched).
     pub fn ensure_tool(&mut self, tool: &str, now: Mono) {
+        self.load_tool(tool, false, now)
+    }
+
+    fn load_tool(&mut self, tool: &str, handed_over: bool, now: Mono) {
         if self.tools.contains_key(tool) {
             return;
         }
@@ -216,7 +222,11 @@ impl Supervisor {
         let clocks = Clocks::now();
         let link = versions::current(tools_dir, tool);
         let (fixed, fix) = upgrade::reconcile(&record, link.as_deref(), &clocks);
-        let fixed = upgrade::resume(&fixed, &clocks);
+        let fixed = if handed_over {
+            upgrade::resume_handed_over(&fixed, &clocks)
+        } else {
+            upgrade::resume(&fixed, &clocks)
+        };
         let switch = match fix {
             Fix::SwitchTo(v) => {
                 log::warn!("{tool}: finishing an interrupted switch of current to {v}");

@@ -261,6 +261,17 @@ pub fn resume(r: &Record, c: &Clocks) -> Record {
     n
 }
 
+/// At the start of an image that took over by `reexec`: as `resume`, but a probation
+/// goes on from its deadline as it is, the old image having written it just before the
+/// exec (the exec's moment is not lost).
+pub fn resume_handed_over(r: &Record, c: &Clocks) -> Record {
+    let mut fresh = r.clone();
+    if r.phase == Phase::Probation && this_boot(r, c) && r.boot_deadline_ms.is_some() {
+        fresh.boot_noted_ms = Some(c.boot_ms);
+    }
+    resume(&fresh, c)
+}
+
 /// Whether the record's times belong to this boot.
 fn this_boot(r: &Record, c: &Clocks) -> bool {
     !c.boot_id.is_empty() && r.boot_id.as_deref() == Some(c.boot_id.as_str())

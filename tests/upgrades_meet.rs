@@ -149,8 +149,9 @@ fn i21_4_a_self_switch_to_an_irreversible_version_is_never_rolled_back() {
     sb.wait_state("agent", "running");
     let mut w = sb.watch();
     fs::write(&go, "").expect("go");
-    let out = sb.supctl(&["restart", "agent"]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // Its answer may tell of 1.0.0's start or of 2.0.0's first crash, whichever came
+    // first: what follows is what counts.
+    let _ = sb.supctl(&["restart", "agent"]);
     // 1.0.0 switches and exits; 2.0.0 crash-loops into its cooldown; nothing rolls back.
     w.until(&sb, |e| {
         e["event"] == "state"

@@ -192,7 +192,8 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     sup::sys::set_own_realtime(cfg.supd.realtime);
     let fdset = sup::fdset::FdSet::new()
         .map_err(|e| format!("cannot make the epoll set of the services' fds: {e}"))?;
-    let mut sup = Supervisor::new(cfg, path, server, notify, signals, fdset);
+    let handed_over = handoff.is_some();
+    let mut sup = Supervisor::new(cfg, path, server, notify, signals, fdset, handed_over);
     sup.config_errors = errors;
     sup.lock = lock;
     sup.cgroups = cgroups;
