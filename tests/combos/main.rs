@@ -75,8 +75,6 @@ fn run(seq: Sequence) -> Report {
             let record = n.final_versions();
             if !failures.is_empty() {
                 keep_log(seed, &n.sb.supd_log());
-                let trace = std::fs::read_to_string(n.sb.path("trace")).unwrap_or_default();
-                keep_log(seed + 1_000_000, &trace);
             }
             (failures, figures, history, record)
         })

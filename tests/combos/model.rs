@@ -28,6 +28,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// A committed version was ready at least this share of its probation.
 pub const READY_SHARE: f64 = 0.6;
+/// The config's `crash_loop = { restarts = 3, window = "1m" }`.
+pub const CRASH_LOOP_RESTARTS: usize = 3;
 
 #[derive(Clone, Debug)]
 pub struct Info {
@@ -49,6 +51,8 @@ pub struct Probation {
     pub disturbed: Vec<&'static str>,
     /// When the version first started in it.
     pub first_start_ms: Option<u64>,
+    /// Its runs that ended in it (each a restart for the crash-loop rule).
+    pub failures: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -148,6 +152,16 @@ impl Model {
         }
         self.down_since = Some(t);
         if let Some(p) = &mut self.probation {
+            if !p.disturbed.contains(&how) {
+                p.disturbed.push(how);
+            }
+        }
+    }
+
+    /// supd is told to stop (SIGTERM): what it does from now on until it exits happens
+    /// during a disturbance of the probation.
+    pub fn disturb(&mut self, how: &'static str) {
+        if let Some(p) = &mut self.probation {
             p.disturbed.push(how);
         }
     }
@@ -240,7 +254,13 @@ impl Model {
             }
         }
         if to == "running" {
-            self.open.insert(svc.to_string(), (version, t));
+            self.open.insert(svc.to_string(), (version.clone(), t));
+        }
+        if ["backoff", "cooldown", "failed"].contains(&to) {
+            if let Some(p) = self.probation.as_mut().filter(|p| p.version == version) {
+                p.failures
+                    .push(e["reason"].as_str().unwrap_or("?").to_string());
+            }
         }
     }
 
@@ -275,6 +295,7 @@ impl Model {
             over,
             disturbed: Vec::new(),
             first_start_ms: None,
+            failures: Vec::new(),
         });
     }
 
@@ -327,6 +348,28 @@ impl Model {
                 hint_restart,
             );
         }
+        // The crash-loop rule (3 restarts in a minute): a 4th end of a run in the
+        // probation is a crash loop, whatever happened to supd meanwhile.
+        if let Some(p) = p
+            .as_ref()
+            .filter(|p| p.failures.len() > CRASH_LOOP_RESTARTS)
+        {
+            self.violate(
+                "P",
+                format!(
+                    "{v} ({}) was committed after {} of its runs ended in its probation (a crash loop is {CRASH_LOOP_RESTARTS} restarts in 1m){}: {}",
+                    self.kind(v).map_or("?", |k| k.name()),
+                    p.failures.len(),
+                    if disturbed.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; supd was disturbed in it: {}", disturbed.join(", "))
+                    },
+                    p.failures.join(" | ")
+                ),
+                hint_restart,
+            );
+        }
         if let Some(start) = p.as_ref().and_then(|p| p.start_ms) {
             let need = (self.probation_ms as f64 * READY_SHARE) as u64;
             for svc in self.services.clone() {
@@ -352,13 +395,22 @@ impl Model {
                             } else {
                                 format!("; supd was disturbed in it: {}", disturbed.join(", "))
                             },
-                            late_start.map_or(String::new(), |d| format!(
-                                "; {v} first started {d}ms after the probation began (the version before was still stopping)"
-                            )),
+                            match p.as_ref().map(|p| p.first_start_ms) {
+                                Some(None) => format!("; {v} never started in its probation"),
+                                _ => late_start.map_or(String::new(), |d| format!(
+                                    "; {v} first started {d}ms after the probation began (the version before was still stopping)"
+                                )),
+                            },
                         ),
                         if leader_only {
                             Some("item 1")
-                        } else if late_start.is_some() && disturbed.is_empty() {
+                        } else if matches!(self.kind(v), Some(Kind::Flaky | Kind::Slow))
+                            && !disturbed.is_empty()
+                        {
+                            Some("item 2")
+                        } else if p.as_ref().is_some_and(|p| p.first_start_ms.is_none()) {
+                            Some("none: NEW, committed though it never started (its deadline passed while the run before was still stopping, or while supd shut down)")
+                        } else if late_start.is_some() {
                             Some("none: NEW, the probation counts from the switch, not from the version's start")
                         } else {
                             hint_restart
@@ -447,11 +499,15 @@ impl Model {
 
     /// supd has settled (no probation pending): `versions` data, what the `current`
     /// link names and what the record on disk says; `now` in unix ms.
+    /// `agent` is the agent's state: in cooldown or failed, nothing starts it, so a
+    /// switch of `current` by the tool is seen only at its next start (the link may name
+    /// another version then).
     pub fn settled(
         &mut self,
         versions: &Value,
         link: Option<&str>,
         record: Option<&str>,
+        agent: &str,
         now: u64,
     ) {
         self.count("settled states checked");
@@ -470,7 +526,12 @@ impl Model {
                 _ => {}
             }
         }
-        if link != current || record != current {
+        let idle = agent == "cooldown" || agent == "failed";
+        if link != current && record == current && idle {
+            self.history.push(format!(
+                "  (current names {link:?} while the agent is in {agent} on {current:?}: a self-switch not seen yet)"
+            ));
+        } else if link != current || record != current {
             self.violate(
                 "C",
                 format!(
@@ -604,7 +665,7 @@ mod tests {
         assert_eq!(m.violations.len(), 1);
         assert_eq!(m.violations[0].invariant, "I");
         let v = json!({"current": "1.0.0", "phase": "rolled-back", "versions": [{"version": "3.0.0", "bad": false}]});
-        m.settled(&v, Some("1.0.0"), Some("1.0.0"), 900);
+        m.settled(&v, Some("1.0.0"), Some("1.0.0"), "running", 900);
         assert_eq!(m.violations.len(), 2);
         assert_eq!(m.violations[1].invariant, "B");
     }

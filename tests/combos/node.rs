@@ -67,7 +67,8 @@ fn body(kind: Kind) -> String {
         Kind::Good => GOOD,
         Kind::Crash => "exit 3",
         Kind::Hang => "exec sleep 100000",
-        Kind::Flaky => "echo >&3\nexec 3>&-\necho \"$$ $SUP_VERSION ready $(date +%s.%N)\" >>\"$d/trace\"\nsleep 0.02\necho \"$$ $SUP_VERSION exits $(date +%s.%N)\" >>\"$d/trace\"\nexit 3",
+        Kind::Flaky => "echo >&3\nexec 3>&-\nsleep 0.02\nexit 3",
+        Kind::Slow => "echo >&3\nexec 3>&-\nsleep 0.15\nexit 3",
     };
     format!("{PROLOGUE}{tail}")
 }
@@ -288,6 +289,8 @@ impl Node {
         let Some(mut child) = self.sb.supd.take() else {
             return false;
         };
+        self.pump();
+        self.model.disturb("SIGTERM");
         let t = unix_ms();
         let started = Instant::now();
         let _ = nix::sys::signal::kill(
@@ -539,7 +542,7 @@ impl Node {
                     bad_list(&v)
                 ));
                 self.model
-                    .settled(&v, link.as_deref(), recorded.as_deref(), unix_ms());
+                    .settled(&v, link.as_deref(), recorded.as_deref(), &state, unix_ms());
                 self.collect_model();
                 self.check_dups();
                 return true;

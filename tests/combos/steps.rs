@@ -17,6 +17,9 @@ pub enum Kind {
     Hang,
     /// Ready, then exits with code 3 20 ms later.
     Flaky,
+    /// Ready, then exits with code 3 150 ms later: its crash loop takes most of a
+    /// probation, so a restart of supd in it matters.
+    Slow,
 }
 
 impl Kind {
@@ -26,6 +29,7 @@ impl Kind {
             Kind::Crash => "crash",
             Kind::Hang => "hang",
             Kind::Flaky => "flaky",
+            Kind::Slow => "slow crasher",
         }
     }
 }
@@ -191,15 +195,29 @@ pub fn generate(seed: u64, lo: u64, hi: u64, lease: bool) -> Sequence {
     let mut next = 1;
     let mut steps = Vec::new();
     while steps.len() < n as usize {
-        // install, upgrade, self-switch, crash, kill -9, SIGTERM, reexec, reload, lease
-        let weights = [18, 22, 12, 8, 10, 8, 6, 6, if lease { 10 } else { 0 }];
+        // install, upgrade, self-switch, crash, kill -9, SIGTERM, reexec, reload, lease.
+        // Right after an upgrade or a self-switch left in flight, the next step is more
+        // often one that disturbs its probation.
+        let in_flight = matches!(
+            steps.last(),
+            Some(Step {
+                action: Action::Upgrade { .. } | Action::SelfSwitch(_),
+                then: Then::Wait(_),
+            })
+        );
+        let weights = if in_flight {
+            [4, 4, 22, 10, 20, 16, 10, 6, if lease { 8 } else { 0 }]
+        } else {
+            [18, 22, 12, 8, 10, 8, 6, 6, if lease { 10 } else { 0 }]
+        };
         let action = match rng.weighted(&weights) {
             0 => {
-                let kind = match rng.weighted(&[45, 20, 15, 20]) {
+                let kind = match rng.weighted(&[40, 15, 15, 15, 15]) {
                     0 => Kind::Good,
                     1 => Kind::Crash,
                     2 => Kind::Hang,
-                    _ => Kind::Flaky,
+                    3 => Kind::Flaky,
+                    _ => Kind::Slow,
                 };
                 let v = Version {
                     name: format!("1.{next}.0"),
@@ -222,7 +240,17 @@ pub fn generate(seed: u64, lo: u64, hi: u64, lease: bool) -> Sequence {
                     irreversible: rng.chance(10),
                 }
             }
-            2 => Action::SelfSwitch(rng.pick(&installed).name.clone()),
+            2 => {
+                // Mostly to a version that fails (what a rollback must undo), else any.
+                let failing: Vec<&Version> =
+                    installed.iter().filter(|v| v.kind != Kind::Good).collect();
+                let to = if !failing.is_empty() && rng.chance(60) {
+                    rng.pick(&failing).name.clone()
+                } else {
+                    rng.pick(&installed).name.clone()
+                };
+                Action::SelfSwitch(to)
+            }
             3 => Action::Crash,
             4 => Action::KillSupd,
             5 => Action::RestartSupd,
