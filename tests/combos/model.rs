@@ -259,7 +259,7 @@ impl Model {
         if ["backoff", "cooldown", "failed"].contains(&to) {
             if let Some(p) = self.probation.as_mut().filter(|p| p.version == version) {
                 p.failures
-                    .push(e["reason"].as_str().unwrap_or("?").to_string());
+                    .push(format!("{svc}: {}", e["reason"].as_str().unwrap_or("?")));
             }
         }
     }
@@ -350,22 +350,30 @@ impl Model {
         }
         // The crash-loop rule (3 restarts in a minute): a 4th end of a run in the
         // probation is a crash loop, whatever happened to supd meanwhile.
-        if let Some(p) = p
-            .as_ref()
-            .filter(|p| p.failures.len() > CRASH_LOOP_RESTARTS)
-        {
+        let looped = p.as_ref().and_then(|p| {
+            self.services.iter().find_map(|svc| {
+                let f: Vec<String> = p
+                    .failures
+                    .iter()
+                    .filter(|x| x.starts_with(&format!("{svc}: ")))
+                    .cloned()
+                    .collect();
+                (f.len() > CRASH_LOOP_RESTARTS).then(|| (svc.clone(), f))
+            })
+        });
+        if let Some((svc, f)) = looped {
             self.violate(
                 "P",
                 format!(
-                    "{v} ({}) was committed after {} of its runs ended in its probation (a crash loop is {CRASH_LOOP_RESTARTS} restarts in 1m){}: {}",
+                    "{v} ({}) was committed after {} runs of {svc} on it ended in its probation (a crash loop is {CRASH_LOOP_RESTARTS} restarts in 1m){}: {}",
                     self.kind(v).map_or("?", |k| k.name()),
-                    p.failures.len(),
+                    f.len(),
                     if disturbed.is_empty() {
                         String::new()
                     } else {
                         format!("; supd was disturbed in it: {}", disturbed.join(", "))
                     },
-                    p.failures.join(" | ")
+                    f.join(" | ")
                 ),
                 hint_restart,
             );
@@ -559,11 +567,7 @@ impl Model {
         self.bad.extend(bad_now.iter().cloned());
         if let Some(c) = current {
             if bad_now.contains(c) {
-                self.violate(
-                    "B",
-                    format!("current is {c}, which is marked bad"),
-                    Some("item 6"),
-                );
+                self.violate("B", format!("current is {c}, which is marked bad"), None);
             }
             if self.last_good.as_deref() != Some(c) {
                 self.violate(
