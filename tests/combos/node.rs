@@ -1,0 +1,854 @@
+//! One sequence against a real supd: the sandbox, the versions' programs, supd started,
+//! killed and stopped, a watch stream read by a thread of its own (reconnected after
+//! each new supd and each reexec), settling, and the checks that need processes (at
+//! most one instance, the bound on SIGTERM). What the contract says is the model's.
+
+use crate::common::*;
+use crate::model::{Info, Model, Violation};
+use crate::steps::{Action, Kind, Sequence, Then, Version};
+use serde_json::{json, Value};
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// supd's `shutdown_timeout` here; SIGTERM must end supd within it and `TERM_MARGIN`.
+const SHUTDOWN_TIMEOUT_MS: u64 = 2000;
+const TERM_MARGIN_MS: u64 = 2000;
+/// The longest a settle may take (the longest probation and a crash loop of hangs fit
+/// many times over).
+const SETTLE: Duration = Duration::from_secs(15);
+
+/// Milliseconds since the epoch (supd's events carry the same clock).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The prologue of every version's program: an exclusive lock per service, held by every
+/// process of the run (`sleep` inherits fd 9), or a line in `dups` and exit: two runs of
+/// one service alive at once.
+const PROLOGUE: &str = r#"d="$COMBO_DIR"
+exec 9>>"$d/lock.$SUP_SERVICE"
+if ! flock -n 9; then
+  echo "$SUP_SERVICE: pid $$ of $SUP_VERSION found the lock taken at $(date +%s.%N); holder: $(cat "$d/holder.$SUP_SERVICE" 2>/dev/null)" >>"$d/dups"
+  exit 1
+fi
+echo "pid $$ of $SUP_VERSION since $(date +%s.%N)" >"$d/holder.$SUP_SERVICE"
+"#;
+
+/// A good version: ready (a newline on fd 3), runs until stopped; on SIGUSR1 with
+/// `switch-to` present, it points `current` at the version named there and exits 0 (a
+/// tool updating itself).
+const GOOD: &str = r#"trap 'true' USR1
+sleep 100000 3>&- &
+s=$!
+echo >&3
+exec 3>&-
+while :; do
+  wait $s
+  if [ -e "$d/switch-to" ]; then
+    t=$(cat "$d/switch-to")
+    rm -f "$d/switch-to"
+    ln -sfn "$t" ../.switch && mv -T ../.switch ../current
+    echo "$(date +%s.%N) $SUP_SERVICE $SUP_VERSION switched current to $t" >>"$d/switches"
+    exit 0
+  fi
+  kill -0 $s 2>/dev/null || exit 4
+done"#;
+
+fn body(kind: Kind) -> String {
+    let tail = match kind {
+        Kind::Good => GOOD,
+        Kind::Crash => "exit 3",
+        Kind::Hang => "exec sleep 100000",
+        Kind::Flaky => "echo >&3\nexec 3>&-\nsleep 0.02\nexit 3",
+        Kind::Slow => "echo >&3\nexec 3>&-\nsleep 0.15\nexit 3",
+    };
+    format!("{PROLOGUE}{tail}")
+}
+
+/// The events of one watch connection, read by a thread.
+struct Collector {
+    stream: UnixStream,
+    retired: Arc<AtomicBool>,
+}
+
+type Events = Arc<(Mutex<Vec<Value>>, Condvar)>;
+
+pub struct Node {
+    pub sb: Sandbox,
+    pub seq: Sequence,
+    pub model: Model,
+    /// What happened, step by step, for the report.
+    pub log: Vec<String>,
+    events: Events,
+    processed: usize,
+    collector: Option<Collector>,
+    var: u32,
+    term: u64,
+    lease_held: bool,
+    /// The step under way (1-based; 0: the prologue), for the violations' report.
+    pub step: usize,
+    /// Violations found by the harness, and the model's so far, each with its step.
+    pub found: Vec<(usize, Violation)>,
+    model_seen: usize,
+    pub figures: std::collections::BTreeMap<&'static str, usize>,
+    ready: Option<UnixDatagram>,
+    gen: u64,
+}
+
+impl Node {
+    pub fn new(seq: Sequence) -> Node {
+        let sb = Sandbox::new();
+        let services: &[&str] = if seq.lease {
+            &["agent", "engine"]
+        } else {
+            &["agent"]
+        };
+        let model = Model::new(seq.probation_ms, services);
+        let n = Node {
+            sb,
+            seq,
+            model,
+            log: Vec::new(),
+            events: Arc::new((Mutex::new(Vec::new()), Condvar::new())),
+            processed: 0,
+            collector: None,
+            var: 0,
+            term: 0,
+            lease_held: false,
+            step: 0,
+            found: Vec::new(),
+            model_seen: 0,
+            figures: Default::default(),
+            ready: None,
+            gen: 0,
+        };
+        n.write_config();
+        n
+    }
+
+    fn note(&mut self, s: String) {
+        self.log.push(format!("{:>2}| {s}", self.step));
+    }
+
+    fn violate(&mut self, invariant: &'static str, text: String, hint: Option<&'static str>) {
+        self.found.push((
+            self.step,
+            Violation {
+                invariant,
+                text,
+                hint,
+            },
+        ));
+    }
+
+    fn count(&mut self, what: &'static str) {
+        *self.figures.entry(what).or_default() += 1;
+    }
+
+    fn service_keys(&self) -> String {
+        format!(
+            "tool = \"agent\"\ncommand = [\"bin/agent\"]\nready = \"fd:3\"\nready_timeout = \"{}ms\"\n\
+             restart_delay = \"10ms\"\ncrash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\n\
+             probation = \"{}ms\"\nstop_timeout = \"{}ms\"\nlog = \"null\"\n\
+             env = {{ COMBO_DIR = \"{}\", COMBO_VAR = \"{}\" }}\n",
+            self.seq.ready_timeout_ms,
+            self.seq.probation_ms,
+            self.seq.stop_timeout_ms,
+            self.sb.dir.display(),
+            self.var
+        )
+    }
+
+    fn write_config(&self) {
+        let mut text = format!(
+            "[supd]\nsocket = \"sup.sock\"\nstate_dir = \"state\"\nlog_dir = \"log\"\ntools_dir = \"tools\"\n\
+             shutdown_timeout = \"{SHUTDOWN_TIMEOUT_MS}ms\"\n\n[service.agent]\n{}",
+            self.service_keys()
+        );
+        if self.seq.lease {
+            text += &format!(
+                "\n[lease.engine]\ntool = \"agent\"\n\n[service.engine]\n{}leader_only = \"engine\"\n",
+                self.service_keys()
+            );
+        }
+        fs::write(self.sb.path("sup.toml"), text).expect("write config");
+    }
+
+    // ---- supd ----
+
+    /// Starts supd and waits for READY=1 (or its exit); then watches it.
+    pub fn start(&mut self) -> bool {
+        assert!(self.sb.supd.is_none(), "a supd is still running");
+        self.gen += 1;
+        let path = self.sb.path(&format!("ready-{}.sock", self.gen));
+        let sock = UnixDatagram::bind(&path).expect("bind the ready socket");
+        let mut log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.sb.path("supd.stderr"))
+            .expect("supd log");
+        let _ = writeln!(
+            log,
+            "=== combos: supd {} (step {}) ===",
+            self.gen, self.step
+        );
+        let child = Command::new(SUPD)
+            .arg("-c")
+            .arg(self.sb.path("sup.toml"))
+            .env("NOTIFY_SOCKET", &path)
+            .env("SUP_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn supd");
+        let pid = child.id() as i32;
+        self.sb.supd = Some(child);
+        self.ready = Some(sock);
+        let ok = self.await_ready(pid);
+        let _ = fs::remove_file(path);
+        if !ok {
+            return false;
+        }
+        self.watch();
+        self.model.up(unix_ms());
+        true
+    }
+
+    fn await_ready(&mut self, pid: i32) -> bool {
+        let sock = self.ready.take().expect("a ready socket");
+        let pidfd = sup::sys::pidfd_open(pid).expect("pidfd of supd");
+        let end = Instant::now() + DEADLINE;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.violate(
+                    "START",
+                    format!("supd {} not ready within {DEADLINE:?}", self.gen),
+                    None,
+                );
+                self.kill_child();
+                return false;
+            }
+            let mut fds = [
+                nix::poll::PollFd::new(sock.as_fd(), nix::poll::PollFlags::POLLIN),
+                nix::poll::PollFd::new(pidfd.as_fd(), nix::poll::PollFlags::POLLIN),
+            ];
+            let ms = nix::poll::PollTimeout::try_from(left.as_millis() as i32 + 1)
+                .unwrap_or(nix::poll::PollTimeout::MAX);
+            let _ = nix::poll::poll(&mut fds, ms);
+            if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                let mut buf = [0u8; 256];
+                sock.set_nonblocking(true).expect("nonblocking");
+                if let Ok(n) = sock.recv(&mut buf) {
+                    if String::from_utf8_lossy(&buf[..n]).contains("READY=1") {
+                        return true;
+                    }
+                }
+            } else if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+                let status = self.sb.supd.take().map(|mut c| c.wait());
+                let tail = tail(&self.sb.supd_log(), 6);
+                self.violate(
+                    "START",
+                    format!(
+                        "supd {} exited before it was ready ({status:?}):\n{tail}",
+                        self.gen
+                    ),
+                    None,
+                );
+                return false;
+            }
+        }
+    }
+
+    fn kill_child(&mut self) {
+        if let Some(mut c) = self.sb.supd.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// kill -9 of supd.
+    pub fn kill9(&mut self) {
+        let t = unix_ms();
+        self.kill_child();
+        self.retire();
+        self.model.down(t, "kill -9");
+    }
+
+    /// SIGTERM to supd: it must exit, with success, within shutdown_timeout + margin.
+    pub fn term(&mut self) -> bool {
+        let Some(mut child) = self.sb.supd.take() else {
+            return false;
+        };
+        self.pump();
+        self.model.disturb("SIGTERM");
+        let t = unix_ms();
+        let started = Instant::now();
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let bound = Duration::from_millis(SHUTDOWN_TIMEOUT_MS + TERM_MARGIN_MS);
+        let ok = wait_exit(child.id() as i32, bound).is_some();
+        if !ok {
+            let status = self.sb.status_text();
+            self.violate(
+                "TERM",
+                format!(
+                    "supd did not exit within {bound:?} of SIGTERM (shutdown_timeout {SHUTDOWN_TIMEOUT_MS}ms); it was killed. Its status then: {status}\n{}",
+                    tail(&self.sb.supd_log(), 8)
+                ),
+                None,
+            );
+            let _ = child.kill();
+        }
+        let status = child.wait().expect("wait supd");
+        if ok && !status.success() {
+            self.violate(
+                "TERM",
+                format!("supd ended its shutdown with {status}"),
+                None,
+            );
+        }
+        self.figures
+            .entry("clean stops of supd")
+            .and_modify(|n| *n += 1)
+            .or_insert(1);
+        self.note(format!("supd exited {:?} after SIGTERM", started.elapsed()));
+        self.retire();
+        self.model.down(t, "SIGTERM");
+        true
+    }
+
+    // ---- the watch stream ----
+
+    fn watch(&mut self) {
+        let s = UnixStream::connect(&self.sb.socket).expect("connect for watch");
+        let mut w = s.try_clone().expect("dup");
+        w.write_all(b"{\"id\":1,\"cmd\":\"watch\"}\n")
+            .expect("watch");
+        let mut r = BufReader::new(s.try_clone().expect("dup"));
+        let mut first = String::new();
+        r.read_line(&mut first).expect("watch answer");
+        let a: Value = serde_json::from_str(&first).expect("watch answer JSON");
+        assert_eq!(a["ok"], true, "watch refused: {a}");
+        let retired = Arc::new(AtomicBool::new(false));
+        let (ev, flag) = (self.events.clone(), retired.clone());
+        std::thread::spawn(move || loop {
+            let mut line = String::new();
+            match r.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if flag.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    if let Ok(e) = serde_json::from_str::<Value>(&line) {
+                        let (m, c) = &*ev;
+                        m.lock().expect("events").push(e);
+                        c.notify_all();
+                    }
+                }
+            }
+        });
+        self.collector = Some(Collector { stream: s, retired });
+        // What already runs is not told by an event.
+        let now = unix_ms();
+        for svc in self.tool_services() {
+            let st = self.sb.status(svc);
+            if st["state"] == "running" {
+                if let Some(v) = st["version"].as_str() {
+                    self.model.seen_running(svc, v, now);
+                }
+            }
+        }
+        let v = self.versions();
+        if v["phase"] == "probation" && self.model.probation.is_none() {
+            self.note(format!("a probation not seen begin: {}", v["proposed"]));
+        }
+    }
+
+    fn retire(&mut self) {
+        self.pump();
+        if let Some(c) = self.collector.take() {
+            c.retired.store(true, Ordering::SeqCst);
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn tool_services(&self) -> Vec<&'static str> {
+        if self.seq.lease {
+            vec!["agent", "engine"]
+        } else {
+            vec!["agent"]
+        }
+    }
+
+    /// Feeds the events seen so far to the model, and collects what it found.
+    pub fn pump(&mut self) {
+        let new: Vec<Value> = {
+            let (m, _) = &*self.events;
+            let all = m.lock().expect("events");
+            all[self.processed..].to_vec()
+        };
+        self.processed += new.len();
+        for e in &new {
+            match e["event"].as_str() {
+                Some("upgrade") => {
+                    let s = format!(
+                        "event: upgrade {} {} (from {}) at {}{}",
+                        e["phase"].as_str().unwrap_or("?"),
+                        e["version"].as_str().unwrap_or("-"),
+                        e["from"].as_str().unwrap_or("-"),
+                        e["time"].as_u64().unwrap_or(0) % 100_000,
+                        e["reason"]
+                            .as_str()
+                            .map_or(String::new(), |r| format!(": {r}"))
+                    );
+                    self.note(s)
+                }
+                Some("rollback") => self.note(format!(
+                    "event: rollback {} -> {}: {}",
+                    e["from"].as_str().unwrap_or("?"),
+                    e["to"].as_str().unwrap_or("?"),
+                    e["reason"].as_str().unwrap_or("")
+                )),
+                Some("lease") => {
+                    let what = e["what"].as_str().unwrap_or("");
+                    if what == "expired" || what == "released" {
+                        self.lease_held = false;
+                    }
+                    self.note(format!("event: lease {what} term {}", e["term"]))
+                }
+                Some("state") => self.note(format!(
+                    "event: {} {} -> {} on {} (pid {}) at {}{}",
+                    e["service"].as_str().unwrap_or("?"),
+                    e["from"].as_str().unwrap_or("?"),
+                    e["to"].as_str().unwrap_or("?"),
+                    e["version"].as_str().unwrap_or("-"),
+                    e["pid"],
+                    e["time"].as_u64().unwrap_or(0) % 100_000,
+                    e["reason"]
+                        .as_str()
+                        .map_or(String::new(), |r| format!(": {r}"))
+                )),
+                _ => {}
+            }
+            self.model.event(e);
+        }
+        self.collect_model();
+    }
+
+    fn collect_model(&mut self) {
+        let vs: Vec<Violation> = self.model.violations[self.model_seen..].to_vec();
+        self.model_seen = self.model.violations.len();
+        for v in vs {
+            self.found.push((self.step, v));
+        }
+    }
+
+    /// Waits (3 s at most) until an event says the agent's run that was running ended:
+    /// after a self-switch or a KILL, so that a settle does not take the state before it
+    /// for the state after.
+    fn await_agent_left_running(&mut self, from: usize) {
+        let end = Instant::now() + Duration::from_secs(3);
+        loop {
+            let seen = {
+                let (m, _) = &*self.events;
+                let all = m.lock().expect("events");
+                all[from.min(all.len())..].iter().any(|e| {
+                    e["event"] == "state" && e["service"] == "agent" && e["from"] == "running"
+                })
+            };
+            if seen {
+                return;
+            }
+            if Instant::now() >= end {
+                self.note("the agent's run did not end within 3 s".into());
+                return;
+            }
+            self.wait_events(Duration::from_millis(100));
+            self.pump();
+        }
+    }
+
+    /// Waits for new events (or `max`).
+    fn wait_events(&self, max: Duration) {
+        let (m, c) = &*self.events;
+        let all = m.lock().expect("events");
+        if all.len() > self.processed {
+            return;
+        }
+        let _ = c.wait_timeout(all, max);
+    }
+
+    // ---- requests ----
+
+    pub fn versions(&self) -> Value {
+        self.sb.ok(json!({"cmd": "versions", "tool": "agent"}))
+    }
+
+    /// Waits until supd has settled: no probation, nothing waiting for the record, the
+    /// agent running or given up (cooldown, failed). With the lease, a probation waits
+    /// for a grant as sup-lease offers a trial: it is granted.
+    pub fn settle(&mut self) -> bool {
+        let end = Instant::now() + SETTLE;
+        let mut granted = false;
+        // When the record says the probation is over before its event came: the event
+        // is waited for this long, then the record is believed (the event was lost with
+        // a supd killed before the watch came).
+        let mut record_done: Option<Instant> = None;
+        loop {
+            self.pump();
+            let v = self.versions();
+            let st = self.sb.status("agent");
+            let state = st["state"].as_str().unwrap_or("").to_string();
+            if self.seq.lease && v["phase"] == "probation" && !self.lease_held && !granted {
+                granted = true;
+                self.note("settle: the probation waits; lease-grant for 1h (a trial, as sup-lease offers)".into());
+                self.grant(3_600_000);
+            }
+            let done = v["phase"] != "probation"
+                && v["pending"].is_null()
+                && ["running", "cooldown", "failed"].contains(&state.as_str());
+            let seen = self.model.probation.is_none()
+                || record_done.is_some_and(|t| t.elapsed() > Duration::from_secs(2));
+            if done && record_done.is_none() {
+                record_done = Some(Instant::now());
+            }
+            if done && seen {
+                self.count("settles");
+                let link = fs::read_link(self.sb.path("tools/agent/current"))
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .ok();
+                let record: Value = fs::read(self.sb.path("state/tools/agent.json"))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .unwrap_or(Value::Null);
+                let recorded = record["current"].as_str().map(str::to_string);
+                self.note(format!(
+                    "settled: current {} phase {}, agent {state} on {}; bad {:?}",
+                    v["current"].as_str().unwrap_or("-"),
+                    v["phase"].as_str().unwrap_or("-"),
+                    st["version"].as_str().unwrap_or("-"),
+                    bad_list(&v)
+                ));
+                self.model
+                    .settled(&v, link.as_deref(), recorded.as_deref(), &state, unix_ms());
+                self.collect_model();
+                self.check_dups();
+                return true;
+            }
+            if Instant::now() >= end {
+                self.violate(
+                    "SETTLE",
+                    format!(
+                        "not settled within {SETTLE:?}: phase {} ({} in probation), agent {state} ({}), pending {}",
+                        v["phase"], v["proposed"], st["reason"], v["pending"]
+                    ),
+                    None,
+                );
+                return false;
+            }
+            self.wait_events(Duration::from_millis(100));
+        }
+    }
+
+    pub fn check_dups(&mut self) {
+        let text = fs::read_to_string(self.sb.path("dups")).unwrap_or_default();
+        if !text.is_empty() {
+            self.violate(
+                "ONE",
+                format!("two runs of a service at once:\n{text}"),
+                None,
+            );
+            let _ = fs::remove_file(self.sb.path("dups"));
+        }
+    }
+
+    fn grant(&mut self, valid_ms: u64) {
+        self.term += 1;
+        let a = self.sb.request(
+            json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1",
+                                       "term": self.term, "valid_for": format!("{valid_ms}ms")}),
+        );
+        if a["ok"] == true {
+            self.lease_held = true;
+        }
+        self.note(format!("lease-grant term {}: {}", self.term, answer(&a)));
+    }
+
+    // ---- the sequence ----
+
+    /// The prologue: supd, 1.0.0 installed and committed.
+    pub fn prologue(&mut self) -> bool {
+        if !self.start() {
+            return false;
+        }
+        self.install(&Version {
+            name: "1.0.0".into(),
+            kind: Kind::Good,
+            manifest_irreversible: false,
+        });
+        self.upgrade("1.0.0", false, false);
+        self.settle()
+    }
+
+    fn install(&mut self, v: &Version) {
+        let src = self.sb.stage_version(&v.name, &body(v.kind));
+        if v.manifest_irreversible {
+            fs::write(src.join("sup-tool.toml"), "revertible = false\n").expect("manifest");
+        }
+        let out = self
+            .sb
+            .supctl(&["install", "agent", &v.name, &src.to_string_lossy()]);
+        if !out.status.success() {
+            self.violate(
+                "START",
+                format!(
+                    "install {} failed: {}",
+                    v.name,
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+                None,
+            );
+        }
+        self.model.installed(
+            &v.name,
+            Info {
+                kind: v.kind,
+                manifest_irreversible: v.manifest_irreversible,
+            },
+        );
+    }
+
+    fn upgrade(&mut self, version: &str, force: bool, irreversible: bool) {
+        self.pump();
+        let a = self.sb.request(
+            json!({"cmd": "upgrade", "tool": "agent", "version": version,
+                                       "force": force, "irreversible": irreversible}),
+        );
+        if a["ok"] == true {
+            self.model.upgrade_accepted(version, force, irreversible);
+            self.count("upgrades accepted");
+        } else {
+            self.count("upgrades refused");
+        }
+        self.note(format!("upgrade {version}: {}", answer(&a)));
+    }
+
+    /// Runs one step; false when the sequence cannot go on (supd would not start).
+    pub fn run_step(&mut self, i: usize) -> bool {
+        self.step = i + 1;
+        let step = self.seq.steps[i].clone();
+        self.note(format!("step: {step}"));
+        self.pump();
+        match &step.action {
+            Action::Install(v) => self.install(v),
+            Action::Upgrade {
+                version,
+                force,
+                irreversible,
+            } => self.upgrade(version, *force, *irreversible),
+            Action::SelfSwitch(to) => {
+                let st = self.sb.status("agent");
+                let runs = st["version"].as_str().unwrap_or("").to_string();
+                let good = self
+                    .seq
+                    .steps
+                    .iter()
+                    .any(|s| matches!(&s.action, Action::Install(v) if v.name == runs && v.kind == Kind::Good))
+                    || runs == "1.0.0";
+                if st["state"] != "running" || !good {
+                    self.note(format!("skipped: the agent is {} on {runs}", st["state"]));
+                    self.count("self-switches skipped");
+                } else {
+                    let tmp = self.sb.path("switch-to.tmp");
+                    fs::write(&tmp, to).expect("trigger");
+                    fs::rename(&tmp, self.sb.path("switch-to")).expect("trigger");
+                    let mark = self.events.0.lock().expect("events").len();
+                    let a = self
+                        .sb
+                        .request(json!({"cmd": "signal", "service": "agent", "signal": "USR1"}));
+                    self.note(format!("{runs} told to switch to {to}: {}", answer(&a)));
+                    self.count("self-switches");
+                    if a["ok"] == true {
+                        self.await_agent_left_running(mark);
+                    }
+                }
+            }
+            Action::Crash => {
+                let mark = self.events.0.lock().expect("events").len();
+                let a = self
+                    .sb
+                    .request(json!({"cmd": "signal", "service": "agent", "signal": "KILL"}));
+                self.note(format!("KILL: {}", answer(&a)));
+                if a["ok"] == true {
+                    self.await_agent_left_running(mark);
+                }
+            }
+            Action::KillSupd => {
+                self.kill9();
+                self.count("kill -9 of supd");
+                if !self.start() {
+                    return false;
+                }
+            }
+            Action::RestartSupd => {
+                self.term();
+                if !self.start() {
+                    return false;
+                }
+            }
+            Action::Reexec => {
+                self.pump();
+                let t0 = unix_ms();
+                let out = self.sb.supctl(&["reexec"]);
+                let t1 = unix_ms();
+                self.note(format!(
+                    "reexec: {} {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+                self.count("reexecs");
+                self.retire();
+                self.model.blind(t0, t1, "reexec");
+                self.watch();
+            }
+            Action::Reload { changed } => {
+                if *changed {
+                    self.var += 1;
+                }
+                self.write_config();
+                let a = self.sb.request(json!({"cmd": "reload"}));
+                self.note(format!("reload: {}", answer(&a)));
+            }
+            Action::LeaseGrant { valid_ms } => self.grant(*valid_ms),
+            Action::LeaseRelease => {
+                let a = self
+                    .sb
+                    .request(json!({"cmd": "lease-release", "lease": "engine"}));
+                self.lease_held = false;
+                self.note(format!("lease-release: {}", answer(&a)));
+                if a["ok"] == true {
+                    let st = self.sb.status("engine");
+                    if !st["pid"].is_null() {
+                        self.violate(
+                            "LEASE",
+                            format!("lease-release answered, yet engine runs: {st}"),
+                            None,
+                        );
+                    }
+                }
+            }
+        }
+        match step.then {
+            Then::Settle => {
+                if !self.settle() {
+                    return false;
+                }
+            }
+            Then::Wait(ms) => {
+                std::thread::sleep(Duration::from_millis(ms)); // the next step's moment
+                self.pump();
+            }
+        }
+        self.check_dups();
+        true
+    }
+
+    /// After the steps: settle, then a clean stop within its bound.
+    pub fn epilogue(&mut self) {
+        self.step = self.seq.steps.len() + 1;
+        self.note("epilogue: settle, then SIGTERM".into());
+        self.settle();
+        self.term();
+        self.check_dups();
+    }
+
+    pub fn final_versions(&self) -> String {
+        fs::read_to_string(self.sb.path("state/tools/agent.json")).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(c) = self.collector.take() {
+            c.retired.store(true, Ordering::SeqCst);
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+        }
+        // supd by its pid (TERM, then KILL), then what its records name: Sandbox's drop.
+        // What a killed supd left and no new one ended: by the lock files' holders.
+        self.kill_child();
+        for svc in ["agent", "engine"] {
+            let holder =
+                fs::read_to_string(self.sb.path(&format!("holder.{svc}"))).unwrap_or_default();
+            if let Some(pid) = holder
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<i32>().ok())
+            {
+                if let Some(st) = sup::proc::stat(pid) {
+                    if st.pgrp == pid {
+                        let _ = nix::sys::signal::killpg(
+                            nix::unistd::Pid::from_raw(pid),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+trait StatusText {
+    fn status_text(&self) -> String;
+}
+
+impl StatusText for Sandbox {
+    /// A short look at supd for a failure message (it may not answer).
+    fn status_text(&self) -> String {
+        match UnixStream::connect(&self.socket) {
+            Ok(s) => {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                let mut w = s.try_clone().expect("dup");
+                let _ = w.write_all(b"{\"id\":1,\"cmd\":\"status\"}\n");
+                let mut line = String::new();
+                let _ = BufReader::new(s).read_line(&mut line);
+                line.trim().to_string()
+            }
+            Err(e) => format!("(no answer: {e})"),
+        }
+    }
+}
+
+fn answer(a: &Value) -> String {
+    if a["ok"] == true {
+        "ok".into()
+    } else {
+        format!("refused: {}", a["error"]["message"].as_str().unwrap_or("?"))
+    }
+}
+
+fn bad_list(v: &Value) -> Vec<String> {
+    v["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|x| x["bad"] == true)
+        .filter_map(|x| x["version"].as_str().map(str::to_string))
+        .collect()
+}
+
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
