@@ -159,9 +159,9 @@ pub struct Supervisor {
     carry: BTreeSet<String>,
     /// The services that come `after` each service; `None` once configs changed.
     dependents: Option<BTreeMap<String, Vec<String>>>,
-    /// Each tool's leader-only services (a probation of it counts only while they run);
-    /// `None` once configs changed. Entries are checked against their slots on use.
-    pub(crate) leader_only_index: Option<BTreeMap<String, Vec<String>>>,
+    /// Each tool's services (a probation of it counts only while they run); `None` once
+    /// configs changed. Entries are checked against their slots on use.
+    pub(crate) tool_index: Option<BTreeMap<String, Vec<String>>>,
     /// A scan of all children is owed by then: a SIGCHLD that told of a leader watched by
     /// its pidfd may have stood for other exits too.
     scan_owed: Option<Mono>,
@@ -264,7 +264,7 @@ impl Supervisor {
             recheck_pending: true,
             carry: BTreeSet::new(),
             dependents: None,
-            leader_only_index: None,
+            tool_index: None,
             scan_owed: None,
             pids: BTreeMap::new(),
             server,
@@ -327,7 +327,7 @@ impl Supervisor {
     /// leader-only service: once its lease is granted).
     pub fn add_slot(&mut self, cfg: ServiceConfig) {
         self.dependents = None;
-        self.leader_only_index = None;
+        self.tool_index = None;
         let up = cfg.autostart && !self.down.contains(&cfg.name) && cfg.leader_only.is_none();
         let want = if up { Want::Up } else { Want::Down };
         let mut svc = Service::new(want);
@@ -1069,7 +1069,7 @@ impl Supervisor {
     /// Configs changed: the services `after` each are worked out again when needed.
     pub(crate) fn forget_dependents(&mut self) {
         self.dependents = None;
-        self.leader_only_index = None;
+        self.tool_index = None;
     }
 
     /// The services that come `after` `name`.

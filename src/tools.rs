@@ -274,12 +274,15 @@ impl Supervisor {
         now: Mono,
     ) -> Result<(), Failure> {
         let name = op.name();
-        // A leader-only tool's probation is recorded paused from its first write unless
-        // its leader-only services run now: a supd killed before its next turn must not
-        // find a probation that counted while nothing ran.
-        let waits = match self.leader_only_running(tool) {
-            Some(false) => upgrade::pause(&change.record, &Clocks::now()),
-            _ => None,
+        // A probation is recorded paused from its first write unless the version runs
+        // now (it does not yet at an upgrade: its services restart after): a supd
+        // killed before its next turn must not find a probation that counted while
+        // nothing of it ran.
+        // (Not at load: the services have not started yet, or a reexec's image has not
+        // taken them over yet; the loop's next turn looks.)
+        let waits = match matches!(op, Op::Load) || self.probation_counts(tool) {
+            true => None,
+            false => upgrade::pause(&change.record, &Clocks::now()),
         };
         let paused;
         let change = match waits {
@@ -921,7 +924,7 @@ impl Supervisor {
             "deadline_ms": r.deadline_ms.filter(|_| r.phase == Phase::Probation),
             "deadline_in_ms": state.deadline.map(|d| d.since(now).as_millis() as u64),
             "probation_waits": upgrade::paused(r).then_some(
-                "a leader-only service of the tool does not run on this node: its probation counts only while it runs"
+                "a service of the tool does not run, ready, on this version here (a leader-only one runs only while this node leads): its probation counts only while all do"
             ),
             "probation_left_ms": (r.phase == Phase::Probation)
                 .then(|| upgrade::probation_left(r, &Clocks::now()).as_millis() as u64),

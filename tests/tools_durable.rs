@@ -290,7 +290,7 @@ fn probation_across_a_clock_step(offset: i64) {
         "offset {offset}: committed within {:?} of a 4 s probation: {v}",
         t0.elapsed()
     );
-    let left = v["deadline_in_ms"].as_u64().unwrap_or(u64::MAX);
+    let left = v["probation_left_ms"].as_u64().unwrap_or(u64::MAX);
     assert!(
         Duration::from_millis(left) <= probation,
         "offset {offset}: {left} ms left of a 4 s probation: {v}"

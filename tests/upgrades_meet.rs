@@ -488,3 +488,55 @@ fn i21_9_a_regression_after_the_commit_rolls_back() {
     let st = sb.wait_state("agent", "running");
     assert_eq!(st["version"], "1.0.0");
 }
+
+/// A version that ignores TERM: its stop takes the whole `stop_timeout`.
+const SLOW_TO_STOP: &str = "trap '' TERM\nwhile :; do sleep 0.05; done";
+
+/// Found by the combination test: a probation counted from the switch, so a slow stop
+/// of the old version ate it, and a good 2.0.0 was committed after 6 ms of running. It
+/// counts from when the new version runs, ready.
+#[test]
+fn i21_2_a_slow_stop_of_the_old_version_does_not_eat_the_probation() {
+    let mut sb = Sandbox::new();
+    agent_config(&sb, "probation = \"1s\"\n");
+    place(&sb, "1.0.0", SLOW_TO_STOP);
+    place(&sb, "2.0.0", GOOD);
+    place_current(&sb, "1.0.0");
+    sb.start();
+    sb.wait_state("agent", "running");
+    let mut w = sb.watch();
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let run = w.until(&sb, |e| {
+        e["event"] == "state" && e["to"] == "running" && e["version"] == "2.0.0"
+    });
+    let c = w.until(&sb, |e| {
+        e["event"] == "upgrade" && e["phase"] == "committed"
+    });
+    let ran = c["time"].as_u64().unwrap_or(0) - run["time"].as_u64().unwrap_or(0);
+    assert!(ran >= 1000, "committed after {ran} ms of running");
+}
+
+/// Found by the combination test: a probation whose deadline came while supd shut
+/// down was committed, its version never started (a service being stopped counted as
+/// ready). Nothing is committed while supd shuts down, nor unrun.
+#[test]
+fn i21_2_nothing_is_committed_during_a_shutdown() {
+    let mut sb = Sandbox::new();
+    agent_config(&sb, "probation = \"300ms\"\n");
+    place(&sb, "1.0.0", SLOW_TO_STOP);
+    place(&sb, "2.0.0", GOOD);
+    place_current(&sb, "1.0.0");
+    sb.start();
+    sb.wait_state("agent", "running");
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // 1.0.0 takes its 2 s stop_timeout to go; the shutdown begins meanwhile.
+    sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(runs(&sb, "2.0.0"), 0, "2.0.0 never started");
+    let record: Value = serde_json::from_str(
+        &fs::read_to_string(sb.path("state/tools/agent.json")).expect("the record"),
+    )
+    .expect("JSON");
+    assert_eq!(record["phase"], "probation", "{record}");
+}

@@ -79,11 +79,10 @@ impl Supervisor {
         self.change_or_retry(&tool, Change::record(new), Op::Note, now);
     }
 
-    /// A leader-only service's probation counts only while it runs, ready, on this
-    /// node: the probation of a tool with such services is paused while any of them is
-    /// not up (the node does not lead, or it is between runs), and counts again once all
-    /// are; a tool that has none (a reload took them away) counts. Only tools in
-    /// probation are looked at.
+    /// A probation counts only while the version runs (`probation_counts`): it is
+    /// paused, what is left kept in the record, whenever it does not, and counts again
+    /// once it does. Only tools in probation are looked at, through the index of their
+    /// services.
     fn pause_probations(&mut self, now: Mono) {
         let in_probation: Vec<String> = self
             .tools
@@ -92,9 +91,7 @@ impl Supervisor {
             .map(|(n, _)| n.clone())
             .collect();
         for tool in in_probation {
-            // A tool without leader-only services (any more: a reload dropped the key
-            // or the service) counts: a probation paused before goes on.
-            let counting = self.leader_only_running(&tool).unwrap_or(true);
+            let counting = self.probation_counts(&tool);
             let r = &self.tools[&tool].record;
             let clocks = Clocks::now();
             let new = if counting {
@@ -104,10 +101,11 @@ impl Supervisor {
             };
             if let Some(new) = new {
                 let left = Human(upgrade::probation_left(&new, &clocks));
+                let v = new.proposed.clone().unwrap_or_default();
                 if counting {
-                    log::info!("{tool}: its leader-only services run: the probation counts again ({left} left)");
+                    log::info!("{tool}: {v} runs: its probation counts ({left} left)");
                 } else {
-                    log::info!("{tool}: a leader-only service of it does not run here: the probation waits ({left} left)");
+                    log::info!("{tool}: {v} does not run (every service of it, ready): its probation waits ({left} left)");
                 }
                 self.change_or_retry(&tool, Change::record(new), Op::Note, now);
             }
@@ -132,35 +130,56 @@ impl Supervisor {
         }
     }
 
-    /// Whether every leader-only service of the tool runs, ready, here; `None` when the
-    /// tool has none.
-    pub(super) fn leader_only_running(&mut self, tool: &str) -> Option<bool> {
-        // Through an index built once per change of the configs: this is asked at every
-        // turn of a probation, which must not cost a walk over every service.
+    /// The tool's services, through an index built once per change of the configs: this
+    /// is asked at every turn of a probation, which must not cost a walk over every
+    /// service. Those gone or moved to another tool since are left out.
+    fn members(&mut self, tool: &str) -> Vec<String> {
         let slots = &self.slots;
-        let index = self.leader_only_index.get_or_insert_with(|| {
+        let index = self.tool_index.get_or_insert_with(|| {
             let mut index: std::collections::BTreeMap<String, Vec<String>> = Default::default();
             for s in slots.values() {
-                if let (Some(t), Some(_)) = (&s.cfg.tool, &s.cfg.leader_only) {
+                if let Some(t) = &s.cfg.tool {
                     index.entry(t.clone()).or_default().push(s.cfg.name.clone());
                 }
             }
             index
         });
+        let names = index.get(tool).cloned().unwrap_or_default();
+        names
+            .into_iter()
+            .filter(|n| {
+                self.slots
+                    .get(n)
+                    .is_some_and(|s| s.cfg.tool.as_deref() == Some(tool) && !s.removed)
+            })
+            .collect()
+    }
+
+    /// Whether the tool's probation counts now: its version proves itself only while it
+    /// runs. Every service of the tool that is wanted up, and every leader-only one
+    /// (held down while the node does not lead), runs ready on the version in
+    /// probation, and at least one does; never while supd shuts down. So neither a slow
+    /// stop of the old version, nor a restart delay, nor the time a leader-only service
+    /// waits for the lease counts.
+    pub(super) fn probation_counts(&mut self, tool: &str) -> bool {
+        if self.shutting_down() {
+            return false;
+        }
+        let Some(proposed) = self.tools.get(tool).and_then(|t| t.record.proposed.clone()) else {
+            return false;
+        };
         let mut any = false;
-        for name in index.get(tool)? {
-            let Some(s) = self.slots.get(name) else {
+        for name in self.members(tool) {
+            let s = &self.slots[&name];
+            if s.cfg.leader_only.is_none() && s.svc.want != crate::service::Want::Up {
                 continue;
-            };
-            if s.cfg.tool.as_deref() != Some(tool) || s.cfg.leader_only.is_none() {
-                continue;
+            }
+            if !(s.svc.is_ready(&s.cfg) && s.version.as_deref() == Some(proposed.as_str())) {
+                return false;
             }
             any = true;
-            if !(s.svc.state == crate::service::State::Running && s.svc.is_ready(&s.cfg)) {
-                return Some(false);
-            }
         }
-        any.then_some(true)
+        any
     }
 
     /// Retries what waits for its record, then commits the probations whose deadline
@@ -201,14 +220,14 @@ impl Supervisor {
             // probation). An unhealthy verdict during probation has ended it already. A
             // watchdog likewise holds it until the run's first WATCHDOG=1, or until its
             // deadline fails the probation.
-            let ready = self.tool_services(&tool).iter().all(|n| {
-                let s = &self.slots[n];
-                s.svc.want == crate::service::Want::Down
-                    || (s.svc.is_ready(&s.cfg)
-                        && (s.cfg.health.is_none()
+            let ready = self.probation_counts(&tool)
+                && self.members(&tool).iter().all(|n| {
+                    let s = &self.slots[n];
+                    s.svc.want == crate::service::Want::Down
+                        || ((s.cfg.health.is_none()
                             || s.check.health == crate::health::Health::Healthy)
-                        && (s.cfg.watchdog.is_none() || s.watchdog.pinged))
-            });
+                            && (s.cfg.watchdog.is_none() || s.watchdog.pinged))
+                });
             if !ready {
                 continue;
             }
