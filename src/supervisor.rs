@@ -899,7 +899,15 @@ impl Supervisor {
                 }
             }
             self.drain_retry = None;
-            self.check_draining(now);
+            if self.scan_owed.is_some() {
+                // What is left of a run may be zombies of its own that supd adopted
+                // (their parent died with them), whose SIGCHLD folded into the leader's:
+                // only the owed scan reaps them, and the run is not over until it does.
+                // Brought forward to this retry (on its backoff), not a second later.
+                self.reap(now);
+            } else {
+                self.check_draining(now);
+            }
             if let Some(r) = self.drain_retry.as_mut() {
                 let next = (step * 2).min(DRAIN_MAX);
                 *r = (now.plus(next), next);

@@ -70,3 +70,51 @@ fn signals_to_a_draining_run_go_to_its_cgroup_not_to_the_reaped_leaders_group() 
     w.state(&sb, "one", "backoff");
     sb.stop_supd(Signal::SIGTERM);
 }
+
+/// Found by the combination test (issue 21): a run whose processes were all killed at
+/// once from outside left zombies of its own, adopted by supd, that only the scan of
+/// all children (owed within a second) reaped; the run's end, and so the service's
+/// restart or stop, came up to a second late, whatever its `stop_timeout`. A drain
+/// that waits brings the owed scan forward.
+#[test]
+fn a_run_killed_whole_from_outside_ends_at_once() {
+    let mut sb = Sandbox::new();
+    let svc = sb.script(
+        "svc",
+        "sleep 3600 &\nsleep 3600 &\nsleep 3600 &\nsleep 3600 &\nwait",
+    );
+    sb.config(&format!(
+        "[service.one]\ncommand = [\"{svc}\"]\nrestart_delay = \"0s\"\n\
+         crash_loop = {{ restarts = 100, window = \"1m\" }}\n"
+    ));
+    sb.start();
+    let mut w = sb.watch();
+    let mut worst = std::time::Duration::ZERO;
+    for round in 0..40 {
+        let st = sb.wait_state("one", "running");
+        let pid = pid_of(&st);
+        // Its children are up (they are what becomes the run's zombies).
+        let end = Instant::now() + DEADLINE;
+        let children = || {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .map(|s| s.split_whitespace().count())
+                .unwrap_or(0)
+        };
+        while children() < 4 {
+            assert!(
+                Instant::now() < end,
+                "round {round}: its children never came"
+            );
+        }
+        let t0 = Instant::now();
+        let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+        w.until(&sb, |e| {
+            e["event"] == "state" && e["service"] == "one" && e["from"] == "running"
+        });
+        worst = worst.max(t0.elapsed());
+    }
+    assert!(
+        worst < std::time::Duration::from_millis(500),
+        "a run killed whole was seen to end after {worst:?}"
+    );
+}
