@@ -1,15 +1,18 @@
 //! Lease safety under faults (issue 11): leader-only services never run twice, whatever
 //! happens to the nodes, their clocks and the store, in the spirit of Jepsen's etcd
-//! analysis. Run it with
+//! analysis; and upgrades of a leader-only tool keep their promises among the faults
+//! (issue 21). Run it with
 //!
 //! ```sh
 //! cargo test --release --test lease_faults -- --ignored --nocapture --test-threads=1
 //! ```
 //!
-//! (`.ci/run` runs exactly this; a few minutes). A three-member etcd cluster on loopback
-//! (`etcd3.rs`), three nodes, each a supd with a leader-only engine and a sup-lease that
-//! talks to its own etcd member (`node.rs`), T = 1 s. Then a seeded schedule of faults,
-//! one a round, each followed by a quiet while of 0.3–2 T:
+//! (`.ci/run` runs exactly this; about four minutes). A three-member etcd cluster on
+//! loopback (`etcd3.rs`), three nodes, each a supd with a leader-only engine and a
+//! sup-lease that talks to its own etcd member (`node.rs`), T = 1.5 s. The engine is a
+//! versioned tool (`tool = "engine"`, `ready = "notify"`, probation 3 T, ready timeout
+//! 2 T), and the lease's candidacy is its version: 1.0.0 on every node at first. Then a
+//! seeded schedule of faults, one a round, each followed by a quiet while of 0.3–2 T:
 //! - SIGSTOP, then SIGCONT 0.3–3 T later, of a node's sup-lease, its supd, or its engine;
 //! - kill -9 of a node's supd and sup-lease together, both started again 0–5 T later
 //!   (another node may lead 3 T after, so an engine that outlives its supd is seen);
@@ -17,10 +20,18 @@
 //! - a slow store: SIGSTOP of etcd members (the one a node talks to, the raft leader, or
 //!   all three) for 0.3–3 T;
 //! - a wall-clock step of up to a day either way for a node's supd and sup-lease (an
-//!   LD_PRELOAD shim over CLOCK_REALTIME, gettimeofday and time; `native.rs`).
+//!   LD_PRELOAD shim over CLOCK_REALTIME, gettimeofday and time; `native.rs`);
+//! - in three rounds (one in each third of the run, the order of the kinds chosen by the
+//!   seed), an upgrade of the engine to a new version that is good (ready at once,
+//!   runs), crashing (exits at once: a crash loop) or hanging (never sends READY=1: a
+//!   ready timeout), rolled over the nodes one at a time as a fleet roll goes, the
+//!   leader first or a follower first (the seed chooses): `supctl install` and `upgrade`
+//!   on the node, then wait for its probation's end (a follower gets the lease on trial
+//!   for it), then the next node; a version that does not commit halts the roll
+//!   (`upgrade.rs`).
 //!
 //! The fault mostly hits the node whose engine runs. `SUP_FAULT_SEED` replays a run's
-//! choices (the test prints its seed), `SUP_LEASE_ROUNDS` sets the rounds (50).
+//! choices (the test prints its seed), `SUP_LEASE_ROUNDS` sets the rounds (45).
 //!
 //! The checkers (`witness.rs`): every engine notes CLOCK_BOOTTIME as its first act and
 //! tells the witness, and its end is its own `stop` or the moment its connection closed
@@ -29,6 +40,15 @@
 //! exclusive `flock` on a shared file: one that cannot is an overlap too. Availability
 //! is reported (the share of the time some engine ran, the longest gap) so that safety
 //! is not bought by never leading, and after the last fault an engine must run again.
+//!
+//! Each upgrade is reported per node: its outcome (committed, rolled back, still in
+//! probation at the bound), how long it took, and the engine's downtime around it: the
+//! time from the upgrade's request until an engine served again after its outcome with
+//! no engine serving (alive and ready: a hanging version does not serve), in seconds and
+//! in T. A good version must commit on each node of its roll within its probation + 10 T;
+//! a crashing or hanging one must roll back on the node it was tried on within the same
+//! bound, be marked bad there, and never be current on any node at the end. A failure
+//! says the seed and the round.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -38,13 +58,14 @@ mod node;
 #[path = "../fault/rng.rs"]
 #[allow(dead_code)]
 mod rng;
+mod upgrade;
 mod witness;
 
 use common::*;
 use etcd3::Etcd3;
-use native::boot;
+use native::{boot, Mode};
 use nix::sys::signal::Signal;
-use node::{signal, Node};
+use node::{signal, Engine, Node};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::thread::sleep;
@@ -55,6 +76,18 @@ use witness::{Run, Witness};
 /// whole seconds and a store lease shorter than the node believes would show here.
 const TTL: &str = "1500ms";
 const T: f64 = 1.5;
+
+/// The engine's probation: 3 T of running, ready, on the node (it counts only then).
+const PROBATION: &str = "4500ms";
+const PROBATION_S: f64 = 4.5;
+/// The engine's ready timeout: 2 T (the good versions are ready at once).
+const READY_TIMEOUT: &str = "3s";
+
+/// How long a node of a roll is waited for: its probation and 10 T (a hand-over on
+/// trial, a crash loop or a ready timeout, and the rollback all fit well within it).
+fn bound() -> Duration {
+    Duration::from_secs_f64(PROBATION_S + 10.0 * T)
+}
 
 /// One fault as it was applied: what, and when on CLOCK_BOOTTIME.
 struct Fault {
@@ -83,16 +116,35 @@ fn leader_only_services_never_run_twice() {
     let mut rng = rng::Rng::for_scenario(seed, "lease_faults");
     let rounds: usize = std::env::var("SUP_LEASE_ROUNDS")
         .map(|s| s.trim().parse().expect("SUP_LEASE_ROUNDS: a number"))
-        .unwrap_or(50);
+        .unwrap_or(45);
     eprintln!(
         "lease_faults: seed {seed:#x} (SUP_FAULT_SEED={seed:#x} replays it), {rounds} rounds, T = {TTL}"
     );
+    // One upgrade of each kind, in an order and at rounds the seed chooses: one in each
+    // third of the run.
+    let mut plan: BTreeMap<usize, Mode> = BTreeMap::new();
+    if rounds >= 3 {
+        let mut modes = vec![Mode::Good, Mode::Crash, Mode::Hang];
+        for k in 0..3 {
+            let m = modes.remove(rng.range(0, modes.len() as u64) as usize);
+            let (lo, hi) = (k * rounds / 3 + 1, (k + 1) * rounds / 3);
+            plan.insert(rng.range(lo as u64, hi as u64 + 1) as usize, m);
+        }
+    }
     let base = boot();
     let Some(mut etcd) = Etcd3::start() else {
         return;
     };
     let shared = Sandbox::new();
-    let engine = native::engine(&shared.dir);
+    let builds: BTreeMap<&str, std::path::PathBuf> = [Mode::Good, Mode::Crash, Mode::Hang]
+        .into_iter()
+        .map(|m| (m.name(), native::engine(&shared.dir, m)))
+        .collect();
+    let engine = Engine {
+        binary: &builds["good"],
+        probation: PROBATION,
+        ready_timeout: READY_TIMEOUT,
+    };
     let shim = native::shim(&shared.dir);
     let witness = Witness::listen(&shared.path("witness.sock"));
     let lock = shared.path("engine.lock");
@@ -125,7 +177,75 @@ fn leader_only_services_never_run_twice() {
     let t0 = boot();
     let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
     let mut faults: Vec<Fault> = Vec::new();
+    let mut ups: Vec<upgrade::Upgrade> = Vec::new();
     for round in 1..=rounds {
+        if let Some(&mode) = plan.get(&round) {
+            // An upgrade round: a roll of a new version of the engine, once an engine
+            // serves (what the previous round did is not counted as its downtime).
+            upgrade::serving_again(&witness, DEADLINE);
+            let begin = boot();
+            let version = format!("1.{}.0", ups.len() + 1);
+            let holder = witness.serving().first().cloned();
+            let h = holder.and_then(|n| names.iter().position(|m| *m == n));
+            let leader_first = rng.chance(50);
+            let mut others: Vec<usize> = (0..3).filter(|&j| Some(j) != h).collect();
+            shuffle(&mut rng, &mut others);
+            let order: Vec<usize> = match h {
+                Some(h) if leader_first => std::iter::once(h).chain(others).collect(),
+                Some(h) => {
+                    let mut rest = vec![others[1], h];
+                    shuffle(&mut rng, &mut rest);
+                    std::iter::once(others[0]).chain(rest).collect()
+                }
+                None => others,
+            };
+            eprintln!(
+                "round {round:2} at {:7.2} s: upgrade to {version} ({}), order {:?}",
+                begin - base,
+                mode.name(),
+                order.iter().map(|&j| names[j].as_str()).collect::<Vec<_>>()
+            );
+            let u = upgrade::roll(
+                round,
+                &nodes,
+                &order,
+                &witness,
+                mode,
+                &builds[mode.name()],
+                &version,
+                leader_first && h.is_some(),
+                bound(),
+                DEADLINE,
+            );
+            let what = format!(
+                "upgrade to {version} ({}), {} first: {}",
+                mode.name(),
+                if u.leader_first {
+                    "the leader"
+                } else {
+                    "a follower"
+                },
+                u.steps
+                    .iter()
+                    .map(|s| format!("{} {:?}", s.node, s.outcome))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            ups.push(u);
+            faults.push(Fault {
+                round,
+                kind: match mode {
+                    Mode::Good => "upgrade (good)",
+                    Mode::Crash => "upgrade (crashing)",
+                    Mode::Hang => "upgrade (hanging)",
+                },
+                what,
+                begin,
+                end: boot(),
+            });
+            sleep(ms(rng.range(300, 2000) as f64 / 1000.0 * T));
+            continue;
+        }
         // The node that leads now, mostly; any node otherwise.
         let alive = witness.alive();
         let i = match alive.first() {
@@ -329,6 +449,10 @@ fn leader_only_services_never_run_twice() {
         gap_at = cursor;
     }
     let span = t_end - t0;
+    for u in &mut ups {
+        upgrade::look_back(u, &nodes);
+    }
+    let bad_current = upgrade::bad_current(&nodes);
 
     // Figures.
     let mut kinds: BTreeMap<&str, (usize, usize, f64)> = BTreeMap::new();
@@ -386,6 +510,7 @@ fn leader_only_services_never_run_twice() {
             "  {k:24} {n:3} rounds, {o:3} overlaps after it (longest {longest:.2} s)"
         );
     }
+    fig += &upgrade::figures(&ups, &runs, T, bound());
     eprint!("{fig}");
 
     let mut msg = String::new();
@@ -419,16 +544,32 @@ fn leader_only_services_never_run_twice() {
          on CLOCK_BOOTTIME from the test's start; logs kept in the nodes' directories \
          above):\n{msg}{fig}"
     );
+    let mut failed = upgrade::failures(&ups);
+    failed.extend(bad_current.iter().map(|b| format!("at the end: {b}")));
+    assert!(
+        failed.is_empty(),
+        "upgrades of the engine did not keep their promises (seed {seed:#x}; \
+         SUP_FAULT_SEED={seed:#x} replays; logs kept in the nodes' directories above):\n{}\n{fig}",
+        failed.join("\n")
+    );
     assert!(
         resumed,
         "no engine ran again within {DEADLINE:?} of the last fault (seed {seed:#x})\n{fig}"
     );
 }
 
+/// A seeded Fisher–Yates shuffle.
+fn shuffle<T>(rng: &mut rng::Rng, v: &mut [T]) {
+    for k in (1..v.len()).rev() {
+        v.swap(k, rng.range(0, k as u64 + 1) as usize);
+    }
+}
+
 fn show(r: &Run, base: f64) -> String {
     format!(
-        "{}'s engine pid {} term {} [{:.3}, {:.3}] s ({})",
+        "{}'s engine {} pid {} term {} [{:.3}, {:.3}] s ({})",
         r.node,
+        r.version,
         r.pid,
         r.term,
         r.start - base,

@@ -1,16 +1,24 @@
 //! The two small C programs of the test, built with `cc` into its directory at test time:
-//! the leader-only engine, and the LD_PRELOAD shim that steps the wall clock.
+//! the leader-only engine (one binary per kind of version), and the LD_PRELOAD shim that steps the wall clock.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The engine: notes CLOCK_BOOTTIME as its first act, connects to the witness socket
 /// (`WITNESS`), tries an exclusive `flock` on the shared `LOCK` without waiting, and says
-/// `start NODE TERM PID T0 T1 LOCKED`. On SIGTERM it unlocks, says `stop T` and exits; it
-/// never exits otherwise. Killed, it says nothing: the witness sees its connection close
-/// (the kernel closes it, and drops the lock, as the process dies).
+/// `start NODE TERM PID T0 T1 LOCKED VERSION` (`SUP_VERSION`, the tool's version supd
+/// runs). Then, by `MODE` (fixed when it is built, one binary per kind of version):
+/// - good (0): says `ready T` and sends `READY=1` on `NOTIFY_SOCKET` (its service is
+///   `ready = "notify"`), and runs until SIGTERM;
+/// - crash (1): exits 3 at once (a crash loop);
+/// - hang (2): never says it is ready (a ready timeout), and runs until SIGTERM.
+///
+/// On SIGTERM it unlocks, says `stop T` and exits 0; it never exits otherwise. Killed, it
+/// says nothing: the witness sees its connection close (the kernel closes it, and drops
+/// the lock, as the process dies).
 const ENGINE: &str = r#"#define _GNU_SOURCE
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +41,23 @@ static void say(const char *s) {
         if (w <= 0) return;
         off += (size_t)w;
     }
+}
+/* sd_notify(READY=1): a datagram to NOTIFY_SOCKET ('@' for the abstract namespace). */
+static void notify_ready(void) {
+    const char *p = getenv("NOTIFY_SOCKET");
+    if (!p || !*p) return;
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    size_t n = strlen(p);
+    if (n >= sizeof a.sun_path) return;
+    memcpy(a.sun_path, p, n);
+    if (a.sun_path[0] == '@') a.sun_path[0] = 0;
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    sendto(fd, "READY=1", 7, 0, (struct sockaddr *)&a,
+           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n));
+    close(fd);
 }
 static void on_term(int sig) {
     char b[64];
@@ -63,9 +88,16 @@ int main(void) {
     lockfd = open(lk, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     mine = lockfd >= 0 && flock(lockfd, LOCK_EX | LOCK_NB) == 0;
     char b[256];
-    snprintf(b, sizeof b, "start %s %s %d %.6f %.6f %d\n", node, term && *term ? term : "-",
-             (int)getpid(), t0, boot(), mine);
+    const char *version = getenv("SUP_VERSION");
+    snprintf(b, sizeof b, "start %s %s %d %.6f %.6f %d %s\n", node, term && *term ? term : "-",
+             (int)getpid(), t0, boot(), mine, version && *version ? version : "-");
     say(b);
+    if (MODE == 1) _exit(3);
+    if (MODE == 0) {
+        snprintf(b, sizeof b, "ready %.6f\n", boot());
+        say(b);
+        notify_ready();
+    }
     for (;;) sigsuspend(&none);
 }
 "#;
@@ -139,9 +171,35 @@ fn cc(dir: &Path, name: &str, src: &str, args: &[&str]) -> PathBuf {
     out_path
 }
 
-/// Builds the engine; returns its path.
-pub fn engine(dir: &Path) -> PathBuf {
-    cc(dir, "engine", ENGINE, &["-O2"])
+/// What a version of the engine does once it has said `start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Ready at once, runs until SIGTERM.
+    Good,
+    /// Exits 3 at once.
+    Crash,
+    /// Never ready, runs until SIGTERM.
+    Hang,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Good => "good",
+            Mode::Crash => "crashing",
+            Mode::Hang => "hanging",
+        }
+    }
+}
+
+/// Builds the engine of `mode`; returns its path.
+pub fn engine(dir: &Path, mode: Mode) -> PathBuf {
+    let (name, def) = match mode {
+        Mode::Good => ("engine-good", "-DMODE=0"),
+        Mode::Crash => ("engine-crash", "-DMODE=1"),
+        Mode::Hang => ("engine-hang", "-DMODE=2"),
+    };
+    cc(dir, name, ENGINE, &["-O2", def])
 }
 
 /// Builds the clock shim; returns the path of the shared object.

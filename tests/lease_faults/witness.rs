@@ -6,7 +6,8 @@
 //! killed, at the moment this side reads the end of its connection: the kernel closes it
 //! as the process dies, so the recorded end is never before the real one. Every interval
 //! therefore covers the whole time the engine could act; an overlap of two is two engines
-//! alive at once.
+//! alive at once. An engine that serves also says `ready`: from then to its end it served
+//! (a version that hangs never says it).
 
 use crate::native::boot;
 use std::io::{BufRead, BufReader};
@@ -25,6 +26,11 @@ pub struct Run {
     pub end: Option<f64>,
     /// How it ended: said `stop` (graceful), or its connection closed (killed).
     pub graceful: bool,
+    /// The engine's version (`SUP_VERSION`).
+    pub version: String,
+    /// When it said it was ready (a crashing or hanging version never does): from then
+    /// to its end it served, which is what the downtime of an upgrade is measured on.
+    pub ready: Option<f64>,
 }
 
 pub struct Witness {
@@ -59,6 +65,15 @@ impl Witness {
         self.runs()
             .into_iter()
             .filter(|r| r.end.is_none())
+            .map(|r| r.node)
+            .collect()
+    }
+
+    /// The nodes whose engine is alive and ready now.
+    pub fn serving(&self) -> Vec<String> {
+        self.runs()
+            .into_iter()
+            .filter(|r| r.end.is_none() && r.ready.is_some())
             .map(|r| r.node)
             .collect()
     }
@@ -98,7 +113,7 @@ fn follow(conn: std::os::unix::net::UnixStream, runs: Arc<Mutex<Vec<Run>>>) {
             Some(Ok(l)) => {
                 let w: Vec<&str> = l.split_whitespace().collect();
                 match (w.first(), index) {
-                    (Some(&"start"), None) if w.len() == 7 => {
+                    (Some(&"start"), None) if w.len() == 8 => {
                         runs.push(Run {
                             node: w[1].to_string(),
                             term: w[2].to_string(),
@@ -107,8 +122,13 @@ fn follow(conn: std::os::unix::net::UnixStream, runs: Arc<Mutex<Vec<Run>>>) {
                             locked: w[6] == "1",
                             end: None,
                             graceful: false,
+                            version: w[7].to_string(),
+                            ready: None,
                         });
                         index = Some(runs.len() - 1);
+                    }
+                    (Some(&"ready"), Some(i)) if w.len() == 2 => {
+                        runs[i].ready = Some(w[1].parse().unwrap_or(now));
                     }
                     (Some(&"stop"), Some(i)) if w.len() == 2 => {
                         runs[i].end = Some(w[1].parse().unwrap_or(now));
