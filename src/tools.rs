@@ -732,6 +732,16 @@ impl Supervisor {
                 }
                 StartGo::AsPlanned
             }
+            StartCheck::SwitchedBack => {
+                log::warn!(
+                    "{tool}: {}",
+                    new.reason.as_deref().unwrap_or("switched back by the tool")
+                );
+                if self.change_or_retry(tool, Change::record(new), Op::Load, now) {
+                    self.emit_upgrade(tool);
+                }
+                StartGo::AsPlanned
+            }
             StartCheck::SelfUpgrade => {
                 let change = Change {
                     record: new,
@@ -751,11 +761,7 @@ impl Supervisor {
                     StartGo::AsPlanned
                 } else {
                     // Its probation could not be recorded: it does not run unrecorded.
-                    let why = self.tools[tool]
-                        .pending
-                        .as_ref()
-                        .map(|p| p.error.clone())
-                        .unwrap_or_default();
+                    let why = self.pending_error(tool);
                     self.hold(
                         tool,
                         name,
@@ -777,11 +783,7 @@ impl Supervisor {
                 if self.change_or_retry(tool, change, op, now) {
                     StartGo::Replan
                 } else {
-                    let why = self.tools[tool]
-                        .pending
-                        .as_ref()
-                        .map(|p| p.error.clone())
-                        .unwrap_or_default();
+                    let why = self.pending_error(tool);
                     self.hold(
                         tool,
                         name,
@@ -790,6 +792,13 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// Why the tool's change waits ("cannot write record ...: ENOSPC ...").
+    fn pending_error(&self, tool: &str) -> String {
+        (self.tools.get(tool).and_then(|t| t.pending.as_ref()))
+            .map(|p| p.error.clone())
+            .unwrap_or_default()
     }
 
     /// A start that must wait for a change of the tool: noted, so the change's end

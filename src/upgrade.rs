@@ -412,6 +412,8 @@ pub enum StartCheck {
     SelfUpgrade,
     /// It switched to a version marked bad: switch back to this one.
     SwitchBack(String),
+    /// It switched back to the version before its probation, which is over.
+    SwitchedBack,
 }
 
 /// `upgrade TOOL CURRENT --force`: the bad mark of the version `current` names is
@@ -678,6 +680,23 @@ pub fn on_start(r: &Record, version: &str, s: &SelfSwitch, c: &Clocks) -> (Recor
         return (r.clone(), StartCheck::SwitchBack(last.to_string()));
     }
     let in_probation = r.phase == Phase::Probation;
+    if in_probation && r.from.as_deref() == Some(version) {
+        // Back to the version before the probation, by the tool's own hand: the
+        // probation is over, as by an operator's rollback (nothing marked bad). A
+        // probation of it from itself would roll back, on failure, to itself.
+        let mut n = r.clone();
+        n.phase = Phase::RolledBack;
+        n.rolled_back_from = Some(last.to_string());
+        n.previous = Some(last.to_string());
+        n.current = Some(version.to_string());
+        n.from = None;
+        n.link_seen = true;
+        clear_probation(&mut n);
+        n.reason = Some(format!(
+            "the tool switched itself back from {last} (in probation) to {version}"
+        ));
+        return (n, StartCheck::SwitchedBack);
+    }
     let mut n = r.clone();
     *n.attempts.entry(version.to_string()).or_insert(0) += 1;
     n.from = if in_probation {

@@ -788,3 +788,22 @@ fn a_change_seen_carried_out_is_not_redone_after_a_crash() {
     let (failed, _) = probation_failed(&ran, "crash loop", 9);
     assert!(!failed.link_seen);
 }
+
+/// Found by the combination test: a tool in probation that switches back to the
+/// version before it ends that probation (nothing marked bad); it is not a probation of
+/// that version "from itself", whose failure rolled back to itself, marked bad.
+#[test]
+fn a_self_switch_back_to_from_ends_the_probation() {
+    let p = begin_upgrade("agent", &at("1.1.0"), &req("1.0.0"), &facts()).expect("up");
+    let (n, c) = on_start(&p, "1.1.0", &sw(false), &clocks(1500));
+    assert_eq!(c, StartCheck::SwitchedBack);
+    assert_eq!(
+        (n.phase, n.current.as_deref(), n.from.as_deref()),
+        (Phase::RolledBack, Some("1.1.0"), None)
+    );
+    assert!(n.bad.is_empty() && n.link_seen);
+    assert_eq!(
+        on_start(&n, "1.1.0", &sw(false), &clocks(1600)).1,
+        StartCheck::Expected
+    );
+}

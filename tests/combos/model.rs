@@ -204,9 +204,17 @@ impl Model {
                     }
                     Some("committed") => self.commit(&v, t, true),
                     Some("failed") => self.failed(&v),
-                    Some("rolled-back") => {
-                        // The rollback event says where to; this one only ends the
-                        // probation if that event was not seen.
+                    // The rollback event says where to; this one only ends the
+                    // probation if that event was not seen. A tool that switched itself
+                    // back to the version before the probation ended it with no
+                    // rollback: nothing is marked bad.
+                    Some("rolled-back")
+                        if e["reason"]
+                            .as_str()
+                            .unwrap_or("")
+                            .contains("switched itself back") =>
+                    {
+                        self.switched_back(&v)
                     }
                     _ => {}
                 }
@@ -452,6 +460,17 @@ impl Model {
         self.last_good = Some(v.to_string());
     }
 
+    /// The tool switched itself back to the version before `v`'s probation: the
+    /// probation is over, as by an operator's rollback; nothing is marked bad.
+    fn switched_back(&mut self, v: &str) {
+        if self.probation.as_ref().is_some_and(|p| p.version == v) {
+            self.history.push(format!(
+                "the tool switched back from {v}: its probation is over"
+            ));
+            self.probation = None;
+        }
+    }
+
     fn rolled_back(&mut self, from: &str, to: &str, why: &str) {
         let p = self.probation.take();
         self.history
@@ -525,6 +544,14 @@ impl Model {
         if let Some(p) = self.probation.clone() {
             match (phase, current) {
                 ("committed", Some(c)) if c == p.version => self.commit(c, now, false),
+                ("rolled-back", _)
+                    if versions["reason"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("switched itself back") =>
+                {
+                    self.switched_back(&p.version)
+                }
                 ("rolled-back", Some(c)) if versions["proposed"] == p.version.as_str() => {
                     self.history
                         .push("  (the rollback below was seen in the record)".into());

@@ -187,6 +187,9 @@ impl Node {
     /// Starts supd and waits for READY=1 (or its exit); then watches it.
     pub fn start(&mut self) -> bool {
         assert!(self.sb.supd.is_none(), "a supd is still running");
+        // A new supd holds no grant (sup-lease grants it again within T/3; here the
+        // next settle does, as for a trial).
+        self.lease_held = false;
         self.gen += 1;
         let path = self.sb.path(&format!("ready-{}.sock", self.gen));
         let sock = UnixDatagram::bind(&path).expect("bind the ready socket");

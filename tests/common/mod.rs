@@ -3,6 +3,7 @@
 //! process by pid. No test sleeps a guessed time.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod clock;
 pub mod cluster;
 pub mod etcd;
