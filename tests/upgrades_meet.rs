@@ -449,3 +449,50 @@ fn i21_2_nothing_is_committed_during_a_shutdown() {
     .expect("JSON");
     assert_eq!(record["phase"], "probation", "{record}");
 }
+
+/// Found by the combination test (seen once there): a lease grant starts a tool's
+/// leader-only service, whose start finds that the tool switched itself (its other
+/// service exited after the switch and waits out its restart delay). The self-switch
+/// restarts that other service, pending now, but the start pass under way had already
+/// chosen what to look at: it was left stopped for good, and the probation never ended.
+#[test]
+fn i21_a_self_switch_found_by_another_service_s_start_restarts_the_rest() {
+    let mut sb = Sandbox::new();
+    let go = sb.path("switch-now");
+    place(
+        &sb,
+        "1.0.0",
+        &format!(
+            "while [ ! -e {g} ]; do sleep 0.02; done\nrm -f {g}\n{sw}\nexit 0",
+            g = go.display(),
+            sw = switch_script(&sb, "1.1.0")
+        ),
+    );
+    place(&sb, "1.1.0", GOOD);
+    place_current(&sb, "1.0.0");
+    // agent waits out an hour after its exit; engine, of the same tool, leads.
+    sb.config(
+        "[service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nrestart_delay = \"1h\"\n\
+         restart_delay_max = \"1h\"\nprobation = \"300ms\"\n\n\
+         [service.engine]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\nleader_only = \"engine\"\nprobation = \"300ms\"\n\n\
+         [lease.engine]\ntool = \"agent\"\n",
+    );
+    sb.start();
+    sb.wait_state("agent", "running");
+    let mut w = sb.watch();
+    fs::write(&go, "").expect("go");
+    w.until(&sb, |e| {
+        e["event"] == "state" && e["service"] == "agent" && e["to"] == "backoff"
+    });
+    assert_eq!(link(&sb), "1.1.0");
+    grant(&sb, 3);
+    w.until(&sb, |e| {
+        e["event"] == "state"
+            && e["service"] == "agent"
+            && e["to"] == "running"
+            && e["version"] == "1.1.0"
+    });
+    w.until(&sb, |e| {
+        e["event"] == "upgrade" && e["phase"] == "committed"
+    });
+}
