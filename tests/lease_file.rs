@@ -135,19 +135,7 @@ fn i13_leadership_leaves_a_node_whose_leader_only_service_turned_unhealthy() {
 /// committed 1.0.0, n1 leading; the agent's probation is long (an hour), so nothing here
 /// waits on it. n2 is upgraded to `v2` (which stays up, or exits at once: `crash`).
 fn leader_only_pair(crash: bool) -> (Cluster, Instant) {
-    let opts = Options {
-        agent_leads: true,
-        hold_leases: true,
-        probation: "1h",
-        ..Options::default()
-    };
-    let mut c = Cluster::with(&["1.0.0", "1.0.0"], None, TTL, opts);
-    c.start_lease(0);
-    c.wait_leader("n1");
-    c.start_lease(1);
-    c.wait("n2 a member", |c| {
-        c.status_text().contains("member n2: 1.0.0")
-    });
+    let c = leader_only_nodes("1h");
     ttls(&c, 2);
     assert_eq!(c.running_engines(), ["n1"], "{}", c.status_text());
     assert_eq!(agent(&c, "n1"), ("running".into(), "1.0.0".into()));
@@ -162,6 +150,25 @@ fn leader_only_pair(crash: bool) -> (Cluster, Instant) {
         String::from_utf8_lossy(&out.stderr)
     );
     (c, Instant::now())
+}
+
+/// Two nodes on committed 1.0.0 with a leader-only agent (probation `probation`); n1
+/// leads, n2 is a member.
+fn leader_only_nodes(probation: &'static str) -> Cluster {
+    let opts = Options {
+        agent_leads: true,
+        hold_leases: true,
+        probation,
+        ..Options::default()
+    };
+    let mut c = Cluster::with(&["1.0.0", "1.0.0"], None, TTL, opts);
+    c.start_lease(0);
+    c.wait_leader("n1");
+    c.start_lease(1);
+    c.wait("n2 a member", |c| {
+        c.status_text().contains("member n2: 1.0.0")
+    });
+    c
 }
 
 /// A node's agent: its state and version.
@@ -277,19 +284,7 @@ fn i21_a_trial_lost_is_not_offered_again() {
 /// the lease and n2 waited in probation for ever.
 #[test]
 fn i21_each_node_of_a_roll_leads_once_on_trial_and_commits() {
-    let opts = Options {
-        agent_leads: true,
-        hold_leases: true,
-        probation: "2s",
-        ..Options::default()
-    };
-    let mut c = Cluster::with(&["1.0.0", "1.0.0"], None, TTL, opts);
-    c.start_lease(0);
-    c.wait_leader("n1");
-    c.start_lease(1);
-    c.wait("n2 a member", |c| {
-        c.status_text().contains("member n2: 1.0.0")
-    });
+    let c = leader_only_nodes("2s");
     for (node, version) in [("n1", "2.0.0"), ("n2", "2.0.0")] {
         let n = c.node(node);
         n.install(version, false);
