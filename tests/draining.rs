@@ -114,7 +114,7 @@ fn a_run_killed_whole_from_outside_ends_at_once() {
         worst = worst.max(t0.elapsed());
     }
     assert!(
-        worst < std::time::Duration::from_millis(500),
+        worst < std::time::Duration::from_millis(800),
         "a run killed whole was seen to end after {worst:?}"
     );
 }
