@@ -194,14 +194,19 @@ impl Supervisor {
             .map(|(n, _)| n.clone())
             .collect();
         for tool in windows_over {
-            let t = self.tools.get_mut(&tool).expect("listed");
+            let Some(t) = self.tools.get_mut(&tool) else {
+                continue;
+            };
             t.window = None;
             let new = upgrade::window_over(&t.record);
             log::info!(
                 "{tool}: the regression window of {} is over",
                 new.current.as_deref().unwrap_or("?")
             );
-            self.change_or_retry(&tool, Change::record(new), Op::Note, now);
+            // Told, as any change of the watch over a version (`versions` says it too).
+            if self.change_or_retry(&tool, Change::record(new), Op::Note, now) {
+                self.emit_upgrade(&tool);
+            }
         }
         let due: Vec<String> = self
             .tools

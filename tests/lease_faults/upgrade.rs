@@ -9,8 +9,9 @@ use crate::native::{boot, Mode};
 use crate::node::Node;
 use crate::witness::{Run, Witness};
 use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::thread::sleep;
 use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,10 +118,12 @@ pub fn roll(
     }
 }
 
-/// Polls the node's `versions engine` until its probation of `version` ends, or `bound`
-/// after `issued`.
+/// Waits for the node's probation of `version` to end, or `bound` after `issued`: its
+/// `versions engine` is looked at once, then again at each `upgrade` event of the node's
+/// supd (a watch on its socket).
 fn settle(n: &Node, version: &str, issued: f64, bound: Duration) -> (Outcome, Option<f64>) {
     let end = issued + bound.as_secs_f64();
+    let mut watch = watch(n);
     loop {
         if let Ok(v) = n.engine_versions() {
             let now = boot();
@@ -140,19 +143,57 @@ fn settle(n: &Node, version: &str, issued: f64, bound: Duration) -> (Outcome, Op
                 }
             }
         }
-        if boot() >= end {
-            return (Outcome::Probation, None);
+        // The next upgrade event, or the bound; a watch that broke is opened again.
+        loop {
+            let left = end - boot();
+            if left <= 0.0 {
+                return (Outcome::Probation, None);
+            }
+            let Some(r) = watch.as_mut() else {
+                // A quiet round: supd answers. One that does not is said, not waited on.
+                watch = self::watch(n);
+                if watch.is_none() {
+                    return (
+                        Outcome::Other("supd's watch could not be opened".into()),
+                        Some(boot()),
+                    );
+                }
+                break;
+            };
+            let mut line = String::new();
+            let _ = r
+                .get_ref()
+                .set_read_timeout(Some(crate::ms(left.max(0.001))));
+            match r.read_line(&mut line) {
+                Ok(n) if n > 0 => {
+                    if line.contains("\"upgrade\"") {
+                        break;
+                    }
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                _ => watch = None,
+            }
         }
-        sleep(Duration::from_millis(100));
     }
+}
+
+/// A `watch` stream of the node's supd, if it answers.
+fn watch(n: &Node) -> Option<BufReader<UnixStream>> {
+    let mut s = UnixStream::connect(&n.sb.socket).ok()?;
+    s.write_all(b"{\"cmd\": \"watch\"}\n").ok()?;
+    let mut r = BufReader::new(s);
+    let mut first = String::new();
+    r.read_line(&mut first).ok()?;
+    first.contains("\"ok\":true").then_some(r)
 }
 
 /// Waits (up to `wait`) until some engine serves; when.
 pub fn serving_again(w: &Witness, wait: Duration) -> f64 {
-    let end = boot() + wait.as_secs_f64();
-    while w.serving().is_empty() && boot() < end {
-        sleep(Duration::from_millis(20));
-    }
+    w.wait_for(wait, |runs| {
+        runs.iter().any(|r| r.end.is_none() && r.ready.is_some())
+    });
     boot()
 }
 

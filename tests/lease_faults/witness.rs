@@ -13,7 +13,7 @@ use crate::native::boot;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 #[derive(Clone, Debug)]
 pub struct Run {
@@ -36,23 +36,44 @@ pub struct Run {
 pub struct Witness {
     pub path: PathBuf,
     pub runs: Arc<Mutex<Vec<Run>>>,
+    /// Rung at every line an engine tells, for a wait on what the runs show.
+    bell: Arc<Condvar>,
 }
 
 impl Witness {
     pub fn listen(path: &Path) -> Witness {
         let listener = UnixListener::bind(path).expect("bind the witness socket");
         let runs: Arc<Mutex<Vec<Run>>> = Arc::default();
-        let r = runs.clone();
+        let bell: Arc<Condvar> = Arc::default();
+        let (r, b) = (runs.clone(), bell.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
-                let runs = r.clone();
-                std::thread::spawn(move || follow(conn, runs));
+                let (runs, bell) = (r.clone(), b.clone());
+                std::thread::spawn(move || follow(conn, runs, bell));
             }
         });
         Witness {
             path: path.to_path_buf(),
             runs,
+            bell,
+        }
+    }
+
+    /// Waits, up to `wait`, until `done` holds of the runs (looked at each time an
+    /// engine tells something); whether it did.
+    pub fn wait_for(&self, wait: std::time::Duration, done: impl Fn(&[Run]) -> bool) -> bool {
+        let end = std::time::Instant::now() + wait;
+        let mut runs = self.runs.lock().expect("runs");
+        loop {
+            if done(&runs) {
+                return true;
+            }
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            runs = self.bell.wait_timeout(runs, left).expect("runs").0;
         }
     }
 
@@ -102,13 +123,14 @@ impl Drop for Witness {
     }
 }
 
-fn follow(conn: std::os::unix::net::UnixStream, runs: Arc<Mutex<Vec<Run>>>) {
+fn follow(conn: std::os::unix::net::UnixStream, runs: Arc<Mutex<Vec<Run>>>, bell: Arc<Condvar>) {
     let mut index = None;
     let mut lines = BufReader::new(conn).lines();
     loop {
         let line = lines.next();
         let now = boot();
         let mut runs = runs.lock().expect("runs");
+        bell.notify_all();
         match line {
             Some(Ok(l)) => {
                 let w: Vec<&str> = l.split_whitespace().collect();
