@@ -519,15 +519,21 @@ impl Supervisor {
     }
 
     /// The longest `probation` of the tool's services.
-    fn probation_of(&self, tool: &str) -> Duration {
-        let services = self
-            .slots
-            .values()
-            .filter(|s| s.cfg.tool.as_deref() == Some(tool));
-        services
-            .map(|s| s.cfg.probation)
-            .max()
+    fn probation_of(&mut self, tool: &str) -> Duration {
+        self.longest_of(tool, |c| c.probation)
             .unwrap_or(Duration::from_secs(300))
+    }
+
+    /// The longest of a duration of the tool's services (through the tool's index: a
+    /// start of each versioned service asks it).
+    pub(super) fn longest_of(
+        &mut self,
+        tool: &str,
+        of: impl Fn(&crate::config::ServiceConfig) -> Duration,
+    ) -> Option<Duration> {
+        (self.members(tool).iter())
+            .filter_map(|n| self.slots.get(n).map(|s| of(&s.cfg)))
+            .max()
     }
 
     /// Why a service of the tool could not run `version`, if it could not: its program
@@ -717,19 +723,24 @@ impl Supervisor {
             return self.hold(tool, name, why);
         }
         let held = self.tools[tool].record.clone();
-        let vdir = versions::tool_dir(&self.cfg.supd.tools_dir, tool).join(version);
-        let switch = upgrade::SelfSwitch {
+        let mut switch = upgrade::SelfSwitch {
             probation: self.probation_of(tool),
-            manifest_irreversible: match versions::irreversible(&vdir) {
-                Ok(b) => b,
-                Err(e) => {
-                    // Unreadable: taken as irreversible (the safe side: never rolled back).
-                    log::warn!("{tool}: {e}: {version} is taken as not revertible");
-                    true
-                }
-            },
+            manifest_irreversible: false,
         };
-        let (new, check) = upgrade::on_start(&held, version, &switch, &Clocks::now());
+        let clocks = Clocks::now();
+        let (mut new, check) = upgrade::on_start(&held, version, &switch, &clocks);
+        if check == StartCheck::SelfUpgrade {
+            // Only a self-switch reads the version's manifest (not every start).
+            let vdir = versions::tool_dir(&self.cfg.supd.tools_dir, tool).join(version);
+            switch.manifest_irreversible = versions::irreversible(&vdir).unwrap_or_else(|e| {
+                // Unreadable: taken as irreversible (the safe side: never rolled back).
+                log::warn!("{tool}: {e}: {version} is taken as not revertible");
+                true
+            });
+            if switch.manifest_irreversible {
+                new = upgrade::on_start(&held, version, &switch, &clocks).0;
+            }
+        }
         match check {
             StartCheck::Expected => {
                 if new != held {

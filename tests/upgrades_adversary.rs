@@ -284,7 +284,7 @@ fn a_switch_back_to_from_made_by_the_tool_in_probation_is_kept_across_a_kill() {
     let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     // 2.0.0 ran and switched current back to 1.0.0 (it keeps running until restarted).
-    common::files::wait_file(&switched, |_| true);
+    common::files::wait_file(&switched, |_| switched.exists());
     assert_eq!(link(&sb), "1.0.0");
     sb.stop_supd(nix::sys::signal::Signal::SIGKILL);
     sb.start();

@@ -133,7 +133,7 @@ impl Supervisor {
     /// The tool's services, through an index built once per change of the configs: this
     /// is asked at every turn of a probation, which must not cost a walk over every
     /// service. Those gone or moved to another tool since are left out.
-    fn members(&mut self, tool: &str) -> Vec<String> {
+    pub(super) fn members(&mut self, tool: &str) -> Vec<String> {
         let slots = &self.slots;
         let index = self.tool_index.get_or_insert_with(|| {
             let mut index: std::collections::BTreeMap<String, Vec<String>> = Default::default();
@@ -236,13 +236,7 @@ impl Supervisor {
             if !ready {
                 continue;
             }
-            let window = self
-                .slots
-                .values()
-                .filter(|s| s.cfg.tool.as_deref() == Some(tool.as_str()))
-                .map(|s| s.cfg.regression_window)
-                .max()
-                .unwrap_or_default();
+            let window = (self.longest_of(&tool, |c| c.regression_window)).unwrap_or_default();
             let new = upgrade::probation_passed(&self.tools[&tool].record, window, &Clocks::now());
             self.change_or_retry(&tool, Change::record(new), Op::Commit, now);
         }

@@ -954,18 +954,8 @@ fn an_older_committed_holder_steps_down_to_a_member_on_trial_and_an_empty_leader
         d => panic!("{d:?}"),
     }
     // The key given up, b takes it at once; a waits T for it.
-    assert_eq!(
-        decide(
-            &view("b", &members, None, &p, at(0), false),
-            &Memory::default()
-        )
-        .0,
-        Decision::Acquire
-    );
-    let (d, _) = decide(
-        &view("a", &members, None, &p, at(0), false),
-        &Memory::default(),
-    );
+    assert_eq!(empty_key("b", &members, &p), Decision::Acquire);
+    let d = empty_key("a", &members, &p);
     assert!(matches!(d, Decision::Follow(_)), "{d:?}");
     // b leads on trial; a, committed but older, follows and does not take over.
     let lb = Leader {
@@ -1151,7 +1141,6 @@ mod faults;
 #[test]
 fn a_trial_of_the_holder_s_own_version_comes_first() {
     let p = Policy::default();
-    let at = |ms: u64| Boot(ms * 1_000_000);
     let la = Leader {
         node: "a".into(),
         version: Some("2.0.0".into()),
@@ -1162,54 +1151,47 @@ fn a_trial_of_the_holder_s_own_version_comes_first() {
         on_trial("b", "2.0.0"),
         m("c", "1.0.0", true),
     ];
-    let (_, mem) = decide(
-        &view("a", &members, Some((&la, 5)), &p, at(0), true),
-        &Memory::default(),
-    );
-    match decide(
-        &view("a", &members, Some((&la, 5)), &p, at(900), true),
-        &mem,
-    )
-    .0
-    {
+    match holder_after_t(&members, &la, &p) {
         Decision::StepDown(why) => assert!(why.contains("2.0.0 on trial"), "{why}"),
         d => panic!("the committed holder of 2.0.0 keeps it from b's trial: {d:?}"),
     }
     // An empty key: b's at once, a waits T.
-    assert_eq!(
-        decide(
-            &view("b", &members, None, &p, at(0), false),
-            &Memory::default()
-        )
-        .0,
-        Decision::Acquire
-    );
-    assert!(matches!(
-        decide(
-            &view("a", &members, None, &p, at(0), false),
-            &Memory::default()
-        )
-        .0,
-        Decision::Follow(_)
-    ));
+    assert_eq!(empty_key("b", &members, &p), Decision::Acquire);
+    assert!(matches!(empty_key("a", &members, &p), Decision::Follow(_)));
     // Both committed: the holder keeps it.
     let done = [m("a", "2.0.0", true), m("b", "2.0.0", true)];
-    let (_, mem) = decide(
-        &view("a", &done, Some((&la, 5)), &p, at(0), true),
-        &Memory::default(),
-    );
     assert!(matches!(
-        decide(&view("a", &done, Some((&la, 5)), &p, at(900), true), &mem).0,
+        holder_after_t(&done, &la, &p),
         Decision::Lead { .. }
     ));
     // A trial of an older version than the preferred one comes first for nothing.
     let older = [m("a", "2.0.0", true), on_trial("b", "1.5.0")];
-    let (_, mem) = decide(
-        &view("a", &older, Some((&la, 5)), &p, at(0), true),
-        &Memory::default(),
-    );
     assert!(matches!(
-        decide(&view("a", &older, Some((&la, 5)), &p, at(900), true), &mem).0,
+        holder_after_t(&older, &la, &p),
         Decision::Lead { .. }
     ));
+}
+
+/// The holder `leader` (node "a")'s decision once the others have been live for T.
+fn holder_after_t(members: &[Member], leader: &Leader, p: &Policy) -> Decision {
+    let at = |ms: u64| Boot(ms * 1_000_000);
+    let (_, mem) = decide(
+        &view("a", members, Some((leader, 5)), p, at(0), true),
+        &Memory::default(),
+    );
+    decide(
+        &view("a", members, Some((leader, 5)), p, at(900), true),
+        &mem,
+    )
+    .0
+}
+
+/// `me`'s decision at its first look at an empty `leader` key.
+fn empty_key(me: &str, members: &[Member], p: &Policy) -> Decision {
+    let at = |ms: u64| Boot(ms * 1_000_000);
+    decide(
+        &view(me, members, None, p, at(0), false),
+        &Memory::default(),
+    )
+    .0
 }
