@@ -1,0 +1,263 @@
+//! Reaping, in one place: the children a SIGCHLD or a leader's pidfd tells of, a scan
+//! of all children owed within a second, and the runs that drain (their leader reaped,
+//! other processes of theirs left) until their last process is gone.
+
+use super::*;
+
+impl Supervisor {
+    /// SIGCHLD, which told of `from`. A service's leader watched through its pidfd is
+    /// reaped when that is readable; check commands and helper tasks under way are
+    /// looked at by pid. Anything else (the log writer, the spawner, dead-man guards,
+    /// adopted orphans, leaders on kernels without pidfds) is found by a scan of every
+    /// child, which the kernel makes by walking all of them: so when the signal told of
+    /// a leader, check or task, the scan is not made now but owed within a second, as
+    /// that one signal may stand for other exits too (the kernel folds a SIGCHLD into
+    /// one still pending).
+    pub fn on_sigchld(&mut self, from: Option<i32>, now: Mono) {
+        let watched = |p: i32| {
+            self.pids
+                .get(&p)
+                .and_then(|n| self.slots.get(n))
+                .is_some_and(|s| s.leader.as_ref().is_some_and(|(l, _)| *l == p))
+        };
+        // A watched leader, a check command or a task: found by pid, not by a scan.
+        let known = from.is_some_and(|p| {
+            watched(p) || self.check_pids.contains_key(&p) || self.tasks.contains_key(&p)
+        });
+        if known {
+            self.scan_owed.get_or_insert(now.plus(SCAN_OWED));
+            // What else it may stand for and cannot wait a second is looked at by pid
+            // now: a check command (its timeout runs: found late, it would be taken for
+            // timed out) and a helper task (a client waits for it). Their number is
+            // that of checks and tasks under way, not of services.
+            let others: Vec<i32> = (self.check_pids.keys())
+                .chain(self.tasks.keys())
+                .copied()
+                .collect();
+            for pid in others {
+                self.reap_id(Some(pid), now);
+            }
+        } else {
+            self.reap(now);
+        }
+    }
+
+    /// A service's leader pidfd is readable: its leader has exited (or was reaped).
+    pub fn on_leader_exit(&mut self, name: &str, now: Mono) {
+        let Some(pid) = self
+            .slots
+            .get(name)
+            .and_then(|s| s.leader.as_ref())
+            .map(|l| l.0)
+        else {
+            return;
+        };
+        self.reap_id(Some(pid), now);
+    }
+
+    /// When a scan of all children is owed (`Some(now)`: a scan was cut at its time).
+    pub(crate) fn scan_owed_now(&self) -> Option<Mono> {
+        self.scan_owed
+    }
+
+    /// Reaps every exited child: services' and adopted orphans'.
+    pub fn reap(&mut self, now: Mono) {
+        self.scan_owed = None;
+        self.reap_id(None, now);
+    }
+
+    /// Reaps the exited children: `only` that one, or all. A service's leader is looked
+    /// at before it is reaped (`WNOWAIT`): its group and cgroup are killed while the
+    /// zombie still holds its pid, so no other process can be signalled by mistake.
+    pub(super) fn reap_id(&mut self, only: Option<i32>, now: Mono) {
+        let began = Mono::now();
+        loop {
+            // A scan that finds hundreds (a storm, found by the owed scan) goes on at
+            // the next turn, at once: clients and signals are served in between.
+            if only.is_none() && Mono::now().since(began) >= SCAN_TIME {
+                self.scan_owed = Some(now);
+                break;
+            }
+            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+            let id = match only {
+                Some(p) => Id::Pid(nix::unistd::Pid::from_raw(p)),
+                None => Id::All,
+            };
+            let pid = match waitid(id, flags) {
+                Ok(status) => match status.pid() {
+                    Some(p) => p,
+                    None => break,
+                },
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::ECHILD) => break,
+                Err(e) => {
+                    log::warn!("waitid: {e}");
+                    break;
+                }
+            };
+            if let Some(name) = self.check_pids.get(&pid.as_raw()) {
+                // What is left of a check goes with it; its zombie still holds the pid,
+                // so the group is the check's own. Its cgroup holds what left the group,
+                // unless another run of the check is in it already.
+                let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+                let alone = !self
+                    .check_pids
+                    .iter()
+                    .any(|(p, n)| n == name && *p != pid.as_raw());
+                if let Some(c) = self.cgroups.as_ref().filter(|_| alone) {
+                    cgroup::kill(&c.check_dir(name));
+                }
+            }
+            let service = self.pids.get(&pid.as_raw()).cloned();
+            if let Some(i) = service
+                .as_ref()
+                .and_then(|n| self.slots.get(n)?.instance.as_ref())
+            {
+                // Whatever is left of its run goes with it: no remnant of one instance
+                // may overlap the next.
+                i.kill_all();
+            }
+            let exit = match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(_, code)) => Exit::Code(code),
+                Ok(WaitStatus::Signaled(_, sig, _)) => Exit::Signal(sig as i32),
+                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    log::warn!("waitpid {pid}: {e}");
+                    break;
+                }
+            };
+            let pid = pid.as_raw();
+            if let Some(task) = self.tasks.remove(&pid) {
+                self.task_done(task, exit, now);
+                continue;
+            }
+            if self.check_pids.contains_key(&pid) {
+                self.check_reaped(pid, exit, now);
+                continue;
+            }
+            let Some(name) = self.pids.remove(&pid) else {
+                if !self.guard_died(pid) {
+                    log::debug!("reaped orphan {pid} ({exit})");
+                }
+                continue;
+            };
+            let mut execd = false;
+            let how = if only.is_some() {
+                "by its pidfd"
+            } else {
+                "in a scan of all children"
+            };
+            log::debug!("{name}: reaped its leader {pid} ({exit}) {how}");
+            match self.slots.get_mut(&name) {
+                Some(slot) => {
+                    slot.ready_pipe = None;
+                    slot.leader = None;
+                    // The child is gone: what it reported is all there is to read. A
+                    // program that ran, however briefly, was running.
+                    execd = read_exec_report(slot);
+                    match slot.instance.as_mut() {
+                        Some(i) => i.exit = Some(exit),
+                        None => {
+                            slot.instance = Some(Instance {
+                                pid,
+                                start_time: 0,
+                                cgroup: None,
+                                exit: Some(exit),
+                                guard: None,
+                            })
+                        }
+                    }
+                    self.draining.insert(name.clone());
+                }
+                None => log::debug!("{name}: reaped {pid} ({exit}) of a service that is gone"),
+            }
+            if execd {
+                self.apply(&name, Event::Execd, now);
+            }
+        }
+        self.check_draining(now);
+    }
+
+    /// Writes again the pid record of every run whose record file is gone or replaced.
+    pub(crate) fn rewrite_pid_records(&mut self) {
+        let state_dir = self.cfg.supd.state_dir.clone();
+        for slot in self.slots.values_mut() {
+            let Some((pid, start)) = slot.instance.as_ref().map(|i| (i.pid, i.start_time)) else {
+                continue;
+            };
+            if slot.pid_file.as_ref().is_some_and(PidFile::is_current) {
+                continue;
+            }
+            let name = slot.cfg.name.clone();
+            let written = pid_file_of(slot, &state_dir)
+                .and_then(|f| f.set(Some((pid, start))).map_err(|e| e.to_string()));
+            match written {
+                Ok(()) => log::info!("{name}: its pid record is written again"),
+                Err(e) => log::error!("{name}: cannot write its pid record again: {e}"),
+            }
+        }
+    }
+
+    /// Ends the runs whose last process is gone: their record is cleared, and their
+    /// service learns how its leader exited (and may start again).
+    pub(crate) fn check_draining(&mut self, now: Mono) {
+        let names: Vec<String> = self.draining.iter().cloned().collect();
+        for name in names {
+            let gone = self
+                .slots
+                .get(&name)
+                .and_then(|s| s.instance.as_ref())
+                .is_none_or(Instance::is_gone);
+            if !gone {
+                continue;
+            }
+            self.draining.remove(&name);
+            let state_dir = self.cfg.supd.state_dir.clone();
+            let Some(slot) = self.slots.get_mut(&name) else {
+                continue;
+            };
+            let exit = slot.instance.take().and_then(|mut i| {
+                i.disarm();
+                i.exit
+            });
+            if let Err(e) = pid_file_of(slot, &state_dir).and_then(|f| {
+                f.set(None)
+                    .map_err(|e| format!("cannot clear its pid record: {e}"))
+            }) {
+                log::warn!("{name}: {e}");
+            }
+            let exec_error = slot.exec_error.take();
+            match (exec_error, exit) {
+                (Some(e), _) if e.denied => {
+                    let why = Self::denied_reason(&name, &e.why);
+                    self.apply(&name, Event::Unavailable(why.clone()), now);
+                    // A probation ends (rolled back where it can be), the version unmarked.
+                    if let Some(tool) = self.slots.get(&name).and_then(|s| s.cfg.tool.clone()) {
+                        self.probation_refused(&tool, &format!("{name}: {why}"), now);
+                    }
+                }
+                (Some(e), _) => self.apply(&name, Event::SpawnFailed(e.why), now),
+                (None, Some(exit)) => self.apply(&name, Event::Exited(exit), now),
+                (None, None) => {}
+            }
+        }
+        self.drain_retry = match (self.draining.is_empty(), self.drain_retry) {
+            (true, _) => None,
+            (false, None) => Some((now.plus(DRAIN_FIRST), DRAIN_FIRST)),
+            (false, kept) => kept,
+        };
+    }
+}
+
+/// How long one turn reaps what a scan of all children finds, at most.
+pub(super) const SCAN_TIME: Duration = Duration::from_millis(4);
+
+/// How long a scan of all children may be owed after a SIGCHLD that told of a watched
+/// leader (`on_sigchld`).
+pub(super) const SCAN_OWED: Duration = Duration::from_secs(1);
+
+/// How long the first look at a run's remaining processes waits; it doubles up to
+/// `DRAIN_MAX` while any is left.
+pub(super) const DRAIN_FIRST: Duration = Duration::from_millis(10);
+
+pub(super) const DRAIN_MAX: Duration = Duration::from_secs(1);

@@ -1,0 +1,174 @@
+//! The start pass: which pending services may start (their `after` ready, their
+//! previous run over, no hold), at most `SPAWNS_PER_PASS` or `PASS_TIME` a pass, looking
+//! only at the touched services and those after them.
+
+use super::*;
+
+impl Supervisor {
+    /// Starts what may start, each service at most once, for at most `PASS_TIME` of the
+    /// monotonic clock (at least one) and `SPAWNS_PER_PASS` in all: a start that fails
+    /// at once, or a burst of thousands, never keeps the loop from going round (signals,
+    /// clients, exits); what is left starts on the next pass, which then comes at once
+    /// (`more_to_start`).
+    pub(super) fn start_some(&mut self, now: Mono) {
+        let mut spawned: BTreeSet<String> = BTreeSet::new();
+        let began = Mono::now();
+        self.more_to_start = false;
+        if self.cleanup.is_some() {
+            self.recheck_pending = true;
+            return;
+        }
+        self.note_pending();
+        // Only a change to a slot makes it, or those after it, startable (or a change
+        // outside the slots, which asks for a look at all of them).
+        let mut look = if std::mem::take(&mut self.recheck_pending) {
+            self.pending.clone()
+        } else {
+            let touched: Vec<String> = self.slots.touched().iter().cloned().collect();
+            let mut look = std::mem::take(&mut self.carry);
+            for name in touched {
+                look.extend(self.dependents_of(&name));
+                look.insert(name);
+            }
+            look
+        };
+        // Rounds: a service started now may make others (`after` it) startable.
+        loop {
+            look.retain(|n| self.pending.contains(n));
+            let want = SPAWNS_PER_PASS + 1 - spawned.len();
+            let batch: Vec<String> = self.startable(&look, now, &spawned, want);
+            if batch.is_empty() {
+                return;
+            }
+            let mut next = BTreeSet::new();
+            for name in batch {
+                let over = pass_is_over(spawned.len(), || Mono::now().since(began));
+                if over || !crate::spawner::room() {
+                    // The next pass goes on with what this one looked at: at once, or
+                    // when the spawner's queue has room again (its answers wake the
+                    // loop).
+                    self.more_to_start = over;
+                    look.extend(next);
+                    self.carry = look;
+                    return;
+                }
+                self.spawn(&name, now);
+                next.extend(self.dependents_of(&name));
+                spawned.insert(name);
+            }
+            look = next;
+        }
+    }
+
+    /// Configs changed: the services `after` each are worked out again when needed.
+    pub(crate) fn forget_dependents(&mut self) {
+        self.dependents = None;
+        self.tool_index = None;
+    }
+
+    /// The services that come `after` `name`.
+    pub(super) fn dependents_of(&mut self, name: &str) -> Vec<String> {
+        let slots = &self.slots;
+        let map = self.dependents.get_or_insert_with(|| {
+            let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (n, s) in slots.iter() {
+                for d in &s.cfg.after {
+                    map.entry(d.clone()).or_default().push(n.clone());
+                }
+            }
+            map
+        });
+        map.get(name).cloned().unwrap_or_default()
+    }
+
+    /// Brings `pending` up to date with the slots touched so far this turn.
+    pub(super) fn note_pending(&mut self) {
+        for name in self.slots.touched() {
+            if self.slots.get(name).is_some_and(|s| s.svc.pending()) {
+                if !self.pending.contains(name) {
+                    self.pending.insert(name.clone());
+                }
+            } else {
+                self.pending.remove(name);
+            }
+        }
+    }
+
+    /// Up to `max` of `among` that are pending and whose `after` services are all ready,
+    /// but for `except`, in name order.
+    pub(super) fn startable(
+        &self,
+        among: &BTreeSet<String>,
+        now: Mono,
+        except: &BTreeSet<String>,
+        max: usize,
+    ) -> Vec<String> {
+        (among.iter())
+            .filter(|n| !except.contains(*n) && self.may_start(n, now))
+            .take(max)
+            .cloned()
+            .collect()
+    }
+
+    /// Whether `name` may be started now: pending, not asked for yet, and what it waits
+    /// for is there.
+    pub(crate) fn may_start(&self, name: &str, now: Mono) -> bool {
+        let Some(s) = self.slots.get(name) else {
+            return false;
+        };
+        // Down for a held stop or restart of a service it comes after (`queued`): it
+        // starts again once that one has restarted, not before, or the held one, which
+        // waits for all its dependents named with it to be down at once, might never.
+        let held = || (self.queued.iter()).any(|q| q.until_down.iter().any(|d| d == name));
+        let lease_held = || {
+            s.cfg
+                .leader_only
+                .as_ref()
+                .is_none_or(|l| self.holds(l, now))
+        };
+        s.svc.pending()
+            && !s.removed
+            && s.instance.is_none()
+            && s.forking.is_none()
+            && self.shutdown.is_none()
+            && self.cleanup.is_none()
+            && !held()
+            && self.deps_ready(&s.cfg)
+            && lease_held()
+    }
+
+    pub(super) fn deps_ready(&self, cfg: &ServiceConfig) -> bool {
+        cfg.after
+            .iter()
+            .all(|d| self.slots.get(d).is_some_and(|s| s.svc.is_ready(&s.cfg)))
+    }
+}
+
+/// How many services one pass of the loop starts at most.
+pub(super) const SPAWNS_PER_PASS: usize = 64;
+
+/// How long one pass of the loop goes on starting services: a spawn costs a fork of
+/// supd (milliseconds when it is big), and a client or a signal waits behind the pass.
+pub(super) const PASS_TIME: Duration = Duration::from_millis(4);
+
+/// Whether a pass that started `spawned` services in `elapsed` (read only when needed)
+/// must leave the rest to the next: at least one starts in each.
+fn pass_is_over(spawned: usize, elapsed: impl FnOnce() -> Duration) -> bool {
+    spawned >= SPAWNS_PER_PASS || (spawned > 0 && elapsed() >= PASS_TIME)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_starts_at_least_one_and_stops_at_its_time_or_count() {
+        let long = || Duration::from_secs(1);
+        let short = || Duration::from_micros(100);
+        assert!(!pass_is_over(0, long), "at least one start in each pass");
+        assert!(pass_is_over(1, long), "a slow spawn ends the pass");
+        assert!(pass_is_over(2, || PASS_TIME));
+        assert!(!pass_is_over(SPAWNS_PER_PASS - 1, short));
+        assert!(pass_is_over(SPAWNS_PER_PASS, short));
+    }
+}
