@@ -2,6 +2,7 @@
 //! of all children owed within a second, and the runs that drain (their leader reaped,
 //! other processes of theirs left) until their last process is gone.
 
+use super::reports::read_exec_report;
 use super::*;
 
 impl Supervisor {
