@@ -230,7 +230,7 @@ pub struct Supervisor {
     /// What a previous supd left, being ended: no service starts until it is over.
     pub cleanup: Option<crate::leftovers::Cleanup>,
     /// The last pass left startable services for the next one, which must come at once.
-    pub(crate) more_to_start: bool,
+    more_to_start: bool,
     /// When to look at `draining` again, and the step after that (a safety net for
     /// members whose exit supd is not told of: SIGCHLD is the usual news).
     drain_retry: Option<(Mono, Duration)>,

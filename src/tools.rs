@@ -611,10 +611,8 @@ impl Supervisor {
     /// nothing to the old one's crashes); `except` is being started by the caller.
     fn restart_tool(&mut self, tool: &str, except: Option<&str>, now: Mono) {
         // Called from a start pass too (a start that found a self-switch): that pass
-        // chose what to look at before these became pending, so the next one, at once,
-        // looks at every pending service.
-        self.recheck_pending = true;
-        self.more_to_start = true;
+        // chose what to look at before these became pending.
+        self.look_again_at_every_pending();
         for name in self.tool_services(tool) {
             if Some(name.as_str()) == except {
                 continue;

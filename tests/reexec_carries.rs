@@ -130,21 +130,25 @@ fn a_shutdown_after_a_reexec_while_a_run_drains_ends() {
 #[test]
 fn a_held_stop_is_carried_across_reexec() {
     let mut sb = Sandbox::new();
-    // b ignores its stop signal (the ignored disposition is kept across exec).
-    sb.config(
+    // b ignores its stop signal (the ignored disposition is kept across exec); it says
+    // so once it does ("running" comes at the shell's exec, before its trap).
+    let ignoring = sb.path("b-ignores-term");
+    sb.config(&format!(
         r#"
 [service.a]
 command = ["/bin/sleep", "3600"]
 
 [service.b]
-command = ["/bin/sh", "-c", "trap '' TERM; exec /bin/sleep 3600"]
+command = ["/bin/sh", "-c", "trap '' TERM; : > {}; exec /bin/sleep 3600"]
 after = ["a"]
 stop_timeout = "1h"
 "#,
-    );
+        ignoring.display()
+    ));
     sb.start();
     sb.wait_state("a", "running");
     let b = pid_of(&sb.wait_state("b", "running"));
+    common::files::wait_file(&ignoring, |_| ignoring.exists());
     let mut stopper = sb.client();
     stopper.send_raw(b"{\"id\": 1, \"cmd\": \"stop\", \"services\": [\"a\", \"b\"]}\n");
     status_until(&sb, "b", |s| s["state"] == "stopping");

@@ -5,6 +5,13 @@
 use super::*;
 
 impl Supervisor {
+    /// The next pass, at once, looks at every pending service: services became pending
+    /// during a pass (a start that restarted others), after it chose what to look at.
+    pub(crate) fn look_again_at_every_pending(&mut self) {
+        self.recheck_pending = true;
+        self.more_to_start = true;
+    }
+
     /// Starts what may start, each service at most once, for at most `PASS_TIME` of the
     /// monotonic clock (at least one) and `SPAWNS_PER_PASS` in all: a start that fails
     /// at once, or a burst of thousands, never keeps the loop from going round (signals,
