@@ -353,12 +353,22 @@ fn daemonizing_services() {
     w.finish();
 }
 
-/// The processes of `d` outside its leader's process group.
+/// The processes of `d` outside its leader's process group, once there is one (at most
+/// 5 s): the copy was forked before `d` said it was ready, but a process in the middle of
+/// its exec shows an empty environment in /proc (the new image's is not laid out yet), so
+/// one look can miss it on a loaded machine. Only /proc tells, so it is read again.
 fn escaped(w: &World) -> Vec<procs::Tagged> {
-    procs::tagged(w.sb.tag)
-        .into_iter()
-        .filter(|p| p.service.as_deref() == Some("d") && p.inst.is_some_and(|i| i != p.pgrp))
-        .collect()
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let found: Vec<procs::Tagged> = procs::tagged(w.sb.tag)
+            .into_iter()
+            .filter(|p| p.service.as_deref() == Some("d") && p.inst.is_some_and(|i| i != p.pgrp))
+            .collect();
+        if !found.is_empty() || std::time::Instant::now() >= end {
+            return found;
+        }
+        sleep(std::time::Duration::from_millis(5)); // /proc has no event to wait on
+    }
 }
 
 /// After `what` ended an instance: each escaped copy must exit (waited for on pidfds,
