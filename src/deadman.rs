@@ -18,31 +18,59 @@
 //! and it ties the switch to a thread rather than to supd's state. The pipe follows supd
 //! through `exec` (the same pid, the write end kept open), so a `reexec` does not fire
 //! it, and a new image that dies does.
+//!
+//! A supd that lives but is frozen (SIGSTOP, a hung disk, a paused VM) keeps the pipe
+//! open and renews nothing: the grant alone bounds the run. So each lease has a grant
+//! *board*, a small shared file (a memfd) that supd rewrites on every grant with the
+//! instant on CLOCK_BOOTTIME by which the run must be gone (the grant's end plus its kill
+//! grace); each guard holds the board of its run's lease, sleeps on a CLOCK_BOOTTIME
+//! timer until that instant, reads the board again and SIGKILLs the run when the
+//! instant was not moved, whatever supd is doing. The boards follow supd through
+//! `reexec` with the pipe.
 
 use crate::sys;
+use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// supd's ends of the dead-man pipe.
+/// supd's ends of the dead-man pipe, and the grant board of each lease.
 pub struct Deadman {
     read: OwnedFd,
     write: OwnedFd,
+    boards: BTreeMap<String, OwnedFd>,
 }
 
 impl Deadman {
     /// A new pipe, both ends close-on-exec (services and helpers never hold it).
     pub fn new() -> io::Result<Deadman> {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-        Ok(Deadman { read, write })
+        Ok(Deadman {
+            read,
+            write,
+            boards: BTreeMap::new(),
+        })
     }
 
-    /// The pipe of a previous image (`reexec`).
-    pub fn adopt((read, write): (RawFd, RawFd)) -> io::Result<Deadman> {
-        Ok(Deadman {
+    /// The pipe and boards of a previous image (`reexec`); a board that cannot be
+    /// taken is left out (its lease gets a new one at its next grant, and its runs'
+    /// guards are armed again: `rearm_guards`).
+    pub fn adopt((read, write): (RawFd, RawFd), boards: &[(String, RawFd)]) -> io::Result<Deadman> {
+        let mut d = Deadman {
             read: sys::adopt_fd(read)?,
             write: sys::adopt_fd(write)?,
-        })
+            boards: BTreeMap::new(),
+        };
+        for (lease, fd) in boards {
+            match sys::adopt_fd(*fd) {
+                Ok(fd) => {
+                    d.boards.insert(lease.clone(), fd);
+                }
+                Err(e) => log::warn!("lease {lease}: its grant board was not handed over ({e})"),
+            }
+        }
+        Ok(d)
     }
 
     /// Both ends, read end first, for the handoff.
@@ -50,9 +78,58 @@ impl Deadman {
         [self.read.as_fd(), self.write.as_fd()]
     }
 
-    /// Forks the guard of the run led by `pid` (supd's child, not yet reaped, so the
-    /// pidfd names it exactly), in `cgroup` if it has one. Returns the guard's pid.
-    pub fn arm(&self, pid: i32, cgroup: Option<&Path>) -> Result<i32, String> {
+    /// The boards, for the handoff.
+    pub fn boards(&self) -> impl Iterator<Item = (&str, BorrowedFd<'_>)> {
+        self.boards.iter().map(|(l, f)| (l.as_str(), f.as_fd()))
+    }
+
+    /// Whether `lease` has a board.
+    pub fn has_board(&self, lease: &str) -> bool {
+        self.boards.contains_key(lease)
+    }
+
+    /// Writes on the board of `lease` (made if it has none) the instant by which its
+    /// runs must be gone. A board that cannot be made or written is said: the runs'
+    /// guards then keep the last end they read, and kill the runs there.
+    pub fn post(&mut self, lease: &str, end: crate::time::Boot) {
+        if !self.boards.contains_key(lease) {
+            match sys::board_file() {
+                Ok(fd) => {
+                    self.boards.insert(lease.to_string(), fd);
+                }
+                Err(e) => {
+                    log::error!("lease {lease}: cannot make its grant board ({e}); its leader-only services cannot start");
+                    return;
+                }
+            }
+        }
+        let Some(fd) = self.boards.get(lease) else {
+            return;
+        };
+        let file = std::fs::File::from(match fd.try_clone() {
+            Ok(f) => f,
+            Err(e) => {
+                log::error!("lease {lease}: cannot write its grant board ({e}); its runs end at the end last written");
+                return;
+            }
+        });
+        if let Err(e) = file.write_all_at(&sys::board_record(end.0), 0) {
+            log::error!("lease {lease}: cannot write its grant board ({e}); its runs end at the end last written");
+        }
+    }
+
+    /// Forks the guard of the run of `lease` led by `pid` (supd's child, not yet reaped,
+    /// so the pidfd names it exactly), in `cgroup` if it has one. Returns the guard's
+    /// pid. A lease without a board (no grant was ever posted) gets none: its run is
+    /// killed at once, as a run without a grant must be.
+    pub fn arm(&mut self, lease: &str, pid: i32, cgroup: Option<&Path>) -> Result<i32, String> {
+        if !self.has_board(lease) {
+            self.post(lease, crate::time::Boot(0));
+        }
+        let board = self.boards.get(lease);
+        if board.is_none() {
+            return Err(format!("lease {lease} has no grant board"));
+        }
         // Without pidfds (Linux before 5.3), the leader's /proc directory names it as
         // exactly while it is not reaped (`sys::guard_main`).
         let (leader, leader_is_pidfd) = match sys::pidfd_open(pid) {
@@ -86,6 +163,7 @@ impl Deadman {
             cgroup_kill: cgroup_kill.as_ref(),
             cgroup_procs: cgroup_procs.as_ref(),
             pgid: pid,
+            board,
         })
         .map_err(|e| format!("cannot fork its dead-man guard: {e}"))
     }
@@ -114,6 +192,7 @@ impl crate::supervisor::Supervisor {
         let Some(slot) = self.slots.get_mut(&name) else {
             return false;
         };
+        let lease = slot.cfg.leader_only.clone().unwrap_or_default();
         let Some(run) = slot.instance.as_mut() else {
             return false;
         };
@@ -121,8 +200,8 @@ impl crate::supervisor::Supervisor {
         if run.leader_gone() {
             return true; // the rest of the run was killed with its leader already
         }
-        let armed = match &self.deadman {
-            Some(d) => d.arm(run.pid, run.cgroup.as_deref()),
+        let armed = match self.deadman.as_mut() {
+            Some(d) => d.arm(&lease, run.pid, run.cgroup.as_deref()),
             None => Err("no dead-man pipe".into()),
         };
         match armed {
@@ -136,6 +215,20 @@ impl crate::supervisor::Supervisor {
             }
         }
         true
+    }
+
+    /// Replaces the guard of every leader-only run (guards of an older image that read
+    /// no board): the old guard is ended, and reaped as any guard is.
+    pub(crate) fn rearm_guards(&mut self) {
+        for slot in self.slots.values_mut() {
+            if slot.cfg.leader_only.is_none() {
+                continue;
+            }
+            if let Some(g) = slot.instance.as_mut().and_then(|i| i.guard.take()) {
+                disarm(g);
+            }
+        }
+        self.arm_unguarded();
     }
 
     /// Arms a guard for every leader-only run that has none (taken over from a supd
@@ -167,13 +260,14 @@ impl crate::supervisor::Supervisor {
             }
         }
         for name in unguarded {
-            let (Some(d), Some(run)) = (
-                self.deadman.as_ref(),
-                self.slots.get_mut(&name).and_then(|s| s.instance.as_mut()),
-            ) else {
+            let Some(slot) = self.slots.get_mut(&name) else {
                 continue;
             };
-            match d.arm(run.pid, run.cgroup.as_deref()) {
+            let lease = slot.cfg.leader_only.clone().unwrap_or_default();
+            let (Some(d), Some(run)) = (self.deadman.as_mut(), slot.instance.as_mut()) else {
+                continue;
+            };
+            match d.arm(&lease, run.pid, run.cgroup.as_deref()) {
                 Ok(g) => run.guard = Some(g),
                 Err(e) => {
                     log::error!("{name}: {e}; killing the run, which may not go unguarded");
@@ -181,5 +275,41 @@ impl crate::supervisor::Supervisor {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::Boot;
+
+    #[test]
+    fn a_board_record_reads_back_and_a_torn_one_is_seen() {
+        let r = sys::board_record(123_456_789);
+        assert_eq!(sys::board_end(&r), Some(123_456_789));
+        // Half of a new record over half of the old one: the halves disagree.
+        let new = sys::board_record(987_654_321);
+        let mut torn = r;
+        torn[..8].copy_from_slice(&new[..8]);
+        assert_eq!(sys::board_end(&torn), None);
+        assert_eq!(sys::board_end(&r[..10]), None, "a short read");
+    }
+
+    #[test]
+    fn a_posted_end_is_what_the_board_holds_and_a_renewal_moves_it() {
+        let mut d = Deadman::new().expect("pipe");
+        assert!(!d.has_board("engine"));
+        let read = |d: &Deadman| {
+            let (_, fd) = d.boards().find(|(l, _)| *l == "engine").expect("a board");
+            let f = std::fs::File::from(fd.try_clone_to_owned().expect("dup"));
+            let mut b = [0u8; sys::BOARD_LEN];
+            f.read_exact_at(&mut b, 0).expect("read the board");
+            sys::board_end(&b)
+        };
+        d.post("engine", Boot(5_000_000_000));
+        assert_eq!(read(&d), Some(5_000_000_000));
+        d.post("engine", Boot(7_000_000_000));
+        assert_eq!(read(&d), Some(7_000_000_000));
+        assert_eq!(d.boards().count(), 1, "one board per lease");
     }
 }

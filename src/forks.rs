@@ -100,10 +100,11 @@ impl Supervisor {
             pending,
         } = f;
         let state_dir = self.cfg.supd.state_dir.clone();
-        let deadman = self.deadman.as_ref().filter(|_| leader_only);
         let Some(slot) = self.slots.get_mut(&name) else {
             return;
         };
+        let lease = slot.cfg.leader_only.clone().filter(|_| leader_only);
+        let mut deadman = self.deadman.as_mut().zip(lease);
         let pid_file = match crate::supervisor::pid_file_of(slot, &state_dir) {
             Ok(f) => f,
             Err(why) => return self.apply(&name, Event::SpawnFailed(why), now),
@@ -125,8 +126,8 @@ impl Supervisor {
                 )
             })?;
             crate::failpoint::hit("spawn-after-record");
-            let guard = match deadman {
-                Some(d) => Some(d.arm(pid, cgroup.as_deref()).map_err(|e| {
+            let guard = match deadman.as_mut() {
+                Some((d, lease)) => Some(d.arm(lease, pid, cgroup.as_deref()).map_err(|e| {
                     format!("{e}; not started (a leader-only service never runs without it)")
                 })?),
                 None => None,

@@ -27,7 +27,7 @@ use std::time::Duration;
 /// unread (and the service blocked on a full pipe), so it is refused one. 4: held stops
 /// and restarts (`Handoff::queued`) and each service's health state
 /// (`ServiceState::health`): an older image would drop them, so it is refused one.
-pub const FORMAT: u32 = 4;
+pub const FORMAT: u32 = 5;
 
 /// Everything a new image needs.
 #[derive(Debug, Serialize, Deserialize)]
@@ -72,6 +72,11 @@ pub struct Handoff {
     /// are down (`stop a b`): carried in their order (format 4).
     #[serde(default)]
     pub queued: Vec<QueuedState>,
+    /// The grant board of each lease (`deadman.rs`), kept open so that the guards and
+    /// the new image share it (format 5). A supd of an older format hands over none:
+    /// its guards know no grant's end and are armed again.
+    #[serde(default)]
+    pub boards: Option<Vec<(String, RawFd)>>,
 }
 
 /// A held stop or restart (`Supervisor::queued`).
@@ -285,6 +290,14 @@ impl Supervisor {
             fds.extend([r, w]);
             (r.as_raw_fd(), w.as_raw_fd())
         });
+        let boards = (self.deadman.as_ref()).map(|d| {
+            d.boards()
+                .map(|(lease, fd)| {
+                    fds.push(fd);
+                    (lease.to_string(), fd.as_raw_fd())
+                })
+                .collect()
+        });
         let queued = (self.queued.iter())
             .filter_map(|q| {
                 let restart = match q.event {
@@ -318,6 +331,7 @@ impl Supervisor {
             deadman,
             unhealthy_at: self.unhealthy_at.clone(),
             queued,
+            boards,
         };
         (h, fds)
     }
@@ -576,8 +590,11 @@ impl Supervisor {
                 self.apply(&s.name, crate::service::Event::Stop, Mono::now());
             }
         }
+        // Guards of an older image know no grant's end: armed again below, once the
+        // grants are back on the boards.
+        let rearm = h.deadman.is_some() && h.boards.is_none();
         if let Some(fds) = h.deadman {
-            match crate::deadman::Deadman::adopt(fds) {
+            match crate::deadman::Deadman::adopt(fds, h.boards.as_deref().unwrap_or_default()) {
                 Ok(d) => self.deadman = Some(d),
                 Err(e) => log::warn!("the dead-man pipe was not handed over ({e})"),
             }
@@ -611,6 +628,13 @@ impl Supervisor {
                     ),
                 },
             );
+        }
+        let leases: Vec<String> = self.grants.keys().cloned().collect();
+        for lease in leases {
+            self.post_grant_end(&lease);
+        }
+        if rearm {
+            self.rearm_guards();
         }
         for t in h.tasks {
             let (pid, task) = match t {

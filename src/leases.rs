@@ -303,6 +303,7 @@ impl Supervisor {
                 kill_grace: grace,
             },
         );
+        self.post_grant_end(lease);
         let what = if old == Some(term) {
             "renewed"
         } else {
@@ -325,6 +326,27 @@ impl Supervisor {
             }
         }
         Ok(json!({"lease": lease, "term": term, "valid_for_ms": d.as_millis() as u64}))
+    }
+
+    /// Posts the end of `lease`'s grant (plus its kill grace) on its board, where the
+    /// guards of its runs read it (`deadman.rs`): they kill the runs there, whatever
+    /// supd does meanwhile.
+    pub(crate) fn post_grant_end(&mut self, lease: &str) {
+        let Some(end) = (self.grants.get(lease)).map(|g| g.until.plus(g.kill_grace)) else {
+            return;
+        };
+        if self.deadman.is_none() {
+            match crate::deadman::Deadman::new() {
+                Ok(d) => self.deadman = Some(d),
+                Err(e) => {
+                    log::error!("cannot make the dead-man pipe: {e}; the leader-only services of {lease} cannot start");
+                    return;
+                }
+            }
+        }
+        if let Some(d) = self.deadman.as_mut() {
+            d.post(lease, end);
+        }
     }
 
     /// `lease-release`: stop the leader-only services now; the caller waits for them, until

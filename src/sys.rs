@@ -1478,6 +1478,56 @@ pub struct GuardTarget<'a> {
     pub cgroup_procs: Option<&'a OwnedFd>,
     /// The run's process group (the leader's pid).
     pub pgid: i32,
+    /// The grant's board of the run's lease (`deadman::Board`): the instant, on
+    /// CLOCK_BOOTTIME, at which the run must be gone (the grant's end plus its kill
+    /// grace), which supd moves on every renewal. None: the dead-man pipe alone.
+    pub board: Option<&'a OwnedFd>,
+}
+
+/// The size of a grant board's record: the instant (nanoseconds of CLOCK_BOOTTIME) and
+/// its complement, both little-endian, so that a read torn by a concurrent write is
+/// seen (the two halves do not agree) and read again.
+pub const BOARD_LEN: usize = 16;
+
+/// The record of `end_ns` on a board.
+pub fn board_record(end_ns: u64) -> [u8; BOARD_LEN] {
+    let mut b = [0u8; BOARD_LEN];
+    b[..8].copy_from_slice(&end_ns.to_le_bytes());
+    b[8..].copy_from_slice(&(!end_ns).to_le_bytes());
+    b
+}
+
+/// The instant a board's record names, or None when it is torn or short.
+pub fn board_end(b: &[u8]) -> Option<u64> {
+    let a = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
+    let c = u64::from_le_bytes(b.get(8..BOARD_LEN)?.try_into().ok()?);
+    (c == !a).then_some(a)
+}
+
+/// A new grant board: a memfd (Linux 3.17), else a file of the temp directory unlinked
+/// at once; close-on-exec (a service never holds it; a guard gets it by fork).
+pub fn board_file() -> io::Result<OwnedFd> {
+    match nix::sys::memfd::memfd_create(c"supd-grant", nix::sys::memfd::MFdFlags::MFD_CLOEXEC) {
+        Ok(fd) => return Ok(fd),
+        Err(nix::errno::Errno::ENOSYS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let dir = std::env::temp_dir();
+    let path = dir.join(format!("supd-grant-{}-{}", std::process::id(), nanos_now()));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    let _ = std::fs::remove_file(&path);
+    Ok(OwnedFd::from(f))
+}
+
+fn nanos_now() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
 }
 
 /// Forks a guard for `t`: a process of its own session that holds nothing but the fds of
@@ -1488,11 +1538,13 @@ pub struct GuardTarget<'a> {
 /// (alive or an unreaped zombie, so the group's id cannot name another group). supd kills
 /// the guard (its own child) when the run is over. Returns the guard's pid.
 pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
+    let board = t.board.map_or(-1, |f| f.as_raw_fd());
     let mut keep = [
         t.deadman,
         t.leader.as_raw_fd(),
         t.cgroup_kill.map_or(-1, |f| f.as_raw_fd()),
         t.cgroup_procs.map_or(-1, |f| f.as_raw_fd()),
+        board,
     ];
     keep.sort_unstable();
     let guards = GUARDS.each_ref().map(|g| g.load(Ordering::Relaxed));
@@ -1509,7 +1561,7 @@ pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
         0 => guard_main(
             &close_first,
             &keep,
-            t.deadman,
+            (t.deadman, board),
             (leader, t.leader_is_pidfd),
             (kill_fd, procs_fd),
             t.pgid,
@@ -1520,11 +1572,11 @@ pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
 
 /// The guard's life (in the forked child): drop every other fd (the write end and the
 /// guards first, by number, in case `close_range` is missing), leave supd's session,
-/// wait for end-of-file, kill, exit.
+/// wait for end-of-file or the end its board names, kill, exit.
 fn guard_main(
     close_first: &[RawFd; 3],
-    keep: &[RawFd; 4],
-    deadman: RawFd,
+    keep: &[RawFd; 5],
+    (deadman, board): (RawFd, RawFd),
     (leader, is_pidfd): (RawFd, bool),
     (kill_fd, procs_fd): (RawFd, RawFd),
     pgid: i32,
@@ -1543,14 +1595,7 @@ fn guard_main(
         // Not in supd's process group: a signal to that group (a terminal's ^C) is not
         // for it. supd's blocked signals stay blocked; only SIGKILL ends it.
         libc::setsid();
-        let mut byte = 0u8;
-        loop {
-            let n = libc::read(deadman, (&mut byte as *mut u8).cast(), 1);
-            if n > 0 || (n < 0 && errno_now() == libc::EINTR) {
-                continue;
-            }
-            break; // end-of-file, or an error: either way nobody is left to stop the run
-        }
+        guard_wait(deadman, board);
         let leader_there = if is_pidfd {
             libc::syscall(
                 libc::SYS_pidfd_send_signal,
@@ -1577,6 +1622,142 @@ fn guard_main(
         }
         libc::_exit(0)
     }
+}
+
+/// Returns when the run must end: at end-of-file on the dead-man pipe (no supd image is
+/// left: nobody renews, nobody stops the run), or once CLOCK_BOOTTIME reaches the end
+/// the board names (read again at each wake-up: supd moves it on every renewal, and a
+/// supd that is frozen, stalled in a write or gone moves it no more). A board that
+/// cannot be read is an end. Raw system calls on integers and stack buffers only.
+fn guard_wait(deadman: RawFd, board: RawFd) {
+    // SAFETY: timerfd_create, timerfd_settime, clock_gettime, poll, pread and read on
+    // integers and on buffers and structs of this stack frame, each sized as passed.
+    unsafe {
+        // CLOCK_BOOTTIME runs on through a suspend (Linux 3.15 for a timerfd); before,
+        // the wall clock does too, with a wake-up on each step of it (the end is read
+        // again then). Without either, the poll's own timeout, which a suspend stretches.
+        let mut clock = libc::CLOCK_BOOTTIME;
+        let mut timer = -1;
+        if board >= 0 {
+            timer = libc::timerfd_create(libc::CLOCK_BOOTTIME, libc::TFD_CLOEXEC);
+            if timer < 0 {
+                clock = libc::CLOCK_REALTIME;
+                timer = libc::timerfd_create(libc::CLOCK_REALTIME, libc::TFD_CLOEXEC);
+            }
+        }
+        loop {
+            let mut wait_ms: libc::c_int = -1;
+            if board >= 0 {
+                let Some(end) = read_board(board) else {
+                    return;
+                };
+                let now = clock_ns(libc::CLOCK_BOOTTIME);
+                if now >= end {
+                    return;
+                }
+                let left = end - now;
+                if timer >= 0 {
+                    let at = if clock == libc::CLOCK_BOOTTIME {
+                        end
+                    } else {
+                        clock_ns(libc::CLOCK_REALTIME).saturating_add(left)
+                    };
+                    let spec = libc::itimerspec {
+                        it_interval: libc::timespec {
+                            tv_sec: 0,
+                            tv_nsec: 0,
+                        },
+                        it_value: libc::timespec {
+                            tv_sec: (at / 1_000_000_000) as libc::time_t,
+                            tv_nsec: (at % 1_000_000_000) as libc::c_long,
+                        },
+                    };
+                    let flags = if clock == libc::CLOCK_REALTIME {
+                        libc::TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET
+                    } else {
+                        libc::TFD_TIMER_ABSTIME
+                    };
+                    if libc::timerfd_settime(timer, flags, &spec, std::ptr::null_mut()) < 0 {
+                        return;
+                    }
+                } else {
+                    wait_ms = (left / 1_000_000 + 1).min(i32::MAX as u64) as libc::c_int;
+                }
+            }
+            let mut fds = [
+                libc::pollfd {
+                    fd: deadman,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: timer,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            let n = if timer >= 0 { 2 } else { 1 };
+            if libc::poll(fds.as_mut_ptr(), n, wait_ms) < 0 {
+                if errno_now() == libc::EINTR {
+                    continue;
+                }
+                return;
+            }
+            if fds[0].revents != 0 {
+                let mut byte = 0u8;
+                let r = libc::read(deadman, (&mut byte as *mut u8).cast(), 1);
+                if !(r > 0 || (r < 0 && errno_now() == libc::EINTR)) {
+                    return; // end-of-file, or an error: nobody is left to stop the run
+                }
+            }
+            if n == 2 && fds[1].revents != 0 {
+                // Expired, or (ECANCELED) the wall clock was set: the loop reads the end
+                // again and arms the timer anew either way.
+                let mut ticks = [0u8; 8];
+                libc::read(timer, ticks.as_mut_ptr().cast(), ticks.len());
+            }
+        }
+    }
+}
+
+/// `TFD_TIMER_CANCEL_ON_SET` (Linux 3.0): a wall-clock timer read fails with ECANCELED
+/// when the clock is set.
+const TFD_TIMER_CANCEL_ON_SET: libc::c_int = 1 << 1;
+
+/// A clock's reading in nanoseconds (0 if it cannot be read). Raw, for a forked child.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the timespec on this stack frame.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } < 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// The end a grant board names, read again while a concurrent write tears it (supd
+/// writes the 16 bytes at once; a torn read sees halves that disagree); None when it
+/// cannot be read. Raw, for a forked child.
+fn read_board(board: RawFd) -> Option<u64> {
+    for _ in 0..1000 {
+        let mut b = [0u8; BOARD_LEN];
+        // SAFETY: pread into the buffer on this stack frame, of its length.
+        let n = unsafe { libc::pread(board, b.as_mut_ptr().cast(), BOARD_LEN, 0) };
+        if n < 0 && errno_now() == libc::EINTR {
+            continue;
+        }
+        if n != BOARD_LEN as isize {
+            return None;
+        }
+        if let Some(end) = board_end(&b) {
+            return Some(end);
+        }
+    }
+    None
 }
 
 /// How many times a guard without `cgroup.kill` reads the run's `cgroup.procs`.

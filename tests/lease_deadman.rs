@@ -203,3 +203,111 @@ fn a_wedged_engine_does_not_hold_the_release_forever() {
     assert!(gone_by(engine, Instant::now() + DEADLINE));
     w.state(&sb, "engine", "stopped");
 }
+
+/// SIGSTOPs supd, and SIGCONTs it when dropped (a failed assertion included).
+struct Frozen(i32);
+
+impl Frozen {
+    fn new(pid: i32) -> Frozen {
+        signal(pid, Signal::SIGSTOP);
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal(self.0, Signal::SIGCONT);
+    }
+}
+
+fn signal(pid: i32, sig: Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("signal supd");
+}
+
+/// A grant that ends at `valid_for` from now, with its kill grace, as sup-lease sends it
+/// (`until_boot_ms`, on CLOCK_BOOTTIME).
+fn grant(term: u64, valid_for: Duration, grace: Duration) -> serde_json::Value {
+    let until = sup::time::Boot::now().plus(valid_for);
+    json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": term,
+           "valid_for": format!("{}ms", valid_for.as_millis()),
+           "until_boot_ms": until.as_ms(),
+           "kill_grace": format!("{}ms", grace.as_millis())})
+}
+
+/// Issue 22: supd frozen (SIGSTOP: a hung disk, a paused VM) with nobody renewing: the
+/// guard holds the grant's end itself and kills the engine at that end plus the kill
+/// grace. Before, the guard fired only when supd died, and the engine ran on for as
+/// long as supd was frozen.
+#[test]
+fn a_frozen_supd_does_not_keep_its_engine_past_the_grant() {
+    let mut sb = Sandbox::new();
+    config(&sb, "10s");
+    sb.start();
+    let (valid_for, grace) = (Duration::from_secs(2), Duration::from_millis(500));
+    let granted = Instant::now();
+    sb.ok(grant(1, valid_for, grace));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let child = child_pid(&sb);
+    let frozen = Frozen::new(sb.supd_pid());
+    let end = granted + valid_for + grace;
+    assert!(
+        !gone_by(engine, end - Duration::from_millis(300)),
+        "the engine was killed before its grant's end and kill grace"
+    );
+    let late = end + Duration::from_millis(700);
+    assert!(
+        gone_by(engine, late),
+        "the engine outlived its grant while supd was frozen"
+    );
+    assert!(
+        gone_by(child, late),
+        "the engine's child outlived its grant"
+    );
+    drop(frozen);
+    // supd, thawed, sees its grant over and the engine gone: it does not start it again.
+    sb.wait_state("engine", "stopped");
+}
+
+/// Renewals move the guard's end: an engine renewed past its first grant's end runs on,
+/// across a `reexec` too (the new image writes where the guards read), and once supd is
+/// frozen, the last renewal bounds it.
+#[test]
+fn renewals_move_the_guards_end_across_a_reexec() {
+    let mut sb = Sandbox::new();
+    config(&sb, "10s");
+    sb.start();
+    let (valid_for, grace) = (Duration::from_millis(1500), Duration::from_millis(300));
+    sb.ok(grant(1, valid_for, grace));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let child = child_pid(&sb);
+    let first_end = Instant::now() + valid_for + grace;
+    let mut renewed = Instant::now();
+    let mut reexecs = 0;
+    while Instant::now() < first_end + Duration::from_secs(2) {
+        if reexecs == 0 && Instant::now() > first_end - Duration::from_millis(900) {
+            let out = sb.supctl(&["reexec"]);
+            assert!(
+                out.status.success(),
+                "reexec: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            reexecs += 1;
+        }
+        renewed = Instant::now();
+        sb.ok(grant(1, valid_for, grace));
+        // The next renewal is due in a third of the validity, as sup-lease renews.
+        assert!(
+            !gone_by(engine, renewed + valid_for / 3),
+            "the engine was killed though its grant was renewed\n{}",
+            sb.supd_log()
+        );
+    }
+    assert!(alive(child), "the engine's child was killed though renewed");
+    let _frozen = Frozen::new(sb.supd_pid());
+    let late = renewed + valid_for + grace + Duration::from_millis(700);
+    assert!(
+        gone_by(engine, late),
+        "the engine outlived its last renewal while supd was frozen"
+    );
+    assert!(gone_by(child, late), "the engine's child outlived it");
+}

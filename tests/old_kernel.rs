@@ -307,8 +307,9 @@ fn engine_config(sb: &Sandbox) {
 }
 
 /// Without pidfds a leader-only service still starts, guarded: its guard holds only the
-/// dead-man pipe and the leader's /proc directory (close_range is missing too), and
-/// ends the run when supd is killed.
+/// dead-man pipe, the leader's /proc directory, the grant board (without memfds, an
+/// unlinked file of the temp directory) and its own timer (close_range is missing
+/// too), and ends the run when supd is killed.
 #[test]
 fn a_leader_only_run_is_guarded_without_pidfds() {
     if skip() {
@@ -333,18 +334,76 @@ fn a_leader_only_run_is_guarded_without_pidfds() {
         .collect();
     assert_eq!(guards.len(), 1, "one guard: {guards:?}\n{}", sb.supd_log());
     let fds = open_fds(guards[0]);
-    assert_eq!(fds.len(), 2, "the guard holds {fds:?}");
     let held: Vec<String> = fds
         .iter()
         .filter_map(|fd| fs::read_link(format!("/proc/{}/fd/{fd}", guards[0])).ok())
         .map(|p| p.display().to_string())
         .collect();
+    assert_eq!(fds.len(), 4, "the guard holds {fds:?}: {held:?}");
     assert!(
         held.contains(&format!("/proc/{engine}")),
         "the guard holds the leader's /proc directory: {held:?}"
     );
+    assert!(
+        held.iter().any(|h| h.starts_with("pipe:")),
+        "the guard holds the dead-man pipe: {held:?}"
+    );
+    assert!(
+        held.iter()
+            .any(|h| h.contains("supd-grant-") && h.ends_with("(deleted)")),
+        "the guard holds the grant board, an unlinked file without memfds: {held:?}"
+    );
+    assert!(
+        held.iter().any(|h| h.contains("timerfd")),
+        "the guard holds its timer: {held:?}"
+    );
     sb.stop_supd(Signal::SIGKILL);
     assert_all_end(&[engine, child], Duration::from_secs(2));
+}
+
+/// Without memfds and CLOCK_BOOTTIME timers (before 3.15), the guard still holds the
+/// grant's end (a wall-clock timer, a board in an unlinked file): a frozen supd does
+/// not keep the engine past it.
+#[test]
+fn a_frozen_supd_does_not_keep_its_engine_past_the_grant_on_an_old_kernel() {
+    if skip() {
+        return;
+    }
+    let mut sb = Sandbox::new();
+    engine_config(&sb);
+    start_old(&mut sb);
+    let granted = Instant::now();
+    sb.ok(
+        json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1,
+                 "valid_for": "2s", "kill_grace": "300ms"}),
+    );
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let child: i32 = fs::read_to_string(sb.path("child"))
+        .expect("the engine's child")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let supd = nix::unistd::Pid::from_raw(sb.supd_pid());
+    nix::sys::signal::kill(supd, Signal::SIGSTOP).expect("SIGSTOP supd");
+    let end = granted + Duration::from_millis(2300);
+    let ended = [engine, child].map(|p| {
+        wait_exit(
+            p,
+            (end + Duration::from_millis(700)).saturating_duration_since(Instant::now()),
+        )
+        .is_some()
+    });
+    nix::sys::signal::kill(supd, Signal::SIGCONT).expect("SIGCONT supd");
+    assert!(
+        Instant::now() >= end - Duration::from_millis(300),
+        "killed before the end"
+    );
+    assert_eq!(
+        ended,
+        [true, true],
+        "the engine or its child outlived the grant while supd was frozen\n{}",
+        sb.supd_log()
+    );
 }
 
 /// Without CLOCK_BOOTTIME timers (before 3.15) a grant still ends, and supd says its
