@@ -58,9 +58,9 @@ impl Default for FetchOptions {
 /// - the stall deadline: fewer than `stall_bytes` came in a window of `stall` (a
 ///   trickle that never quite stops, which a per-read timeout lets through).
 ///
-/// The defaults (60 s, 128 KiB/s, 64 KiB in 60 s) let a slow link through (1 Mbit/s
-/// brings 1 GiB in its 2 h 17 min) but not a server that stalls: one byte a second is
-/// given up after a minute. `SUP_FLEET_FETCH_PACE` changes them (see [`Pace::from_env`]).
+/// The defaults (60 s, 128 KiB/s, 64 KiB in 60 s) let any link of 128 KiB/s (about
+/// 1 Mbit/s) or more through (1 GiB has 2 h 16 min) but not a server that stalls: one
+/// byte a second is given up after a minute. `SUP_FLEET_FETCH_PACE` changes them (see [`Pace::from_env`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pace {
     pub floor: Duration,
