@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use sup::fleet::artifact::{check_sha256, fetch, FetchError, FetchOptions};
+use sup::fleet::artifact::{check_sha256, fetch, fetch_with, FetchError, FetchOptions, Pace};
 use tar::EntryType;
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
@@ -213,6 +213,8 @@ enum Reply {
     /// Announces the whole length, sends half, closes.
     Cut(Vec<u8>),
     Redirect(&'static str),
+    /// Announces this many bytes, then sends one every 200 ms until the client goes.
+    Trickle(usize),
 }
 
 /// A one-thread HTTP/1.1 server on 127.0.0.1, one connection at a time.
@@ -301,6 +303,20 @@ fn serve(mut conn: TcpStream, routes: &[(&'static str, Reply)]) {
             b[..b.len() / 2].to_vec(),
         ]
         .concat(),
+        Reply::Trickle(n) => {
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
+            if conn.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            for _ in 0..n {
+                if conn.write_all(b"x").is_err() {
+                    return;
+                }
+                // The fault's own pace.
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            return;
+        }
         Reply::Redirect(to) => format!(
             "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         )
@@ -735,4 +751,47 @@ fn https_with_a_ca_file_is_trusted_and_without_it_refused() {
     assert!(matches!(err, FetchError::Download(_)), "{err:?}");
     assert!(err.to_string().contains(&url), "{err}");
     assert_eq!(listing(&d.staging()), ["1"]);
+}
+
+/// A body that trickles (5 bytes a second, where the pace wants 100 in each second) is
+/// given up at the stall deadline, saying so; progress was told with the size announced;
+/// nothing is left in staging.
+#[test]
+fn a_trickling_download_is_given_up_at_its_stall_deadline_with_its_progress_told() {
+    let d = Dir::new();
+    let srv = Server::start(vec![("/slow.tar.gz", Reply::Trickle(100_000))]);
+    let staging = d.staging();
+    let o = FetchOptions {
+        pace: Pace {
+            stall: Duration::from_secs(1),
+            stall_bytes: 100,
+            ..Pace::default()
+        },
+        ..opts()
+    };
+    let mut told = Vec::new();
+    let started = std::time::Instant::now();
+    let url = srv.url("/slow.tar.gz");
+    let e = fetch_with(
+        &url,
+        &"ab".repeat(32),
+        &staging,
+        "1.0.0",
+        &o,
+        &mut |b, t| told.push((b, t)),
+    )
+    .unwrap_err();
+    let took = started.elapsed();
+    let FetchError::Download(m) = &e else {
+        panic!("not a download error: {e:?}")
+    };
+    assert!(
+        m.contains(&format!("download of {url} too slow: "))
+            && m.contains("bytes in 1 s")
+            && m.contains("stalled"),
+        "{m}"
+    );
+    assert!(took < Duration::from_secs(5), "given up after {took:?}");
+    assert_eq!(told.first(), Some(&(0, Some(100_000))), "{told:?}");
+    assert_eq!(listing(&staging), Vec::<String>::new(), "nothing left");
 }

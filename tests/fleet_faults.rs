@@ -547,3 +547,195 @@ fn a_slot_holder_busy_with_an_upgrade_by_hand_waits_for_it() {
     assert_eq!(s["state"], "done", "{s}\n{}", c.logs());
     assert_eq!(local(&c, "n1")["current"], "2.0.0");
 }
+
+/// A node that dies in probation keeps its slot: the roll waits for it. Once the others
+/// have watched it gone longer than what was left of its probation plus T, `fleet
+/// status` (text and JSON) and the waiting nodes' reasons say so, with the command to
+/// run; not before. Forgetting it lets the roll go on.
+#[test]
+fn a_node_gone_in_probation_is_said_with_the_command_that_forgets_it() {
+    let mut c = nodes(3, "3s");
+    let _published = fleet::publish_and_set(&c, "2.0.0", "exec /bin/sleep 3600");
+    let mut roll = Roll::new();
+    let canary = fleet::wait_canary(&c, &mut roll);
+    // What was left of its probation, as it published it: the limit rests on it.
+    roll.until(&c, 1, DEADLINE, "the canary says its probation", |s, _| {
+        row(s, &canary)["probation_left_ms"].is_u64()
+    });
+    let i = c.nodes.iter().position(|n| n.name == canary).expect("node");
+    c.nodes[i].signal_lease(Signal::SIGKILL);
+    if let Some(mut l) = c.nodes[i].lease.take() {
+        let _ = l.wait();
+    }
+    c.nodes[i].sb.stop_supd(Signal::SIGKILL);
+    drop(c.nodes.remove(i));
+    let s = roll.until(&c, 1, DEADLINE, "the canary is unreachable", |s, _| {
+        row(s, &canary)["state"] == "unreachable"
+    });
+    let unreachable = Instant::now();
+    assert!(row(&s, &canary)["gone"].is_null(), "said at once: {s}");
+    let s = roll.until(&c, 1, DEADLINE, "the canary is said gone", |s, _| {
+        row(s, &canary)["gone"].is_object()
+    });
+    let after = unreachable.elapsed();
+    // 3 s of probation + T (1 s), counted from when the others saw its key gone (which
+    // is before this test did, by at most a look).
+    assert!(
+        after >= Duration::from_millis(3500),
+        "said gone {after:?} after it was unreachable: {s}"
+    );
+    let forget = format!("sup-lease --store {} fleet forget agent {canary}", c.store);
+    let gone = &row(&s, &canary)["gone"];
+    assert_eq!(gone["forget"], forget.as_str(), "{s}");
+    assert!(gone["seen_by"].is_string(), "{s}");
+    let text = fleet::text(&c);
+    assert!(
+        text.contains(&format!("{canary} has been gone")) && text.contains(&forget),
+        "{text}"
+    );
+    // The nodes that wait for its slot say it too.
+    roll.until(
+        &c,
+        1,
+        DEADLINE,
+        "a waiting node names the command",
+        |s, _| {
+            s["nodes"].as_array().is_some_and(|a| {
+                a.iter().any(|n| {
+                    n["state"] == "live"
+                        && n["reason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains(&format!("fleet forget agent {canary}")))
+                })
+            })
+        },
+    );
+    let out = fleet::fleet(&c, &["forget", "agent", &canary]);
+    assert!(out.status.success(), "{out:?}");
+    roll.until(&c, 1, DEADLINE * 2, "2.0.0 on the other two", |s, _| {
+        s["state"] == "done" && all_committed(s, "2.0.0", 2)
+    });
+}
+
+/// An HTTP server on loopback that answers every request with a big Content-Length and
+/// then one byte a second, each connection in a thread of its own, until dropped.
+struct Trickle {
+    port: u16,
+    hits: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Trickle {
+    const SIZE: usize = 1_000_000;
+
+    fn start() -> Trickle {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = Arc::new(AtomicBool::new(false));
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (s, h) = (stop.clone(), hits.clone());
+        let thread = std::thread::spawn(move || {
+            let mut conns = Vec::new();
+            while !s.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((mut conn, _)) => {
+                        h.fetch_add(1, Ordering::SeqCst);
+                        let s = s.clone();
+                        conns.push(std::thread::spawn(move || {
+                            use std::io::{Read, Write};
+                            let _ = conn.set_nonblocking(false);
+                            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                            let mut buf = [0u8; 4096];
+                            let _ = conn.read(&mut buf);
+                            let head = format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                                Trickle::SIZE
+                            );
+                            if conn.write_all(head.as_bytes()).is_err() {
+                                return;
+                            }
+                            while !s.load(Ordering::SeqCst) {
+                                if conn.write_all(b"x").is_err() {
+                                    return;
+                                }
+                                // The pace of the fault itself: one byte a second.
+                                std::thread::sleep(Duration::from_secs(1));
+                            }
+                        }));
+                    }
+                    Err(_) => {
+                        use std::os::fd::AsFd;
+                        let mut fds = [nix::poll::PollFd::new(
+                            listener.as_fd(),
+                            nix::poll::PollFlags::POLLIN,
+                        )];
+                        let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(100u16));
+                    }
+                }
+            }
+            for t in conns {
+                let _ = t.join();
+            }
+        });
+        Trickle {
+            port,
+            hits,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Trickle {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An artifact served at one byte a second: while it comes, the node's row shows how
+/// much of it came; its deadline (here 5 s, through SUP_FLEET_FETCH_PACE) ends the
+/// attempt with a reason that says so, shown as the last attempt's; the node tries again.
+#[test]
+fn a_download_at_one_byte_a_second_shows_its_progress_fails_with_a_reason_and_is_retried() {
+    let mut c = nodes(1, "1s");
+    c.nodes[0].signal_lease(Signal::SIGTERM);
+    if let Some(mut l) = c.nodes[0].lease.take() {
+        let _ = l.wait();
+    }
+    c.start_lease_with(0, &[("SUP_FLEET_FETCH_PACE", "floor=5s".as_ref())]);
+    let slow = Trickle::start();
+    let url = format!("http://127.0.0.1:{}/agent-2.0.0.tar.gz", slow.port);
+    fleet::set(&c, "2.0.0", &url, &"ab".repeat(32), &[]);
+    let mut roll = Roll::new();
+    let s = roll.until(&c, 0, DEADLINE, "its progress shows", |s, _| {
+        row(s, "n1")["progress"]["bytes"]
+            .as_u64()
+            .is_some_and(|b| b >= 1)
+    });
+    let n1 = row(&s, "n1");
+    assert_eq!(n1["phase"], "downloading", "{s}");
+    assert_eq!(n1["progress"]["total"], Trickle::SIZE as u64, "{s}");
+    assert!(
+        fleet::text(&c).contains(&format!("of {}", Trickle::SIZE)),
+        "{}",
+        fleet::text(&c)
+    );
+    let s = roll.until(&c, 0, DEADLINE, "the attempt fails, saying why", |s, _| {
+        row(s, "n1")["result"] == "download failed"
+    });
+    let why = row(&s, "n1")["reason"].as_str().unwrap_or("").to_string();
+    assert!(
+        why.contains(&format!("download of {url} too slow")) && why.contains("bytes in"),
+        "{s}"
+    );
+    let end = Instant::now() + DEADLINE;
+    while slow.hits.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < end, "not tried again\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -182,6 +182,8 @@ fn main() -> ExitCode {
 /// The operator's fleet commands.
 fn fleet(args: &Args, mut store: Box<dyn store::Store>, words: &[&str]) -> ExitCode {
     use sup::fleet::admin;
+    // The store as given, for the commands a status names.
+    let spec = args.store.as_deref().unwrap_or("STORE");
     let s = store.as_mut();
     let done = match words {
         ["set", tool, version] => {
@@ -194,8 +196,8 @@ fn fleet(args: &Args, mut store: Box<dyn store::Store>, words: &[&str]) -> ExitC
             admin::set(s, tool, &a, args.epoch)
         }
         ["status", tool] => match sup::fleet::node::snapshot(s, tool) {
-            Ok(snap) if args.json => Ok(format!("{}\n", admin::status_json(tool, &snap))),
-            Ok(snap) => Ok(admin::status_text(tool, &snap)),
+            Ok(snap) if args.json => Ok(format!("{}\n", admin::status_json(tool, &snap, spec))),
+            Ok(snap) => Ok(admin::status_text(tool, &snap, spec)),
             Err(e) => Err(format!("cannot read the fleet of {tool}: {e}")),
         },
         ["halt", tool] => admin::halt(s, tool, args.epoch),

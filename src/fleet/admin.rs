@@ -5,8 +5,8 @@
 
 use super::artifact::check_sha256;
 use super::node::{snapshot, stamp, write_target, Snapshot};
-use super::record::{prefix, Halt, Phase, Status, Target};
-use super::rule::Peer;
+use super::record::{prefix, Halt, Phase, Status, Target, Transfer};
+use super::rule::{forget_command, Peer};
 use crate::lease::store::{Cond, Store};
 use serde_json::{json, Value};
 
@@ -252,8 +252,45 @@ pub fn liveness(p: &Peer, target: &Target) -> &'static str {
     }
 }
 
-/// `fleet status` as JSON.
-pub fn status_json(tool: &str, snap: &Snapshot) -> Value {
+/// A node gone in probation for longer than its limit, as a live node saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gone {
+    /// The live node that says so.
+    pub seen_by: String,
+    /// Its probation left plus T, in ms.
+    pub limit_ms: u64,
+    /// The slot it holds.
+    pub slot: Option<u32>,
+    /// What to run if it is not coming back.
+    pub forget: String,
+}
+
+/// Whether `p` is gone in probation for longer than its limit: said by a live node (the
+/// reader's own clock is never asked; see `rule::gone`). `store` is the store as the
+/// operator gave it, for the command to run.
+pub fn gone(tool: &str, snap: &Snapshot, p: &Peer, store: &str) -> Option<Gone> {
+    if p.live.is_some() {
+        return None;
+    }
+    let (seen_by, limit_ms) = snap
+        .peers
+        .iter()
+        .filter_map(|q| q.live.as_ref())
+        .find_map(|s| Some((s.node.clone(), *s.gone.get(&p.node)?)))?;
+    Some(Gone {
+        seen_by,
+        limit_ms,
+        slot: snap
+            .slots
+            .iter()
+            .find(|(_, s, _)| s.node == p.node)
+            .map(|(i, _, _)| *i),
+        forget: forget_command(store, tool, &p.node),
+    })
+}
+
+/// `fleet status` as JSON; `store` as the operator gave it (for the commands it names).
+pub fn status_json(tool: &str, snap: &Snapshot, store: &str) -> Value {
     let pr = progress(snap);
     let t = &snap.target;
     let nodes: Vec<Value> = snap
@@ -262,8 +299,14 @@ pub fn status_json(tool: &str, snap: &Snapshot) -> Value {
         .enumerate()
         .map(|(i, p)| {
             let s = p.status().cloned().unwrap_or_default();
+            let gone = gone(tool, snap, p, store).map(|g| {
+                json!({"seen_by": g.seen_by, "for_longer_than_ms": g.limit_ms,
+                       "slot": g.slot, "forget": g.forget})
+            });
             json!({
-                "node": p.node, "order": i + 1, "state": liveness(p, t),
+                "node": p.node, "order": i + 1, "state": liveness(p, t), "gone": gone,
+                "progress": s.progress.filter(|_| p.live.is_some()),
+                "probation_left_ms": s.probation_left_ms,
                 "running": s.running, "proposed": s.proposed, "phase": s.phase.as_str(),
                 "result": s.result, "reason": s.reason, "at": s.at, "epoch": s.epoch,
                 "leader": s.leader, "irreversible": s.irreversible,
@@ -287,8 +330,9 @@ pub fn status_json(tool: &str, snap: &Snapshot) -> Value {
     })
 }
 
-/// `fleet status` for people: the roll, then one row per node in the order of the roll.
-pub fn status_text(tool: &str, snap: &Snapshot) -> String {
+/// `fleet status` for people: the roll, then one row per node in the order of the roll,
+/// then what to do about a node gone in probation; `store` as the operator gave it.
+pub fn status_text(tool: &str, snap: &Snapshot, store: &str) -> String {
     let pr = progress(snap);
     let t = &snap.target;
     let mut o = String::new();
@@ -333,7 +377,14 @@ pub fn status_text(tool: &str, snap: &Snapshot) -> String {
             if let Some((i, _, _)) = snap.slots.iter().find(|(_, sl, _)| sl.node == p.node) {
                 phase.push_str(&format!(" (slot {i})"));
             }
-            let state = match (liveness(p, t), s.leader) {
+            if let Some(x) = s.progress.filter(|_| p.live.is_some()) {
+                phase.push_str(&format!(" ({})", transfer(x)));
+            }
+            let liveness = match gone(tool, snap, p, store) {
+                Some(_) => "gone",
+                None => liveness(p, t),
+            };
+            let state = match (liveness, s.leader) {
                 (l, true) => format!("{l}, leader"),
                 (l, false) => l.to_string(),
             };
@@ -386,7 +437,31 @@ pub fn status_text(tool: &str, snap: &Snapshot) -> String {
             o.push_str(&line(r.iter().map(String::as_str).collect()));
         }
     }
+    for p in &snap.peers {
+        if let Some(g) = gone(tool, snap, p, store) {
+            let slot = match g.slot {
+                Some(i) => format!(", holding slot {i}: the roll waits for it"),
+                None => String::new(),
+            };
+            o.push_str(&format!(
+                "{} has been gone longer than its probation plus T ({}, as {} saw it){slot}; \
+                 if it is not coming back, run:\n  {}\n",
+                p.node,
+                crate::time::Human(std::time::Duration::from_millis(g.limit_ms)),
+                g.seen_by,
+                g.forget
+            ));
+        }
+    }
     o
+}
+
+/// A download's progress for people: "12345 of 1000000 bytes".
+fn transfer(x: Transfer) -> String {
+    match x.total {
+        Some(t) => format!("{} of {t} bytes", x.bytes),
+        None => format!("{} bytes", x.bytes),
+    }
 }
 
 #[cfg(test)]
@@ -521,16 +596,16 @@ mod tests {
             },
             "n2 is gone: it does not hold the roll up"
         );
-        let text = status_text("agent", &snap);
+        let text = status_text("agent", &snap, "file:/s");
         assert!(text.contains("1 of 2 committed"), "{text}");
         let n2 = text.lines().find(|l| l.contains("n2")).expect("n2's row");
         assert!(n2.starts_with("2 ") && n2.contains("unreachable"), "{text}");
-        let j = status_json("agent", &snap);
+        let j = status_json("agent", &snap, "file:/s");
         assert_eq!(j["nodes"][0]["state"], "live");
         assert_eq!(j["nodes"][1]["state"], "unreachable");
         halt(&mut s, "agent", None).expect("halt");
         let snap = snapshot(&mut s, "agent").expect("read");
-        let j = status_json("agent", &snap);
+        let j = status_json("agent", &snap, "file:/s");
         assert_eq!(
             j["nodes"][0]["state"], "stale",
             "n1 has not answered epoch 2 yet"

@@ -32,16 +32,152 @@ pub struct FetchOptions {
     pub ca_file: Option<PathBuf>,
     /// Downloads bigger than this many bytes are refused.
     pub max_bytes: u64,
+    /// How slow a download may be before it is given up (see [`Pace`]).
+    pub pace: Pace,
 }
 
 impl Default for FetchOptions {
-    /// 30 s per step, the system's CAs, at most 1 GiB.
+    /// 30 s per step, the system's CAs, at most 1 GiB, the default pace.
     fn default() -> Self {
         FetchOptions {
             timeout: Duration::from_secs(30),
             ca_file: None,
             max_bytes: 1 << 30,
+            pace: Pace::default(),
         }
+    }
+}
+
+/// How slow a download may be. A download is given up, as any failed download (the node
+/// tries again later), when either deadline passes:
+///
+/// - the total deadline, `max(floor, size / rate)`: the size is the one announced
+///   (Content-Length, or a file's length), else the bytes come so far (an unannounced
+///   size is known only afterwards: then the average since the start must stay at
+///   `rate` once `floor` is over);
+/// - the stall deadline: fewer than `stall_bytes` came in a window of `stall` (a
+///   trickle that never quite stops, which a per-read timeout lets through).
+///
+/// The defaults (60 s, 128 KiB/s, 64 KiB in 60 s) let any link of 128 KiB/s (about
+/// 1 Mbit/s) or more through (1 GiB has 2 h 16 min) but not a server that stalls: one
+/// byte a second is given up after a minute. `SUP_FLEET_FETCH_PACE` changes them (see [`Pace::from_env`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    pub floor: Duration,
+    /// Bytes a second.
+    pub rate: u64,
+    pub stall: Duration,
+    pub stall_bytes: u64,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Pace {
+            floor: Duration::from_secs(60),
+            rate: 128 * 1024,
+            stall: Duration::from_secs(60),
+            stall_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// The environment variable that changes the pace of a fetch: comma-separated
+/// `floor=DURATION`, `rate=BYTES` (a second), `stall=DURATION`, `stall_bytes=BYTES`;
+/// those not given keep their defaults. Read by `sup-lease fleet fetch` (a node passes
+/// its own environment on).
+pub const PACE_ENV: &str = "SUP_FLEET_FETCH_PACE";
+
+impl Pace {
+    /// The whole download's deadline, for `size` bytes.
+    pub fn deadline(&self, size: u64) -> Duration {
+        let secs = size as f64 / self.rate.max(1) as f64;
+        self.floor.max(Duration::from_secs_f64(secs.min(1e9)))
+    }
+
+    /// The pace `spec` (as in [`PACE_ENV`]) says, from the defaults.
+    pub fn parse(spec: &str) -> Result<Pace, String> {
+        let mut p = Pace::default();
+        for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let bad = || {
+                format!("{PACE_ENV}: '{item}' is not floor=DURATION, rate=BYTES, stall=DURATION or stall_bytes=BYTES")
+            };
+            let (k, v) = item.split_once('=').ok_or_else(bad)?;
+            let bytes = || v.trim().parse::<u64>().map_err(|_| bad());
+            let dur =
+                || crate::time::parse_duration(v).map_err(|e| format!("{PACE_ENV}: {k}: {e}"));
+            match k.trim() {
+                "floor" => p.floor = dur()?,
+                "rate" => p.rate = bytes()?.max(1),
+                "stall" => p.stall = dur()?,
+                "stall_bytes" => p.stall_bytes = bytes()?,
+                _ => return Err(bad()),
+            }
+        }
+        Ok(p)
+    }
+
+    /// The pace [`PACE_ENV`] gives, or the default (a bad value is said, and ignored).
+    pub fn from_env() -> Pace {
+        match std::env::var(PACE_ENV) {
+            Ok(spec) => Pace::parse(&spec).unwrap_or_else(|e| {
+                log::warn!("{e}; the default pace is used");
+                Pace::default()
+            }),
+            Err(_) => Pace::default(),
+        }
+    }
+}
+
+/// A download's pace as it goes: fed how many bytes came after how long, it says when a
+/// deadline of its [`Pace`] passed. Plain numbers in; the caller reads the clock.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    pace: Pace,
+    size: Option<u64>,
+    /// When the stall window began, and the bytes come by then.
+    window: (Duration, u64),
+}
+
+impl Pacer {
+    /// `size`: as announced, if it was.
+    pub fn new(pace: Pace, size: Option<u64>) -> Pacer {
+        Pacer {
+            pace,
+            size,
+            window: (Duration::ZERO, 0),
+        }
+    }
+
+    /// After `got` bytes in `elapsed` since the start: why the download is given up, if
+    /// it is (a sentence to follow "too slow: N bytes in M s").
+    pub fn look(&mut self, elapsed: Duration, got: u64) -> Result<(), String> {
+        let size = self.size.unwrap_or(got).max(got);
+        let deadline = self.pace.deadline(size);
+        if elapsed > deadline {
+            let of = match self.size {
+                Some(n) => format!("{n} bytes"),
+                None => format!("{got} bytes so far (size not announced)"),
+            };
+            return Err(format!(
+                "its deadline is {} for {of} (at least {}, and {} bytes a second)",
+                crate::time::Human(deadline),
+                crate::time::Human(self.pace.floor),
+                self.pace.rate
+            ));
+        }
+        let (since, at) = self.window;
+        if elapsed.saturating_sub(since) >= self.pace.stall {
+            let came = got.saturating_sub(at);
+            if came < self.pace.stall_bytes {
+                return Err(format!(
+                    "{came} bytes came in the last {}, fewer than {} (stalled)",
+                    crate::time::Human(elapsed.saturating_sub(since)),
+                    self.pace.stall_bytes
+                ));
+            }
+            self.window = (elapsed, got);
+        }
+        Ok(())
     }
 }
 
@@ -114,6 +250,19 @@ pub fn fetch(
     version: &str,
     opts: &FetchOptions,
 ) -> Result<PathBuf, FetchError> {
+    fetch_with(url, sha256, staging, version, opts, &mut |_, _| {})
+}
+
+/// [`fetch`], telling `progress` how the download goes: the bytes come so far and the
+/// size when it is known, at the start and then at most once a second.
+pub fn fetch_with(
+    url: &str,
+    sha256: &str,
+    staging: &Path,
+    version: &str,
+    opts: &FetchOptions,
+    progress: &mut dyn FnMut(u64, Option<u64>),
+) -> Result<PathBuf, FetchError> {
     let expected = check_sha256(sha256).map_err(FetchError::Url)?;
     check_version(version).map_err(FetchError::Url)?;
     let source = Source::parse(url)?;
@@ -131,7 +280,7 @@ pub fn fetch(
     }
 
     let downloaded = Removed(&download);
-    let (got, file) = source.download(url, &download, opts)?;
+    let (got, file) = source.download(url, &download, opts, progress)?;
     if got != expected {
         return Err(FetchError::Mismatch { expected, got });
     }
@@ -257,6 +406,7 @@ impl Source {
         url: &str,
         dst: &Path,
         opts: &FetchOptions,
+        progress: &mut dyn FnMut(u64, Option<u64>),
     ) -> Result<(String, File), FetchError> {
         let mut out = fs::OpenOptions::new()
             .read(true)
@@ -273,11 +423,26 @@ impl Source {
                         "cannot open {what}: {e}; check the path of the file:// URL on this node"
                     ))
                 })?;
-                copy_hashed(&mut f, &mut out, opts.max_bytes, &what.to_string(), dst)?
+                let size = f.metadata().ok().map(|m| m.len());
+                let copy = Copy {
+                    max: opts.max_bytes,
+                    what: &what.to_string(),
+                    dst,
+                    pacer: Pacer::new(opts.pace, size),
+                    size,
+                };
+                copy.run(&mut f, &mut out, progress)?
             }
             Source::Http => {
-                let mut body = http_get(url, opts)?;
-                copy_hashed(&mut body, &mut out, opts.max_bytes, url, dst)?
+                let (mut body, size) = http_get(url, opts)?;
+                let copy = Copy {
+                    max: opts.max_bytes,
+                    what: url,
+                    dst,
+                    pacer: Pacer::new(opts.pace, size),
+                    size,
+                };
+                copy.run(&mut body, &mut out, progress)?
             }
         };
         use std::io::Seek;
@@ -306,9 +471,15 @@ fn percent_decode(s: &str) -> Option<std::ffi::OsString> {
     (!out.contains(&0)).then(|| std::ffi::OsString::from_vec(out))
 }
 
-/// GET `url`; the body of a 2xx answer, redirects followed.
-fn http_get(url: &str, opts: &FetchOptions) -> Result<impl Read, FetchError> {
+/// GET `url`; the body of a 2xx answer, redirects followed, and its size when announced.
+fn http_get(url: &str, opts: &FetchOptions) -> Result<(impl Read, Option<u64>), FetchError> {
     let t = Some(opts.timeout);
+    // A body that sends nothing at all is given up within a stall window too (the pace is
+    // looked at after each read).
+    let per_read = Some(
+        opts.timeout
+            .min(opts.pace.stall.max(Duration::from_secs(1))),
+    );
     let mut config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(5)
@@ -316,7 +487,7 @@ fn http_get(url: &str, opts: &FetchOptions) -> Result<impl Read, FetchError> {
         .timeout_connect(t)
         .timeout_send_request(t)
         .timeout_recv_response(t)
-        .timeout_per_read(t)
+        .timeout_per_read(per_read)
         .timeout_per_write(t)
         .user_agent(format!("sup-lease/{}", crate::VERSION));
     let https = url
@@ -350,10 +521,11 @@ fn http_get(url: &str, opts: &FetchOptions) -> Result<impl Read, FetchError> {
         )));
     }
     let body = resp.into_body();
-    if let Some(n) = body.content_length().filter(|&n| n > opts.max_bytes) {
+    let size = body.content_length();
+    if let Some(n) = size.filter(|&n| n > opts.max_bytes) {
         return Err(too_big(url, Some(n), opts.max_bytes));
     }
-    Ok(body.into_reader())
+    Ok((body.into_reader(), size))
 }
 
 /// The system's CA bundles, as Debian and RHEL (and SUSE, Alpine) place them.
@@ -409,42 +581,84 @@ fn too_big(what: &str, size: Option<u64>, max: u64) -> FetchError {
     ))
 }
 
-/// Copies `src` into `out` (the file at `dst`) hashing as it goes; at most `max` bytes.
-fn copy_hashed(
-    src: &mut impl Read,
-    out: &mut File,
+/// One copy of a download into its file.
+struct Copy<'a> {
+    /// At most this many bytes.
     max: u64,
-    what: &str,
-    dst: &Path,
-) -> Result<String, FetchError> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total: u64 = 0;
-    loop {
-        let n = match src.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                return Err(FetchError::Download(format!(
-                    "cannot download {what}: {e} after {total} bytes; try again, and look at \
-                     the server if it goes on"
-                )))
+    /// The URL or path, for messages.
+    what: &'a str,
+    /// The file written.
+    dst: &'a Path,
+    pacer: Pacer,
+    size: Option<u64>,
+}
+
+impl Copy<'_> {
+    /// Copies `src` into `out` hashing as it goes, within the pace; tells `progress`.
+    /// Returns the sha256 (lowercase hex).
+    fn run(
+        mut self,
+        src: &mut impl Read,
+        out: &mut File,
+        progress: &mut dyn FnMut(u64, Option<u64>),
+    ) -> Result<String, FetchError> {
+        let what = self.what;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut total: u64 = 0;
+        let start = std::time::Instant::now();
+        let mut told = start;
+        progress(0, self.size);
+        loop {
+            let n = match src.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(FetchError::Download(format!(
+                        "cannot download {what}: {e} after {total} bytes in {}; try again, and \
+                         look at the server if it goes on",
+                        crate::time::Human(round_s(start.elapsed()))
+                    )))
+                }
+            };
+            total += n as u64;
+            if total > self.max {
+                return Err(too_big(what, None, self.max));
             }
-        };
-        total += n as u64;
-        if total > max {
-            return Err(too_big(what, None, max));
+            hasher.update(&buf[..n]);
+            out.write_all(&buf[..n])
+                .map_err(|e| FetchError::Io(format!("cannot write {}: {e}", self.dst.display())))?;
+            let elapsed = start.elapsed();
+            if let Err(why) = self.pacer.look(elapsed, total) {
+                return Err(too_slow(what, total, elapsed, &why));
+            }
+            if told.elapsed() >= Duration::from_secs(1) {
+                progress(total, self.size);
+                told = std::time::Instant::now();
+            }
         }
-        hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])
-            .map_err(|e| FetchError::Io(format!("cannot write {}: {e}", dst.display())))?;
+        progress(total, self.size);
+        Ok(hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect())
     }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+}
+
+/// A duration to the second, for messages.
+fn round_s(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs())
+}
+
+/// Why a download was given up for its pace.
+pub fn too_slow(what: &str, got: u64, elapsed: Duration, why: &str) -> FetchError {
+    FetchError::Download(format!(
+        "download of {what} too slow: {got} bytes in {} s ({why}); it is tried again \
+         later: look at the server and the network between it and this node",
+        elapsed.as_secs()
+    ))
 }
 
 mod unpack;
@@ -490,6 +704,85 @@ mod tests {
             unreachable!()
         };
         assert!(e.to_string().contains("file:///srv/a.tgz"), "{e}");
+    }
+
+    /// The real default: a total deadline of max(60 s, size at 128 KiB/s), and a stall
+    /// deadline of 64 KiB in 60 s.
+    #[test]
+    fn the_default_pace_has_a_floor_a_rate_and_a_stall_window() {
+        let p = Pace::default();
+        let s = Duration::from_secs;
+        assert_eq!(p.deadline(0), s(60));
+        assert_eq!(p.deadline(1_000_000), s(60), "a small artifact: the floor");
+        assert_eq!(p.deadline(128 * 1024 * 600), s(600));
+        assert_eq!(p.deadline(1 << 30), s(8192), "1 GiB: 2 h 16 min 32 s");
+        // One byte a second of an announced megabyte: given up at the stall window.
+        let mut pacer = Pacer::new(p, Some(1_000_000));
+        for t in 1..60 {
+            assert_eq!(pacer.look(s(t), t), Ok(()), "{t} s");
+        }
+        let e = pacer.look(s(60), 60).unwrap_err();
+        assert!(
+            e.contains("60 bytes came in the last 1m") && e.contains("stalled"),
+            "{e}"
+        );
+        // Fast enough in every window, but not for the whole: the total deadline.
+        let mut pacer = Pacer::new(p, Some(100 << 20));
+        let mut t = 0;
+        let mut got = 0;
+        let e = loop {
+            t += 60;
+            got += 100 * 1024;
+            if let Err(e) = pacer.look(s(t), got) {
+                break e;
+            }
+        };
+        assert_eq!(t, 840, "100 MiB: 800 s");
+        assert!(
+            e.contains("its deadline is 13m20s for 104857600 bytes"),
+            "{e}"
+        );
+        // A fast download passes.
+        let mut pacer = Pacer::new(p, Some(100 << 20));
+        assert_eq!(pacer.look(s(10), 100 << 20), Ok(()));
+    }
+
+    /// No size announced: the average must keep to the rate once the floor is over.
+    #[test]
+    fn an_unannounced_size_is_paced_by_what_came() {
+        let p = Pace {
+            stall: Duration::from_secs(3600),
+            ..Pace::default()
+        };
+        let s = Duration::from_secs;
+        let mut pacer = Pacer::new(p, None);
+        assert_eq!(pacer.look(s(60), 10), Ok(()));
+        assert!(pacer
+            .look(s(61), 10)
+            .unwrap_err()
+            .contains("size not announced"));
+        let mut pacer = Pacer::new(p, None);
+        assert_eq!(pacer.look(s(100), 128 * 1024 * 100), Ok(()));
+        assert!(pacer.look(s(101), 128 * 1024 * 100).is_err());
+    }
+
+    #[test]
+    fn the_pace_is_changed_by_its_environment_variable_syntax() {
+        let p = Pace::parse("floor=5s, stall_bytes=10").expect("parse");
+        assert_eq!(
+            p,
+            Pace {
+                floor: Duration::from_secs(5),
+                stall_bytes: 10,
+                ..Pace::default()
+            }
+        );
+        assert_eq!(Pace::parse(""), Ok(Pace::default()));
+        let p = Pace::parse("rate=1000,stall=2s").expect("parse");
+        assert_eq!((p.rate, p.stall), (1000, Duration::from_secs(2)));
+        for bad in ["floor", "floor=5", "rate=fast", "speed=1"] {
+            assert!(Pace::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -49,10 +49,22 @@ pub fn fetch_and_install(
     }
     let opts = FetchOptions {
         ca_file: o.ca_file.clone(),
+        pace: artifact::Pace::from_env(),
         ..FetchOptions::default()
     };
     let staging = o.staging.join(tool);
-    let dir = artifact::fetch(url, sha256, &staging, version, &opts).map_err(|e| match e {
+    // Run by a node: how the download goes, on standard output, for the node to show.
+    let by_node = std::env::var_os(super::node::PARENT_ENV).is_some();
+    let mut progress = |bytes: u64, size: Option<u64>| {
+        if by_node {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(super::node::progress_line(bytes, size).as_bytes());
+            let _ = out.flush();
+        }
+    };
+    let dir = artifact::fetch_with(url, sha256, &staging, version, &opts, &mut progress);
+    let dir = dir.map_err(|e| match e {
         artifact::FetchError::Mismatch { .. } => format!("sha256 mismatch for {url}: {e}"),
         e => e.to_string(),
     })?;

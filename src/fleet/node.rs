@@ -7,7 +7,7 @@
 //! process (`sup-lease fleet fetch ...`), looked at every tick, so that the ticks (and a
 //! lease campaign in the same process) go on meanwhile.
 
-use super::record::{prefix, Halt, Mark, Phase, Slot, Status, Target};
+use super::record::{prefix, Halt, Mark, Phase, Slot, Status, Target, Transfer};
 use super::rule::{decide, Action, Fetch, Installed, Local, LocalPhase, Peer, View};
 use crate::lease::node::{Supd, SupdError};
 use crate::lease::store::{Cond, LeaseId, Store, StoreError};
@@ -149,6 +149,70 @@ pub struct FetchConfig {
 struct Job {
     child: Child,
     version: String,
+    /// What it wrote on its standard output so far, less its progress lines, and the
+    /// start of a line not ended yet.
+    said: String,
+    partial: Vec<u8>,
+    /// How far it is, as it said last.
+    progress: Option<Transfer>,
+}
+
+/// The line a fetch run by a node writes on its standard output, at most once a second,
+/// to say how its download goes.
+pub fn progress_line(bytes: u64, total: Option<u64>) -> String {
+    match total {
+        Some(t) => format!("progress {bytes} {t}\n"),
+        None => format!("progress {bytes} -\n"),
+    }
+}
+
+/// A progress line read back (None: not one).
+pub fn parse_progress(line: &str) -> Option<Transfer> {
+    let mut w = line.strip_prefix("progress ")?.split_whitespace();
+    let bytes = w.next()?.parse().ok()?;
+    let total = match w.next()? {
+        "-" => None,
+        t => Some(t.parse().ok()?),
+    };
+    Some(Transfer { bytes, total })
+}
+
+impl Job {
+    /// Reads what the fetch wrote since the last look (its standard output does not
+    /// block): progress lines update `progress`, the rest is kept as what it said.
+    fn drain(&mut self) {
+        use std::io::Read;
+        let Some(out) = self.child.stdout.as_mut() else {
+            return;
+        };
+        let mut buf = [0u8; 4096];
+        loop {
+            match out.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => self.partial.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // WouldBlock: nothing more for now; any other error: nothing to read.
+                Err(_) => break,
+            }
+        }
+        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            match parse_progress(line.trim_end()) {
+                Some(p) => self.progress = Some(p),
+                None if self.said.len() < 4096 => self.said.push_str(&line),
+                None => {}
+            }
+        }
+    }
+
+    /// What it said, the start of a line not ended included (at the end).
+    fn said(&mut self) -> String {
+        let rest = String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned();
+        let mut said = std::mem::take(&mut self.said);
+        said.push_str(&rest);
+        said
+    }
 }
 
 /// The last fetch that failed, and when the next may start.
@@ -181,6 +245,11 @@ pub struct FleetNode {
     job: Option<Job>,
     failure: Option<Failure>,
     last_note: String,
+    /// The progress last put in the status, and when: it is written at most once per T.
+    shown_progress: Option<(Transfer, Boot)>,
+    /// Since when (this node's CLOCK_BOOTTIME) each node gone in probation has been seen
+    /// gone (see `rule::gone`).
+    gone_since: BTreeMap<String, Boot>,
 }
 
 impl FleetNode {
@@ -204,6 +273,8 @@ impl FleetNode {
             job: None,
             failure: None,
             last_note: String::new(),
+            shown_progress: None,
+            gone_since: BTreeMap::new(),
         }
     }
 
@@ -275,22 +346,41 @@ impl FleetNode {
         }
         let fetch = self.fetch_state(&snap.target);
         let slots: Vec<(u32, Slot)> = snap.slots.iter().map(|(i, s, _)| (*i, s.clone())).collect();
+        let gone = self.watch_gone(&snap.peers, &slots);
         let d = decide(&View {
             me: &self.name,
+            tool: &self.tool,
             target: &snap.target,
             local: &local,
             peers: &snap.peers,
             slots: &slots,
             leader,
             fetch: &fetch,
+            gone: &gone,
         });
+        // What was left of the probation when the status first said it, kept while it
+        // lasts (a status that changes every round would be written every round).
+        let probation_left_ms = match d.phase {
+            Phase::Probation => self
+                .published
+                .as_ref()
+                .filter(|p| p.phase == Phase::Probation)
+                .and_then(|p| p.probation_left_ms)
+                .or(local.left.map(|d| d.as_millis() as u64)),
+            _ => None,
+        };
+        let mut reason = d.reason.clone();
+        if let (Fetch::Running, Some(f)) = (&fetch, &self.failure) {
+            // Tried again: the last attempt's reason stays in view meanwhile.
+            reason = Some(format!("trying again; the last attempt: {}", f.reason));
+        }
         let status = Status {
             node: self.name.clone(),
             running: local.current.clone(),
             proposed: local.proposed.clone(),
             phase: d.phase,
             result: d.result.clone().or_else(|| last_result(&local)),
-            reason: d.reason.clone(),
+            reason,
             at: String::new(),
             epoch: snap.target.epoch,
             irreversible: local
@@ -299,10 +389,52 @@ impl FleetNode {
                 .and_then(|c| local.installed.get(c))
                 .is_some_and(|i| i.irreversible),
             leader,
+            progress: match d.phase {
+                Phase::Downloading => self.progress_to_show(),
+                _ => None,
+            },
+            probation_left_ms,
+            gone,
         };
         self.publish(status, &snap)
             .map_err(|e| format!("store: {e}"))?;
         self.act(d.action, &snap)
+    }
+
+    /// Looks at the nodes gone in probation: since when each has been seen gone, and
+    /// those gone longer than their limit (`rule::gone`).
+    fn watch_gone(&mut self, peers: &[Peer], slots: &[(u32, Slot)]) -> BTreeMap<String, u64> {
+        let now = Boot::now();
+        let gone: Vec<&Peer> = peers
+            .iter()
+            .filter(|p| super::rule::gone_in_probation(p, slots))
+            .collect();
+        self.gone_since
+            .retain(|n, _| gone.iter().any(|p| p.node == *n));
+        for p in &gone {
+            self.gone_since.entry(p.node.clone()).or_insert(now);
+        }
+        let watched: BTreeMap<String, Duration> = self
+            .gone_since
+            .iter()
+            .map(|(n, since)| (n.clone(), now.since(*since)))
+            .collect();
+        super::rule::gone(peers, slots, &watched, self.ttl)
+    }
+
+    /// The fetch's progress as the status shows it: the first said at once, then at most
+    /// once per T (each change is a write to the store).
+    fn progress_to_show(&mut self) -> Option<Transfer> {
+        let now_said = self.job.as_ref().and_then(|j| j.progress)?;
+        let show = match self.shown_progress {
+            Some((shown, at)) if shown != now_said && Boot::now().since(at) < self.ttl => shown,
+            Some((shown, _)) if shown == now_said => shown,
+            _ => {
+                self.shown_progress = Some((now_said, Boot::now()));
+                now_said
+            }
+        };
+        Some(show)
     }
 
     /// Whether supd says `version` is current here now (false when it cannot be asked).
@@ -611,9 +743,24 @@ impl FleetNode {
         );
         match cmd.spawn() {
             Ok(child) => {
+                // Its progress lines are read every tick: a read must not wait for one.
+                if let Some(out) = &child.stdout {
+                    use std::os::fd::AsFd;
+                    let nonblocking = nix::fcntl::fcntl(
+                        out.as_fd(),
+                        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+                    );
+                    if let Err(e) = nonblocking {
+                        log::warn!("fleet {}: the fetch's output may block: {e}", self.tool);
+                    }
+                }
+                self.shown_progress = None;
                 self.job = Some(Job {
                     child,
                     version: version.to_string(),
+                    said: String::new(),
+                    partial: Vec::new(),
+                    progress: None,
                 })
             }
             Err(e) => {
@@ -626,14 +773,12 @@ impl FleetNode {
     /// still running.
     fn reap_fetch(&mut self) {
         let Some(job) = &mut self.job else { return };
+        job.drain();
         match job.child.try_wait() {
             Ok(None) => {}
             Ok(Some(status)) => {
-                let mut said = String::new();
-                if let Some(out) = job.child.stdout.as_mut() {
-                    use std::io::Read;
-                    let _ = out.take(4096).read_to_string(&mut said);
-                }
+                job.drain();
+                let said = job.said();
                 let version = job.version.clone();
                 self.job = None;
                 if status.success() {
@@ -766,7 +911,9 @@ pub fn local_from(v: &Value) -> Local {
             ))
         })
         .collect();
+    let ms = |k: &str| v[k].as_u64().map(Duration::from_millis);
     Local {
+        left: ms("probation_left_ms").or_else(|| ms("window_in_ms")),
         current: s(&v["current"]),
         phase: LocalPhase::parse(v["phase"].as_str().unwrap_or("idle")),
         proposed: s(&v["proposed"]),
@@ -807,6 +954,31 @@ mod tests {
             SupdError::Unreachable("no answer within 333ms".into()),
         ] {
             assert!(!is_refusal(&e), "{e}");
+        }
+    }
+
+    #[test]
+    fn progress_lines_are_read_back() {
+        for t in [
+            Transfer {
+                bytes: 5,
+                total: Some(1_000_000),
+            },
+            Transfer {
+                bytes: 0,
+                total: None,
+            },
+        ] {
+            let line = progress_line(t.bytes, t.total);
+            assert!(line.ends_with('\n'));
+            assert_eq!(parse_progress(line.trim_end()), Some(t));
+        }
+        for not in [
+            "progress",
+            "progress x 3",
+            "download of a too slow: 3 bytes in 5 s",
+        ] {
+            assert_eq!(parse_progress(not), None, "{not}");
         }
     }
 

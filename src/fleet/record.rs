@@ -140,6 +140,26 @@ pub struct Status {
     pub irreversible: bool,
     /// The node leads a lease whose tool is this one: it upgrades last.
     pub leader: bool,
+    /// While it downloads the target: how far it is (at most once per T).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Transfer>,
+    /// In probation (or in its regression window, slot held): what was left of it, in
+    /// ms, when this node's status first said so. Once the node is gone, the others say
+    /// so after that much and T more (`gone`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probation_left_ms: Option<u64>,
+    /// The nodes gone in probation that this node has watched gone longer than their
+    /// probation left plus T, each with that limit in ms (see `rule::gone`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub gone: BTreeMap<String, u64>,
+}
+
+/// A download under way: the bytes come so far, and the size when it is known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Transfer {
+    pub bytes: u64,
+    pub total: Option<u64>,
 }
 
 impl Status {

@@ -11,6 +11,7 @@
 
 use super::record::{Phase, Slot, Status, Target};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// The result a node shows while its fetches fail.
 pub const DOWNLOAD_FAILED: &str = "download failed";
@@ -60,6 +61,8 @@ pub struct Local {
     /// The current version is committed but still in its regression window: a crash
     /// loop or an unhealthy verdict would yet roll it back.
     pub watching: bool,
+    /// What is left of the probation in course (or of the regression window).
+    pub left: Option<Duration>,
 }
 
 /// A node of the roster, in the order of the roll.
@@ -97,6 +100,8 @@ pub enum Fetch {
 #[derive(Clone, Debug)]
 pub struct View<'a> {
     pub me: &'a str,
+    /// The fleet's tool (for the commands a reason names).
+    pub tool: &'a str,
     pub target: &'a Target,
     pub local: &'a Local,
     /// Every node of the roster, this one included, in join order.
@@ -106,6 +111,8 @@ pub struct View<'a> {
     /// This node leads a lease of this tool.
     pub leader: bool,
     pub fetch: &'a Fetch,
+    /// The nodes gone in probation for longer than their limit, as [`gone`] says.
+    pub gone: &'a BTreeMap<String, u64>,
 }
 
 /// What the node does next.
@@ -406,10 +413,15 @@ fn turn(v: &View, target: &str) -> Result<u32, String> {
         .collect();
     if free.is_empty() {
         let holders: Vec<&str> = v.slots.iter().map(|(_, s)| s.node.as_str()).collect();
-        return Err(format!(
-            "waiting for {} to finish probation",
-            holders.join(", ")
-        ));
+        let mut why = format!("waiting for {} to finish probation", holders.join(", "));
+        for h in holders.iter().filter(|h| v.gone.contains_key(**h)) {
+            why.push_str(&format!(
+                "; {h} has been gone longer than its probation plus T: if it is not coming \
+                 back, run `{}`",
+                forget_command("STORE", v.tool, h)
+            ));
+        }
+        return Err(why);
     }
     let canary = v.target.canary.max(1) as usize;
     let allowed = if committed.len() < canary {
@@ -430,6 +442,59 @@ fn turn(v: &View, target: &str) -> Result<u32, String> {
     }
     let ahead: Vec<&str> = queue.iter().take(rank).copied().collect();
     Err(format!("waiting behind {}", ahead.join(", ")))
+}
+
+/// What an operator runs to forget `node` (on the store `store`, as given to sup-lease).
+pub fn forget_command(store: &str, tool: &str, node: &str) -> String {
+    format!("sup-lease --store {store} fleet forget {tool} {node}")
+}
+
+/// The probation assumed of a node that did not say what was left of its own (a status
+/// written by an older sup-lease): supd's default `probation`.
+pub const UNSAID_PROBATION: Duration = Duration::from_secs(300);
+
+/// Whether `p` is a node gone in probation, which the roll may wait for: no live status
+/// (its status key went with its store lease), and it holds a slot or last said
+/// `probation`.
+pub fn gone_in_probation(p: &Peer, slots: &[(u32, Slot)]) -> bool {
+    p.live.is_none()
+        && (slots.iter().any(|(_, s)| s.node == p.node)
+            || p.last.as_ref().is_some_and(|s| s.phase == Phase::Probation))
+}
+
+/// The nodes gone in probation that this node has watched gone longer than what was left
+/// of their probation (as they last said it) plus `ttl`: each with that limit, in ms.
+///
+/// `watched` is how long this node has seen each one's status key absent, counted on
+/// its own clock from the first round it saw it so. What "gone since" rests on is the
+/// store: a node's status key is bound to its store lease, and goes when the node stopped
+/// renewing it for its T; no time the gone node wrote is compared with this node's clock
+/// (the wall clocks of two machines may differ by any amount). The count starts at or
+/// after the key went, and that is at or after the node's last status: so when it passes
+/// the limit, the probation the node last spoke of is over by T at least, and its
+/// sup-lease has not come back to say how it ended. A node that restarts counts anew,
+/// which only says it later, never sooner.
+pub fn gone(
+    peers: &[Peer],
+    slots: &[(u32, Slot)],
+    watched: &BTreeMap<String, Duration>,
+    ttl: Duration,
+) -> BTreeMap<String, u64> {
+    peers
+        .iter()
+        .filter(|p| gone_in_probation(p, slots))
+        .filter_map(|p| {
+            let left = p
+                .last
+                .as_ref()
+                .and_then(|s| s.probation_left_ms)
+                .map(Duration::from_millis)
+                .unwrap_or(UNSAID_PROBATION);
+            let limit = left + ttl;
+            let for_ = watched.get(&p.node)?;
+            (*for_ > limit).then(|| (p.node.clone(), limit.as_millis() as u64))
+        })
+        .collect()
 }
 
 /// The nodes ready to start the target, in the order of the roll: this one (ready, or

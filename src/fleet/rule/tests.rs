@@ -67,6 +67,7 @@ struct Case {
     slots: Vec<(u32, Slot)>,
     leader: bool,
     fetch: Fetch,
+    gone: BTreeMap<String, u64>,
 }
 
 impl Case {
@@ -79,18 +80,21 @@ impl Case {
             slots: Vec::new(),
             leader: false,
             fetch: Fetch::Idle,
+            gone: BTreeMap::new(),
         }
     }
 
     fn decide(&self) -> Decision {
         decide(&View {
             me: self.me,
+            tool: "agent",
             target: &self.target,
             local: &self.local,
             peers: &self.peers,
             slots: &self.slots,
             leader: self.leader,
             fetch: &self.fetch,
+            gone: &self.gone,
         })
     }
 }
@@ -566,4 +570,76 @@ fn a_slot_holder_already_on_the_version_gives_the_slot_back() {
     a.local.current = Some("2.0.0".into());
     let d = a.decide();
     assert_eq!((d.phase, d.action), (Phase::Committed, Action::Release(0)));
+}
+
+/// A node gone in probation is said gone once this node has watched its status key
+/// absent longer than what was left of its probation (as it last said) plus T; not
+/// before, not a live node, not one gone while waiting without a slot, and one that did
+/// not say its probation is given supd's default.
+#[test]
+fn a_node_gone_in_probation_is_said_gone_after_its_probation_left_plus_t() {
+    let ttl = Duration::from_secs(4);
+    let mut b = status("b", "2.0.0", Phase::Probation);
+    b.probation_left_ms = Some(30_000);
+    let peers = &[
+        live(status("a", "1.0.0", Phase::Waiting)),
+        gone(b.clone()),
+        gone(status("c", "1.0.0", Phase::Waiting)),
+    ];
+    let slots = vec![(0, slot("b", "2.0.0", 0))];
+    let watched = |pairs: &[(&str, u64)]| -> BTreeMap<String, Duration> {
+        pairs
+            .iter()
+            .map(|(n, s)| (n.to_string(), Duration::from_secs(*s)))
+            .collect()
+    };
+    assert!(super::gone_in_probation(&peers[1], &slots));
+    assert!(!super::gone_in_probation(&peers[0], &slots), "live");
+    assert!(
+        !super::gone_in_probation(&peers[2], &slots),
+        "not in probation"
+    );
+    let said = |w: &[(&str, u64)]| super::gone(peers, &slots, &watched(w), ttl);
+    assert!(said(&[("b", 34)]).is_empty(), "30 s + 4 s: not yet");
+    assert_eq!(
+        said(&[("b", 35), ("c", 1000)]),
+        [("b".into(), 34_000)].into()
+    );
+    assert!(said(&[]).is_empty(), "not watched: never said");
+    // Live again (its sup-lease came back): not gone, whatever was watched.
+    let back = [peers[0].clone(), live(b.clone())];
+    assert!(super::gone(&back, &slots, &watched(&[("b", 1000)]), ttl).is_empty());
+    // Its last word was probation without a slot (an upgrade by hand): gone too. One
+    // that never said what was left of it: supd's default probation.
+    let mut unsaid = b.clone();
+    unsaid.probation_left_ms = None;
+    let peers = [gone(unsaid)];
+    let none: Vec<(u32, Slot)> = Vec::new();
+    assert!(super::gone(&peers, &none, &watched(&[("b", 303)]), ttl).is_empty());
+    assert_eq!(
+        super::gone(&peers, &none, &watched(&[("b", 305)]), ttl),
+        [("b".into(), 304_000)].into()
+    );
+}
+
+/// A node waiting for a slot held by a node said gone names the command that forgets it.
+#[test]
+fn waiting_for_a_gone_slot_holder_names_the_command_to_forget_it() {
+    let mut c = four_waiting("a");
+    c.peers[1] = gone(status("b", "2.0.0", Phase::Probation));
+    c.slots = vec![(0, slot("b", "2.0.0", 0))];
+    let why = c.decide().reason.unwrap_or_default();
+    assert_eq!(why, "waiting for b to finish probation");
+    c.gone = [("b".into(), 34_000)].into();
+    let why = c.decide().reason.unwrap_or_default();
+    assert!(
+        why.starts_with("waiting for b to finish probation; b has been gone longer")
+            && why.ends_with("run `sup-lease --store STORE fleet forget agent b`"),
+        "{why}"
+    );
+    assert_eq!(
+        c.decide().action,
+        Action::Nothing,
+        "the slot is not taken over"
+    );
 }
