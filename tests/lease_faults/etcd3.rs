@@ -23,6 +23,9 @@ pub struct Member {
 pub struct Etcd3 {
     pub members: Vec<Member>,
     initial: String,
+    /// The cluster's token: a new one after a wipe makes a new cluster id (a replaced
+    /// store); the same one makes the same cluster, empty (a wiped one).
+    token: String,
     pub dir: Sandbox,
     pub starts: usize,
 }
@@ -54,6 +57,7 @@ impl Etcd3 {
         let mut e = Etcd3 {
             members,
             initial,
+            token: "sup-lease-faults".into(),
             dir,
             starts: 0,
         };
@@ -78,7 +82,7 @@ impl Etcd3 {
             .args(["--initial-advertise-peer-urls", &m.peer])
             .args(["--initial-cluster", &self.initial])
             .args(["--initial-cluster-state", "new"])
-            .args(["--initial-cluster-token", "sup-lease-faults"])
+            .args(["--initial-cluster-token", &self.token])
             // A TTL of 1 s needs an election timeout of at most 2/3 s (etcd's minimum
             // lease TTL is 1.5 election timeouts).
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
@@ -134,6 +138,24 @@ impl Etcd3 {
     pub fn restart(&mut self, i: usize) {
         let rx = self.spawn(i);
         self.await_ready(i, rx);
+    }
+
+    /// The store wiped: every member killed, its data dir deleted, and the cluster started
+    /// again empty on the same ports, as the same cluster (`replace` false: its revision
+    /// starts again at 1) or as a new one (a new token, so a new cluster id). Waits until
+    /// every member serves clients.
+    pub fn wipe(&mut self, replace: bool) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+            let _ = std::fs::remove_dir_all(&self.members[i].data);
+        }
+        if replace {
+            self.token = format!("sup-lease-faults-{}", self.starts);
+        }
+        let ready: Vec<_> = (0..self.members.len()).map(|i| self.spawn(i)).collect();
+        for (i, rx) in ready.into_iter().enumerate() {
+            self.await_ready(i, rx);
+        }
     }
 
     /// SIGSTOP (`false`) or SIGCONT (`true`) of member `i`.

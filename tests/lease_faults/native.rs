@@ -13,8 +13,10 @@ use std::process::Command;
 /// - crash (1): exits 3 at once (a crash loop);
 /// - hang (2): never says it is ready (a ready timeout), and runs until SIGTERM.
 ///
-/// On SIGTERM it unlocks, says `stop T` and exits 0; it never exits otherwise. Killed, it
-/// says nothing: the witness sees its connection close (the kernel closes it, and drops
+/// On SIGTERM it unlocks, says `stop T` and exits 0. A failing node (the file `FAIL`
+/// exists, as a full disk would fail every start): it exits 1 right after `start`, and a
+/// running engine exits 1 on SIGUSR1 when the file exists. Killed or failed, it says
+/// nothing more: the witness sees its connection close (the kernel closes it, and drops
 /// the lock, as the process dies).
 const ENGINE: &str = r#"#define _GNU_SOURCE
 #include <signal.h>
@@ -59,6 +61,11 @@ static void notify_ready(void) {
            (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n));
     close(fd);
 }
+static void on_usr1(int sig) {
+    const char *f = getenv("FAIL");
+    (void)sig;
+    if (f && access(f, F_OK) == 0) _exit(1);
+}
 static void on_term(int sig) {
     char b[64];
     (void)sig;
@@ -76,6 +83,8 @@ int main(void) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;
     sigaction(SIGTERM, &sa, 0);
+    sa.sa_handler = on_usr1;
+    sigaction(SIGUSR1, &sa, 0);
     const char *w = getenv("WITNESS"), *lk = getenv("LOCK"), *node = getenv("NODE");
     const char *term = getenv("SUP_LEASE_TERM");
     if (!w || !lk || !node) return 2;
@@ -92,6 +101,8 @@ int main(void) {
     snprintf(b, sizeof b, "start %s %s %d %.6f %.6f %d %s\n", node, term && *term ? term : "-",
              (int)getpid(), t0, boot(), mine, version && *version ? version : "-");
     say(b);
+    const char *fail = getenv("FAIL");
+    if (fail && *fail && access(fail, F_OK) == 0) _exit(1);
     if (MODE == 1) _exit(3);
     if (MODE == 0) {
         snprintf(b, sizeof b, "ready %.6f\n", boot());

@@ -25,6 +25,9 @@ pub struct Engine<'a> {
     pub ready_timeout: &'a str,
 }
 
+/// The file, in the node's directory, whose presence makes its engine fail (exit 1).
+pub const FAIL_FLAG: &str = "engine-fails";
+
 pub const SUP_LEASE: &str = env!("CARGO_BIN_EXE_sup-lease");
 
 pub struct Node {
@@ -63,11 +66,13 @@ impl Node {
              restart_delay = \"10ms\"\nstop_timeout = \"2s\"\nready = \"notify\"\n\
              ready_timeout = \"{ready_timeout}\"\nprobation = \"{probation}\"\n\
              crash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"2s\"\n\
-             env = {{ NODE = \"{name}\", WITNESS = \"{witness}\", LOCK = \"{lock}\" }}\n",
+             env = {{ NODE = \"{name}\", WITNESS = \"{witness}\", LOCK = \"{lock}\", \
+             FAIL = \"{fail}\" }}\n",
             ready_timeout = engine.ready_timeout,
             probation = engine.probation,
             witness = witness.display(),
             lock = lock.display(),
+            fail = sb.path(FAIL_FLAG).display(),
         ));
         let first = sb.path(&format!("tools/engine/{FIRST}/bin"));
         std::fs::create_dir_all(&first).expect("mkdir tools/engine");
@@ -181,6 +186,24 @@ impl Node {
         }
         if let Some(mut c) = self.lease.take() {
             let _ = c.wait();
+        }
+    }
+
+    /// kill -9 of sup-lease alone.
+    pub fn kill_lease(&mut self) {
+        if let Some(mut c) = self.lease.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Makes the node's engine fail (every start exits 1) or work again.
+    pub fn fail_engine(&self, fail: bool) {
+        let flag = self.sb.path(FAIL_FLAG);
+        if fail {
+            std::fs::write(&flag, b"").expect("the fail flag");
+        } else {
+            let _ = std::fs::remove_file(&flag);
         }
     }
 
