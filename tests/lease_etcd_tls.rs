@@ -5,7 +5,7 @@
 
 mod common;
 use common::cluster::{Cluster, Options, SUP_LEASE};
-use common::etcd::{free_port, Etcd};
+use common::etcd::Etcd;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -419,9 +419,25 @@ fn with_etcd_authentication_the_right_password_leads_and_a_wrong_one_is_said() {
     );
 }
 
-/// A port nothing listens on.
-fn closed_port() -> u16 {
-    free_port()
+/// A port that refuses connections and that no other test can take while the socket
+/// lives: bound, never listening.
+fn closed_port() -> (std::os::fd::OwnedFd, u16) {
+    use nix::sys::socket::SockaddrIn;
+    use nix::sys::socket::{bind, getsockname, socket, AddressFamily, SockFlag, SockType};
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("a socket");
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(127, 0, 0, 1, 0),
+    )
+    .expect("bind");
+    let at: SockaddrIn = getsockname(std::os::fd::AsRawFd::as_raw_fd(&fd)).expect("its address");
+    (fd, at.port())
 }
 
 #[test]
@@ -430,9 +446,9 @@ fn several_endpoints_a_dead_and_a_hung_one_first_still_lead_within_a_tick_or_two
     // A socket that takes connections (the kernel's backlog) and never answers.
     let hung = TcpListener::bind("127.0.0.1:0").expect("bind");
     let hung_port = hung.local_addr().expect("addr").port();
+    let (_closed, closed) = closed_port();
     let store = format!(
-        "etcd:http://127.0.0.1:{},http://127.0.0.1:{hung_port},{}",
-        closed_port(),
+        "etcd:http://127.0.0.1:{closed},http://127.0.0.1:{hung_port},{}",
         e.url
     );
     let mut c = Cluster::with(
@@ -453,6 +469,20 @@ fn several_endpoints_a_dead_and_a_hung_one_first_still_lead_within_a_tick_or_two
     let ttl = common::parse_ttl(TTL);
     let logs = c.logs();
     assert!(!logs.contains("store: "), "a tick failed:\n{logs}");
+    // Both were tried, and left for the next within the call, once.
+    assert_eq!(
+        logs.matches("asking it first from now on").count(),
+        1,
+        "{logs}"
+    );
+    assert!(
+        logs.contains(&format!("127.0.0.1:{closed}: cannot connect")),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(&format!("127.0.0.1:{hung_port}: no answer within")),
+        "{logs}"
+    );
     assert!(
         took < ttl + ttl * 2 / 3 + Duration::from_secs(1),
         "leading took {took:?}\n{logs}"
