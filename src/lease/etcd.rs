@@ -167,10 +167,7 @@ impl EtcdStore {
         Err(err(match failures.len() {
             0 => format!("no etcd endpoint answered within {within}"),
             1 => failures.remove(0),
-            _ => format!(
-                "no etcd endpoint answered within {within}: {}",
-                failures.join("; ")
-            ),
+            _ => format!("no etcd endpoint answered: {}", failures.join("; ")),
         }))
     }
 

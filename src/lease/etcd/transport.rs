@@ -119,7 +119,9 @@ impl EtcdStore {
                     )),
                 ))
             }
+            // The call itself was not sent: another endpoint may be asked.
             Err(Fail::Lost(e)) => return Err(Fail::Unsent(e)),
+            Err(Fail::Answer(status, e)) if status >= 500 => return Err(Fail::Unsent(e.0)),
             Err(e) => return Err(e),
         };
         self.conn().token = Some(token.clone());
