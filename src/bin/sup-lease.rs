@@ -44,7 +44,9 @@ const USAGE: &str =
        sup-lease --store STORE fleet resume TOOL [--force] [--epoch N]
        sup-lease --store STORE fleet forget TOOL NODE
        sup-lease fleet fetch TOOL VERSION --url URL --sha256 HEX [--staging DIR] [--socket S]
-STORE is file:PATH or etcd:http://HOST:PORT";
+STORE is file:PATH or etcd:URL[,URL...], each URL http://HOST:PORT or https://HOST:PORT;
+every command that opens an etcd store takes [--cacert PEM] [--cert PEM --key PEM]
+[--user NAME --password-file FILE]";
 
 /// Where a node stages what it fetches, unless `--staging` says otherwise.
 const STAGING: &str = "/var/tmp/sup-lease";
@@ -58,6 +60,8 @@ struct Args {
     ttl: Duration,
     staging: String,
     ca_file: Option<String>,
+    /// How the etcd store is reached (TLS, authentication).
+    store_opts: store::StoreOptions,
     set: sup::fleet::admin::SetArgs,
     epoch: Option<u64>,
     json: bool,
@@ -74,6 +78,7 @@ fn parse() -> Result<Args, String> {
         ttl: Duration::from_secs(10),
         staging: STAGING.into(),
         ca_file: None,
+        store_opts: Default::default(),
         set: Default::default(),
         epoch: None,
         json: false,
@@ -95,6 +100,13 @@ fn parse() -> Result<Args, String> {
             "--fleet" => a.fleet = Some(value("--fleet")?),
             "--staging" => a.staging = value("--staging")?,
             "--ca-file" => a.ca_file = Some(value("--ca-file")?),
+            "--cacert" => a.store_opts.cacert = Some(value("--cacert")?.into()),
+            "--cert" => a.store_opts.cert = Some(value("--cert")?.into()),
+            "--key" => a.store_opts.key = Some(value("--key")?.into()),
+            "--user" => a.store_opts.user = Some(value("--user")?),
+            "--password-file" => {
+                a.store_opts.password_file = Some(value("--password-file")?.into())
+            }
             "--url" => a.set.url = value("--url")?,
             "--sha256" => a.set.sha256 = value("--sha256")?,
             "--canary" => a.set.canary = Some(number("--canary", value("--canary")?)?),
@@ -147,7 +159,7 @@ fn main() -> ExitCode {
         [] => (args.ttl / 3).min(Duration::from_secs(2)),
         _ => Duration::from_secs(5),
     };
-    let store = match store::open(&spec, timeout) {
+    let store = match store::open_with(&spec, timeout, &args.store_opts) {
         Ok(s) => s,
         Err(e) => {
             errln!("sup-lease: {e}");
@@ -337,8 +349,8 @@ fn campaign(args: Args, store: Box<dyn store::Store>) -> ExitCode {
 fn fleet_node(args: &Args, tool: &str, name: &str) -> Result<sup::fleet::node::FleetNode, String> {
     sup::versions::check_tool(tool)?;
     let spec = args.store.clone().unwrap_or_default();
-    let store = store::open(&spec, (args.ttl / 3).min(Duration::from_secs(2)))
-        .map_err(|e| e.to_string())?;
+    let timeout = (args.ttl / 3).min(Duration::from_secs(2));
+    let store = store::open_with(&spec, timeout, &args.store_opts).map_err(|e| e.to_string())?;
     let program = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let fetch = sup::fleet::node::FetchConfig {
         program,

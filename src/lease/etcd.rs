@@ -1,18 +1,34 @@
-//! etcd v3 through its JSON gateway (`/v3/...`, etcd 3.4), over plain HTTP/1.1 with a
-//! small synchronous client. What etcd does that matters here (../shared/notes):
+//! etcd v3 through its JSON gateway (`/v3/...`, etcd 3.4), over HTTP/1.1 or HTTPS with a
+//! small synchronous client, to one endpoint or several (a cluster's members), with
+//! mutual TLS and etcd's authentication as etcdctl has them. What etcd does that
+//! matters here (../shared/notes):
 //! keys and values are base64; 64-bit numbers come back as strings; zero and false
 //! fields are omitted (a failed transaction has no "succeeded"); a keepalive of a dead
 //! lease has no TTL; a keepalive succeeds even after someone else took a key, so
 //! ownership is proven by a transaction (`check`).
 
-use super::store::{Cond, Kv, LeaseId, Store, StoreError};
-use serde_json::{json, Value};
-use std::time::Duration;
+mod files;
+mod transport;
 
-/// A client of one etcd endpoint.
+use super::store::{Cond, Kv, LeaseId, Store, StoreError, StoreOptions};
+use files::{read_password, tls_config};
+use serde_json::{json, Value};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use transport::{https, repeatable, Auth, Conn, Fail};
+
+/// A client of an etcd cluster: one endpoint or several, each call tried from the one
+/// that answered last, over http or https (with a client certificate), as a user of
+/// etcd's authentication when one is given.
 pub struct EtcdStore {
-    base: String,
+    endpoints: Vec<String>,
     agent: ureq::Agent,
+    timeout: Duration,
+    auth: Option<Auth>,
+    /// Whether `--cacert` and `--cert` were given: what a TLS failure's advice says.
+    cacert: bool,
+    client_cert: bool,
+    conn: Mutex<Conn>,
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -20,52 +36,139 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl EtcdStore {
-    /// `http://HOST:PORT`.
-    /// Every call gives up after `timeout`.
-    pub fn new(url: &str, timeout: Duration) -> Result<EtcdStore, StoreError> {
-        if !url.starts_with("http://") {
+    /// `URL[,URL...]`, each `http://HOST:PORT` or `https://HOST:PORT`, reached with
+    /// `opts`. Every call gives up after `timeout`, whichever endpoints it tries.
+    pub fn new(
+        urls: &str,
+        timeout: Duration,
+        opts: &StoreOptions,
+    ) -> Result<EtcdStore, StoreError> {
+        let mut endpoints = Vec::new();
+        for url in urls.split(',').map(str::trim) {
+            let scheme = url.find("://").map(|i| url[..i].to_ascii_lowercase());
+            let host = url.find("://").map(|i| &url[i + 3..]).unwrap_or("");
+            if !matches!(scheme.as_deref(), Some("http" | "https"))
+                || host.trim_end_matches('/').is_empty()
+            {
+                return Err(err(format!(
+                    "'{url}' is not an etcd endpoint: etcd:http://HOST:PORT or \
+                     etcd:https://HOST:PORT, several separated by commas \
+                     (etcd:https://h1:2379,https://h2:2379)"
+                )));
+            }
+            endpoints.push(url.trim_end_matches('/').to_string());
+        }
+        let tls = endpoints.iter().any(|u| https(u));
+        if !tls && (opts.cacert.is_some() || opts.cert.is_some() || opts.key.is_some()) {
             return Err(err(format!(
-                "'{url}': the etcd store speaks plain http://HOST:PORT"
+                "--cacert, --cert and --key are for https:// endpoints, and '{urls}' names \
+                 none: use etcd:https://HOST:PORT (etcd's --listen-client-urls)"
             )));
         }
-        let config = ureq::Agent::config_builder()
+        let auth = match (&opts.user, &opts.password_file) {
+            (None, None) => None,
+            (Some(user), Some(file)) => {
+                if user.is_empty() || user.contains(':') {
+                    return Err(err(format!(
+                        "--user '{user}': give the user's name alone, and its password in \
+                         --password-file"
+                    )));
+                }
+                // Read now, so that a missing file is said at the start.
+                read_password(file, user)?;
+                Some(Auth {
+                    user: user.clone(),
+                    password_file: file.clone(),
+                })
+            }
+            (Some(_), None) => {
+                return Err(err(
+                    "--user needs --password-file FILE, a file holding the user's password",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(err(
+                    "--password-file needs --user NAME, the etcd user whose password it holds",
+                ))
+            }
+        };
+        let mut config = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
-            .build();
+            .user_agent(format!("sup-lease/{}", crate::VERSION));
+        if tls {
+            config = config.tls_config(tls_config(opts)?);
+        }
         Ok(EtcdStore {
-            base: url.trim_end_matches('/').to_string(),
-            agent: config.into(),
+            endpoints,
+            agent: config.build().into(),
+            timeout,
+            auth,
+            cacert: opts.cacert.is_some(),
+            client_cert: opts.cert.is_some(),
+            conn: Mutex::new(Conn::default()),
         })
     }
 
-    /// POSTs `body` to `/v3/PATH`; the JSON answer, or the gateway's error.
+    /// POSTs `body` to `/v3/PATH`; the JSON answer, or the gateway's error. Tries the
+    /// endpoints in turn from the one that answered last, all within the timeout: each
+    /// one tried but the last gets a share of the time left, so that a hung one cannot
+    /// use it all.
+    /// A write whose request may have reached etcd is not sent again (its answer is
+    /// lost, not its effect); the next call starts at the next endpoint.
     fn call(&self, path: &str, body: Value) -> Result<Value, StoreError> {
-        let url = format!("{}/v3/{path}", self.base);
-        let mut resp = self
-            .agent
-            .post(&url)
-            .header("content-type", "application/json")
-            .send(body.to_string())
-            .map_err(|e| err(format!("{url}: {e}")))?;
-        let status = resp.status().as_u16();
-        let text = resp
-            .body_mut()
-            .read_to_string()
-            .map_err(|e| err(format!("{url}: {e}")))?;
-        // A keepalive answers a stream of lines: the first one is enough.
-        let first = text.lines().next().unwrap_or("");
-        let v: Value = serde_json::from_str(first)
-            .map_err(|e| err(format!("{url}: not JSON ({e}): {first}")))?;
-        if status >= 400 {
-            return Err(err(format!(
-                "{url}: {status}: {}",
-                v["message"]
-                    .as_str()
-                    .or(v["error"].as_str())
-                    .unwrap_or(first)
-            )));
+        let deadline = Instant::now() + self.timeout;
+        let n = self.endpoints.len();
+        let first = self.conn().current % n;
+        let repeatable = repeatable(path, &body);
+        let mut failures = Vec::new();
+        for k in 0..n {
+            let i = (first + k) % n;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            // While other endpoints remain, a quarter of the call's time at most: one
+            // that does not answer costs a tick little of the slack its grant leaves
+            // (the grant outlasts the next tick by T/6). The last gets what is left.
+            let share = if k + 1 < n {
+                (left / (n - k) as u32).min(self.timeout / 4)
+            } else {
+                left
+            };
+            // A read may give up at its share; a write, once connected, waits for its
+            // answer as long as the call may.
+            let total = if repeatable { share } else { left };
+            let (e, maybe_done) = match self.attempt(i, path, &body, share, total) {
+                Ok(v) => {
+                    if k > 0 {
+                        log::warn!(
+                            "etcd: {}; {} answers: asking it first from now on",
+                            failures.join("; "),
+                            self.endpoints[i]
+                        );
+                    }
+                    self.conn().current = i;
+                    return Ok(v);
+                }
+                Err(Fail::Answer(status, e)) if status < 500 => return Err(e),
+                Err(Fail::Answer(_, e)) => (e.0, true),
+                Err(Fail::Unsent(e)) => (e, false),
+                Err(Fail::Lost(e)) => (e, true),
+            };
+            failures.push(e);
+            if maybe_done && !repeatable {
+                self.conn().current = (i + 1) % n;
+                return Err(err(failures.join("; ")));
+            }
         }
-        Ok(v)
+        self.conn().current = (first + 1) % n;
+        let within = crate::time::Human(self.timeout);
+        Err(err(match failures.len() {
+            0 => format!("no etcd endpoint answered within {within}"),
+            1 => failures.remove(0),
+            _ => format!("no etcd endpoint answered: {}", failures.join("; ")),
+        }))
     }
 
     fn compare(key: &str, cond: Cond) -> Value {
@@ -253,6 +356,58 @@ mod tests {
         for (ms, secs) in [(300, 1), (1000, 1), (1001, 2), (2500, 3), (10_000, 10)] {
             assert_eq!(whole_seconds(Duration::from_millis(ms)), secs, "{ms}ms");
         }
+    }
+
+    fn open(urls: &str, opts: &StoreOptions) -> Result<EtcdStore, StoreError> {
+        EtcdStore::new(urls, Duration::from_secs(1), opts)
+    }
+
+    #[test]
+    fn endpoints_are_urls_separated_by_commas() {
+        let s = open(
+            "http://a:2379, http://b:2379/,HTTPS://c:2379",
+            &Default::default(),
+        )
+        .map_err(|e| e.0)
+        .map(|s| s.endpoints);
+        assert_eq!(
+            s,
+            Ok(vec![
+                "http://a:2379".to_string(),
+                "http://b:2379".to_string(),
+                "HTTPS://c:2379".to_string()
+            ])
+        );
+        for bad in ["", "a:2379", "http://a:2379,", "ftp://a", "http://"] {
+            let e = open(bad, &Default::default()).err().expect(bad).0;
+            assert!(e.contains("not an etcd endpoint"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn options_that_do_not_go_together_are_said() {
+        let file = |s: &str| Some(std::path::PathBuf::from(s));
+        let tls = StoreOptions {
+            cacert: file("/nowhere/ca.pem"),
+            ..Default::default()
+        };
+        let e = open("http://a:2379", &tls).err().expect("refused").0;
+        assert!(e.contains("are for https:// endpoints"), "{e}");
+        let e = open("https://a:2379", &tls).err().expect("refused").0;
+        assert!(e.contains("cannot read --cacert /nowhere/ca.pem"), "{e}");
+        let user = StoreOptions {
+            user: Some("node".into()),
+            ..Default::default()
+        };
+        let e = open("http://a:2379", &user).err().expect("refused").0;
+        assert!(e.contains("--user needs --password-file"), "{e}");
+        let colon = StoreOptions {
+            user: Some("node:secret".into()),
+            password_file: file("/nowhere/pw"),
+            ..Default::default()
+        };
+        let e = open("http://a:2379", &colon).err().expect("refused").0;
+        assert!(e.contains("its password in --password-file"), "{e}");
     }
 
     #[test]

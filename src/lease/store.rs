@@ -3,6 +3,7 @@
 //! store imitates them for one host.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// A store lease; 0 is "no lease".
@@ -76,15 +77,51 @@ pub trait Store {
     fn check(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;
 }
 
+/// How to reach an etcd store beyond its URLs, as etcdctl takes it: the CA that signed
+/// etcd's certificate (`--cacert`), this node's certificate and key for mutual TLS
+/// (`--cert`, `--key`), and etcd's authentication (`--user`, the password read from
+/// `--password-file`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    pub cacert: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub user: Option<String>,
+    pub password_file: Option<PathBuf>,
+}
+
+impl StoreOptions {
+    /// Whether any option is given.
+    pub fn any(&self) -> bool {
+        *self != StoreOptions::default()
+    }
+}
+
 /// Opens `file:PATH` or `etcd:http://HOST:PORT`; a call gives up after `timeout`.
 pub fn open(spec: &str, timeout: Duration) -> Result<Box<dyn Store>, StoreError> {
+    open_with(spec, timeout, &StoreOptions::default())
+}
+
+/// Opens `file:PATH`, or `etcd:URL,URL,...` (`http://` or `https://` endpoints) reached
+/// with `opts`; a call gives up after `timeout`, whichever endpoints it tries.
+pub fn open_with(
+    spec: &str,
+    timeout: Duration,
+    opts: &StoreOptions,
+) -> Result<Box<dyn Store>, StoreError> {
     if let Some(path) = spec.strip_prefix("file:") {
+        if opts.any() {
+            return Err(StoreError(format!(
+                "'{spec}': --cacert, --cert, --key, --user and --password-file are for an \
+                 etcd store (etcd:https://HOST:PORT,...); a file store takes none"
+            )));
+        }
         return Ok(Box::new(super::file::FileStore::new(path.into())));
     }
-    if let Some(url) = spec.strip_prefix("etcd:") {
-        return Ok(Box::new(super::etcd::EtcdStore::new(url, timeout)?));
+    if let Some(urls) = spec.strip_prefix("etcd:") {
+        return Ok(Box::new(super::etcd::EtcdStore::new(urls, timeout, opts)?));
     }
     Err(StoreError(format!(
-        "'{spec}' is not a store: use file:PATH or etcd:http://HOST:PORT"
+        "'{spec}' is not a store: use file:PATH or etcd:http://HOST:PORT[,http://HOST:PORT...]"
     )))
 }

@@ -41,6 +41,9 @@ pub struct Options {
     /// node's first version is placed with its `current` link before supd starts
     /// (committed: a held-down agent could not pass a probation).
     pub agent_leads: bool,
+    /// More arguments for every sup-lease the cluster runs (how the store is reached:
+    /// `--cacert`, `--user`, ...).
+    pub lease_args: Vec<String>,
 }
 
 pub struct Cluster {
@@ -49,6 +52,7 @@ pub struct Cluster {
     pub store: String,
     pub shared: PathBuf,
     pub ttl: &'static str,
+    pub lease_args: Vec<String>,
     _dir: Sandbox,
 }
 
@@ -164,6 +168,7 @@ impl Cluster {
             store,
             shared,
             ttl,
+            lease_args: opts.lease_args.clone(),
             _dir: dir,
         };
         if !opts.hold_leases {
@@ -202,6 +207,7 @@ impl Cluster {
                 "--socket",
             ])
             .arg(&n.sb.socket)
+            .args(&self.lease_args)
             .env("SUP_LOG", "debug")
             .envs(env.iter().copied())
             .stdout(log.try_clone().expect("dup"))
@@ -288,6 +294,7 @@ impl Cluster {
     pub fn status_text(&self) -> String {
         let out = Command::new(SUP_LEASE)
             .args(["--lease", "engine", "--store", &self.store, "status"])
+            .args(&self.lease_args)
             .output()
             .expect("status");
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -296,6 +303,7 @@ impl Cluster {
     pub fn policy(&self, words: &[&str]) -> std::process::Output {
         Command::new(SUP_LEASE)
             .args(["--lease", "engine", "--store", &self.store, "policy"])
+            .args(&self.lease_args)
             .args(words)
             .output()
             .expect("policy")

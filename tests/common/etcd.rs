@@ -38,12 +38,18 @@ pub fn installed() -> bool {
 impl Etcd {
     /// Starts etcd, or returns `None` (said) when it is not installed outside CI.
     pub fn start() -> Option<Etcd> {
+        Etcd::start_with("http", &[])
+    }
+
+    /// Starts etcd serving its clients over `scheme` (`http` or `https`), with more
+    /// arguments (its certificates, say).
+    pub fn start_with(scheme: &str, extra: &[String]) -> Option<Etcd> {
         if !installed() {
             return None;
         }
         let dir = Sandbox::new();
         let (client, peer) = (free_port(), free_port());
-        let url = format!("http://127.0.0.1:{client}");
+        let url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let mut child = Command::new("etcd")
             .args(["--name", "t1", "--data-dir"])
@@ -67,6 +73,7 @@ impl Etcd {
                 "new",
             ])
             .args(["--heartbeat-interval", "25", "--election-timeout", "250"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
