@@ -324,3 +324,32 @@ fn i21_a_leader_only_tool_in_probation_is_a_candidate_on_trial() {
         "{c}"
     );
 }
+
+// Issue 22: a holder whose leader-only services cannot run ----------------------------
+
+/// supd's candidacy says when a leader-only service of the lease cannot run (here in its
+/// crash-loop cooldown: it exits 1 at every start), and no longer once the release
+/// stopped it (sup-lease remembers the rest).
+#[test]
+fn i22_the_candidacy_says_a_leader_only_service_that_fails_every_start() {
+    let mut sb = Sandbox::new();
+    let engine = sb.script("engine.sh", "exit 1");
+    sb.config(&format!(
+        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nrestart_delay = \"10ms\"\n\
+         crash_loop = {{ restarts = 2, window = \"1m\" }}\ncooldown = \"1h\"\n"
+    ));
+    sb.start();
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    assert!(c["failing"].is_null(), "{c}");
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 3, "valid_for": "1h"}));
+    sb.wait_state("engine", "cooldown");
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    let why = c["failing"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("engine is in its crash-loop cooldown (crash loop: 2 restarts"),
+        "{c}"
+    );
+    sb.ok(json!({"cmd": "lease-release", "lease": "engine"}));
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    assert!(c["failing"].is_null(), "stopped: {c}");
+}
