@@ -384,6 +384,7 @@ fn status(mut store: Box<dyn store::Store>, lease: &str) -> ExitCode {
             "unhealthy: {}",
             m.reason.as_deref().unwrap_or("no reason given")
         );
+        let failing = format!("failing: {}", m.failing.as_deref().unwrap_or(""));
         let marks = [
             (m.committed, "committed"),
             (!m.committed && m.trial, "on trial"),
@@ -391,6 +392,7 @@ fn status(mut store: Box<dyn store::Store>, lease: &str) -> ExitCode {
             (m.irreversible, "irreversible"),
             (m.healthy, "healthy"),
             (!m.healthy, unhealthy.as_str()),
+            (m.failing.is_some(), failing.as_str()),
             (eligible(m), "eligible"),
         ];
         let marks: Vec<&str> = marks.iter().filter(|(b, _)| *b).map(|(_, s)| *s).collect();

@@ -3,7 +3,7 @@
 //! and carry out its decision (in the store, then in supd).
 
 use super::record::{prefix, Leader, Member, Policy};
-use super::rule::{decide, kill_grace, Decision, Memory, Trials, View};
+use super::rule::{decide, kill_grace, Decision, Fails, Memory, Trials, View};
 use super::store::{Cond, Kv, LeaseId, Store, StoreError};
 use crate::time::{Boot, Human};
 use serde_json::{json, Value};
@@ -285,6 +285,8 @@ pub struct Node {
     trials: Trials,
     /// The version whose spent trial was withheld at the last tick, to say it once.
     withheld: Option<String>,
+    /// Its step-downs for failing, and the hold after them (see [`Fails`]).
+    fails: Fails,
 }
 
 impl Node {
@@ -312,6 +314,7 @@ impl Node {
             tool: None,
             trials: Trials::default(),
             withheld: None,
+            fails: Fails::default(),
         }
     }
 
@@ -346,6 +349,8 @@ impl Node {
                     // An older supd does not answer it: healthy, as before.
                     healthy: c["healthy"] != false,
                     reason: c["reason"].as_str().map(str::to_string),
+                    // An older supd does not answer it: not failing, as before.
+                    failing: c["failing"].as_str().map(str::to_string),
                 };
                 (m, true)
             }
@@ -360,6 +365,7 @@ impl Node {
                     irreversible: false,
                     healthy: true,
                     reason: None,
+                    failing: None,
                 };
                 (m, false)
             }
@@ -435,6 +441,9 @@ impl Node {
         if answered {
             self.withheld = withheld;
         }
+        let me = self
+            .fails
+            .offer(me, self.leading.is_some(), Boot::now(), self.ttl);
         self.say_health(&me);
         if let Err(e) = self.renew(&me) {
             // Unreachable store: nothing is renewed, the grant runs out by itself; the
@@ -578,6 +587,10 @@ impl Node {
             Decision::StepDown(why) => {
                 if self.releasing.is_none() {
                     log::info!("{}: {} steps down: {why}", self.lease, self.name);
+                    // Its services stop and then no longer look failing: it stays out.
+                    if let Some(f) = me.failing.as_deref() {
+                        self.fails.stepped_down(f, Boot::now(), self.ttl);
+                    }
                     // Said in the store, so that nobody takes over meanwhile; bound to
                     // this node's store lease, it goes with it.
                     self.mark_releasing(true);

@@ -37,6 +37,12 @@ pub struct Member {
     /// Why it is not healthy: the service and its last failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Its leader-only services of the lease cannot run on that node (one failed, is in
+    /// its crash-loop cooldown, or is unhealthy; or the node stepped down for that and
+    /// stays out for a while): why. Such a member leads only when no member that is not
+    /// failing may. Absent in records of older sup-leases: not failing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing: Option<String>,
 }
 
 fn yes() -> bool {
@@ -88,5 +94,20 @@ impl Policy {
 
     pub fn floor(&self) -> Option<Version> {
         self.floor.as_deref().and_then(|v| Version::parse(v).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_without_failing_is_not_failing() {
+        let m: Member = serde_json::from_str(
+            r#"{"node":"n1","version":"1.0.0","committed":true,"irreversible":false}"#,
+        )
+        .expect("an older member");
+        assert_eq!(m.failing, None);
+        assert!(m.healthy);
     }
 }
