@@ -5,7 +5,7 @@
 //! lease has no TTL; a keepalive succeeds even after someone else took a key, so
 //! ownership is proven by a transaction (`check`).
 
-use super::store::{Cond, Kv, LeaseId, Store, StoreError};
+use super::store::{Cond, Identity, Kv, LeaseId, Store, StoreError};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -181,6 +181,29 @@ impl Store for EtcdStore {
     fn check(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError> {
         Ok(self.txn(vec![Self::compare(key, cond)], vec![])?.0)
     }
+
+    /// Every answer's header names the cluster and its revision: a count-only range of
+    /// one key asks for nothing more.
+    fn identity(&mut self) -> Result<Identity, StoreError> {
+        let v = self.call(
+            "kv/range",
+            json!({"key": b64(b"/sup/"), "count_only": true}),
+        )?;
+        Ok(identity_of(&v["header"]))
+    }
+}
+
+/// The identity in an answer's header: etcd's `cluster_id` (a new one when the cluster
+/// is made anew with other members) and the revision now.
+fn identity_of(header: &Value) -> Identity {
+    let id = match num(&header["cluster_id"]) {
+        0 => String::new(),
+        n => format!("etcd:{n:x}"),
+    };
+    Identity {
+        id,
+        revision: num(&header["revision"]),
+    }
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -253,6 +276,19 @@ mod tests {
         for (ms, secs) in [(300, 1), (1000, 1), (1001, 2), (2500, 3), (10_000, 10)] {
             assert_eq!(whole_seconds(Duration::from_millis(ms)), secs, "{ms}ms");
         }
+    }
+
+    #[test]
+    fn an_answer_header_names_the_cluster_and_its_revision() {
+        let h = json!({"cluster_id": "14841639068965178418", "member_id": "1", "revision": "25", "raft_term": "2"});
+        assert_eq!(
+            identity_of(&h),
+            Identity {
+                id: "etcd:cdf818194e3a8c32".into(),
+                revision: 25
+            }
+        );
+        assert_eq!(identity_of(&json!({})), Identity::default());
     }
 
     #[test]

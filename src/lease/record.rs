@@ -65,6 +65,29 @@ pub struct Leader {
     pub epoch: u64,
 }
 
+/// `leader` as written: the record and the least term it stands for. The term of a
+/// leadership is the revision of the write that made it leader, or `min_term` when that
+/// is higher: a store that was wiped or replaced counts its revisions from 1 again, and
+/// the acquirer writes one more than the highest term it (and the members) saw, so that
+/// a term never goes back. Every node reads the same record, so every node computes the
+/// same term. Records of older sup-leases have no `min_term`: the revision alone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderRecord {
+    #[serde(flatten)]
+    pub leader: Leader,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub min_term: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The term of a leadership written at `revision` with `min_term`.
+pub fn term(revision: u64, min_term: u64) -> u64 {
+    revision.max(min_term)
+}
+
 /// How the preferred version is chosen.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -100,6 +123,24 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leader_record_keeps_its_least_term_and_older_records_read() {
+        let old = r#"{"node":"n1","version":"1.0.0","epoch":3}"#;
+        let r: LeaderRecord = serde_json::from_str(old).expect("an older record");
+        assert_eq!((r.leader.node.as_str(), r.min_term), ("n1", 0));
+        assert_eq!(term(5, r.min_term), 5, "the revision, as before");
+        let r = LeaderRecord {
+            leader: r.leader,
+            min_term: 26,
+        };
+        let text = serde_json::to_string(&r).expect("json");
+        assert!(text.contains(r#""min_term":26"#), "{text}");
+        let l: Leader = serde_json::from_str(&text).expect("an older sup-lease reads it");
+        assert_eq!(l.epoch, 3);
+        assert_eq!(term(5, 26), 26, "a wiped store's low revision");
+        assert_eq!(term(40, 26), 40, "the revision once it is higher");
+    }
 
     #[test]
     fn a_member_without_failing_is_not_failing() {

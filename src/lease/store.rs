@@ -29,6 +29,15 @@ pub enum Cond {
     Lease(LeaseId),
 }
 
+/// Which store this is, and how far it has counted: a store that was wiped or replaced
+/// (etcd restarted empty, the file deleted) shows another `id`, or a `revision` below
+/// one seen before. An empty `id` is unknown (compared by revision only).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub id: String,
+    pub revision: u64,
+}
+
 /// A store that could not answer, or answered nonsense: said, never a crash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreError(pub String);
@@ -74,6 +83,8 @@ pub trait Store {
     fn delete(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;
     /// Whether `cond` holds now (a transaction, not a cached read).
     fn check(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;
+    /// The store's identity and its revision now.
+    fn identity(&mut self) -> Result<Identity, StoreError>;
 }
 
 /// Opens `file:PATH` or `etcd:http://HOST:PORT`; a call gives up after `timeout`.
