@@ -132,6 +132,10 @@ impl Store for EtcdStore {
     }
 
     fn range(&mut self, prefix: &str) -> Result<Vec<Kv>, StoreError> {
+        self.range_with_identity(prefix).map(|(kvs, _)| kvs)
+    }
+
+    fn range_with_identity(&mut self, prefix: &str) -> Result<(Vec<Kv>, Identity), StoreError> {
         let mut end = prefix.as_bytes().to_vec();
         if let Some(last) = end.last_mut() {
             *last += 1;
@@ -154,7 +158,7 @@ impl Store for EtcdStore {
                 lease: num(&kv["lease"]) as LeaseId,
             });
         }
-        Ok(out)
+        Ok((out, identity_of(&v["header"])))
     }
 
     fn put_when(

@@ -165,8 +165,13 @@ impl Store for FileStore {
     }
 
     fn range(&mut self, prefix: &str) -> Result<Vec<Kv>, StoreError> {
+        self.range_with_identity(prefix).map(|(kvs, _)| kvs)
+    }
+
+    fn range_with_identity(&mut self, prefix: &str) -> Result<(Vec<Kv>, Identity), StoreError> {
         self.with(|d| {
-            d.kvs
+            let kvs = d
+                .kvs
                 .iter()
                 .filter(|(k, _)| k.starts_with(prefix))
                 .map(|(k, e)| Kv {
@@ -176,7 +181,12 @@ impl Store for FileStore {
                     mod_revision: e.mod_revision,
                     lease: e.lease,
                 })
-                .collect()
+                .collect();
+            let id = Identity {
+                id: d.id.clone(),
+                revision: d.revision,
+            };
+            (kvs, id)
         })
     }
 
@@ -306,6 +316,8 @@ mod tests {
         s.put("/x/a", "1", 0, None).expect("put");
         let later = s.identity().expect("identity");
         assert_eq!((later.id.as_str(), later.revision), (first.id.as_str(), 1));
+        let (kvs, with_range) = s.range_with_identity("/x/").expect("range");
+        assert_eq!((kvs.len(), with_range), (1, later.clone()));
         std::fs::remove_file(&path).expect("wipe");
         let wiped = s.identity().expect("identity");
         assert_ne!(wiped.id, first.id);

@@ -5,7 +5,7 @@
 use super::memory::Durable;
 use super::record::{prefix, term, Leader, LeaderRecord, Member, Policy};
 use super::rule::{decide, kill_grace, Decision, Fails, Memory, Trials, View};
-use super::store::{Cond, Kv, LeaseId, Store, StoreError};
+use super::store::{Cond, Identity, Kv, LeaseId, Store, StoreError};
 use crate::time::{Boot, Human};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -39,15 +39,21 @@ impl Snapshot {
 
 /// Reads every key of `lease`. Undecodable values are skipped and said.
 pub fn snapshot(store: &mut dyn Store, lease: &str) -> Result<Snapshot, StoreError> {
+    read(store, lease).map(|(s, _)| s)
+}
+
+/// The snapshot and the store's identity, read together (one request on etcd).
+pub fn read(store: &mut dyn Store, lease: &str) -> Result<(Snapshot, Identity), StoreError> {
     let p = prefix(lease);
     let mut s = Snapshot::default();
+    let (kvs, identity) = store.range_with_identity(&p)?;
     for Kv {
         key,
         value,
         mod_revision,
         lease: id,
         ..
-    } in store.range(&p)?
+    } in kvs
     {
         let name = &key[p.len()..];
         let bad =
@@ -74,7 +80,7 @@ pub fn snapshot(store: &mut dyn Store, lease: &str) -> Result<Snapshot, StoreErr
             }
         }
     }
-    Ok(s)
+    Ok((s, identity))
 }
 
 /// Writes a new policy if nobody wrote it since `revision` was read; the epoch goes up.
@@ -380,14 +386,7 @@ impl Node {
     /// the last look is said (an error, once), the terms it hands out go on from the
     /// highest seen, and a policy the store lost is written back (create-if-absent).
     /// Returns the snapshot to decide on (read again after such a write).
-    fn look_at_store(&mut self, snap: Snapshot) -> Snapshot {
-        let seen = match self.store.identity() {
-            Ok(i) => i,
-            Err(e) => {
-                self.note(format!("store: {e}"));
-                return snap;
-            }
-        };
+    fn look_at_store(&mut self, snap: Snapshot, seen: Identity) -> Snapshot {
         if let Some(why) = self.durable.judge(&seen) {
             log::error!(
                 "{}: {why}: terms go on above {} (no lower one is handed out), and the policy is written back from what this node last saw",
@@ -570,7 +569,7 @@ impl Node {
             }
             return;
         }
-        let snap = match snapshot(self.store.as_mut(), &self.lease) {
+        let (snap, seen) = match read(self.store.as_mut(), &self.lease) {
             Ok(s) => s,
             Err(e) => {
                 // Unreachable store: nothing is renewed, the grant runs out by itself.
@@ -578,7 +577,7 @@ impl Node {
                 return;
             }
         };
-        let snap = self.look_at_store(snap);
+        let snap = self.look_at_store(snap, seen);
         let holds = snap
             .leader
             .as_ref()

@@ -85,6 +85,13 @@ pub trait Store {
     fn check(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;
     /// The store's identity and its revision now.
     fn identity(&mut self) -> Result<Identity, StoreError>;
+    /// Every key under `prefix` and the store's identity, in one request where the
+    /// store can (etcd's answer header names both): a node's tick reads both, and a
+    /// request more would eat into its grant's margin.
+    fn range_with_identity(&mut self, prefix: &str) -> Result<(Vec<Kv>, Identity), StoreError> {
+        let kvs = self.range(prefix)?;
+        Ok((kvs, self.identity()?))
+    }
 }
 
 /// Opens `file:PATH` or `etcd:http://HOST:PORT`; a call gives up after `timeout`.
