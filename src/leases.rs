@@ -74,6 +74,41 @@ pub fn health_hold(services: &[ServiceHealth], now: Mono) -> Option<String> {
         })
 }
 
+/// What a candidacy needs to know of whether one leader-only service can run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceRun {
+    pub name: String,
+    pub state: State,
+    /// Unhealthy now (see [`ServiceHealth`]).
+    pub unhealthy: bool,
+    /// Why it is in its state, as `status` says it.
+    pub reason: Option<String>,
+}
+
+/// Why this node's leader-only services of a lease cannot run, or `None`: one failed
+/// (supd gave up on it), is in its crash-loop cooldown, or is unhealthy. sup-lease
+/// publishes it as the member's `failing`; a failing holder steps down for a member
+/// that is not failing (sup-lease(8), THE RULE). A stopped service (not leading) is not
+/// failing: what it did when it last led, sup-lease remembers.
+pub fn failing(services: &[ServiceRun]) -> Option<String> {
+    let with = |s: &ServiceRun| {
+        s.reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    };
+    services.iter().find_map(|s| match s.state {
+        State::Failed => Some(format!("{} failed{}", s.name, with(s))),
+        State::Cooldown => Some(format!(
+            "{} is in its crash-loop cooldown{}",
+            s.name,
+            with(s)
+        )),
+        _ if s.unhealthy => Some(format!("{} is unhealthy", s.name)),
+        _ => None,
+    })
+}
+
 /// A duration to the nearest second above a second, for people.
 fn round_s(d: Duration) -> Duration {
     if d < Duration::from_secs(1) {
@@ -197,13 +232,26 @@ impl Supervisor {
 
     /// `lease-candidacy`: this node's version of the lease's tool, and whether it may lead.
     /// `healthy` is false (with the `reason`) while a leader-only service of the lease is
-    /// unhealthy, or was so less than its `cooldown` ago ([`health_hold`]).
+    /// unhealthy, or was so less than its `cooldown` ago ([`health_hold`]); `failing`
+    /// says why one cannot run now (failed, in its crash-loop cooldown, unhealthy:
+    /// [`failing`]), null when none.
     pub fn candidacy(&mut self, lease: &str, now: Mono) -> Result<Value, Error> {
         self.known_lease(lease)?;
-        let hold = health_hold(&self.leader_only_health(lease), now);
+        let health = self.leader_only_health(lease);
+        let hold = health_hold(&health, now);
+        let runs: Vec<ServiceRun> = health
+            .iter()
+            .map(|h| ServiceRun {
+                name: h.name.clone(),
+                state: self.slots[&h.name].svc.state,
+                unhealthy: h.unhealthy,
+                reason: self.slots[&h.name].svc.reason.clone(),
+            })
+            .collect();
         let mut c = self.candidacy_of_tool(lease, now)?;
         c["healthy"] = json!(hold.is_none());
         c["reason"] = json!(hold);
+        c["failing"] = json!(failing(&runs));
         Ok(c)
     }
 
@@ -594,6 +642,40 @@ mod tests {
             failure: since_ms.map(|_| "health: 3 failures: HTTP 500 from 127.0.0.1:8080/".into()),
             hold: Duration::from_secs(60),
         }
+    }
+
+    #[test]
+    fn leader_only_services_that_cannot_run_make_the_candidacy_failing() {
+        let run = |name: &str, state: State, unhealthy: bool| ServiceRun {
+            name: name.into(),
+            state,
+            unhealthy,
+            reason: (state == State::Cooldown)
+                .then(|| "crash loop: 3 restarts within 40ms (last: exit 1)".into()),
+        };
+        assert_eq!(failing(&[]), None);
+        for state in [
+            State::Running,
+            State::Starting,
+            State::Stopped,
+            State::Backoff,
+            State::Stopping,
+            State::Exited,
+        ] {
+            assert_eq!(failing(&[run("engine", state, false)]), None, "{state:?}");
+        }
+        assert_eq!(
+            failing(&[run("web", State::Running, false), run("engine", State::Cooldown, false)]).as_deref(),
+            Some("engine is in its crash-loop cooldown (crash loop: 3 restarts within 40ms (last: exit 1))")
+        );
+        assert_eq!(
+            failing(&[run("engine", State::Failed, false)]).as_deref(),
+            Some("engine failed")
+        );
+        assert_eq!(
+            failing(&[run("engine", State::Running, true)]).as_deref(),
+            Some("engine is unhealthy")
+        );
     }
 
     #[test]

@@ -324,3 +324,85 @@ fn i21_a_leader_only_tool_in_probation_is_a_candidate_on_trial() {
         "{c}"
     );
 }
+
+// Issue 22: a holder whose leader-only services cannot run ----------------------------
+
+/// supd's candidacy says when a leader-only service of the lease cannot run (here in its
+/// crash-loop cooldown: it exits 1 at every start), and no longer once the release
+/// stopped it (sup-lease remembers the rest).
+#[test]
+fn i22_the_candidacy_says_a_leader_only_service_that_fails_every_start() {
+    let mut sb = Sandbox::new();
+    let engine = sb.script("engine.sh", "exit 1");
+    sb.config(&format!(
+        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nleader_only = \"engine\"\nrestart_delay = \"10ms\"\n\
+         crash_loop = {{ restarts = 2, window = \"1m\" }}\ncooldown = \"1h\"\n"
+    ));
+    sb.start();
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    assert!(c["failing"].is_null(), "{c}");
+    sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 3, "valid_for": "1h"}));
+    sb.wait_state("engine", "cooldown");
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    let why = c["failing"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("engine is in its crash-loop cooldown (crash loop: 2 restarts"),
+        "{c}"
+    );
+    sb.ok(json!({"cmd": "lease-release", "lease": "engine"}));
+    let c = sb.ok(json!({"cmd": "lease-candidacy", "lease": "engine"}));
+    assert!(c["failing"].is_null(), "stopped: {c}");
+}
+
+use common::cluster::{Cluster, Options};
+
+/// Issue 22: a holder whose leader-only service fails every start kept the lease while
+/// healthy standbys sat idle. Now it steps down, a standby leads, and the failing node
+/// does not take the lease straight back once its services are stopped (it is the
+/// preferred, newer version): it stays out for 2T first.
+#[test]
+fn i22_a_holder_whose_engine_fails_every_start_steps_down_for_a_standby() {
+    let opts = Options {
+        engine: "restart_delay = \"10ms\"\ncrash_loop = { restarts = 2, window = \"1m\" }\ncooldown = \"1h\"\n".into(),
+        hold_leases: true,
+        ..Options::default()
+    };
+    let mut c = Cluster::with(&["1.1.0", "1.0.0", "1.0.0"], None, "900ms", opts);
+    std::fs::write(c.shared.join("fail-n1"), "").expect("fail-n1");
+    c.start_lease(0);
+    // n1, the newest version, alone at first: it takes the lease, and its engine fails.
+    c.wait("n1 leads and its engine fails", |c| {
+        let log = c.logs();
+        log.contains("n1 leads (term") && c.node("n1").sb.status("engine")["state"] == "cooldown"
+    });
+    c.start_lease(1);
+    c.start_lease(2);
+    c.wait("a standby's engine runs", |c| {
+        let e = c.running_engines();
+        e.len() == 1 && e[0] != "n1"
+    });
+    let moved = std::time::Instant::now();
+    let logs = c.logs();
+    assert!(
+        logs.contains("n1 steps down: this node is not eligible: failing (engine is in its crash-loop cooldown"),
+        "{logs}"
+    );
+    let st = c.status_text();
+    assert!(
+        st.contains("failing: stepped down as its leader-only services failed"),
+        "n1 says it stays out: {st}"
+    );
+    // Not straight back: the standby keeps leading through n1's hold (2T).
+    let leads = |c: &Cluster| c.logs().matches("n1 leads (term").count();
+    let before = leads(&c);
+    let ttl = common::parse_ttl(c.ttl);
+    c.wait("n1's hold", |c| {
+        assert_eq!(
+            leads(c),
+            before,
+            "n1 led again at once\n{}",
+            c.status_text()
+        );
+        moved.elapsed() >= ttl * 3 / 2
+    });
+}

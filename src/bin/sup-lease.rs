@@ -34,7 +34,7 @@ macro_rules! outln {
 
 const USAGE: &str =
     "usage: sup-lease [--lease L] [--fleet TOOL] --node NAME --store STORE [--socket S]
-                 [--ttl 10s] [--staging DIR] [--ca-file PEM]
+                 [--ttl 10s] [--staging DIR] [--ca-file PEM] [--state-dir DIR]
        sup-lease --lease L --store STORE status
        sup-lease --lease L --store STORE policy show|pin VERSION|unpin|oldest|newest|floor VERSION
        sup-lease --store STORE fleet set TOOL VERSION --url URL --sha256 HEX [--canary N]
@@ -51,6 +51,9 @@ every command that opens an etcd store takes [--cacert PEM] [--cert PEM --key PE
 /// Where a node stages what it fetches, unless `--staging` says otherwise.
 const STAGING: &str = "/var/tmp/sup-lease";
 
+/// Where a node keeps what it remembers of its leases, with the default socket.
+const STATE_DIR: &str = "/var/lib/sup/lease";
+
 struct Args {
     lease: Option<String>,
     fleet: Option<String>,
@@ -59,6 +62,7 @@ struct Args {
     socket: String,
     ttl: Duration,
     staging: String,
+    state_dir: Option<String>,
     ca_file: Option<String>,
     /// How the etcd store is reached (TLS, authentication).
     store_opts: store::StoreOptions,
@@ -77,6 +81,7 @@ fn parse() -> Result<Args, String> {
         socket: std::env::var("SUP_SOCKET").unwrap_or_else(|_| sup::config::DEFAULT_SOCKET.into()),
         ttl: Duration::from_secs(10),
         staging: STAGING.into(),
+        state_dir: None,
         ca_file: None,
         store_opts: Default::default(),
         set: Default::default(),
@@ -99,6 +104,7 @@ fn parse() -> Result<Args, String> {
             "--ttl" => a.ttl = sup::time::parse_duration(&value("--ttl")?)?,
             "--fleet" => a.fleet = Some(value("--fleet")?),
             "--staging" => a.staging = value("--staging")?,
+            "--state-dir" => a.state_dir = Some(value("--state-dir")?),
             "--ca-file" => a.ca_file = Some(value("--ca-file")?),
             "--cacert" => a.store_opts.cacert = Some(value("--cacert")?.into()),
             "--cert" => a.store_opts.cert = Some(value("--cert")?.into()),
@@ -299,13 +305,15 @@ fn campaign(args: Args, store: Box<dyn store::Store>) -> ExitCode {
             sup::time::Human(args.ttl),
             args.socket
         );
-        Node::new(
+        let mut node = Node::new(
             lease,
             name.clone(),
             args.ttl,
             store,
             args.socket.clone().into(),
-        )
+        );
+        node.remember_in(&state_dir(&args));
+        node
     });
     let period = args.ttl / 3;
     // Ticks on CLOCK_BOOTTIME, the clock of the grants: after a suspend, at once.
@@ -343,6 +351,25 @@ fn campaign(args: Args, store: Box<dyn store::Store>) -> ExitCode {
             Err(e) => log::warn!("poll: {e}"),
         }
     }
+}
+
+/// Where a node keeps what it remembers of its leases (the highest term, the store's
+/// identity, the policy): `--state-dir`; else /var/lib/sup/lease beside the default
+/// socket; else, for a supd of its own (another `--socket`), that socket's directory,
+/// so that two supds on one host, or two tests, never share it.
+fn state_dir(args: &Args) -> std::path::PathBuf {
+    if let Some(d) = &args.state_dir {
+        return d.into();
+    }
+    let socket = std::path::Path::new(&args.socket);
+    if socket == std::path::Path::new(sup::config::DEFAULT_SOCKET) {
+        return STATE_DIR.into();
+    }
+    socket
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."))
+        .into()
 }
 
 /// The fleet part of a node, with a store connection of its own.
@@ -383,11 +410,12 @@ fn status(mut store: Box<dyn store::Store>, lease: &str) -> ExitCode {
     };
     let mut o = String::new();
     match &snap.leader {
-        Some((l, term, _)) => outln!(
+        Some((l, _, _)) => outln!(
             o,
-            "leader: {} ({}), term {term}",
+            "leader: {} ({}), term {}",
             l.node,
-            l.version.as_deref().unwrap_or("-")
+            l.version.as_deref().unwrap_or("-"),
+            snap.term().unwrap_or(0)
         ),
         None => outln!(o, "leader: none"),
     }
@@ -398,6 +426,7 @@ fn status(mut store: Box<dyn store::Store>, lease: &str) -> ExitCode {
             "unhealthy: {}",
             m.reason.as_deref().unwrap_or("no reason given")
         );
+        let failing = format!("failing: {}", m.failing.as_deref().unwrap_or(""));
         let marks = [
             (m.committed, "committed"),
             (!m.committed && m.trial, "on trial"),
@@ -405,6 +434,7 @@ fn status(mut store: Box<dyn store::Store>, lease: &str) -> ExitCode {
             (m.irreversible, "irreversible"),
             (m.healthy, "healthy"),
             (!m.healthy, unhealthy.as_str()),
+            (m.failing.is_some(), failing.as_str()),
             (eligible(m), "eligible"),
         ];
         let marks: Vec<&str> = marks.iter().filter(|(b, _)| *b).map(|(_, s)| *s).collect();

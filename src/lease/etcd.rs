@@ -10,7 +10,7 @@
 mod files;
 mod transport;
 
-use super::store::{Cond, Kv, LeaseId, Store, StoreError, StoreOptions};
+use super::store::{Cond, Identity, Kv, LeaseId, Store, StoreError, StoreOptions};
 use files::{read_password, tls_config};
 use serde_json::{json, Value};
 use std::sync::Mutex;
@@ -235,6 +235,10 @@ impl Store for EtcdStore {
     }
 
     fn range(&mut self, prefix: &str) -> Result<Vec<Kv>, StoreError> {
+        self.range_with_identity(prefix).map(|(kvs, _)| kvs)
+    }
+
+    fn range_with_identity(&mut self, prefix: &str) -> Result<(Vec<Kv>, Identity), StoreError> {
         let mut end = prefix.as_bytes().to_vec();
         if let Some(last) = end.last_mut() {
             *last += 1;
@@ -257,7 +261,7 @@ impl Store for EtcdStore {
                 lease: num(&kv["lease"]) as LeaseId,
             });
         }
-        Ok(out)
+        Ok((out, identity_of(&v["header"])))
     }
 
     fn put_when(
@@ -283,6 +287,29 @@ impl Store for EtcdStore {
 
     fn check(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError> {
         Ok(self.txn(vec![Self::compare(key, cond)], vec![])?.0)
+    }
+
+    /// Every answer's header names the cluster and its revision: a count-only range of
+    /// one key asks for nothing more.
+    fn identity(&mut self) -> Result<Identity, StoreError> {
+        let v = self.call(
+            "kv/range",
+            json!({"key": b64(b"/sup/"), "count_only": true}),
+        )?;
+        Ok(identity_of(&v["header"]))
+    }
+}
+
+/// The identity in an answer's header: etcd's `cluster_id` (a new one when the cluster
+/// is made anew with other members) and the revision now.
+fn identity_of(header: &Value) -> Identity {
+    let id = match num(&header["cluster_id"]) {
+        0 => String::new(),
+        n => format!("etcd:{n:x}"),
+    };
+    Identity {
+        id,
+        revision: num(&header["revision"]),
     }
 }
 
@@ -408,6 +435,19 @@ mod tests {
         };
         let e = open("http://a:2379", &colon).err().expect("refused").0;
         assert!(e.contains("its password in --password-file"), "{e}");
+    }
+
+    #[test]
+    fn an_answer_header_names_the_cluster_and_its_revision() {
+        let h = json!({"cluster_id": "14841639068965178418", "member_id": "1", "revision": "25", "raft_term": "2"});
+        assert_eq!(
+            identity_of(&h),
+            Identity {
+                id: "etcd:cdf818194e3a8c32".into(),
+                revision: 25
+            }
+        );
+        assert_eq!(identity_of(&json!({})), Identity::default());
     }
 
     #[test]

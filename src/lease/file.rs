@@ -9,7 +9,7 @@
 //! expiries belong to; a file of another boot (or an older file, on the wall clock)
 //! has every lease ended at once.
 
-use super::store::{Cond, Kv, LeaseId, Store, StoreError};
+use super::store::{Cond, Identity, Kv, LeaseId, Store, StoreError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -18,6 +18,9 @@ use std::time::Duration;
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 struct Data {
+    /// This store's identity, made when the file is (older files get one at their next
+    /// use): a deleted and remade file is another store.
+    id: String,
     revision: u64,
     next_lease: LeaseId,
     /// The boot whose `CLOCK_BOOTTIME` the expiries are on (absent in older files).
@@ -79,6 +82,7 @@ impl FileStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Data::default(),
             Err(e) => return Err(err(format!("{}: {e}", self.path.display()))),
         };
+        let fresh = data.id.is_empty();
         let now = now_ms();
         let boot = boot_id();
         let other_boot = data.boot_id != boot;
@@ -92,14 +96,29 @@ impl FileStore {
         for id in &expired {
             drop_lease(&mut data, *id);
         }
+        if data.id.is_empty() {
+            data.id = new_id();
+        }
         let before = serde_json::to_vec(&data).map_err(err)?;
         let out = f(&mut data);
         let after = serde_json::to_vec(&data).map_err(err)?;
-        if after != before || !expired.is_empty() {
+        if after != before || !expired.is_empty() || fresh {
             crate::records::atomic_write_mode(&self.path, &after, false, 0o666)
                 .map_err(|e| err(format!("{}: {e}", self.path.display())))?;
         }
         Ok(out)
+    }
+}
+
+/// A new store id: the kernel's random UUID, or the time and pid when it cannot be read.
+fn new_id() -> String {
+    match std::fs::read_to_string("/proc/sys/kernel/random/uuid") {
+        Ok(u) if !u.trim().is_empty() => format!("file:{}", u.trim()),
+        _ => format!(
+            "file:{}-{}",
+            crate::time::Boot::now().as_ms(),
+            std::process::id()
+        ),
     }
 }
 
@@ -146,8 +165,13 @@ impl Store for FileStore {
     }
 
     fn range(&mut self, prefix: &str) -> Result<Vec<Kv>, StoreError> {
+        self.range_with_identity(prefix).map(|(kvs, _)| kvs)
+    }
+
+    fn range_with_identity(&mut self, prefix: &str) -> Result<(Vec<Kv>, Identity), StoreError> {
         self.with(|d| {
-            d.kvs
+            let kvs = d
+                .kvs
                 .iter()
                 .filter(|(k, _)| k.starts_with(prefix))
                 .map(|(k, e)| Kv {
@@ -157,7 +181,12 @@ impl Store for FileStore {
                     mod_revision: e.mod_revision,
                     lease: e.lease,
                 })
-                .collect()
+                .collect();
+            let id = Identity {
+                id: d.id.clone(),
+                revision: d.revision,
+            };
+            (kvs, id)
         })
     }
 
@@ -208,6 +237,13 @@ impl Store for FileStore {
 
     fn check(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError> {
         self.with(|d| holds(d, key, cond))
+    }
+
+    fn identity(&mut self) -> Result<Identity, StoreError> {
+        self.with(|d| Identity {
+            id: d.id.clone(),
+            revision: d.revision,
+        })
     }
 }
 
@@ -267,6 +303,25 @@ mod tests {
         assert!(s.range("/x/").expect("range").is_empty());
         assert!(!s.delete("/y/other", Cond::Lease(5)).expect("delete"));
         assert!(s.delete("/y/other", Cond::Lease(0)).expect("delete"));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_file_has_an_id_that_a_new_file_does_not_share() {
+        let path = std::env::temp_dir().join(format!("sup-fileid-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut s = FileStore::new(path.clone());
+        let first = s.identity().expect("identity");
+        assert!(first.id.starts_with("file:"), "{first:?}");
+        s.put("/x/a", "1", 0, None).expect("put");
+        let later = s.identity().expect("identity");
+        assert_eq!((later.id.as_str(), later.revision), (first.id.as_str(), 1));
+        let (kvs, with_range) = s.range_with_identity("/x/").expect("range");
+        assert_eq!((kvs.len(), with_range), (1, later.clone()));
+        std::fs::remove_file(&path).expect("wipe");
+        let wiped = s.identity().expect("identity");
+        assert_ne!(wiped.id, first.id);
+        assert_eq!(wiped.revision, 0);
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod etcd;
 pub mod file;
+pub mod memory;
 pub mod node;
 pub mod record;
 pub mod rule;

@@ -2,9 +2,10 @@
 //! renew the store lease and the member key, read the lease's keys, apply the rule,
 //! and carry out its decision (in the store, then in supd).
 
-use super::record::{prefix, Leader, Member, Policy};
-use super::rule::{decide, kill_grace, Decision, Memory, Trials, View};
-use super::store::{Cond, Kv, LeaseId, Store, StoreError};
+use super::memory::Durable;
+use super::record::{prefix, term, Leader, LeaderRecord, Member, Policy};
+use super::rule::{decide, kill_grace, Decision, Fails, Memory, Trials, View};
+use super::store::{Cond, Identity, Kv, LeaseId, Store, StoreError};
 use crate::time::{Boot, Human};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -23,19 +24,36 @@ pub struct Snapshot {
     pub policy_revision: u64,
     /// The node that said it is stepping down (`releasing`), if any.
     pub releasing: Option<String>,
+    /// The least term the leader record stands for (0: none said, an older record).
+    pub min_term: u64,
+}
+
+impl Snapshot {
+    /// The term of the leadership in `leader`: its revision, or its `min_term` when
+    /// higher (after a store was wiped).
+    pub fn term(&self) -> Option<u64> {
+        let (_, revision, _) = self.leader.as_ref()?;
+        Some(term(*revision, self.min_term))
+    }
 }
 
 /// Reads every key of `lease`. Undecodable values are skipped and said.
 pub fn snapshot(store: &mut dyn Store, lease: &str) -> Result<Snapshot, StoreError> {
+    read(store, lease).map(|(s, _)| s)
+}
+
+/// The snapshot and the store's identity, read together (one request on etcd).
+pub fn read(store: &mut dyn Store, lease: &str) -> Result<(Snapshot, Identity), StoreError> {
     let p = prefix(lease);
     let mut s = Snapshot::default();
+    let (kvs, identity) = store.range_with_identity(&p)?;
     for Kv {
         key,
         value,
         mod_revision,
         lease: id,
         ..
-    } in store.range(&p)?
+    } in kvs
     {
         let name = &key[p.len()..];
         let bad =
@@ -46,8 +64,11 @@ pub fn snapshot(store: &mut dyn Store, lease: &str) -> Result<Snapshot, StoreErr
                 Err(e) => bad(e),
             }
         } else if name == "leader" {
-            match serde_json::from_str(&value) {
-                Ok(l) => s.leader = Some((l, mod_revision, id)),
+            match serde_json::from_str::<LeaderRecord>(&value) {
+                Ok(r) => {
+                    s.leader = Some((r.leader, mod_revision, id));
+                    s.min_term = r.min_term;
+                }
                 Err(e) => bad(e),
             }
         } else if name == "releasing" {
@@ -59,7 +80,7 @@ pub fn snapshot(store: &mut dyn Store, lease: &str) -> Result<Snapshot, StoreErr
             }
         }
     }
-    Ok(s)
+    Ok((s, identity))
 }
 
 /// Writes a new policy if nobody wrote it since `revision` was read; the epoch goes up.
@@ -285,6 +306,13 @@ pub struct Node {
     trials: Trials,
     /// The version whose spent trial was withheld at the last tick, to say it once.
     withheld: Option<String>,
+    /// Its step-downs for failing, and the hold after them (see [`Fails`]).
+    fails: Fails,
+    /// What it remembers across restarts (the highest term, the store, the policy).
+    durable: Durable,
+    /// Where that is kept (`None`: not kept, as in unit tests), and when last written.
+    durable_path: Option<PathBuf>,
+    durable_saved: Option<Boot>,
 }
 
 impl Node {
@@ -312,7 +340,93 @@ impl Node {
             tool: None,
             trials: Trials::default(),
             withheld: None,
+            fails: Fails::default(),
+            durable: Durable::default(),
+            durable_path: None,
+            durable_saved: None,
         }
+    }
+
+    /// Keeps what this node remembers of the lease in `dir` (read now, written when it
+    /// changes): the highest term seen, the store's identity, the policy.
+    pub fn remember_in(&mut self, dir: &std::path::Path) {
+        let path = super::memory::path(dir, &self.lease);
+        self.durable = super::memory::load(&path);
+        if self.durable.term > 0 {
+            log::info!(
+                "{}: {} remembers term {} and store {} (revision {}) from {}",
+                self.lease,
+                self.name,
+                self.durable.term,
+                self.durable.store,
+                self.durable.revision,
+                path.display()
+            );
+        }
+        self.durable_path = Some(path);
+    }
+
+    /// Writes the memory durably; a failure is said (then terms rest on what the
+    /// process remembers).
+    fn save_memory(&mut self) {
+        let Some(path) = self.durable_path.clone() else {
+            return;
+        };
+        match super::memory::save(&path, &self.durable) {
+            Ok(()) => self.durable_saved = Some(Boot::now()),
+            Err(e) => log::error!(
+                "{}: cannot write {}: {e}; a restart of sup-lease forgets the highest term",
+                self.lease,
+                path.display()
+            ),
+        }
+    }
+
+    /// Looks at the store's identity before deciding: a store wiped or replaced since
+    /// the last look is said (an error, once), the terms it hands out go on from the
+    /// highest seen, and a policy the store lost is written back (create-if-absent).
+    /// Returns the snapshot to decide on (read again after such a write).
+    fn look_at_store(&mut self, snap: Snapshot, seen: Identity) -> Snapshot {
+        if let Some(why) = self.durable.judge(&seen) {
+            log::error!(
+                "{}: {why}: terms go on above {} (no lower one is handed out), and the policy is written back from what this node last saw",
+                self.lease,
+                self.durable.term
+            );
+        }
+        let has_policy = snap.policy_revision != 0;
+        let terms: Vec<u64> = snap.term().into_iter().collect();
+        let changed = self
+            .durable
+            .observe(&seen, &terms, has_policy.then_some(&snap.policy));
+        let stale = self
+            .durable_saved
+            .is_none_or(|t| Boot::now().since(t) >= std::time::Duration::from_secs(60));
+        if changed || stale {
+            self.save_memory();
+        }
+        let Some(p) = self.durable.restore(has_policy) else {
+            return snap;
+        };
+        let Ok(value) = serde_json::to_string(&p) else {
+            return snap;
+        };
+        match self
+            .store
+            .put(&self.key("policy"), &value, 0, Some(Cond::Absent))
+        {
+            Ok(Some(_)) => log::error!(
+                "{}: the store has no policy: written back as this node last saw it (floor {}, {:?}{}, epoch {})",
+                self.lease,
+                p.floor.as_deref().unwrap_or("none"),
+                p.strategy,
+                p.target.as_deref().map(|t| format!(" {t}")).unwrap_or_default(),
+                p.epoch
+            ),
+            Ok(None) => {} // another node wrote one first: it stands.
+            Err(e) => self.note(format!("store: {e}")),
+        }
+        snapshot(self.store.as_mut(), &self.lease).unwrap_or(snap)
     }
 
     /// Whether this node leads a lease whose tool is `tool` (a fleet upgrades it last),
@@ -346,6 +460,8 @@ impl Node {
                     // An older supd does not answer it: healthy, as before.
                     healthy: c["healthy"] != false,
                     reason: c["reason"].as_str().map(str::to_string),
+                    // An older supd does not answer it: not failing, as before.
+                    failing: c["failing"].as_str().map(str::to_string),
                 };
                 (m, true)
             }
@@ -360,6 +476,7 @@ impl Node {
                     irreversible: false,
                     healthy: true,
                     reason: None,
+                    failing: None,
                 };
                 (m, false)
             }
@@ -435,6 +552,9 @@ impl Node {
         if answered {
             self.withheld = withheld;
         }
+        let me = self
+            .fails
+            .offer(me, self.leading.is_some(), Boot::now(), self.ttl);
         self.say_health(&me);
         if let Err(e) = self.renew(&me) {
             // Unreachable store: nothing is renewed, the grant runs out by itself; the
@@ -449,7 +569,7 @@ impl Node {
             }
             return;
         }
-        let snap = match snapshot(self.store.as_mut(), &self.lease) {
+        let (snap, seen) = match read(self.store.as_mut(), &self.lease) {
             Ok(s) => s,
             Err(e) => {
                 // Unreachable store: nothing is renewed, the grant runs out by itself.
@@ -457,6 +577,7 @@ impl Node {
                 return;
             }
         };
+        let snap = self.look_at_store(snap, seen);
         let holds = snap
             .leader
             .as_ref()
@@ -479,7 +600,14 @@ impl Node {
             version: me.version.clone(),
             epoch: snap.policy.epoch,
         };
+        // The least term of a leadership this node writes: above every term it saw,
+        // so that a wiped store's low revisions do not send the term back.
+        let record = LeaderRecord {
+            leader: record,
+            min_term: self.durable.min_term(0),
+        };
         let value = serde_json::to_string(&record).unwrap_or_default();
+        let min_term = record.min_term;
         match d {
             Decision::Acquire => {
                 match self
@@ -488,9 +616,10 @@ impl Node {
                 {
                     Ok(Some(rev)) => {
                         log::info!(
-                            "{}: {} takes the empty leader key (term {rev}); it leads in T",
+                            "{}: {} takes the empty leader key (term {}); it leads in T",
                             self.lease,
-                            self.name
+                            self.name,
+                            term(rev, min_term)
                         );
                         // T from now, as after a takeover: an empty key does not prove
                         // that the last holder's grant is over. etcd may revoke a lease
@@ -516,7 +645,12 @@ impl Node {
                 ) {
                     Ok(Some(rev)) => {
                         if let Some((node, id)) = old {
-                            log::warn!("{}: {} takes over from {node} (term {rev}); revoking its store lease and waiting T", self.lease, self.name);
+                            log::warn!(
+                                "{}: {} takes over from {node} (term {}); revoking its store lease and waiting T",
+                                self.lease,
+                                self.name,
+                                term(rev, min_term)
+                            );
                             if let Err(e) = self.store.revoke(id) {
                                 log::warn!(
                                     "{}: cannot revoke {node}'s store lease: {e}",
@@ -539,7 +673,12 @@ impl Node {
                 if self.releasing.take().is_some() {
                     self.mark_releasing(false);
                 }
-                let term = snap.leader.as_ref().map(|(_, r, _)| *r).unwrap_or(0);
+                let term = snap.term().unwrap_or(0);
+                // Remembered durably before supd hands it out.
+                if term > self.durable.term {
+                    self.durable.term = term;
+                    self.save_memory();
+                }
                 let req =
                     grant_request(&self.lease, &self.name, term, until, self.ttl, Boot::now());
                 let Some(req) = req else {
@@ -578,6 +717,10 @@ impl Node {
             Decision::StepDown(why) => {
                 if self.releasing.is_none() {
                     log::info!("{}: {} steps down: {why}", self.lease, self.name);
+                    // Its services stop and then no longer look failing: it stays out.
+                    if let Some(f) = me.failing.as_deref() {
+                        self.fails.stepped_down(f, Boot::now(), self.ttl);
+                    }
                     // Said in the store, so that nobody takes over meanwhile; bound to
                     // this node's store lease, it goes with it.
                     self.mark_releasing(true);

@@ -37,6 +37,12 @@ pub struct Member {
     /// Why it is not healthy: the service and its last failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Its leader-only services of the lease cannot run on that node (one failed, is in
+    /// its crash-loop cooldown, or is unhealthy; or the node stepped down for that and
+    /// stays out for a while): why. Such a member leads only when no member that is not
+    /// failing may. Absent in records of older sup-leases: not failing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing: Option<String>,
 }
 
 fn yes() -> bool {
@@ -57,6 +63,29 @@ pub struct Leader {
     pub version: Option<String>,
     /// The policy epoch the holder saw when it became leader.
     pub epoch: u64,
+}
+
+/// `leader` as written: the record and the least term it stands for. The term of a
+/// leadership is the revision of the write that made it leader, or `min_term` when that
+/// is higher: a store that was wiped or replaced counts its revisions from 1 again, and
+/// the acquirer writes one more than the highest term it (and the members) saw, so that
+/// a term never goes back. Every node reads the same record, so every node computes the
+/// same term. Records of older sup-leases have no `min_term`: the revision alone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderRecord {
+    #[serde(flatten)]
+    pub leader: Leader,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub min_term: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The term of a leadership written at `revision` with `min_term`.
+pub fn term(revision: u64, min_term: u64) -> u64 {
+    revision.max(min_term)
 }
 
 /// How the preferred version is chosen.
@@ -88,5 +117,38 @@ impl Policy {
 
     pub fn floor(&self) -> Option<Version> {
         self.floor.as_deref().and_then(|v| Version::parse(v).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leader_record_keeps_its_least_term_and_older_records_read() {
+        let old = r#"{"node":"n1","version":"1.0.0","epoch":3}"#;
+        let r: LeaderRecord = serde_json::from_str(old).expect("an older record");
+        assert_eq!((r.leader.node.as_str(), r.min_term), ("n1", 0));
+        assert_eq!(term(5, r.min_term), 5, "the revision, as before");
+        let r = LeaderRecord {
+            leader: r.leader,
+            min_term: 26,
+        };
+        let text = serde_json::to_string(&r).expect("json");
+        assert!(text.contains(r#""min_term":26"#), "{text}");
+        let l: Leader = serde_json::from_str(&text).expect("an older sup-lease reads it");
+        assert_eq!(l.epoch, 3);
+        assert_eq!(term(5, 26), 26, "a wiped store's low revision");
+        assert_eq!(term(40, 26), 40, "the revision once it is higher");
+    }
+
+    #[test]
+    fn a_member_without_failing_is_not_failing() {
+        let m: Member = serde_json::from_str(
+            r#"{"node":"n1","version":"1.0.0","committed":true,"irreversible":false}"#,
+        )
+        .expect("an older member");
+        assert_eq!(m.failing, None);
+        assert!(m.healthy);
     }
 }

@@ -20,6 +20,12 @@
 //! - an eligible candidate takes an empty `leader`; one that is not preferred waits T;
 //! - a preferred candidate takes over a holder that for 2T was not a live member, not
 //!   eligible, or not preferred and did not step down; it waits T before it leads;
+//! - a member whose leader-only services cannot run (`failing`: failed, in their
+//!   crash-loop cooldown, unhealthy, or it stepped down for that and stays out, see
+//!   [`Fails`]) counts as not eligible while a member that is not failing is eligible:
+//!   a failing holder then steps down, and a failing candidate waits; when every
+//!   eligible member is failing, they lead as before (a crash-looping engine on one
+//!   node is no worse than none);
 //! - an irreversible version that leads raises the floor to itself, once committed (a
 //!   version on trial may still be rolled back: it raises nothing);
 //! - a lease without a tool (members without a version) is plain leader election: every
@@ -121,7 +127,10 @@ pub fn eligible(m: &Member, p: &Policy) -> bool {
 pub fn ineligible(m: &Member, p: &Policy) -> Option<String> {
     if !m.healthy {
         let why = m.reason.as_deref().unwrap_or("a leader-only service");
-        return Some(format!("unhealthy ({why})"));
+        return Some(match why.strip_prefix(FAILING) {
+            Some(f) => format!("failing ({f}), and a member that is not failing may lead"),
+            None => format!("unhealthy ({why})"),
+        });
     }
     if !m.versioned {
         return if !m.committed {
@@ -191,8 +200,39 @@ fn is_preferred(m: &Member, p: &Policy, pref: &Pref) -> bool {
     eligible(m, p) && m.semver().is_some() && m.semver() == pref.version && (m.trial || !pref.trial)
 }
 
+/// The reason given to a failing member set aside for one that is not failing.
+const FAILING: &str = "failing: ";
+
+/// The members as the rule weighs them: while a member that is not failing is eligible,
+/// each failing one is set aside (unhealthy, for this decision only, with its reason).
+pub fn weigh_failing(members: &[Member], p: &Policy) -> Vec<Member> {
+    let sound = members
+        .iter()
+        .any(|m| m.failing.is_none() && eligible(m, p));
+    members
+        .iter()
+        .map(|m| match &m.failing {
+            Some(why) if sound && eligible(m, p) => Member {
+                healthy: false,
+                reason: Some(format!("{FAILING}{why}")),
+                ..m.clone()
+            },
+            _ => m.clone(),
+        })
+        .collect()
+}
+
 /// The decision of this tick, and what to remember.
 pub fn decide(v: &View, mem: &Memory) -> (Decision, Memory) {
+    let members = weigh_failing(v.members, v.policy);
+    let v = &View {
+        members: &members,
+        ..v.clone()
+    };
+    decide_weighed(v, mem)
+}
+
+fn decide_weighed(v: &View, mem: &Memory) -> (Decision, Memory) {
     let mut mem = remember(v, mem);
     let t = v.ttl;
     let p = v.policy;
@@ -379,6 +419,63 @@ impl Trials {
             self.spent.insert(v.clone());
         }
         lost
+    }
+}
+
+/// What a node remembers of its own failing leaderships, between ticks. A holder whose
+/// leader-only services cannot run steps down; once they are stopped they no longer
+/// look failing, and the node would take the lease straight back (it may well be the
+/// preferred one). So after such a step-down it says `failing` itself for a hold: 2T the
+/// first time, doubled at each step-down that follows (up to 64T), and back to the start
+/// once it led for as long as its last hold without failing. In sup-lease's memory: a
+/// restart of sup-lease forgets it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fails {
+    /// Step-downs for failing since it last led well.
+    pub strikes: u32,
+    /// Stays out until then, for this reason.
+    pub out: Option<(Boot, String)>,
+    /// Leading without failing since then.
+    pub good_since: Option<Boot>,
+}
+
+impl Fails {
+    /// How long the node stays out after its `strikes`th step-down for failing.
+    pub fn hold(strikes: u32, ttl: Duration) -> Duration {
+        ttl * 2 * (1u32 << strikes.saturating_sub(1).min(5))
+    }
+
+    /// This holder steps down because it is failing (`why`, as supd said).
+    pub fn stepped_down(&mut self, why: &str, now: Boot, ttl: Duration) {
+        self.strikes = self.strikes.saturating_add(1);
+        self.good_since = None;
+        let hold = Self::hold(self.strikes, ttl);
+        self.out = Some((now.plus(hold), why.to_string()));
+    }
+
+    /// The candidacy to publish from supd's `c`: during a hold, failing (its reason and
+    /// the time left). `leads`: this node holds a grant now.
+    pub fn offer(&mut self, c: Member, leads: bool, now: Boot, ttl: Duration) -> Member {
+        let mut c = c;
+        if leads && c.failing.is_none() {
+            let since = *self.good_since.get_or_insert(now);
+            if self.strikes > 0 && now.since(since) >= Self::hold(self.strikes, ttl) {
+                self.strikes = 0;
+            }
+        } else {
+            self.good_since = None;
+        }
+        if let Some((until, why)) = self.out.clone() {
+            if until <= now {
+                self.out = None;
+            } else if c.failing.is_none() {
+                c.failing = Some(format!(
+                    "stepped down as its leader-only services failed ({why}); a candidate again in {}",
+                    crate::time::Human(until.since(now))
+                ));
+            }
+        }
+        c
     }
 }
 

@@ -30,6 +30,15 @@ pub enum Cond {
     Lease(LeaseId),
 }
 
+/// Which store this is, and how far it has counted: a store that was wiped or replaced
+/// (etcd restarted empty, the file deleted) shows another `id`, or a `revision` below
+/// one seen before. An empty `id` is unknown (compared by revision only).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub id: String,
+    pub revision: u64,
+}
+
 /// A store that could not answer, or answered nonsense: said, never a crash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreError(pub String);
@@ -75,6 +84,15 @@ pub trait Store {
     fn delete(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;
     /// Whether `cond` holds now (a transaction, not a cached read).
     fn check(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;
+    /// The store's identity and its revision now.
+    fn identity(&mut self) -> Result<Identity, StoreError>;
+    /// Every key under `prefix` and the store's identity, in one request where the
+    /// store can (etcd's answer header names both): a node's tick reads both, and a
+    /// request more would eat into its grant's margin.
+    fn range_with_identity(&mut self, prefix: &str) -> Result<(Vec<Kv>, Identity), StoreError> {
+        let kvs = self.range(prefix)?;
+        Ok((kvs, self.identity()?))
+    }
 }
 
 /// How to reach an etcd store beyond its URLs, as etcdctl takes it: the CA that signed

@@ -4,7 +4,8 @@
 //! engines ever run at once, the second one writes `overlap`, and the test fails. A
 //! SIGTERM that comes before the handler that removes the lock is in place is kept for
 //! it, and the `mkdir` ignores it (the stop signals the whole group): an engine stopped
-//! as it starts (a restart that meets a release) leaves no lock and no false mark.
+//! as it starts (a restart that meets a release) leaves no lock and no false mark. An
+//! engine whose node has `fail-NODE` in the shared directory exits 1 at once.
 #![allow(dead_code)]
 
 use super::*;
@@ -115,7 +116,8 @@ impl Cluster {
         let engine = dir.script(
             "engine.sh",
             &format!(
-                "trap 'stop=1' TERM\n\
+                "[ -e {s}/fail-$NODE ] && exit 1\n\
+                 trap 'stop=1' TERM\n\
                  (trap '' TERM; exec mkdir {s}/lock 2>/dev/null); rc=$?; mine=\n\
                  if [ $rc = 0 ]; then mine=1; elif [ $rc -lt 128 ]; then echo \"$NODE overlaps\" >> {s}/overlap; fi\n\
                  echo \"$NODE $SUP_LEASE_TERM\" >> {s}/engine.log\n\

@@ -12,6 +12,7 @@ fn m(node: &str, version: &str, committed: bool) -> Member {
         irreversible: false,
         healthy: true,
         reason: None,
+        failing: None,
     }
 }
 
@@ -88,6 +89,7 @@ fn eligibility_and_preference() {
             irreversible: false,
             healthy: true,
             reason: None,
+            failing: None,
         },
         &Policy::default()
     ));
@@ -332,6 +334,7 @@ impl Sim {
                 irreversible,
                 healthy: n.1.healthy,
                 reason: n.1.reason.clone(),
+                failing: n.1.failing.clone(),
             };
         }
     }
@@ -621,6 +624,7 @@ fn plain(node: &str) -> Member {
         irreversible: false,
         healthy: true,
         reason: None,
+        failing: None,
     }
 }
 
@@ -1132,6 +1136,7 @@ fn a_trial_lost_is_not_offered_again() {
     assert_eq!(s.holder().as_deref(), Some(other), "{:?}", s.leads);
 }
 
+mod failing;
 mod faults;
 
 /// Issue 21, item 1, through a roll: once a version is committed on the holder (it led
