@@ -1,0 +1,377 @@
+//! The grant board of the dead-man guards (issue 22), pushed at its edges: a renewal that
+//! moves the end earlier, several leases and services, a replaced guard, a reload, what
+//! the services hold, how often an idle guard wakes. The promise (supd(8), "Leases"): a
+//! leader-only run never outlives its last grant's end plus the kill grace, whatever supd
+//! does, and a run whose grant is renewed is never killed by its guard.
+
+mod common;
+use common::*;
+use nix::sys::signal::Signal;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// Leader-only services (each starts a child of its own, its pid in `child-NAME`, says
+/// it is ready and waits), each of the lease given; every lease named is declared.
+fn config(sb: &Sandbox, services: &[(&str, &str)]) {
+    config_with_leases(sb, &[], services)
+}
+
+/// `config`, with `extra` leases declared too.
+fn config_with_leases(sb: &Sandbox, extra: &[&str], services: &[(&str, &str)]) {
+    let mut leases: Vec<&str> = services.iter().map(|(_, l)| *l).collect();
+    leases.extend(extra);
+    leases.sort_unstable();
+    leases.dedup();
+    let mut text: String = leases.iter().map(|l| format!("[lease.{l}]\n")).collect();
+    for (name, lease) in services {
+        text.push_str(&service(sb, name, lease));
+    }
+    sb.config(&text);
+}
+
+fn service(sb: &Sandbox, name: &str, lease: &str) -> String {
+    let child = sb.path(&format!("child-{name}"));
+    let script = sb.script(
+        &format!("{name}.sh"),
+        &format!(
+            "sleep 3600 &\necho $! > {c}.tmp; mv {c}.tmp {c}\necho >&3\nexec sleep 3600",
+            c = child.display()
+        ),
+    );
+    format!(
+        "\n[service.{name}]\ncommand = [\"{script}\"]\nready = \"fd:3\"\n\
+         leader_only = \"{lease}\"\nstop_timeout = \"10s\"\n"
+    )
+}
+
+fn pid_of(status: &serde_json::Value) -> i32 {
+    status["pid"].as_i64().expect("pid") as i32
+}
+
+fn child_pid(sb: &Sandbox, name: &str) -> i32 {
+    std::fs::read_to_string(sb.path(&format!("child-{name}")))
+        .expect("the service wrote its child's pid")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+/// Waits until `pid` has exited, at `end` at the latest.
+fn gone_by(pid: i32, end: Instant) -> bool {
+    wait_exit(pid, end.saturating_duration_since(Instant::now())).is_some()
+}
+
+/// SIGSTOPs supd, and SIGCONTs it when dropped (a failed assertion included).
+struct Frozen(i32);
+
+impl Frozen {
+    fn new(pid: i32) -> Frozen {
+        signal(pid, Signal::SIGSTOP);
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal(self.0, Signal::SIGCONT);
+    }
+}
+
+fn signal(pid: i32, sig: Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("signal");
+}
+
+/// A grant of `lease` that ends at `valid_for` from now, with its kill grace, as
+/// sup-lease sends it (`until_boot_ms`, on CLOCK_BOOTTIME).
+fn grant(lease: &str, term: u64, valid_for: Duration, grace: Duration) -> serde_json::Value {
+    let until = sup::time::Boot::now().plus(valid_for);
+    json!({"cmd": "lease-grant", "lease": lease, "holder": "n1", "term": term,
+           "valid_for": format!("{}ms", valid_for.as_millis()),
+           "until_boot_ms": until.as_ms(),
+           "kill_grace": format!("{}ms", grace.as_millis())})
+}
+
+/// supd's forked guards: processes with supd's command line, other than supd.
+fn guards(sb: &Sandbox) -> Vec<i32> {
+    let config = sb.path("sup.toml");
+    let argv = [SUPD, "-c", config.to_str().expect("utf-8 path")];
+    let supd = sb.supd_pid();
+    processes_with_cmdline(&argv)
+        .into_iter()
+        .filter(|p| *p != supd)
+        .collect()
+}
+
+/// What a process holds open, as /proc says (the targets of its fds).
+fn held(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .map(|p| p.display().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn is_board(target: &str) -> bool {
+    target.contains("supd-grant")
+}
+
+/// A renewal that moves the grant's end earlier (sup-lease's answer to a keepalive
+/// that came back late, or a new term granted for less): supd ends the grant at the new
+/// end, and so must the guard. Before, the guard slept until the end it had read (the
+/// later one) and read the board only then: with supd frozen after the renewal, the run
+/// outlived its last grant by the difference.
+#[test]
+fn a_renewal_that_moves_the_end_earlier_moves_the_guards_end() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "engine")]);
+    sb.start();
+    let grace = Duration::from_millis(300);
+    sb.ok(grant("engine", 1, Duration::from_secs(30), grace));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let child = child_pid(&sb, "engine");
+    let valid_for = Duration::from_secs(2);
+    let renewed = Instant::now();
+    sb.ok(grant("engine", 1, valid_for, grace));
+    let _frozen = Frozen::new(sb.supd_pid());
+    let late = renewed + valid_for + grace + Duration::from_millis(700);
+    assert!(
+        gone_by(engine, late),
+        "the engine outlived its last grant (moved earlier) while supd was frozen"
+    );
+    assert!(gone_by(child, late), "the engine's child outlived it");
+}
+
+/// The same with a new term granted for less than the old term had left.
+#[test]
+fn a_new_term_with_an_earlier_end_moves_the_guards_end() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "engine")]);
+    sb.start();
+    let grace = Duration::from_millis(300);
+    sb.ok(grant("engine", 1, Duration::from_secs(30), grace));
+    sb.wait_state("engine", "running");
+    let valid_for = Duration::from_secs(3);
+    let mut w = sb.watch();
+    sb.ok(grant("engine", 2, valid_for, grace));
+    let granted = Instant::now();
+    // The new term restarts the engine (a new fencing token): the new run's guard reads
+    // the board afresh; the old run is what must not outlive the new end either.
+    w.state(&sb, "engine", "running");
+    let engine = pid_of(&sb.status("engine"));
+    let _frozen = Frozen::new(sb.supd_pid());
+    let late = granted + valid_for + grace + Duration::from_millis(700);
+    assert!(
+        gone_by(engine, late),
+        "the engine outlived its last grant while supd was frozen"
+    );
+}
+
+/// Two leases, two services on one of them: each guard reads its own lease's board. The
+/// renewed lease's services run on with supd frozen until their own end; the lease left
+/// to lapse ends its service at its end, not the other lease's.
+#[test]
+fn each_guard_reads_the_board_of_its_own_lease() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("a1", "alpha"), ("a2", "alpha"), ("b1", "beta")]);
+    sb.start();
+    let grace = Duration::from_millis(300);
+    sb.ok(grant("alpha", 1, Duration::from_secs(1), grace));
+    sb.ok(grant("beta", 7, Duration::from_secs(20), grace));
+    let a1 = pid_of(&sb.wait_state("a1", "running"));
+    let a2 = pid_of(&sb.wait_state("a2", "running"));
+    let b1 = pid_of(&sb.wait_state("b1", "running"));
+    // alpha renewed past its first end; beta not renewed (its grant is long).
+    let mut renewed = Instant::now();
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        renewed = Instant::now();
+        sb.ok(grant("alpha", 1, Duration::from_secs(1), grace));
+        assert!(
+            !gone_by(a1, renewed + Duration::from_millis(300)),
+            "a1 was killed though its lease was renewed\n{}",
+            sb.supd_log()
+        );
+    }
+    assert!(alive(a2), "a2 was killed though its lease was renewed");
+    assert!(alive(b1), "b1 was killed before its lease's end");
+    let _frozen = Frozen::new(sb.supd_pid());
+    let late = renewed + Duration::from_millis(1300 + 700);
+    assert!(gone_by(a1, late), "a1 outlived alpha's grant");
+    assert!(gone_by(a2, late), "a2 outlived alpha's grant");
+    assert!(
+        alive(b1),
+        "b1 was killed at alpha's end, though beta's is later"
+    );
+    // Every guard holds its own lease's board only: one board each.
+    for g in guards(&sb) {
+        let boards = held(g).into_iter().filter(|t| is_board(t)).count();
+        assert_eq!(boards, 1, "guard {g} holds {:?}", held(g));
+    }
+}
+
+/// A guard killed (by an operator, the OOM killer) is replaced by one that reads the
+/// board: with supd then frozen, the run still ends at its grant's end.
+#[test]
+fn a_replaced_guard_holds_the_grants_end() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "engine")]);
+    sb.start();
+    let grace = Duration::from_millis(300);
+    let valid_for = Duration::from_secs(3);
+    sb.ok(grant("engine", 1, valid_for, grace));
+    let granted = Instant::now();
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let first = guards(&sb);
+    assert_eq!(first.len(), 1, "{first:?}");
+    signal(first[0], Signal::SIGKILL);
+    let end = Instant::now() + DEADLINE;
+    let second = loop {
+        let now = guards(&sb);
+        if now.len() == 1 && now != first {
+            break now[0];
+        }
+        assert!(Instant::now() < end, "no new guard\n{}", sb.supd_log());
+        sb.status("engine");
+    };
+    assert!(
+        held(second).iter().any(|t| is_board(t)),
+        "the new guard holds no board: {:?}",
+        held(second)
+    );
+    let _frozen = Frozen::new(sb.supd_pid());
+    assert!(alive(engine), "the engine ended with its first guard");
+    let late = granted + valid_for + grace + Duration::from_millis(700);
+    assert!(
+        gone_by(engine, late),
+        "the engine outlived its grant under its new guard"
+    );
+}
+
+/// A service never holds a grant board (nor the dead-man pipe): it could keep the pipe
+/// open past supd, or write itself a later end. Checked on a run started by a first
+/// image and on one started after a `reexec` (whose boards were kept across exec).
+#[test]
+fn a_service_holds_no_board_before_or_after_a_reexec() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "engine"), ("other", "engine")]);
+    sb.start();
+    sb.ok(grant(
+        "engine",
+        1,
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+    ));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let fds = held(engine);
+    assert!(!fds.iter().any(|t| is_board(t)), "the engine holds {fds:?}");
+    // The dead-man pipe, as the guards hold it.
+    let g = guards(&sb);
+    let pipe: Vec<String> = held(g[0])
+        .into_iter()
+        .filter(|t| t.starts_with("pipe:"))
+        .collect();
+    assert_eq!(pipe.len(), 1, "the guard holds {:?}", held(g[0]));
+    sb.reexec();
+    let mut w = sb.watch();
+    sb.ok(json!({"cmd": "restart", "service": "other"}));
+    w.state(&sb, "other", "running");
+    let other = pid_of(&sb.status("other"));
+    for pid in [engine, other, child_pid(&sb, "other")] {
+        let fds = held(pid);
+        assert!(
+            !fds.iter().any(|t| is_board(t)),
+            "service process {pid} holds a grant board: {fds:?}"
+        );
+        assert!(
+            !fds.contains(&pipe[0]),
+            "service process {pid} holds the dead-man pipe {}: {fds:?}",
+            pipe[0]
+        );
+    }
+}
+
+/// Context switches of a process so far (voluntary: each time it slept and woke).
+fn wakeups(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches")
+}
+
+/// A guard whose grant's end is far off sleeps until then: it does not wake on a tick,
+/// nor on renewals (which only move the end further).
+#[test]
+fn an_idle_guard_sleeps_until_the_end() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "engine")]);
+    sb.start();
+    sb.ok(grant(
+        "engine",
+        1,
+        Duration::from_secs(600),
+        Duration::from_millis(300),
+    ));
+    sb.wait_state("engine", "running");
+    let g = guards(&sb);
+    assert_eq!(g.len(), 1, "{g:?}");
+    let before = wakeups(g[0]);
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        sb.ok(grant(
+            "engine",
+            1,
+            Duration::from_secs(600),
+            Duration::from_millis(300),
+        ));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let woke = wakeups(g[0]) - before;
+    assert!(
+        woke <= 2,
+        "the guard woke {woke} times in 3 s with its end 10 min away"
+    );
+}
+
+/// A reload that moves a running service to another lease: the run of the old lease
+/// ends (restarted), and the new run is guarded by the new lease's board: renewing the
+/// old lease does not keep it past the new lease's end, and renewing the new lease
+/// keeps it.
+#[test]
+fn a_reload_that_moves_a_service_to_another_lease_moves_its_guard() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "alpha"), ("keep", "beta")]);
+    sb.start();
+    let grace = Duration::from_millis(300);
+    sb.ok(grant("alpha", 1, Duration::from_secs(60), grace));
+    sb.ok(grant("beta", 1, Duration::from_secs(2), grace));
+    let old = pid_of(&sb.wait_state("engine", "running"));
+    sb.wait_state("keep", "running");
+    config_with_leases(&sb, &["alpha"], &[("engine", "beta"), ("keep", "beta")]);
+    let mut w = sb.watch();
+    let out = sb.supctl(&["reload"]);
+    assert!(
+        out.status.success(),
+        "reload: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        gone_by(old, Instant::now() + DEADLINE),
+        "the run of the old lease goes on after the move"
+    );
+    let st = w.state(&sb, "engine", "running");
+    let new = pid_of(&st);
+    let renewed = Instant::now();
+    sb.ok(grant("alpha", 1, Duration::from_secs(60), grace));
+    sb.ok(grant("beta", 1, Duration::from_secs(2), grace));
+    let _frozen = Frozen::new(sb.supd_pid());
+    let late = renewed + Duration::from_millis(2300 + 700);
+    assert!(
+        gone_by(new, late),
+        "the moved service outlived its new lease's grant"
+    );
+}
