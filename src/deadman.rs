@@ -88,9 +88,22 @@ impl Deadman {
         self.boards.contains_key(lease)
     }
 
+    /// The end the board of `lease` holds now, if it has a readable one.
+    pub fn posted(&self, lease: &str) -> Option<crate::time::Boot> {
+        let fd = self.boards.get(lease)?;
+        let file = std::fs::File::from(fd.try_clone().ok()?);
+        let mut b = [0u8; sys::BOARD_LEN];
+        file.read_exact_at(&mut b, 0).ok()?;
+        sys::board_end(&b).map(crate::time::Boot)
+    }
+
     /// Writes on the board of `lease` (made if it has none) the instant by which its
     /// runs must be gone. A board that cannot be made or written is said: the runs'
     /// guards then keep the last end they read, and kill the runs there.
+    ///
+    /// A guard reads the board only when the end it last read comes: an end moved
+    /// *earlier* is not seen before the old one. Whoever posts an earlier end replaces
+    /// the guards of the lease's runs (`Supervisor::replace_guards`).
     pub fn post(&mut self, lease: &str, end: crate::time::Boot) {
         if !self.boards.contains_key(lease) {
             match sys::board_file() {
@@ -217,6 +230,33 @@ impl crate::supervisor::Supervisor {
         true
     }
 
+    /// Replaces the guard of each run of `lease` by a new one, which reads the board
+    /// afresh: the end was moved earlier than the guards' (they sleep until the end they
+    /// read). The new guard is armed before the old one is ended, so the run is never
+    /// unguarded; one that cannot be armed leaves the old guard, whose end is later,
+    /// and supd stops the run at the new end itself.
+    pub(crate) fn replace_guards(&mut self, lease: &str) {
+        for name in self.leader_only(lease) {
+            let (Some(d), Some(run)) = (
+                self.deadman.as_mut(),
+                self.slots.get_mut(&name).and_then(|s| s.instance.as_mut()),
+            ) else {
+                continue;
+            };
+            let Some(old) = run.guard.filter(|_| !run.leader_gone()) else {
+                continue;
+            };
+            match d.arm(lease, run.pid, run.cgroup.as_deref()) {
+                Ok(g) => {
+                    log::info!("{name}: the grant's end moved earlier; a new dead-man guard ({g}) holds it");
+                    run.guard = Some(g);
+                    disarm(old);
+                }
+                Err(e) => log::error!("{name}: the grant's end moved earlier and {e}; its guard {old} holds the later end"),
+            }
+        }
+    }
+
     /// Replaces the guard of every leader-only run (guards of an older image that read
     /// no board): the old guard is ended, and reaped as any guard is.
     pub(crate) fn rearm_guards(&mut self) {
@@ -310,6 +350,8 @@ mod tests {
         assert_eq!(read(&d), Some(5_000_000_000));
         d.post("engine", Boot(7_000_000_000));
         assert_eq!(read(&d), Some(7_000_000_000));
+        assert_eq!(d.posted("engine"), Some(Boot(7_000_000_000)));
+        assert_eq!(d.posted("other"), None, "a lease without a board");
         assert_eq!(d.boards().count(), 1, "one board per lease");
     }
 }

@@ -344,8 +344,14 @@ impl Supervisor {
                 }
             }
         }
-        if let Some(d) = self.deadman.as_mut() {
-            d.post(lease, end);
+        let Some(d) = self.deadman.as_mut() else {
+            return;
+        };
+        let before = d.posted(lease);
+        d.post(lease, end);
+        // The guards sleep until the end they read: one moved earlier needs new guards.
+        if before.is_some_and(|b| end < b) {
+            self.replace_guards(lease);
         }
     }
 

@@ -135,7 +135,17 @@ fn a_renewal_that_moves_the_end_earlier_moves_the_guards_end() {
     let valid_for = Duration::from_secs(2);
     let renewed = Instant::now();
     sb.ok(grant("engine", 1, valid_for, grace));
+    // One guard per run still: one replaced is ended (and reaped), not left beside.
+    let end = Instant::now() + DEADLINE;
+    while guards(&sb).len() != 1 {
+        assert!(Instant::now() < end, "guards: {:?}", guards(&sb));
+        sb.status("engine");
+    }
     let _frozen = Frozen::new(sb.supd_pid());
+    assert!(
+        !gone_by(engine, renewed + valid_for - Duration::from_millis(300)),
+        "the engine was killed before its grant's end"
+    );
     let late = renewed + valid_for + grace + Duration::from_millis(700);
     assert!(
         gone_by(engine, late),
