@@ -486,6 +486,7 @@ impl Supervisor {
                 binary.display(),
                 h.services.len()
             );
+            crate::failpoint::stop_at("reexec-stops-before-exec");
             failure = Some(crate::sys::exec(&args));
         }
         for fd in kept {

@@ -385,3 +385,175 @@ fn a_reload_that_moves_a_service_to_another_lease_moves_its_guard() {
         "the moved service outlived its new lease's grant"
     );
 }
+
+/// A leader-only engine that ignores SIGTERM (its stop takes all of `stop_timeout`).
+fn stubborn_config(sb: &Sandbox, stop_timeout: &str) {
+    let script = sb.script(
+        "stubborn.sh",
+        "trap '' TERM\necho >&3\nwhile :; do sleep 1; done",
+    );
+    sb.config(&format!(
+        "[lease.engine]\n\n[service.engine]\ncommand = [\"{script}\"]\nready = \"fd:3\"\n\
+         leader_only = \"engine\"\nstop_timeout = \"{stop_timeout}\"\n"
+    ));
+}
+
+/// supd frozen at odd moments of a `reexec` (just after it was asked, in the exec,
+/// while the new image takes over): the guards hold the end either way.
+#[test]
+fn a_supd_frozen_during_a_reexec_does_not_keep_its_engine() {
+    for delay_ms in [0u64, 15, 60] {
+        let mut sb = Sandbox::new();
+        config(&sb, &[("engine", "engine")]);
+        sb.start();
+        let (valid_for, grace) = (Duration::from_secs(2), Duration::from_millis(300));
+        sb.ok(grant("engine", 1, valid_for, grace));
+        let granted = Instant::now();
+        let engine = pid_of(&sb.wait_state("engine", "running"));
+        let mut reexec = std::process::Command::new(SUPCTL)
+            .arg("-s")
+            .arg(&sb.socket)
+            .arg("reexec")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("supctl reexec");
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let frozen = Frozen::new(sb.supd_pid());
+        let late = granted + valid_for + grace + Duration::from_millis(700);
+        let gone = gone_by(engine, late);
+        drop(frozen);
+        let _ = reexec.wait();
+        assert!(
+            gone,
+            "frozen {delay_ms} ms into a reexec, supd kept the engine past its grant\n{}",
+            sb.supd_log()
+        );
+        sb.wait_state("engine", "stopped");
+    }
+}
+
+/// Whether `pid` is stopped (SIGSTOP), as /proc says.
+fn stopped(pid: i32) -> bool {
+    sup::proc::stat(pid).is_some_and(|s| s.state == 'T')
+}
+
+/// The guard fires while supd is between its last reap and the exec of a `reexec`
+/// (stopped there by a test failpoint): the run's processes exit (the engine, and its
+/// child, an orphan of supd's by then), and their SIGCHLD is pending at the exec. The new
+/// image must still reap them and end the run. Before, it reaped the leader by its pidfd
+/// but never the orphan (the new image's reset of signal dispositions to their defaults
+/// discards a pending SIGCHLD, whose default is to be ignored): the engine stayed
+/// "stopping ... waiting for the rest of its run to exit" for good.
+#[test]
+fn exits_during_the_exec_of_a_reexec_are_reaped_by_the_new_image() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "engine")]);
+    let mut cmd = std::process::Command::new(SUPD);
+    cmd.env("SUP_FAILPOINT", "reexec-stops-before-exec");
+    sb.start_with(cmd, &["-c"]);
+    let (valid_for, grace) = (Duration::from_secs(2), Duration::from_millis(300));
+    sb.ok(grant("engine", 1, valid_for, grace));
+    let granted = Instant::now();
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let child = child_pid(&sb, "engine");
+    let mut reexec = std::process::Command::new(SUPCTL)
+        .arg("-s")
+        .arg(&sb.socket)
+        .arg("reexec")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("supctl reexec");
+    let supd = sb.supd_pid();
+    let end = Instant::now() + DEADLINE;
+    while !stopped(supd) {
+        assert!(Instant::now() < end, "supd did not stop before its exec");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let frozen = Frozen(supd);
+    let late = granted + valid_for + grace + Duration::from_millis(700);
+    let gone = [engine, child].map(|p| {
+        let end = Instant::now() + late.saturating_duration_since(Instant::now());
+        while Instant::now() < end && alive(p) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        !alive(p)
+    });
+    assert_eq!(gone, [true, true], "the guard did not end the run");
+    drop(frozen);
+    let _ = reexec.wait();
+    let st = sb.wait_state("engine", "stopped");
+    assert_eq!(st["state"], "stopped", "{st}");
+    let zombie = sup::proc::stat(child).is_some_and(|s| s.state == 'Z');
+    assert!(!zombie, "the engine's child is left a zombie");
+}
+
+/// A release stops the engine gracefully, but not past the grant's end plus the kill
+/// grace: with supd frozen in the middle of the stop (its SIGKILL due only after
+/// `stop_timeout`), the guard kills the engine there.
+#[test]
+fn a_supd_frozen_during_a_release_does_not_keep_its_engine() {
+    let mut sb = Sandbox::new();
+    stubborn_config(&sb, "30s");
+    sb.start();
+    let (valid_for, grace) = (Duration::from_secs(3), Duration::from_millis(300));
+    sb.ok(grant("engine", 1, valid_for, grace));
+    let granted = Instant::now();
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let mut w = sb.watch();
+    let mut c = sb.client();
+    c.send_raw(b"{\"cmd\":\"lease-release\",\"lease\":\"engine\",\"id\":1}\n");
+    w.state(&sb, "engine", "stopping");
+    let frozen = Frozen::new(sb.supd_pid());
+    assert!(alive(engine), "the engine ignores SIGTERM");
+    let late = granted + valid_for + grace + Duration::from_millis(700);
+    assert!(
+        gone_by(engine, late),
+        "the engine outlived its grant in a release while supd was frozen"
+    );
+    drop(frozen);
+    let r = c.read().expect("the release's answer");
+    assert_eq!(r["ok"], true, "{r}");
+}
+
+/// A zero kill grace: the guard kills at the grant's end itself.
+#[test]
+fn a_zero_kill_grace_ends_the_run_at_the_grants_end() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "engine")]);
+    sb.start();
+    let valid_for = Duration::from_secs(2);
+    sb.ok(grant("engine", 1, valid_for, Duration::ZERO));
+    let granted = Instant::now();
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let _frozen = Frozen::new(sb.supd_pid());
+    assert!(
+        !gone_by(engine, granted + valid_for - Duration::from_millis(300)),
+        "killed before the grant's end"
+    );
+    assert!(
+        gone_by(engine, granted + valid_for + Duration::from_millis(700)),
+        "the engine outlived its grant"
+    );
+}
+
+/// A kill grace far longer than any TTL (a confused or hostile sender): supd refuses
+/// it, as it refuses a validity over an hour; else a frozen supd would keep the run for
+/// as long as the grace says.
+#[test]
+fn an_absurd_kill_grace_is_refused() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "engine")]);
+    sb.start();
+    let mut g = grant(
+        "engine",
+        1,
+        Duration::from_secs(10),
+        Duration::from_millis(300),
+    );
+    g["kill_grace"] = json!("300d");
+    let r = sb.request(g);
+    assert_eq!(r["ok"], false, "a grant with 300 days of kill grace: {r}");
+    assert_ne!(sb.status("engine")["state"], "running");
+}
