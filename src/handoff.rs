@@ -653,6 +653,8 @@ impl Supervisor {
         }
         self.arm_unguarded();
         self.check_draining(Mono::now());
+        // What exited between the old image's last reap and now told nobody.
+        self.owe_scan_now(Mono::now());
         log::info!(
             "took over from supd {}: {} services, {} running",
             h.from,
