@@ -278,6 +278,14 @@ impl Supervisor {
             .map(crate::time::parse_duration)
             .transpose()
             .map_err(|e| Error::new(ErrorKind::BadRequest, format!("kill_grace: {e}")))?;
+        // The guard lets a run live this long past the grant's end, whatever supd does:
+        // bounded as the validity is (sup-lease sends T/4).
+        if grace.is_some_and(|g| g > Duration::from_secs(3600)) {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                "kill_grace: from 0 to 1h",
+            ));
+        }
         let boot = Boot::now();
         let (until, grace) = grant_deadline(d, until_boot_ms, grace, boot);
         if until <= boot {
