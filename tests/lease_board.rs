@@ -451,6 +451,10 @@ fn exits_during_the_exec_of_a_reexec_are_reaped_by_the_new_image() {
     config(&sb, &[("engine", "engine")]);
     let mut cmd = std::process::Command::new(SUPD);
     cmd.env("SUP_FAILPOINT", "reexec-stops-before-exec");
+    if std::env::var_os("SUP_TEST_LINUX_3_10").is_some() && oldkernel::supported() {
+        // Without pidfds, not even the leader is found but by a scan.
+        oldkernel::linux_3_10(&mut cmd);
+    }
     sb.start_with(cmd, &["-c"]);
     let (valid_for, grace) = (Duration::from_secs(2), Duration::from_millis(300));
     sb.ok(grant("engine", 1, valid_for, grace));
@@ -556,4 +560,111 @@ fn an_absurd_kill_grace_is_refused() {
     let r = sb.request(g);
     assert_eq!(r["ok"], false, "a grant with 7000 h of kill grace: {r}");
     assert_ne!(sb.status("engine")["state"], "running");
+}
+
+/// A reload that removes a lease and its service while the run is stopping slowly (it
+/// ignores SIGTERM): the removed run is still bounded by its last grant, with supd
+/// frozen; grants of the removed lease are refused.
+#[test]
+fn a_reload_that_removes_the_lease_keeps_its_runs_bound() {
+    let mut sb = Sandbox::new();
+    stubborn_config(&sb, "30s");
+    sb.start();
+    let (valid_for, grace) = (Duration::from_secs(3), Duration::from_millis(300));
+    sb.ok(grant("engine", 1, valid_for, grace));
+    let granted = Instant::now();
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    sb.config("");
+    let out = sb.supctl(&["reload"]);
+    assert!(
+        out.status.success(),
+        "reload: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = sb.request(grant("engine", 1, valid_for, grace));
+    assert_eq!(r["ok"], false, "a grant of a removed lease: {r}");
+    let _frozen = Frozen::new(sb.supd_pid());
+    assert!(alive(engine), "the engine ignores SIGTERM");
+    let late = granted + valid_for + grace + Duration::from_millis(700);
+    assert!(
+        gone_by(engine, late),
+        "the removed engine outlived its grant while supd was frozen"
+    );
+}
+
+/// supd killed and started again while a leader-only run exists: the old guards end the
+/// run and themselves; the new supd's run has one guard, which holds its board.
+#[test]
+fn a_restarted_supd_leaves_no_guard_of_the_old_one() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "engine"), ("other", "engine")]);
+    sb.start();
+    let grace = Duration::from_millis(300);
+    sb.ok(grant("engine", 1, Duration::from_secs(60), grace));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    sb.wait_state("other", "running");
+    let old = guards(&sb);
+    assert_eq!(old.len(), 2, "{old:?}");
+    sb.stop_supd(Signal::SIGKILL);
+    let end = Instant::now() + Duration::from_secs(2);
+    assert!(gone_by(engine, end), "the engine outlived supd");
+    for g in &old {
+        assert!(gone_by(*g, end), "guard {g} outlived its run");
+    }
+    sb.start();
+    sb.ok(grant("engine", 2, Duration::from_secs(60), grace));
+    sb.wait_state("engine", "running");
+    sb.wait_state("other", "running");
+    let new = guards(&sb);
+    assert_eq!(new.len(), 2, "{new:?}");
+    for g in new {
+        assert!(held(g).iter().any(|t| is_board(t)), "{:?}", held(g));
+    }
+}
+
+/// A new term granted for less than the old one had left, while the old term's run is
+/// still stopping (it ignores SIGTERM; its stop_timeout is long): the old run is bound
+/// by the new, earlier end too. Before, its guard slept until the old term's end.
+#[test]
+fn a_new_term_with_an_earlier_end_bounds_the_stopping_run() {
+    let mut sb = Sandbox::new();
+    stubborn_config(&sb, "30s");
+    sb.start();
+    let grace = Duration::from_millis(300);
+    sb.ok(grant("engine", 1, Duration::from_secs(30), grace));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let valid_for = Duration::from_secs(3);
+    let mut w = sb.watch();
+    sb.ok(grant("engine", 2, valid_for, grace));
+    let granted = Instant::now();
+    w.state(&sb, "engine", "stopping");
+    let _frozen = Frozen::new(sb.supd_pid());
+    assert!(alive(engine), "the engine ignores SIGTERM");
+    let late = granted + valid_for + grace + Duration::from_millis(700);
+    assert!(
+        gone_by(engine, late),
+        "the old term's run outlived the new term's grant while supd was frozen"
+    );
+}
+
+/// A grant that arrives after its end changes nothing: the run goes on, its guard is
+/// not replaced, and the end it holds stays.
+#[test]
+fn a_grant_arriving_after_its_end_changes_nothing() {
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "engine")]);
+    sb.start();
+    let grace = Duration::from_millis(300);
+    sb.ok(grant("engine", 1, Duration::from_secs(60), grace));
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let before = guards(&sb);
+    let mut late = grant("engine", 1, Duration::from_secs(1), grace);
+    late["until_boot_ms"] = json!(sup::time::Boot::now().as_ms().saturating_sub(500));
+    let r = sb.ok(late);
+    assert_eq!(r["valid_for_ms"], 0, "{r}");
+    assert_eq!(guards(&sb), before, "the guard was replaced");
+    assert!(
+        !gone_by(engine, Instant::now() + Duration::from_secs(1)),
+        "the engine was killed by a grant that had ended"
+    );
 }
