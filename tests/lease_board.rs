@@ -668,3 +668,55 @@ fn a_grant_arriving_after_its_end_changes_nothing() {
         "the engine was killed by a grant that had ended"
     );
 }
+
+/// A reload moves a running service to another lease; the old run, which ignores
+/// SIGTERM, is still stopping when its guard is killed. The replacement guard must hold
+/// the board of the run's own lease (the one it was started under), not of the lease
+/// the config now names: with supd frozen, the old run is gone by its own grant's end,
+/// though the other lease is held far longer.
+#[test]
+fn a_replaced_guard_holds_the_board_of_the_runs_own_lease() {
+    let mut sb = Sandbox::new();
+    let script = sb.script(
+        "stubborn.sh",
+        "trap '' TERM\necho >&3\nwhile :; do sleep 1; done",
+    );
+    let cfg = |lease: &str| {
+        format!(
+            "[lease.alpha]\n[lease.beta]\n\n[service.engine]\ncommand = [\"{script}\"]\n\
+             ready = \"fd:3\"\nleader_only = \"{lease}\"\nstop_timeout = \"30s\"\n"
+        )
+    };
+    sb.config(&cfg("alpha"));
+    sb.start();
+    let grace = Duration::from_millis(300);
+    let valid_for = Duration::from_secs(3);
+    sb.ok(grant("beta", 1, Duration::from_secs(60), grace));
+    sb.ok(grant("alpha", 1, valid_for, grace));
+    let granted = Instant::now();
+    let engine = pid_of(&sb.wait_state("engine", "running"));
+    let first = guards(&sb);
+    assert_eq!(first.len(), 1, "{first:?}");
+    sb.config(&cfg("beta"));
+    let mut w = sb.watch();
+    let out = sb.supctl(&["reload"]);
+    assert!(
+        out.status.success(),
+        "reload: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    w.state(&sb, "engine", "stopping");
+    signal(first[0], Signal::SIGKILL);
+    let end = Instant::now() + DEADLINE;
+    while guards(&sb).is_empty() || guards(&sb) == first {
+        assert!(Instant::now() < end, "no new guard\n{}", sb.supd_log());
+        sb.status("engine");
+    }
+    let _frozen = Frozen::new(sb.supd_pid());
+    assert!(alive(engine), "the old run ignores SIGTERM");
+    let late = granted + valid_for + grace + Duration::from_millis(700);
+    assert!(
+        gone_by(engine, late),
+        "the old run (of lease alpha) outlived alpha's grant: its new guard read beta's board"
+    );
+}
