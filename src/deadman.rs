@@ -205,7 +205,7 @@ impl crate::supervisor::Supervisor {
         let Some(slot) = self.slots.get_mut(&name) else {
             return false;
         };
-        let lease = slot.cfg.leader_only.clone().unwrap_or_default();
+        let lease = run_lease(slot).unwrap_or_default();
         let Some(run) = slot.instance.as_mut() else {
             return false;
         };
@@ -236,7 +236,11 @@ impl crate::supervisor::Supervisor {
     /// unguarded; one that cannot be armed leaves the old guard, whose end is later,
     /// and supd stops the run at the new end itself.
     pub(crate) fn replace_guards(&mut self, lease: &str) {
-        for name in self.leader_only(lease) {
+        let runs: Vec<String> = (self.slots.iter())
+            .filter(|(_, s)| run_lease(s).as_deref() == Some(lease))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in runs {
             let (Some(d), Some(run)) = (
                 self.deadman.as_mut(),
                 self.slots.get_mut(&name).and_then(|s| s.instance.as_mut()),
@@ -261,7 +265,7 @@ impl crate::supervisor::Supervisor {
     /// no board): the old guard is ended, and reaped as any guard is.
     pub(crate) fn rearm_guards(&mut self) {
         for slot in self.slots.values_mut() {
-            if slot.cfg.leader_only.is_none() {
+            if run_lease(slot).is_none() {
                 continue;
             }
             if let Some(g) = slot.instance.as_mut().and_then(|i| i.guard.take()) {
@@ -277,7 +281,7 @@ impl crate::supervisor::Supervisor {
         let unguarded: Vec<String> = self
             .slots
             .iter()
-            .filter(|(_, s)| s.cfg.leader_only.is_some())
+            .filter(|(_, s)| run_lease(s).is_some())
             .filter(|(_, s)| {
                 s.instance
                     .as_ref()
@@ -303,7 +307,7 @@ impl crate::supervisor::Supervisor {
             let Some(slot) = self.slots.get_mut(&name) else {
                 continue;
             };
-            let lease = slot.cfg.leader_only.clone().unwrap_or_default();
+            let lease = run_lease(slot).unwrap_or_default();
             let (Some(d), Some(run)) = (self.deadman.as_mut(), slot.instance.as_mut()) else {
                 continue;
             };
@@ -316,6 +320,14 @@ impl crate::supervisor::Supervisor {
             }
         }
     }
+}
+
+/// The lease whose board guards the run of `slot`: the one it was started under, else
+/// (a run of an older image, which did not say) the one the config names.
+fn run_lease(slot: &crate::supervisor::Slot) -> Option<String> {
+    (slot.instance.as_ref())
+        .and_then(|i| i.lease.clone())
+        .or_else(|| slot.cfg.leader_only.clone())
 }
 
 #[cfg(test)]

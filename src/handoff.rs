@@ -569,6 +569,7 @@ impl Supervisor {
                     cgroup: None,
                     exit: None,
                     guard: None,
+                    lease: None,
                 })
             });
             // A leader not reaped yet is still this process's child (exec keeps the

@@ -175,6 +175,7 @@ impl Supervisor {
                                 cgroup: None,
                                 exit: Some(exit),
                                 guard: None,
+                                lease: None,
                             })
                         }
                     }
