@@ -721,3 +721,26 @@ fn a_replaced_guard_holds_the_board_of_the_runs_own_lease() {
         "the old run (of lease alpha) outlived alpha's grant: its new guard read beta's board"
     );
 }
+
+/// Without memfds (before Linux 3.17) the board is a file of the temp directory; a
+/// TMPDIR that cannot be written must not keep leader-only services from starting.
+#[test]
+fn a_board_without_memfd_does_not_need_a_writable_tmpdir() {
+    if !oldkernel::supported() {
+        return;
+    }
+    let mut sb = Sandbox::new();
+    config(&sb, &[("engine", "engine")]);
+    let mut cmd = std::process::Command::new(SUPD);
+    cmd.env("TMPDIR", sb.path("no-such-dir"));
+    oldkernel::linux_3_10(&mut cmd);
+    sb.start_with(cmd, &["-c"]);
+    sb.ok(grant(
+        "engine",
+        1,
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+    ));
+    let st = sb.wait_state("engine", "running");
+    assert_eq!(st["state"], "running", "{st}\n{}", sb.supd_log());
+}
