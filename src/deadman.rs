@@ -88,9 +88,22 @@ impl Deadman {
         self.boards.contains_key(lease)
     }
 
+    /// The end the board of `lease` holds now, if it has a readable one.
+    pub fn posted(&self, lease: &str) -> Option<crate::time::Boot> {
+        let fd = self.boards.get(lease)?;
+        let file = std::fs::File::from(fd.try_clone().ok()?);
+        let mut b = [0u8; sys::BOARD_LEN];
+        file.read_exact_at(&mut b, 0).ok()?;
+        sys::board_end(&b).map(crate::time::Boot)
+    }
+
     /// Writes on the board of `lease` (made if it has none) the instant by which its
     /// runs must be gone. A board that cannot be made or written is said: the runs'
     /// guards then keep the last end they read, and kill the runs there.
+    ///
+    /// A guard reads the board only when the end it last read comes: an end moved
+    /// *earlier* is not seen before the old one. Whoever posts an earlier end replaces
+    /// the guards of the lease's runs (`Supervisor::replace_guards`).
     pub fn post(&mut self, lease: &str, end: crate::time::Boot) {
         if !self.boards.contains_key(lease) {
             match sys::board_file() {
@@ -192,7 +205,7 @@ impl crate::supervisor::Supervisor {
         let Some(slot) = self.slots.get_mut(&name) else {
             return false;
         };
-        let lease = slot.cfg.leader_only.clone().unwrap_or_default();
+        let lease = run_lease(slot).unwrap_or_default();
         let Some(run) = slot.instance.as_mut() else {
             return false;
         };
@@ -217,11 +230,42 @@ impl crate::supervisor::Supervisor {
         true
     }
 
+    /// Replaces the guard of each run of `lease` by a new one, which reads the board
+    /// afresh: the end was moved earlier than the guards' (they sleep until the end they
+    /// read). The new guard is armed before the old one is ended, so the run is never
+    /// unguarded; one that cannot be armed leaves the old guard, whose end is later,
+    /// and supd stops the run at the new end itself.
+    pub(crate) fn replace_guards(&mut self, lease: &str) {
+        let runs: Vec<String> = (self.slots.iter())
+            .filter(|(_, s)| run_lease(s).as_deref() == Some(lease))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in runs {
+            let (Some(d), Some(run)) = (
+                self.deadman.as_mut(),
+                self.slots.get_mut(&name).and_then(|s| s.instance.as_mut()),
+            ) else {
+                continue;
+            };
+            let Some(old) = run.guard.filter(|_| !run.leader_gone()) else {
+                continue;
+            };
+            match d.arm(lease, run.pid, run.cgroup.as_deref()) {
+                Ok(g) => {
+                    log::info!("{name}: the grant's end moved earlier; a new dead-man guard ({g}) holds it");
+                    run.guard = Some(g);
+                    disarm(old);
+                }
+                Err(e) => log::error!("{name}: the grant's end moved earlier and {e}; its guard {old} holds the later end"),
+            }
+        }
+    }
+
     /// Replaces the guard of every leader-only run (guards of an older image that read
     /// no board): the old guard is ended, and reaped as any guard is.
     pub(crate) fn rearm_guards(&mut self) {
         for slot in self.slots.values_mut() {
-            if slot.cfg.leader_only.is_none() {
+            if run_lease(slot).is_none() {
                 continue;
             }
             if let Some(g) = slot.instance.as_mut().and_then(|i| i.guard.take()) {
@@ -237,7 +281,7 @@ impl crate::supervisor::Supervisor {
         let unguarded: Vec<String> = self
             .slots
             .iter()
-            .filter(|(_, s)| s.cfg.leader_only.is_some())
+            .filter(|(_, s)| run_lease(s).is_some())
             .filter(|(_, s)| {
                 s.instance
                     .as_ref()
@@ -263,7 +307,7 @@ impl crate::supervisor::Supervisor {
             let Some(slot) = self.slots.get_mut(&name) else {
                 continue;
             };
-            let lease = slot.cfg.leader_only.clone().unwrap_or_default();
+            let lease = run_lease(slot).unwrap_or_default();
             let (Some(d), Some(run)) = (self.deadman.as_mut(), slot.instance.as_mut()) else {
                 continue;
             };
@@ -276,6 +320,14 @@ impl crate::supervisor::Supervisor {
             }
         }
     }
+}
+
+/// The lease whose board guards the run of `slot`: the one it was started under, else
+/// (a run of an older image, which did not say) the one the config names.
+fn run_lease(slot: &crate::supervisor::Slot) -> Option<String> {
+    (slot.instance.as_ref())
+        .and_then(|i| i.lease.clone())
+        .or_else(|| slot.cfg.leader_only.clone())
 }
 
 #[cfg(test)]
@@ -310,6 +362,8 @@ mod tests {
         assert_eq!(read(&d), Some(5_000_000_000));
         d.post("engine", Boot(7_000_000_000));
         assert_eq!(read(&d), Some(7_000_000_000));
+        assert_eq!(d.posted("engine"), Some(Boot(7_000_000_000)));
+        assert_eq!(d.posted("other"), None, "a lease without a board");
         assert_eq!(d.boards().count(), 1, "one board per lease");
     }
 }

@@ -38,6 +38,16 @@ pub fn hit(name: &str) {
     }
 }
 
+/// Stops supd (SIGSTOP to itself) if `SUP_FAILPOINT` is `name`: a test then acts while
+/// supd is frozen at that exact step, and SIGCONTs it. `reexec-stops-before-exec`: the
+/// old image, its last reap done and the handoff written, just before its exec.
+pub fn stop_at(name: &str) {
+    if std::env::var("SUP_FAILPOINT").ok().as_deref() == Some(name) {
+        log::warn!("failpoint {name}: stopping, as SUP_FAILPOINT asks");
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+    }
+}
+
 /// Whether `SUP_FAILPOINT` asks for the error named `name` to be made up (a step whose
 /// failure cannot be had for real in a test, such as the fsync of a directory).
 pub fn error_at(name: &str) -> bool {

@@ -104,6 +104,7 @@ impl Supervisor {
             return;
         };
         let lease = slot.cfg.leader_only.clone().filter(|_| leader_only);
+        let run_lease = lease.clone();
         let mut deadman = self.deadman.as_mut().zip(lease);
         let pid_file = match crate::supervisor::pid_file_of(slot, &state_dir) {
             Ok(f) => f,
@@ -138,6 +139,7 @@ impl Supervisor {
                 cgroup,
                 exit: None,
                 guard,
+                lease: run_lease,
             });
             Ok(())
         });
@@ -156,6 +158,7 @@ impl Supervisor {
                     cgroup: None,
                     exit: None,
                     guard: None,
+                    lease: None,
                 }));
                 // Its exit wakes the loop through the pidfd (kernels from 5.3).
                 slot.leader = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));

@@ -486,6 +486,7 @@ impl Supervisor {
                 binary.display(),
                 h.services.len()
             );
+            crate::failpoint::stop_at("reexec-stops-before-exec");
             failure = Some(crate::sys::exec(&args));
         }
         for fd in kept {
@@ -568,6 +569,7 @@ impl Supervisor {
                     cgroup: None,
                     exit: None,
                     guard: None,
+                    lease: None,
                 })
             });
             // A leader not reaped yet is still this process's child (exec keeps the
@@ -652,6 +654,8 @@ impl Supervisor {
         }
         self.arm_unguarded();
         self.check_draining(Mono::now());
+        // What exited between the old image's last reap and now told nobody.
+        self.owe_scan_now(Mono::now());
         log::info!(
             "took over from supd {}: {} services, {} running",
             h.from,

@@ -33,6 +33,11 @@ pub struct Instance {
     /// child, killed when the run is over.
     #[serde(default)]
     pub guard: Option<i32>,
+    /// The lease a leader-only run was started under: its guard holds that lease's
+    /// grant board, whatever lease a reload names for the service meanwhile. None for
+    /// a run of an older image (the config's lease is taken then).
+    #[serde(default)]
+    pub lease: Option<String>,
 }
 
 impl Instance {

@@ -326,6 +326,14 @@ impl Supervisor {
             .map(crate::time::parse_duration)
             .transpose()
             .map_err(|e| Error::new(ErrorKind::BadRequest, format!("kill_grace: {e}")))?;
+        // The guard lets a run live this long past the grant's end, whatever supd does:
+        // bounded as the validity is (sup-lease sends T/4).
+        if grace.is_some_and(|g| g > Duration::from_secs(3600)) {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                "kill_grace: from 0 to 1h",
+            ));
+        }
         let boot = Boot::now();
         let (until, grace) = grant_deadline(d, until_boot_ms, grace, boot);
         if until <= boot {
@@ -392,8 +400,14 @@ impl Supervisor {
                 }
             }
         }
-        if let Some(d) = self.deadman.as_mut() {
-            d.post(lease, end);
+        let Some(d) = self.deadman.as_mut() else {
+            return;
+        };
+        let before = d.posted(lease);
+        d.post(lease, end);
+        // The guards sleep until the end they read: one moved earlier needs new guards.
+        if before.is_some_and(|b| end < b) {
+            self.replace_guards(lease);
         }
     }
 

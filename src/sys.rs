@@ -1504,23 +1504,43 @@ pub fn board_end(b: &[u8]) -> Option<u64> {
     (c == !a).then_some(a)
 }
 
-/// A new grant board: a memfd (Linux 3.17), else a file of the temp directory unlinked
-/// at once; close-on-exec (a service never holds it; a guard gets it by fork).
+/// A new grant board: a memfd (Linux 3.17), else a file of the temp directory (or, if
+/// it cannot be written there, of /dev/shm, /run or /tmp) unlinked at once;
+/// close-on-exec (a service never holds it; a guard gets it by fork).
 pub fn board_file() -> io::Result<OwnedFd> {
     match nix::sys::memfd::memfd_create(c"supd-grant", nix::sys::memfd::MFdFlags::MFD_CLOEXEC) {
         Ok(fd) => return Ok(fd),
         Err(nix::errno::Errno::ENOSYS) => {}
         Err(e) => return Err(e.into()),
     }
-    let dir = std::env::temp_dir();
-    let path = dir.join(format!("supd-grant-{}-{}", std::process::id(), nanos_now()));
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    let _ = std::fs::remove_file(&path);
-    Ok(OwnedFd::from(f))
+    // The temp directory may be missing or read-only (a bad TMPDIR, a root still
+    // read-only early in a boot): the usual memory-backed places are tried after it.
+    let mut last = io::Error::from(io::ErrorKind::NotFound);
+    let dirs = [
+        std::env::temp_dir(),
+        "/dev/shm".into(),
+        "/run".into(),
+        "/tmp".into(),
+    ];
+    for (i, dir) in dirs.iter().enumerate() {
+        if dirs[..i].contains(dir) {
+            continue;
+        }
+        let path = dir.join(format!("supd-grant-{}-{}", std::process::id(), nanos_now()));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(f) => {
+                let _ = std::fs::remove_file(&path);
+                return Ok(OwnedFd::from(f));
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 fn nanos_now() -> u128 {

@@ -56,6 +56,16 @@ impl Supervisor {
         self.reap_id(Some(pid), now);
     }
 
+    /// Owes a scan of all children now: a new image (`reexec`) is not told of what exited
+    /// around its exec. A SIGCHLD pending then does cross the exec, but the new image's
+    /// reset of dispositions (`sys::reset_dispositions`) discards it: SIGCHLD's default
+    /// action is to be ignored, and the kernel drops a pending signal whose action
+    /// becomes "ignored". A leader is still found by its pidfd; an adopted orphan, a
+    /// guard or a task is found only by a scan.
+    pub(crate) fn owe_scan_now(&mut self, now: Mono) {
+        self.scan_owed = Some(now);
+    }
+
     /// When a scan of all children is owed (`Some(now)`: a scan was cut at its time).
     pub(crate) fn scan_owed_now(&self) -> Option<Mono> {
         self.scan_owed
@@ -165,6 +175,7 @@ impl Supervisor {
                                 cgroup: None,
                                 exit: Some(exit),
                                 guard: None,
+                                lease: None,
                             })
                         }
                     }
