@@ -319,17 +319,20 @@ impl Supervisor {
                 valid_for,
                 until_boot_ms,
                 kill_grace,
-            } => self
-                .grant(
-                    &lease,
-                    &holder,
-                    term,
-                    &valid_for,
+                stopping,
+            } => {
+                let ends = crate::leases::GrantEnds {
+                    valid_for: &valid_for,
                     until_boot_ms,
-                    kill_grace.as_deref(),
-                    now,
-                )
-                .map(Outcome::Answer),
+                    kill_grace: kill_grace.as_deref(),
+                };
+                if stopping {
+                    self.grant_stopping(&lease, term, ends)
+                } else {
+                    self.grant(&lease, &holder, term, ends, now)
+                }
+                .map(Outcome::Answer)
+            }
             Command::Poweroff {} => self.end_system(crate::pid1::Final::Poweroff, now),
             Command::Reboot {} => self.end_system(crate::pid1::Final::Reboot, now),
             Command::Halt {} => self.end_system(crate::pid1::Final::Halt, now),

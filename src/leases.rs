@@ -146,6 +146,40 @@ pub fn grant_deadline(
     (until, kill_grace.unwrap_or(valid_for / 2))
 }
 
+/// The ends a `lease-grant` names, as sent: read by [`GrantEnds::read`].
+pub struct GrantEnds<'a> {
+    pub valid_for: &'a str,
+    pub until_boot_ms: Option<u64>,
+    pub kill_grace: Option<&'a str>,
+}
+
+impl GrantEnds<'_> {
+    /// The grant's end and its kill grace, or why the request is wrong.
+    pub fn read(&self, now: Boot) -> Result<(Boot, Duration), Error> {
+        let d = crate::time::parse_duration(self.valid_for)
+            .map_err(|e| Error::new(ErrorKind::BadRequest, format!("valid_for: {e}")))?;
+        if d.is_zero() || d > Duration::from_secs(3600) {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                "valid_for: from 1ms to 1h",
+            ));
+        }
+        let grace = (self.kill_grace)
+            .map(crate::time::parse_duration)
+            .transpose()
+            .map_err(|e| Error::new(ErrorKind::BadRequest, format!("kill_grace: {e}")))?;
+        // The guard lets a run live this long past the grant's end, whatever supd does:
+        // bounded as the validity is (sup-lease sends T/4).
+        if grace.is_some_and(|g| g > Duration::from_secs(3600)) {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                "kill_grace: from 0 to 1h",
+            ));
+        }
+        Ok(grant_deadline(d, self.until_boot_ms, grace, now))
+    }
+}
+
 /// Whether a grant of `term` may be taken while `held` (its term and holder) is held:
 /// a term never goes back, so an older one is a stale grant (from a holder that lost
 /// leadership, or a store that went back) and is refused, naming both terms. The same
@@ -297,15 +331,12 @@ impl Supervisor {
 
     /// `lease-grant`: this node leads until the grant's end, unless granted again. A
     /// grant that is already over when it arrives is answered and changes nothing.
-    #[allow(clippy::too_many_arguments)]
     pub fn grant(
         &mut self,
         lease: &str,
         holder: &str,
         term: u64,
-        valid_for: &str,
-        until_boot_ms: Option<u64>,
-        kill_grace: Option<&str>,
+        ends: GrantEnds,
         now: Mono,
     ) -> Result<Value, Error> {
         self.known_lease(lease)?;
@@ -314,28 +345,8 @@ impl Supervisor {
             log::warn!("{e}");
             Error::new(ErrorKind::BadRequest, e)
         })?;
-        let d = crate::time::parse_duration(valid_for)
-            .map_err(|e| Error::new(ErrorKind::BadRequest, format!("valid_for: {e}")))?;
-        if d.is_zero() || d > Duration::from_secs(3600) {
-            return Err(Error::new(
-                ErrorKind::BadRequest,
-                "valid_for: from 1ms to 1h",
-            ));
-        }
-        let grace = kill_grace
-            .map(crate::time::parse_duration)
-            .transpose()
-            .map_err(|e| Error::new(ErrorKind::BadRequest, format!("kill_grace: {e}")))?;
-        // The guard lets a run live this long past the grant's end, whatever supd does:
-        // bounded as the validity is (sup-lease sends T/4).
-        if grace.is_some_and(|g| g > Duration::from_secs(3600)) {
-            return Err(Error::new(
-                ErrorKind::BadRequest,
-                "kill_grace: from 0 to 1h",
-            ));
-        }
         let boot = Boot::now();
-        let (until, grace) = grant_deadline(d, until_boot_ms, grace, boot);
+        let (until, grace) = ends.read(boot)?;
         if until <= boot {
             log::warn!("lease {lease}: a grant of term {term} arrived after its end; ignored");
             return Ok(json!({"lease": lease, "term": term, "valid_for_ms": 0}));
@@ -384,13 +395,48 @@ impl Supervisor {
         Ok(json!({"lease": lease, "term": term, "valid_for_ms": d.as_millis() as u64}))
     }
 
+    /// `lease-grant` with `stopping`: time to stop, not to lead. The holder stepped down
+    /// (`lease-release`) and keeps renewing its store lease and its key while the
+    /// leader-only services stop; each renewal moves their guards' end as a grant would,
+    /// so a slow stop is not cut at the last grant's end, and a frozen supd still cannot
+    /// keep them past the last renewal. While a grant is held (no release under way), it
+    /// is refused: it would shorten nothing and start nothing.
+    pub fn grant_stopping(
+        &mut self,
+        lease: &str,
+        term: u64,
+        ends: GrantEnds,
+    ) -> Result<Value, Error> {
+        self.known_lease(lease)?;
+        let boot = Boot::now();
+        if let Some(g) = self.grants.get(lease).filter(|g| g.until > boot) {
+            return Err(Error::new(
+                ErrorKind::BadRequest,
+                format!(
+                    "lease {lease}: this node leads (term {}): a stopping grant is for a holder that released",
+                    g.term
+                ),
+            ));
+        }
+        let (until, grace) = ends.read(boot)?;
+        if until > boot && !self.leader_only_down(lease) {
+            self.post_end(lease, until.plus(grace));
+        }
+        Ok(json!({"lease": lease, "term": term, "stopping": true,
+                  "valid_for_ms": until.since(boot).as_millis() as u64}))
+    }
+
     /// Posts the end of `lease`'s grant (plus its kill grace) on its board, where the
     /// guards of its runs read it (`deadman.rs`): they kill the runs there, whatever
     /// supd does meanwhile.
     pub(crate) fn post_grant_end(&mut self, lease: &str) {
-        let Some(end) = (self.grants.get(lease)).map(|g| g.until.plus(g.kill_grace)) else {
-            return;
-        };
+        if let Some(end) = (self.grants.get(lease)).map(|g| g.until.plus(g.kill_grace)) {
+            self.post_end(lease, end);
+        }
+    }
+
+    /// Posts `end` on the board of `lease`.
+    fn post_end(&mut self, lease: &str, end: Boot) {
         if self.deadman.is_none() {
             match crate::deadman::Deadman::new() {
                 Ok(d) => self.deadman = Some(d),

@@ -178,6 +178,11 @@ pub enum Command {
         /// How long a stop may take once the grant ran out (then SIGKILL).
         #[serde(default)]
         kill_grace: Option<String>,
+        /// Time to stop, not to lead: the holder stepped down (`lease-release`) and
+        /// keeps its key and store lease while the services stop; this moves their
+        /// guards' end and starts nothing.
+        #[serde(default)]
+        stopping: bool,
     },
     LeaseRelease {
         lease: String,

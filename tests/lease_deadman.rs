@@ -311,3 +311,54 @@ fn renewals_move_the_guards_end_across_a_reexec() {
     );
     assert!(gone_by(child, late), "the engine's child outlived it");
 }
+
+/// A `lease-grant` with `stopping`, as a holder that stepped down sends at each renewal.
+fn stopping(term: u64, valid_for: Duration, grace: Duration) -> serde_json::Value {
+    let mut g = grant(term, valid_for, grace);
+    g["stopping"] = json!(true);
+    g
+}
+
+/// A holder stepping down keeps its key and store lease renewed while its services
+/// stop; its renewals (stopping grants) move the guards' end, so a slow stop is not cut
+/// at the last grant's end; once they stop (supd frozen, sup-lease gone), the last one
+/// bounds the run. A stopping grant while the lease is held is refused.
+#[test]
+fn stopping_grants_let_a_slow_stop_finish_and_still_bound_it() {
+    let mut sb = Sandbox::new();
+    let engine = sb.script(
+        "engine.sh",
+        "trap '' TERM\necho >&3\nwhile :; do sleep 1; done",
+    );
+    sb.config(&format!(
+        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nready = \"fd:3\"\n\
+         leader_only = \"engine\"\nstop_timeout = \"1h\"\n"
+    ));
+    sb.start();
+    let (valid_for, grace) = (Duration::from_millis(1500), Duration::from_millis(300));
+    sb.ok(grant(4, valid_for, grace));
+    let pid = pid_of(&sb.wait_state("engine", "running"));
+    let refused = sb.request(stopping(4, valid_for, grace));
+    assert_eq!(refused["ok"], false, "a stopping grant while leading: {refused}");
+    // The release answers once the engine exited: sent, its answer not awaited.
+    let mut release = sb.client();
+    release.send_raw(b"{\"cmd\":\"lease-release\",\"lease\":\"engine\"}\n");
+    sb.wait_state("engine", "stopping");
+    let first_end = Instant::now() + valid_for + grace;
+    let mut renewed = Instant::now();
+    while Instant::now() < first_end + Duration::from_secs(2) {
+        renewed = Instant::now();
+        sb.ok(stopping(4, valid_for, grace));
+        assert!(
+            !gone_by(pid, renewed + valid_for / 3),
+            "the stopping engine was killed though its holder renewed\n{}",
+            sb.supd_log()
+        );
+    }
+    let _frozen = Frozen::new(sb.supd_pid());
+    let late = renewed + valid_for + grace + Duration::from_millis(700);
+    assert!(
+        gone_by(pid, late),
+        "the stopping engine outlived its last renewal while supd was frozen"
+    );
+}
