@@ -49,9 +49,15 @@ pub fn crash_loop(store: Option<String>, ttl: &'static str) {
     ttls(&c, 3);
     assert_eq!(c.running_engines(), std::slice::from_ref(&first));
     let log_after = std::fs::read_to_string(c.shared.join("engine.log")).unwrap_or_default();
-    assert_eq!(
-        log_before, log_after,
-        "the engine was never started elsewhere"
+    // Only the leader's engine started since (again, if a renewal came late on a loaded
+    // machine: at T = 1 s a tick late by T/6 lets its grant run out): never the other's.
+    let elsewhere: Vec<&str> = log_after[log_before.len().min(log_after.len())..]
+        .lines()
+        .filter(|l| l.split_whitespace().next() != Some(first.as_str()))
+        .collect();
+    assert!(
+        log_after.starts_with(&log_before) && elsewhere.is_empty(),
+        "the engine was started elsewhere: {elsewhere:?} (log before {log_before:?}, after {log_after:?})"
     );
     settle(&c);
 }
