@@ -11,3 +11,4 @@ pub mod node;
 pub mod record;
 pub mod rule;
 pub mod store;
+pub mod watch;

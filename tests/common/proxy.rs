@@ -1,6 +1,7 @@
 //! A TCP proxy on loopback for partitions: it forwards every request to its upstream
 //! and every answer back, until told to drop the answers (a one-way partition: what a
-//! client sends still arrives, what comes back is lost). Its threads end with the test.
+//! client sends still arrives, what comes back is lost) or both ways (a partition: a
+//! blackhole). Its threads end with the test.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -11,6 +12,7 @@ use std::sync::Arc;
 pub struct Proxy {
     pub url: String,
     drop_answers: Arc<AtomicBool>,
+    drop_requests: Arc<AtomicBool>,
 }
 
 impl Proxy {
@@ -19,7 +21,8 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let drop_answers = Arc::new(AtomicBool::new(false));
-        let flag = drop_answers.clone();
+        let drop_requests = Arc::new(AtomicBool::new(false));
+        let (flag, requests) = (drop_answers.clone(), drop_requests.clone());
         let upstream = upstream.to_string();
         std::thread::spawn(move || {
             for client in listener.incoming().map_while(Result::ok) {
@@ -30,17 +33,27 @@ impl Proxy {
                     (Ok(c), Ok(s)) => (c, s),
                     _ => continue,
                 };
-                let none = Arc::new(AtomicBool::new(false));
-                std::thread::spawn(move || pump(client, server, none));
+                let requests = requests.clone();
+                std::thread::spawn(move || pump(client, server, requests));
                 let flag = flag.clone();
                 std::thread::spawn(move || pump(s2, c2, flag));
             }
         });
-        Proxy { url, drop_answers }
+        Proxy {
+            url,
+            drop_answers,
+            drop_requests,
+        }
     }
 
     /// From now on, answers are read from the upstream and dropped (or forwarded again).
     pub fn drop_answers(&self, on: bool) {
+        self.drop_answers.store(on, Ordering::SeqCst);
+    }
+
+    /// From now on, nothing gets through either way (or everything again).
+    pub fn blackhole(&self, on: bool) {
+        self.drop_requests.store(on, Ordering::SeqCst);
         self.drop_answers.store(on, Ordering::SeqCst);
     }
 }
