@@ -219,6 +219,8 @@ impl Store for EtcdStore {
         if left.is_zero() {
             return Ok(idle);
         }
+        // The client's timer and this deadline start a moment apart.
+        let over = || Boot::now().plus(Duration::from_millis(50)) >= deadline;
         let url = format!("{}/v3/watch", self.base);
         let body = json!({"create_request": {
             "key": key, "range_end": end, "prev_kv": true,
@@ -234,7 +236,7 @@ impl Store for EtcdStore {
             .send(body.to_string());
         let resp = match resp {
             Ok(r) => r,
-            Err(_) if Boot::now() >= deadline => return Ok(idle),
+            Err(_) if over() => return Ok(idle),
             Err(e) => return Err(err(format!("{url}: {e}"))),
         };
         if resp.status().as_u16() >= 400 {
@@ -244,7 +246,7 @@ impl Store for EtcdStore {
         for line in lines {
             let line = match line {
                 Ok(l) => l,
-                Err(_) if Boot::now() >= deadline => return Ok(idle),
+                Err(_) if over() => return Ok(idle),
                 Err(e) => return Err(err(format!("{url}: {e}"))),
             };
             let v: Value = serde_json::from_str(&line)
@@ -272,7 +274,7 @@ impl Store for EtcdStore {
                 return Ok(Watched::Changes { changes, revision });
             }
         }
-        if Boot::now() >= deadline {
+        if over() {
             return Ok(idle);
         }
         Err(err(format!("{url}: the watch ended")))

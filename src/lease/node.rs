@@ -4,8 +4,8 @@
 
 use super::record::{prefix, Leader, Member, Policy};
 use super::rule::{
-    decide, give_up_from, kill_grace, stop_renewing, wait_after_acquire, Decision, Memory, Trials,
-    View,
+    decide, give_up_from, kill_grace, lead_from_after_acquire, stop_renewing, Decision, Memory,
+    Trials, View,
 };
 use super::store::{Cond, Kv, LeaseId, Store, StoreError};
 use crate::time::{Boot, Human};
@@ -308,6 +308,8 @@ pub struct Node {
     sent_until: Option<Boot>,
     /// The term of `leader` bound to this node's store lease at the last look.
     held: Option<u64>,
+    /// After taking an empty key: the term seen last before, and when it was taken.
+    acquired: Option<(Option<u64>, Boot)>,
     /// A store lease this node stopped renewing (its keepalives went unanswered), the
     /// term it held with it, and from when it is given up (revoked, its key deleted).
     abandoned: Option<(LeaseId, Option<u64>, Boot)>,
@@ -343,6 +345,7 @@ impl Node {
             seen_leader: 0,
             sent_until: None,
             held: None,
+            acquired: None,
             abandoned: None,
             seen: None,
         }
@@ -550,31 +553,30 @@ impl Node {
                     .put(&self.key("leader"), &value, mine, Some(Cond::Absent))
                 {
                     Ok(Some(rev)) => {
-                        let ended = self
-                            .seen
-                            .as_ref()
-                            .and_then(|s| s.lock().unwrap_or_else(|e| e.into_inner()).ended);
-                        let wait = wait_after_acquire(
-                            &self.memory,
+                        let now = Boot::now();
+                        let before = self.memory.last_term;
+                        self.acquired = Some((before, now));
+                        let from = lead_from_after_acquire(
+                            before,
                             snap.released,
-                            ended,
-                            Boot::now(),
+                            self.ended(),
+                            now,
                             self.ttl,
                         );
-                        let when = if wait.is_zero() {
+                        let when = if from <= now {
                             "its last holder is gone: it leads at once".to_string()
                         } else {
-                            format!("it leads in {}", Human(wait))
+                            format!("it leads in {}", Human(from.since(now)))
                         };
                         log::info!(
                             "{}: {} takes the empty leader key (term {rev}); {when}",
                             self.lease,
                             self.name
                         );
-                        // See `wait_after_acquire`: at once after a clean release of
-                        // the term this node last saw, or after its holder's store
-                        // lease expired; otherwise T.
-                        self.memory.lead_from = Some(Boot::now().plus(wait));
+                        // See `lead_from_after_acquire`: at once after a clean release
+                        // of the term this node last saw, or after its holder's store
+                        // lease expired; otherwise T (looked at again while it waits).
+                        self.memory.lead_from = Some(from);
                         self.tick_again(me);
                     }
                     Ok(None) => self.note("another node took the leader key first".into()),
@@ -817,6 +819,13 @@ impl Node {
         }
     }
 
+    /// The last end of a holder's store lease the watch saw: its term, and when its
+    /// holder's last write was seen.
+    fn ended(&self) -> Option<(u64, Boot)> {
+        let seen = self.seen.as_ref()?;
+        seen.lock().unwrap_or_else(|e| e.into_inner()).ended
+    }
+
     /// The connection of a step-down under way, whose answer (the services exited)
     /// sup-lease waits on beside its tick: the key is given up as soon as it comes.
     pub fn release_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
@@ -858,6 +867,16 @@ impl Node {
                 .unwrap_or(false),
             _ => false,
         };
+        // Taken empty and waiting: evidence that the last holder is gone may have come
+        // since (the watch saw its store lease end a moment after the key was taken).
+        match (self.acquired, self.memory.lead_from) {
+            (Some((before, at)), Some(from)) => {
+                let sooner =
+                    lead_from_after_acquire(before, snap.released, self.ended(), at, self.ttl);
+                self.memory.lead_from = Some(from.min(sooner));
+            }
+            _ => self.acquired = None,
+        }
         let leader = snap.leader.as_ref().map(|(l, r, _)| (l, *r));
         let now = Boot::now();
         let holder_releasing = snap

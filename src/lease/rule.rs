@@ -68,38 +68,42 @@ pub struct Memory {
     pub last_term: Option<u64>,
 }
 
-/// How long a node that just took an empty `leader` (at `now`) waits before it leads.
-/// An empty key alone does not prove that the last holder's runs are gone: the key may
-/// have gone by a revoke while the holder ran (a takeover's, an operator's, or a store
-/// revoking a lease early: an old etcd leader that stalled, on resuming, revokes the
-/// leases it counted out meanwhile, though they were kept alive through the new one),
-/// and the holder's last grant rests on a keepalive sent before the key went; it ends,
-/// with its kill grace, within 3T/4 of that send, so T after the key went is safe. It
-/// leads sooner when the term it last saw (`mem.last_term`) is known to be over:
+/// From when a node that took an empty `leader` at `acquired` leads, `last_term` being
+/// the term it saw last before. An empty key alone does not prove that the last
+/// holder's runs are gone: the key may have gone by a revoke while the holder ran (a
+/// takeover's, an operator's, or a store revoking a lease early: an old etcd leader that
+/// stalled, on resuming, revokes the leases it counted out meanwhile, though they were
+/// kept alive through the new one), and the holder's last grant rests on a keepalive
+/// sent before the key went; it ends, with its kill grace, within 3T/4 of that send, so
+/// T after the key went is safe. It leads sooner when that term is known to be over:
 /// - at once when it was `released`: that mark is written in the transaction that
 ///   deletes `leader`, after the holder's supd answered that its leader-only runs had
-///   exited;
+///   exited (or after the holder's last grant and kill grace were over);
 /// - from U + T when the watch saw the key vanish with its holder's store lease and the
 ///   holder's last write before it at U (`ended`, see [`super::watch`]): the grant rests
 ///   on a keepalive sent before that write, and ends with its kill grace by U + 3T/4;
 ///   after an expiry that is at once, since the store lease ended T after that
 ///   keepalive's arrival.
-pub fn wait_after_acquire(
-    mem: &Memory,
+///
+/// Evidence that comes after the key was taken (the watch saw the end a moment later)
+/// still counts: the node looks again while it waits.
+pub fn lead_from_after_acquire(
+    last_term: Option<u64>,
     released: Option<u64>,
     ended: Option<(u64, Boot)>,
-    now: Boot,
+    acquired: Boot,
     ttl: Duration,
-) -> Duration {
-    let Some(seen) = mem.last_term else {
-        return ttl;
+) -> Boot {
+    let late = acquired.plus(ttl);
+    let Some(seen) = last_term else {
+        return late;
     };
     if released == Some(seen) {
-        return Duration::ZERO;
+        return acquired;
     }
     match ended {
-        Some((term, at)) if term == seen => at.plus(ttl).since(now).min(ttl),
-        _ => ttl,
+        Some((term, at)) if term == seen => at.plus(ttl).max(acquired).min(late),
+        _ => late,
     }
 }
 

@@ -97,7 +97,8 @@ pub fn start(
             let Some(mut store) = open() else { return };
             let mut after = 0;
             loop {
-                let result = store.watch(&prefix, after, Boot::now().plus(ttl));
+                // A watch stuck on a dead connection sees nothing: a new one every T/3.
+                let result = store.watch(&prefix, after, Boot::now().plus(ttl / 3));
                 let now = Boot::now();
                 let due = match result {
                     Ok(Watched::Changes { changes, revision }) => {
@@ -123,9 +124,9 @@ pub fn start(
                         }
                     },
                     Err(e) => {
+                        // The next watch goes on from the same revision: a history
+                        // that no longer reaches back to it is a gap then.
                         log::debug!("watch {prefix}: {e}");
-                        // Whatever happened meanwhile is not known: read again.
-                        after = 0;
                         std::thread::sleep(ttl / 3);
                         false
                     }
