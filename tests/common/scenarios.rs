@@ -319,7 +319,10 @@ pub fn clean_release(store: Option<String>, ttl: &'static str) {
     let t0 = Instant::now();
     c.nodes[0].signal_lease(Signal::SIGTERM);
     let (down, _) = handover(&c, "n1", "n2", t0);
-    assert!(down < t / 2, "SIGTERM: engine down {down:?}, not within T/2");
+    assert!(
+        down < t / 2,
+        "SIGTERM: engine down {down:?}, not within T/2"
+    );
     c.start_lease(0);
     c.wait("n1 a member again", |c| {
         c.status_text().contains("member n1")
@@ -328,7 +331,10 @@ pub fn clean_release(store: Option<String>, ttl: &'static str) {
     n1.install("0.8.1", false);
     n1.upgrade("0.8.1", true);
     let (down, _) = handover(&c, "n2", "n1", Instant::now());
-    assert!(down < t / 2, "step-down: engine down {down:?}, not within T/2");
+    assert!(
+        down < t / 2,
+        "step-down: engine down {down:?}, not within T/2"
+    );
     settle(&c);
 }
 
@@ -388,11 +394,7 @@ pub fn frozen_supd(store: Option<String>, ttl: &'static str) {
     nix::sys::signal::kill(pid(supd), Signal::SIGCONT).expect("resume supd");
     ttls(&c, 2);
     assert_eq!(c.running_engines(), ["n2"], "{}", c.status_text());
-    assert!(
-        c.logs().contains("n1 gives the key up"),
-        "{}",
-        c.logs()
-    );
+    assert!(c.logs().contains("n1 gives the key up"), "{}", c.logs());
     settle(&c);
 }
 
