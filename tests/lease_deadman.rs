@@ -339,7 +339,10 @@ fn stopping_grants_let_a_slow_stop_finish_and_still_bound_it() {
     sb.ok(grant(4, valid_for, grace));
     let pid = pid_of(&sb.wait_state("engine", "running"));
     let refused = sb.request(stopping(4, valid_for, grace));
-    assert_eq!(refused["ok"], false, "a stopping grant while leading: {refused}");
+    assert_eq!(
+        refused["ok"], false,
+        "a stopping grant while leading: {refused}"
+    );
     // The release answers once the engine exited: sent, its answer not awaited.
     let mut release = sb.client();
     release.send_raw(b"{\"cmd\":\"lease-release\",\"lease\":\"engine\"}\n");

@@ -91,3 +91,32 @@ fn i13_leadership_leaves_a_node_whose_leader_only_service_turned_unhealthy() {
     let Some(e) = Etcd::start() else { return };
     scenarios::unhealthy_holder(Some(e.store()), TTL, "6s");
 }
+
+// Issue 22 -------------------------------------------------------------------------
+
+/// T = 4 s, as the issue measured it.
+const T22: &str = "4s";
+
+#[test]
+fn i22_a_clean_release_hands_over_well_before_t() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::clean_release(Some(e.store()), T22);
+}
+
+#[test]
+fn i22_kill_9_of_the_holder_hands_over_soon_after_its_store_lease_expires() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::killed_holder(Some(e.store()), T22);
+}
+
+#[test]
+fn i22_a_one_way_partition_of_the_holder_lets_a_successor_lead() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::one_way_partition(&e, T22);
+}
+
+#[test]
+fn i22_a_holder_whose_supd_is_frozen_gives_the_key_up() {
+    let Some(e) = Etcd::start() else { return };
+    scenarios::frozen_supd(Some(e.store()), T22);
+}

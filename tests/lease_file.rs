@@ -306,3 +306,23 @@ fn i21_each_node_of_a_roll_leads_once_on_trial_and_commits() {
     ttls(&c, 3);
     assert_eq!(c.running_engines(), ["n2"], "{}", c.status_text());
 }
+
+// Issue 22 -------------------------------------------------------------------------
+
+/// T = 4 s, as the issue measured it.
+const T22: &str = "4s";
+
+#[test]
+fn i22_a_clean_release_hands_over_well_before_t() {
+    scenarios::clean_release(None, T22);
+}
+
+#[test]
+fn i22_kill_9_of_the_holder_hands_over_soon_after_its_store_lease_expires() {
+    scenarios::killed_holder(None, T22);
+}
+
+#[test]
+fn i22_a_holder_whose_supd_is_frozen_gives_the_key_up() {
+    scenarios::frozen_supd(None, T22);
+}

@@ -316,24 +316,54 @@ fn campaign(args: Args, store: Box<dyn store::Store>) -> ExitCode {
         node
     });
     let period = args.ttl / 3;
-    // Ticks on CLOCK_BOOTTIME, the clock of the grants: after a suspend, at once.
+    // The watch of the lease's keys: a tick at once when `leader` changes.
+    let wake = node.as_mut().and_then(|n| {
+        let (spec, ttl, opts) = (spec_of(&args), args.ttl, args.store_opts.clone());
+        let open =
+            move || store::open_with(&spec, (ttl / 3).min(Duration::from_secs(2)), &opts).ok();
+        let prefix = sup::lease::record::prefix(&n.lease);
+        match sup::lease::watch::start(open, prefix, args.ttl) {
+            Ok((wake, seen)) => {
+                n.seen = Some(seen);
+                Some(wake)
+            }
+            Err(e) => {
+                log::warn!("{name}: cannot watch the lease ({e}); ticking only");
+                None
+            }
+        }
+    });
+    // Ticks on CLOCK_BOOTTIME, the clock of the grants: after a suspend, at once; and at
+    // once when the leader key changed (the watcher says so).
     let mut next = Boot::now();
+    let mut woken = false;
     loop {
         let now = Boot::now();
-        if now >= next {
+        if now >= next || woken {
             if let Some(node) = node.as_mut() {
                 node.tick();
             }
-            if let Some(f) = fleet.as_mut() {
-                let leads = node.as_ref().is_some_and(|n| n.leads_tool(&f.tool));
-                f.tick(leads);
+            if now >= next {
+                if let Some(f) = fleet.as_mut() {
+                    let leads = node.as_ref().is_some_and(|n| n.leads_tool(&f.tool));
+                    f.tick(leads);
+                }
+                next = next.plus(period).max(now);
             }
-            next = next.plus(period).max(now);
+            woken = false;
         }
         let left = next.since(Boot::now());
         let timeout =
             PollTimeout::try_from(left.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::MAX);
-        let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+        let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+        if let Some(w) = wake.as_ref() {
+            fds.push(PollFd::new(w.as_fd(), PollFlags::POLLIN));
+        }
+        // A step-down's answer (its services exited) ticks at once too.
+        let release = node.as_ref().and_then(|n| n.release_fd());
+        if let Some(fd) = release {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
         match poll(&mut fds, timeout) {
             Ok(n) if n > 0 => {
                 if let Ok(Some(_)) = signals.read_signal() {
@@ -345,6 +375,18 @@ fn campaign(args: Args, store: Box<dyn store::Store>) -> ExitCode {
                         node.leave();
                     }
                     return ExitCode::SUCCESS;
+                }
+                let answered = fds
+                    .last()
+                    .filter(|_| release.is_some())
+                    .and_then(|f| f.revents());
+                if answered.is_some_and(|r| !r.is_empty()) {
+                    if let Some(node) = node.as_mut() {
+                        node.finish_release();
+                    }
+                }
+                if let Some(w) = wake.as_ref() {
+                    woken = drain(w);
                 }
             }
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
@@ -370,6 +412,24 @@ fn state_dir(args: &Args) -> std::path::PathBuf {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."))
         .into()
+}
+
+fn spec_of(args: &Args) -> String {
+    args.store.clone().unwrap_or_default()
+}
+
+/// Empties the watch's pipe; whether it held a wake.
+fn drain(mut pipe: &std::fs::File) -> bool {
+    use std::io::Read as _;
+    let mut buf = [0u8; 64];
+    let mut any = false;
+    while let Ok(n) = pipe.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        any = true;
+    }
+    any
 }
 
 /// The fleet part of a node, with a store connection of its own.

@@ -10,7 +10,8 @@
 mod files;
 mod transport;
 
-use super::store::{Cond, Identity, Kv, LeaseId, Store, StoreError, StoreOptions};
+use super::store::{Change, Cond, Identity, Kv, LeaseId, Store, StoreError, StoreOptions, Watched};
+use crate::time::Boot;
 use files::{read_password, tls_config};
 use serde_json::{json, Value};
 use std::sync::Mutex;
@@ -289,14 +290,127 @@ impl Store for EtcdStore {
         Ok(self.txn(vec![Self::compare(key, cond)], vec![])?.0)
     }
 
-    /// Every answer's header names the cluster and its revision: a count-only range of
-    /// one key asks for nothing more.
     fn identity(&mut self) -> Result<Identity, StoreError> {
         let v = self.call(
             "kv/range",
             json!({"key": b64(b"/sup/"), "count_only": true}),
         )?;
         Ok(identity_of(&v["header"]))
+    }
+
+    fn delete_marking(
+        &mut self,
+        key: &str,
+        cond: Cond,
+        marker: &str,
+        value: &str,
+    ) -> Result<bool, StoreError> {
+        let del = json!({"request_delete_range": {"key": b64(key.as_bytes())}});
+        let put =
+            json!({"request_put": {"key": b64(marker.as_bytes()), "value": b64(value.as_bytes())}});
+        Ok(self.txn(vec![Self::compare(key, cond)], vec![del, put])?.0)
+    }
+
+    /// `/v3/watch` from the revision after `after` (with each deleted key's last
+    /// write), on a connection of its own, read until a batch of events or the deadline;
+    /// the gateway streams newline-delimited results. A compacted history is a gap.
+    fn watch(&mut self, prefix: &str, after: u64, deadline: Boot) -> Result<Watched, StoreError> {
+        use std::io::BufRead;
+        let (key, end) = (b64(prefix.as_bytes()), b64(&range_end(prefix)));
+        if after == 0 {
+            let v = self.call(
+                "kv/range",
+                json!({"key": key, "range_end": end, "keys_only": true, "limit": 1}),
+            )?;
+            return Ok(Watched::Gap {
+                revision: num(&v["header"]["revision"]),
+            });
+        }
+        let idle = Watched::Changes {
+            changes: Vec::new(),
+            revision: after,
+        };
+        let left = deadline.since(Boot::now());
+        if left.is_zero() {
+            return Ok(idle);
+        }
+        // The client's timer and this deadline start a moment apart.
+        let over = || Boot::now().plus(Duration::from_millis(50)) >= deadline;
+        // The endpoint that answered last, with the token of etcd's authentication
+        // (got by a call first when there is none yet); on a failure the next call
+        // starts at the next endpoint.
+        if self.auth.is_some() && self.conn().token.is_none() {
+            self.identity()?;
+        }
+        let n = self.endpoints.len();
+        let i = self.conn().current % n;
+        let token = self.conn().token.clone().filter(|t| !t.is_empty());
+        let url = format!("{}/v3/watch", self.endpoints[i]);
+        let body = json!({"create_request": {
+            "key": key, "range_end": end, "prev_kv": true,
+            "start_revision": (after + 1).to_string(),
+        }});
+        let mut req = self
+            .agent
+            .post(&url)
+            .config()
+            .timeout_global(Some(left))
+            .build()
+            .header("content-type", "application/json");
+        if let Some(t) = &token {
+            req = req.header("authorization", t);
+        }
+        let resp = match req.send(body.to_string()) {
+            Ok(r) => r,
+            Err(_) if over() => return Ok(idle),
+            Err(e) => {
+                self.conn().current = (i + 1) % n;
+                return Err(err(format!("{url}: {e}")));
+            }
+        };
+        if resp.status().as_u16() >= 400 {
+            if resp.status().as_u16() == 401 {
+                self.conn().token = None;
+            }
+            self.conn().current = (i + 1) % n;
+            return Err(err(format!("{url}: {}", resp.status())));
+        }
+        let lines = std::io::BufReader::new(resp.into_body().into_reader()).lines();
+        for line in lines {
+            let line = match line {
+                Ok(l) => l,
+                Err(_) if over() => return Ok(idle),
+                Err(e) => return Err(err(format!("{url}: {e}"))),
+            };
+            let v: Value = serde_json::from_str(&line)
+                .map_err(|e| err(format!("{url}: not JSON ({e}): {line}")))?;
+            if !v["error"].is_null() {
+                return Err(err(format!("{url}: {line}")));
+            }
+            let r = &v["result"];
+            if r["canceled"] == true {
+                let revision = num(&r["compact_revision"]).max(num(&r["header"]["revision"]));
+                return Ok(Watched::Gap { revision });
+            }
+            let mut changes = Vec::new();
+            for e in r["events"].as_array().into_iter().flatten() {
+                let k = unb64(e["kv"]["key"].as_str().unwrap_or(""))
+                    .ok_or_else(|| err("bad base64 key"))?;
+                changes.push(Change {
+                    key: String::from_utf8_lossy(&k).into_owned(),
+                    revision: num(&e["kv"]["mod_revision"]),
+                    deleted: e["type"] == "DELETE",
+                    prev: num(&e["prev_kv"]["mod_revision"]),
+                });
+            }
+            if let Some(revision) = changes.iter().map(|c| c.revision).max() {
+                return Ok(Watched::Changes { changes, revision });
+            }
+        }
+        if over() {
+            return Ok(idle);
+        }
+        Err(err(format!("{url}: the watch ended")))
     }
 }
 
@@ -311,6 +425,15 @@ fn identity_of(header: &Value) -> Identity {
         id,
         revision: num(&header["revision"]),
     }
+}
+
+/// The end of the range of keys that start with `prefix`.
+fn range_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    end
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -9,7 +9,8 @@
 //! expiries belong to; a file of another boot (or an older file, on the wall clock)
 //! has every lease ended at once.
 
-use super::store::{Cond, Identity, Kv, LeaseId, Store, StoreError};
+use super::store::{Change, Cond, Identity, Kv, LeaseId, Store, StoreError, Watched};
+use crate::time::Boot;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,6 +29,24 @@ struct Data {
     /// Lease id → (TTL in ms, expiry in ms of `CLOCK_BOOTTIME`).
     leases: BTreeMap<LeaseId, (u64, u64)>,
     kvs: BTreeMap<String, Entry>,
+    /// The last deletions, for watches: (key, revision, its last write's revision).
+    gone: Vec<(String, u64, u64)>,
+    /// Deletions up to this revision were dropped from `gone`.
+    gone_floor: u64,
+}
+
+/// How many deletions `gone` keeps.
+const GONE: usize = 256;
+
+impl Data {
+    /// Notes that `key`, last written at `prev`, was deleted at revision `rev`.
+    fn deleted(&mut self, key: &str, rev: u64, prev: u64) {
+        self.gone.push((key.to_string(), rev, prev));
+        if self.gone.len() > GONE {
+            let (_, r, _) = self.gone.remove(0);
+            self.gone_floor = self.gone_floor.max(r);
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -124,10 +143,18 @@ fn new_id() -> String {
 
 fn drop_lease(d: &mut Data, id: LeaseId) {
     d.leases.remove(&id);
-    let before = d.kvs.len();
-    d.kvs.retain(|_, e| e.lease != id);
-    if d.kvs.len() != before {
-        d.revision += 1;
+    let gone: Vec<(String, u64)> = (d.kvs.iter())
+        .filter(|(_, e)| e.lease == id)
+        .map(|(k, e)| (k.clone(), e.mod_revision))
+        .collect();
+    if gone.is_empty() {
+        return;
+    }
+    d.revision += 1;
+    let rev = d.revision;
+    for (k, prev) in gone {
+        d.kvs.remove(&k);
+        d.deleted(&k, rev, prev);
     }
 }
 
@@ -231,7 +258,14 @@ impl Store for FileStore {
                 return false;
             }
             d.revision += 1;
-            d.kvs.remove(key).is_some()
+            let rev = d.revision;
+            match d.kvs.remove(key) {
+                Some(e) => {
+                    d.deleted(key, rev, e.mod_revision);
+                    true
+                }
+                None => false,
+            }
         })
     }
 
@@ -244,6 +278,143 @@ impl Store for FileStore {
             id: d.id.clone(),
             revision: d.revision,
         })
+    }
+
+    fn delete_marking(
+        &mut self,
+        key: &str,
+        cond: Cond,
+        marker: &str,
+        value: &str,
+    ) -> Result<bool, StoreError> {
+        self.with(|d| {
+            if !holds(d, key, cond) {
+                return false;
+            }
+            d.revision += 1;
+            let rev = d.revision;
+            if let Some(e) = d.kvs.remove(key) {
+                d.deleted(key, rev, e.mod_revision);
+            }
+            let create = d.kvs.get(marker).map(|e| e.create_revision).unwrap_or(rev);
+            d.kvs.insert(
+                marker.to_string(),
+                Entry {
+                    value: value.to_string(),
+                    create_revision: create,
+                    mod_revision: rev,
+                    lease: 0,
+                },
+            );
+            true
+        })
+    }
+
+    /// inotify on the file's directory (every write is a rename onto the file), set up
+    /// before the data is read, so that no change is missed; and a look at the earliest
+    /// end of a store lease the keys rest on, since an expiry is carried out by whoever
+    /// touches the file next. `after` 0 gives every key (the file's revisions start
+    /// at 0). The changes are the keys written after `after` and the
+    /// deletions `gone` keeps (a key written twice meanwhile shows its last write).
+    fn watch(&mut self, prefix: &str, after: u64, deadline: Boot) -> Result<Watched, StoreError> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        use std::os::fd::AsFd;
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = self.path.file_name().map(|n| n.to_os_string());
+        let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .map_err(|e| err(format!("inotify: {e}")))?;
+        ino.add_watch(
+            &dir,
+            AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_CLOSE_WRITE,
+        )
+        .map_err(|e| err(format!("inotify {}: {e}", dir.display())))?;
+        loop {
+            let (seen, next_end) = self.with(|d| {
+                if after > d.revision || after < d.gone_floor {
+                    return (
+                        Watched::Gap {
+                            revision: d.revision,
+                        },
+                        None,
+                    );
+                }
+                let mut changes: Vec<Change> = Vec::new();
+                let mut end: Option<u64> = None;
+                for (k, e) in d.kvs.iter().filter(|(k, _)| k.starts_with(prefix)) {
+                    if e.mod_revision > after {
+                        changes.push(Change {
+                            key: k.clone(),
+                            revision: e.mod_revision,
+                            deleted: false,
+                            prev: 0,
+                        });
+                    }
+                    if let Some((_, until)) = d.leases.get(&e.lease) {
+                        end = Some(end.map_or(*until, |x| x.min(*until)));
+                    }
+                }
+                for (k, rev, prev) in &d.gone {
+                    if *rev > after && k.starts_with(prefix) {
+                        changes.push(Change {
+                            key: k.clone(),
+                            revision: *rev,
+                            deleted: true,
+                            prev: *prev,
+                        });
+                    }
+                }
+                changes.sort_by_key(|c| (c.revision, !c.deleted));
+                let revision = d.revision;
+                (Watched::Changes { changes, revision }, end)
+            })?;
+            let now = Boot::now();
+            match seen {
+                Watched::Changes { changes, .. } if changes.is_empty() && now < deadline => {}
+                Watched::Changes { changes, .. } if changes.is_empty() => {
+                    return Ok(Watched::Changes {
+                        changes,
+                        revision: after,
+                    })
+                }
+                done => return Ok(done),
+            }
+            let mut until = deadline;
+            if let Some(end) = next_end {
+                // A millisecond past the end: `with` drops a lease at its end.
+                until = until.min(Boot::from_ms(end + 1));
+            }
+            // Waits for a write of the file itself: the lock file, which every look
+            // (this one too) opens for writing, does not count.
+            loop {
+                let now = Boot::now();
+                if now >= until {
+                    break;
+                }
+                let ms = until.since(now).as_millis().clamp(1, 60_000) as i32;
+                let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
+                match poll(
+                    &mut fds,
+                    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+                ) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => return Err(err(format!("poll: {e}"))),
+                }
+                let mut written = false;
+                while let Ok(evs) = ino.read_events() {
+                    if evs.is_empty() {
+                        break;
+                    }
+                    written |= evs.iter().any(|e| e.name.as_ref() == name.as_ref());
+                }
+                if written {
+                    break;
+                }
+            }
+        }
     }
 }
 
@@ -323,5 +494,67 @@ mod tests {
         assert_ne!(wiped.id, first.id);
         assert_eq!(wiped.revision, 0);
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_watch_sees_writes_and_deletions_with_their_last_write_and_wakes_at_an_expiry() {
+        let path = std::env::temp_dir().join(format!("sup-filewatch-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut s = FileStore::new(path.clone());
+        let soon = || Boot::now().plus(Duration::from_millis(50));
+        let Watched::Changes { changes, revision } = s.watch("/x/", 0, soon()).expect("watch")
+        else {
+            panic!("no gap from 0");
+        };
+        assert!(changes.is_empty());
+        let a = s.grant(Duration::from_millis(400)).expect("grant");
+        let r1 = s.put("/x/leader", "a", a, None).expect("put").expect("rev");
+        let r2 = s
+            .put("/x/members/a", "a", a, None)
+            .expect("put")
+            .expect("rev");
+        s.put("/y/other", "o", 0, None).expect("put");
+        let Watched::Changes { changes, revision } =
+            s.watch("/x/", revision, soon()).expect("watch")
+        else {
+            panic!("gap");
+        };
+        let keys: Vec<(&str, u64)> = changes
+            .iter()
+            .map(|c| (c.key.as_str(), c.revision))
+            .collect();
+        assert_eq!(keys, [("/x/leader", r1), ("/x/members/a", r2)]);
+        // Nothing more: back at the deadline, with nothing.
+        let t0 = std::time::Instant::now();
+        let w = s.watch("/x/", revision, soon()).expect("watch");
+        assert_eq!(
+            w,
+            Watched::Changes {
+                changes: vec![],
+                revision
+            }
+        );
+        assert!(t0.elapsed() >= Duration::from_millis(40));
+        // The lease runs out with nobody touching the file: the watch sees both keys go
+        // in one revision, with their last writes, well before its deadline.
+        let t0 = std::time::Instant::now();
+        let Watched::Changes { changes, .. } = s
+            .watch("/x/", revision, Boot::now().plus(Duration::from_secs(5)))
+            .expect("watch")
+        else {
+            panic!("gap");
+        };
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        assert!(changes
+            .iter()
+            .all(|c| c.deleted && c.revision == changes[0].revision));
+        assert_eq!((changes[0].prev, changes[1].prev), (r1, r2));
+        assert!(matches!(
+            s.watch("/x/", 1000, soon()),
+            Ok(Watched::Gap { .. })
+        ));
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path.with_extension("lock"));
     }
 }

@@ -4,7 +4,10 @@
 
 use super::memory::Durable;
 use super::record::{prefix, term, Leader, LeaderRecord, Member, Policy};
-use super::rule::{decide, kill_grace, Decision, Fails, Memory, Trials, View};
+use super::rule::{
+    decide, give_up_from, kill_grace, lead_from_after_acquire, stop_renewing, validity, Decision,
+    Fails, Memory, Trials, View,
+};
 use super::store::{Cond, Identity, Kv, LeaseId, Store, StoreError};
 use crate::time::{Boot, Human};
 use serde_json::{json, Value};
@@ -26,6 +29,9 @@ pub struct Snapshot {
     pub releasing: Option<String>,
     /// The least term the leader record stands for (0: none said, an older record).
     pub min_term: u64,
+    /// The term whose holder released it cleanly (`released`, written with the
+    /// deletion of `leader` once its leader-only runs had exited), if any.
+    pub released: Option<u64>,
 }
 
 impl Snapshot {
@@ -35,6 +41,11 @@ impl Snapshot {
         let (_, revision, _) = self.leader.as_ref()?;
         Some(term(*revision, self.min_term))
     }
+}
+
+/// The `released` mark of a clean release of `term` by `node`.
+fn released_mark(node: &str, term: u64) -> String {
+    json!({"node": node, "term": term}).to_string()
 }
 
 /// Reads every key of `lease`. Undecodable values are skipped and said.
@@ -73,6 +84,11 @@ pub fn read(store: &mut dyn Store, lease: &str) -> Result<(Snapshot, Identity), 
             }
         } else if name == "releasing" {
             s.releasing = Some(value.trim().to_string());
+        } else if name == "released" {
+            match serde_json::from_str::<Value>(&value) {
+                Ok(v) => s.released = v["term"].as_u64(),
+                Err(e) => bad(e),
+            }
         } else if name == "policy" {
             match serde_json::from_str(&value) {
                 Ok(pol) => (s.policy, s.policy_revision) = (pol, mod_revision),
@@ -313,6 +329,20 @@ pub struct Node {
     /// Where that is kept (`None`: not kept, as in unit tests), and when last written.
     durable_path: Option<PathBuf>,
     durable_saved: Option<Boot>,
+    /// The mod revision of `leader` at the last look (0: empty).
+    seen_leader: u64,
+    /// The end of the latest grant sent to supd (answered or not): what a run may last
+    /// until, with the kill grace.
+    sent_until: Option<Boot>,
+    /// The term of `leader` bound to this node's store lease at the last look.
+    held: Option<u64>,
+    /// After taking an empty key: the term seen last before, and when it was taken.
+    acquired: Option<(Option<u64>, Boot)>,
+    /// A store lease this node stopped renewing (its keepalives went unanswered), the
+    /// term it held with it, and from when it is given up (revoked, its key deleted).
+    abandoned: Option<(LeaseId, Option<u64>, Boot)>,
+    /// What the watch of the lease's keys saw (when sup-lease runs one).
+    pub seen: Option<std::sync::Arc<std::sync::Mutex<super::watch::Seen>>>,
 }
 
 impl Node {
@@ -344,6 +374,12 @@ impl Node {
             durable: Durable::default(),
             durable_path: None,
             durable_saved: None,
+            seen_leader: 0,
+            sent_until: None,
+            held: None,
+            acquired: None,
+            abandoned: None,
+            seen: None,
         }
     }
 
@@ -508,7 +544,26 @@ impl Node {
     fn renew(&mut self, me: &Member) -> Result<(), StoreError> {
         if let Some(id) = self.my_lease {
             let sent = Boot::now();
-            if self.store.keepalive(id)? {
+            let alive = match self.store.keepalive(id) {
+                Ok(alive) => alive,
+                Err(e) => {
+                    if stop_renewing(self.last_renewal, Boot::now(), self.ttl) {
+                        let from = give_up_from(self.sent_until, Boot::now(), self.ttl);
+                        log::warn!(
+                            "{}: {} reads no answer to its keepalives for T/2: it stops renewing store lease {id} and gives it up in {}",
+                            self.lease,
+                            self.name,
+                            Human(from.since(Boot::now()))
+                        );
+                        self.abandoned = Some((id, self.held, from));
+                        self.my_lease = None;
+                        self.last_renewal = None;
+                        self.held = None;
+                    }
+                    return Err(e);
+                }
+            };
+            if alive {
                 self.last_renewal = Some(sent);
             } else {
                 log::warn!(
@@ -538,6 +593,7 @@ impl Node {
     /// One tick. The clock is read where it matters: before a keepalive is sent, and
     /// after the last store call that a decision rests on.
     pub fn tick(&mut self) {
+        self.give_up_abandoned();
         let (me, answered) = self.candidacy();
         let (me, withheld) = self.trials.offer(me, answered);
         let withheld = withheld.then(|| me.version.clone().unwrap_or_default());
@@ -578,6 +634,16 @@ impl Node {
             }
         };
         let snap = self.look_at_store(snap, seen);
+        self.seen_leader = snap.leader.as_ref().map_or(0, |(_, r, _)| *r);
+        self.held = snap
+            .leader
+            .as_ref()
+            .filter(|(l, _, id)| l.node == self.name && Some(*id) == self.my_lease)
+            .map(|(_, r, _)| *r);
+        if !answered && self.held.is_some() {
+            self.supd_silent();
+            return;
+        }
         let holds = snap
             .leader
             .as_ref()
@@ -615,20 +681,32 @@ impl Node {
                     .put(&self.key("leader"), &value, mine, Some(Cond::Absent))
                 {
                     Ok(Some(rev)) => {
+                        let now = Boot::now();
+                        let before = self.memory.last_term;
+                        self.acquired = Some((before, now));
+                        let from = lead_from_after_acquire(
+                            before,
+                            snap.released,
+                            self.ended(),
+                            now,
+                            self.ttl,
+                        );
+                        let when = if from <= now {
+                            "its last holder is gone: it leads at once".to_string()
+                        } else {
+                            format!("it leads in {}", Human(from.since(now)))
+                        };
                         log::info!(
-                            "{}: {} takes the empty leader key (term {}); it leads in T",
+                            "{}: {} takes the empty leader key (term {}); {}",
                             self.lease,
                             self.name,
-                            term(rev, min_term)
+                            term(rev, min_term),
+                            when
                         );
-                        // T from now, as after a takeover: an empty key does not prove
-                        // that the last holder's grant is over. etcd may revoke a lease
-                        // early (an old etcd leader that stalled, on resuming, revokes
-                        // the leases it counted out meanwhile, though they were kept
-                        // alive through the new one), and the holder's last grant rests
-                        // on a keepalive sent before the revoke: it ends, with its kill
-                        // grace, within 3T/4 of it.
-                        self.memory.lead_from = Some(Boot::now().plus(self.ttl));
+                        // See `lead_from_after_acquire`: at once after a clean release
+                        // of the term this node last saw, or after its holder's store
+                        // lease expired; otherwise T (looked at again while it waits).
+                        self.memory.lead_from = Some(from);
                         self.tick_again(me);
                     }
                     Ok(None) => self.note("another node took the leader key first".into()),
@@ -679,6 +757,17 @@ impl Node {
                     self.durable.term = term;
                     self.save_memory();
                 }
+                // A `released` mark goes before this node's first grant: a candidate
+                // that saw the released term and missed this one must not lead at once
+                // by it if this node's key vanishes.
+                if snap.released.is_some() {
+                    if let Err(e) = self.store.delete(&self.key("released"), Cond::Lease(0)) {
+                        self.note(format!(
+                            "store: {e}; not leading before the released mark is gone"
+                        ));
+                        return;
+                    }
+                }
                 let req =
                     grant_request(&self.lease, &self.name, term, until, self.ttl, Boot::now());
                 let Some(req) = req else {
@@ -687,6 +776,7 @@ impl Node {
                     self.note("the grant ran out before it could be sent".into());
                     return;
                 };
+                self.sent_until = self.sent_until.max(Some(until));
                 match self.supd.call(req, self.ttl / 3) {
                     Ok(_) => {
                         if self.leading != Some(term) {
@@ -732,6 +822,9 @@ impl Node {
                         }
                     }
                 }
+                if self.releasing.is_some() {
+                    self.send_stopping(self.last_renewal);
+                }
                 self.finish_release();
             }
             Decision::Fence(why) => {
@@ -756,6 +849,28 @@ impl Node {
         }
     }
 
+    /// While it steps down, the holder keeps its store lease and key renewed until the
+    /// leader-only services exited; each renewal (`renewed`, when its keepalive was
+    /// sent) is also sent to supd as a `stopping` grant, which moves the guards' end so
+    /// that a slow stop is not cut at the last grant's end, and raises `sent_until` (the
+    /// key is given up only after it, with the kill grace, when supd falls silent).
+    fn send_stopping(&mut self, renewed: Option<Boot>) {
+        let Some(until) = renewed.map(|r| r.plus(validity(self.ttl))) else {
+            return;
+        };
+        let term = self.leading.or(self.held).unwrap_or(self.seen_leader);
+        let Some(mut req) =
+            grant_request(&self.lease, &self.name, term, until, self.ttl, Boot::now())
+        else {
+            return;
+        };
+        req["stopping"] = json!(true);
+        self.sent_until = self.sent_until.max(Some(until));
+        if let Err(e) = self.supd.call(req, self.ttl / 3) {
+            self.note(format!("stopping grant: {e}"));
+        }
+    }
+
     /// Says (or unsays) in the store that this holder is stepping down.
     fn mark_releasing(&mut self, on: bool) {
         let mine = self.my_lease.unwrap_or(0);
@@ -770,8 +885,9 @@ impl Node {
         }
     }
 
-    /// Gives the key up once supd said the services exited.
-    fn finish_release(&mut self) {
+    /// Gives the key up once supd said the services exited (sup-lease calls it as soon
+    /// as the answer can be read, besides each tick).
+    pub fn finish_release(&mut self) {
         let Some(r) = self.releasing.as_mut() else {
             return;
         };
@@ -779,9 +895,8 @@ impl Node {
             None => self.note("stepping down: waiting for the leader-only services to exit".into()),
             Some(Ok(())) => {
                 self.releasing = None;
-                self.leading = None;
-                let mine = self.my_lease.unwrap_or(0);
-                let deleted = self.store.delete(&self.key("leader"), Cond::Lease(mine));
+                let term = self.leading.take().unwrap_or(self.seen_leader);
+                let deleted = self.give_up(term);
                 self.mark_releasing(false);
                 match deleted {
                     Ok(_) => log::info!(
@@ -797,6 +912,108 @@ impl Node {
                 self.note(format!("release: {e}; trying again"));
             }
         }
+    }
+
+    /// A holder whose supd does not answer sends no grant; once the last one it sent,
+    /// with its kill grace, is over (the guard has killed what was left, whatever supd
+    /// does), it gives the key up, marked released so that a successor leads at once.
+    /// It leads again only once supd answers (a candidacy it cannot read is not
+    /// eligible).
+    fn supd_silent(&mut self) {
+        let from = give_up_from(self.sent_until, Boot::now(), self.ttl);
+        let now = Boot::now();
+        if now < from {
+            self.note(format!(
+                "supd does not answer: the key is given up in {} unless it does",
+                Human(from.since(now))
+            ));
+            return;
+        }
+        let term = self.held.unwrap_or(self.seen_leader);
+        match self.give_up(term) {
+            Ok(_) => {
+                log::warn!(
+                    "{}: {} gives the key up: its supd takes no grant, and the last one is over",
+                    self.lease,
+                    self.name
+                );
+                self.leading = None;
+                self.held = None;
+                if self.releasing.take().is_some() {
+                    self.mark_releasing(false);
+                }
+            }
+            Err(e) => self.note(format!("store: {e}")),
+        }
+    }
+
+    /// Gives up a store lease this node stopped renewing, once the last grant it sent
+    /// and its kill grace are over: its key deleted (marked released: the runs are gone)
+    /// and the lease revoked. Both may well arrive though their answers do not (a
+    /// one-way partition): a successor leads at once. Tried at each tick until the
+    /// store answers, or until the lease has surely run out by itself (T more).
+    fn give_up_abandoned(&mut self) {
+        let Some((id, term, from)) = self.abandoned else {
+            return;
+        };
+        let now = Boot::now();
+        if now < from {
+            return;
+        }
+        let mut done = true;
+        if let Some(term) = term {
+            done &= self
+                .store
+                .delete_marking(
+                    &self.key("leader"),
+                    Cond::Lease(id),
+                    &self.key("released"),
+                    &released_mark(&self.name, term),
+                )
+                .is_ok();
+        }
+        done &= self.store.revoke(id).is_ok();
+        if done || now >= from.plus(self.ttl) {
+            log::info!(
+                "{}: {} gave store lease {id} up{}",
+                self.lease,
+                self.name,
+                if done {
+                    ""
+                } else {
+                    " (no answer: it has run out by now)"
+                }
+            );
+            self.abandoned = None;
+        }
+    }
+
+    /// The last end of a holder's store lease the watch saw: its term, and when its
+    /// holder's last write was seen.
+    fn ended(&self) -> Option<(u64, Boot)> {
+        let seen = self.seen.as_ref()?;
+        seen.lock().unwrap_or_else(|e| e.into_inner()).ended
+    }
+
+    /// The connection of a step-down under way, whose answer (the services exited)
+    /// sup-lease waits on beside its tick: the key is given up as soon as it comes.
+    pub fn release_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.releasing
+            .as_ref()
+            .map(|r| std::os::fd::AsFd::as_fd(&r.conn))
+    }
+
+    /// Deletes `leader` (if it is still bound to this node's store lease) after a clean
+    /// release of `term`: the leader-only runs have exited, which the `released` mark
+    /// says in the same transaction, so that a successor leads at once.
+    fn give_up(&mut self, term: u64) -> Result<bool, StoreError> {
+        let mine = self.my_lease.unwrap_or(0);
+        self.store.delete_marking(
+            &self.key("leader"),
+            Cond::Lease(mine),
+            &self.key("released"),
+            &released_mark(&self.name, term),
+        )
     }
 
     /// After taking an empty key, lead in the same tick (its owner is proven next tick).
@@ -819,6 +1036,16 @@ impl Node {
                 .unwrap_or(false),
             _ => false,
         };
+        // Taken empty and waiting: evidence that the last holder is gone may have come
+        // since (the watch saw its store lease end a moment after the key was taken).
+        match (self.acquired, self.memory.lead_from) {
+            (Some((before, at)), Some(from)) => {
+                let sooner =
+                    lead_from_after_acquire(before, snap.released, self.ended(), at, self.ttl);
+                self.memory.lead_from = Some(from.min(sooner));
+            }
+            _ => self.acquired = None,
+        }
         let leader = snap.leader.as_ref().map(|(l, r, _)| (l, *r));
         let now = Boot::now();
         let holder_releasing = snap
@@ -861,9 +1088,14 @@ impl Node {
                 self.releasing = Release::start(&self.socket, &self.lease).ok();
             }
             let end = Boot::now().plus(self.ttl * 10);
+            let term = self.leading.unwrap_or(self.seen_leader);
+            let mut exited = false;
             while let Some(r) = self.releasing.as_mut() {
                 match r.poll() {
-                    Some(_) => break,
+                    Some(done) => {
+                        exited = done.is_ok();
+                        break;
+                    }
                     None if Boot::now() >= end => break,
                     None => {
                         let mut fds = [nix::poll::PollFd::new(
@@ -874,12 +1106,30 @@ impl Node {
                             nix::poll::PollTimeout::try_from((self.ttl / 3).as_millis() as i32)
                                 .unwrap_or(nix::poll::PollTimeout::MAX);
                         let _ = nix::poll::poll(&mut fds, wait);
-                        let _ = self.store.keepalive(mine);
+                        let sent = Boot::now();
+                        if matches!(self.store.keepalive(mine), Ok(true)) {
+                            self.send_stopping(Some(sent));
+                        }
                     }
                 }
             }
             self.releasing = None;
-            let _ = self.store.delete(&self.key("leader"), Cond::Lease(mine));
+            if exited {
+                let _ = self.give_up(term);
+            } else {
+                // Still stopping after 10 T: the guards end what is left at the last
+                // stopping grant's end and kill grace; the key is kept (renewed) until
+                // then, so that no successor runs beside it.
+                let until = give_up_from(self.sent_until, Boot::now(), self.ttl);
+                while Boot::now() < until {
+                    let left = until.since(Boot::now()).min(self.ttl / 3);
+                    let wait = nix::poll::PollTimeout::try_from(left.as_millis() as i32)
+                        .unwrap_or(nix::poll::PollTimeout::MAX);
+                    let _ = nix::poll::poll(&mut [], wait); // waits out the guards' end
+                    let _ = self.store.keepalive(mine);
+                }
+                let _ = self.store.delete(&self.key("leader"), Cond::Lease(mine));
+            }
             self.mark_releasing(false);
         }
         let _ = self.store.revoke(mine);

@@ -69,6 +69,65 @@ pub struct Memory {
     pub bad_holder: Option<(String, u64, Boot)>,
     /// After a takeover, this node leads only from then on.
     pub lead_from: Option<Boot>,
+    /// The term of the last leader this node saw (kept while `leader` is empty), to
+    /// match a `released` mark against.
+    pub last_term: Option<u64>,
+}
+
+/// From when a node that took an empty `leader` at `acquired` leads, `last_term` being
+/// the term it saw last before. An empty key alone does not prove that the last
+/// holder's runs are gone: the key may have gone by a revoke while the holder ran (a
+/// takeover's, an operator's, or a store revoking a lease early: an old etcd leader that
+/// stalled, on resuming, revokes the leases it counted out meanwhile, though they were
+/// kept alive through the new one), and the holder's last grant rests on a keepalive
+/// sent before the key went; it ends, with its kill grace, within 3T/4 of that send, so
+/// T after the key went is safe. It leads sooner when that term is known to be over:
+/// - at once when it was `released`: that mark is written in the transaction that
+///   deletes `leader`, after the holder's supd answered that its leader-only runs had
+///   exited (or after the holder's last grant and kill grace were over);
+/// - from U + T when the watch saw the key vanish with its holder's store lease and the
+///   holder's last write before it at U (`ended`, see [`super::watch`]): the grant rests
+///   on a keepalive sent before that write, and ends with its kill grace by U + 3T/4;
+///   after an expiry that is at once, since the store lease ended T after that
+///   keepalive's arrival.
+///
+/// Evidence that comes after the key was taken (the watch saw the end a moment later)
+/// still counts: the node looks again while it waits.
+pub fn lead_from_after_acquire(
+    last_term: Option<u64>,
+    released: Option<u64>,
+    ended: Option<(u64, Boot)>,
+    acquired: Boot,
+    ttl: Duration,
+) -> Boot {
+    let late = acquired.plus(ttl);
+    let Some(seen) = last_term else {
+        return late;
+    };
+    if released == Some(seen) {
+        return acquired;
+    }
+    match ended {
+        Some((term, at)) if term == seen => at.plus(ttl).max(acquired).min(late),
+        _ => late,
+    }
+}
+
+/// Whether a node whose keepalive got no answer stops renewing that store lease: once
+/// its grant can no longer be renewed (T/2 after the last keepalive it read an answer
+/// to). A keepalive whose answer is lost may still arrive (a one-way partition): renewed
+/// on, the store lease and the leader key bound to it would live for as long as the
+/// partition, with nobody leading. A shorter silence (an etcd election) costs nothing.
+pub fn stop_renewing(last_renewal: Option<Boot>, now: Boot, ttl: Duration) -> bool {
+    last_renewal.is_none_or(|r| now >= r.plus(validity(ttl)))
+}
+
+/// When a holder that can no longer grant (its store or its supd does not answer) may
+/// give its key up: once the last grant it sent (`sent_until`, its end), with the kill
+/// grace, is over; by then the guard beside each leader-only run has killed what was
+/// left, whatever supd does. At once when it sent none.
+pub fn give_up_from(sent_until: Option<Boot>, now: Boot, ttl: Duration) -> Boot {
+    sent_until.map_or(now, |u| u.plus(kill_grace(ttl)))
 }
 
 /// What the node sees this tick.
@@ -249,7 +308,8 @@ fn decide_weighed(v: &View, mem: &Memory) -> (Decision, Memory) {
         })
     };
     match v.leader {
-        Some((l, _)) if l.node == v.me => {
+        Some((l, revision)) if l.node == v.me => {
+            mem.last_term = Some(revision);
             mem.empty_since = None;
             mem.bad_holder = None;
             let until = v.last_renewal.map(|r| r.plus(validity(t)));
@@ -295,6 +355,7 @@ fn decide_weighed(v: &View, mem: &Memory) -> (Decision, Memory) {
             (Decision::Lead { until, raise_floor }, mem)
         }
         Some((l, revision)) => {
+            mem.last_term = Some(revision);
             mem.empty_since = None;
             mem.lead_from = None;
             let holder = v.members.iter().find(|m| m.node == l.node);

@@ -2,6 +2,7 @@
 //! keys bound to them, revisions, and conditional writes. etcd has them all; the file
 //! store imitates them for one host.
 
+use crate::time::Boot;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -49,6 +50,25 @@ impl fmt::Display for StoreError {
     }
 }
 
+/// A change a watch saw: `key` written at `revision`, or deleted at `revision` after
+/// its last write at `prev` (0: not known).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub key: String,
+    pub revision: u64,
+    pub deleted: bool,
+    pub prev: u64,
+}
+
+/// What a watch saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Watched {
+    /// Every change after the revision asked for, up to `revision` (to watch on from).
+    Changes { changes: Vec<Change>, revision: u64 },
+    /// Changes may have been missed; the store's revision now.
+    Gap { revision: u64 },
+}
+
 /// The operations.
 pub trait Store {
     /// A new lease that ends `ttl` after its last renewal.
@@ -84,6 +104,22 @@ pub trait Store {
     fn delete(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;
     /// Whether `cond` holds now (a transaction, not a cached read).
     fn check(&mut self, key: &str, cond: Cond) -> Result<bool, StoreError>;
+    /// Deletes `key` if `cond` holds and, in the same transaction, writes `marker`
+    /// (bound to no lease) with `value`; whether it did. A holder's clean release says
+    /// so with it, at the very moment its key goes.
+    fn delete_marking(
+        &mut self,
+        key: &str,
+        cond: Cond,
+        marker: &str,
+        value: &str,
+    ) -> Result<bool, StoreError>;
+    /// The changes under `prefix` after store revision `after`, in order, waiting for
+    /// one until `deadline` (CLOCK_BOOTTIME; never blocks past it by more than a call's
+    /// timeout): none at the deadline. A history that no longer reaches back to `after`
+    /// (or `after` 0, for a store that has no revision 0) is a [`Watched::Gap`]: read
+    /// the keys again and watch on from there.
+    fn watch(&mut self, prefix: &str, after: u64, deadline: Boot) -> Result<Watched, StoreError>;
     /// The store's identity and its revision now.
     fn identity(&mut self) -> Result<Identity, StoreError>;
     /// Every key under `prefix` and the store's identity, in one request where the

@@ -13,6 +13,7 @@ pub mod freezer;
 pub mod locking;
 pub mod oldkernel;
 pub mod preload;
+pub mod proxy;
 pub mod scenarios;
 pub mod talk;
 

@@ -1200,3 +1200,61 @@ fn empty_key(me: &str, members: &[Member], p: &Policy) -> Decision {
     )
     .0
 }
+
+// Issue 22 -------------------------------------------------------------------------
+
+#[test]
+fn i22_a_successor_leads_at_once_after_a_clean_release_or_an_expiry_and_waits_t_otherwise() {
+    let at = |ms: u64| Boot(ms * 1_000_000);
+    let took = at(10_000);
+    let from = |seen, released, ended| lead_from_after_acquire(seen, released, ended, took, T);
+    // Released: the mark names the term this node last saw.
+    assert_eq!(from(Some(7), Some(7), None), took);
+    // A mark of an older term (this node saw a later holder, whose key just vanished):
+    // nothing is proven about the later one.
+    assert_eq!(from(Some(9), Some(7), None), took.plus(T));
+    // Never saw a holder (just started): T.
+    assert_eq!(from(None, Some(7), None), took.plus(T));
+    // The store lease of term 9 ended, its holder's last write seen T ago (an expiry):
+    // at once; seen T/4 ago (a revoke soon after a renewal): 3T/4 more.
+    let ended = |ms| Some((9, at(ms)));
+    assert_eq!(from(Some(9), None, ended(10_000 - 900)), took);
+    assert_eq!(from(Some(9), None, ended(10_000 - 2_000)), took);
+    assert_eq!(
+        from(Some(9), None, ended(10_000 - 225)),
+        took.plus(T * 3 / 4)
+    );
+    // An end of another term than the one last seen: T.
+    assert_eq!(from(Some(11), None, ended(1_000)), took.plus(T));
+    // The rule remembers the last term it saw, and keeps it while the key is empty.
+    let members = [m("a", "0.6.2", true), m("b", "0.6.2", true)];
+    let p = pol(Strategy::Newest, None, None);
+    let la = Leader {
+        node: "a".into(),
+        version: Some("0.6.2".into()),
+        epoch: 0,
+    };
+    let (_, mem) = decide(
+        &view("b", &members, Some((&la, 9)), &p, took, false),
+        &Memory::default(),
+    );
+    assert_eq!(mem.last_term, Some(9));
+    let (d, mem) = decide(&view("b", &members, None, &p, took, false), &mem);
+    assert_eq!((d, mem.last_term), (Decision::Acquire, Some(9)));
+}
+
+#[test]
+fn i22_a_silent_store_or_supd_ends_renewals_then_the_key_after_the_last_grant() {
+    let at = |ms: u64| Boot(ms * 1_000_000);
+    // T = 900 ms: keepalives unanswered since 1 s go on until 1.45 s (T/2), then stop.
+    assert!(!stop_renewing(Some(at(1_000)), at(1_400), T));
+    assert!(stop_renewing(Some(at(1_000)), at(1_450), T));
+    assert!(stop_renewing(None, at(0), T));
+    // The key goes once the last grant sent (to 1.45 s) and its kill grace are over.
+    assert_eq!(give_up_from(Some(at(1_450)), at(1_500), T), at(1_450 + 225));
+    assert_eq!(
+        give_up_from(None, at(1_500), T),
+        at(1_500),
+        "none sent: at once"
+    );
+}
