@@ -469,12 +469,10 @@ fn several_endpoints_a_dead_and_a_hung_one_first_still_lead_within_a_tick_or_two
     let ttl = common::parse_ttl(TTL);
     let logs = c.logs();
     assert!(!logs.contains("store: "), "a tick failed:\n{logs}");
-    // Both were tried, and left for the next within the call, once.
-    assert_eq!(
-        logs.matches("asking it first from now on").count(),
-        1,
-        "{logs}"
-    );
+    // Both were tried, and left for the next within the call, once per store
+    // connection: the tick's, and the watch's (a thread with its own connection).
+    let moved = logs.matches("asking it first from now on").count();
+    assert!((1..=2).contains(&moved), "moved {moved} times:\n{logs}");
     assert!(
         logs.contains(&format!("127.0.0.1:{closed}: cannot connect")),
         "{logs}"
