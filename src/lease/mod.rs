@@ -13,4 +13,5 @@ pub mod node;
 pub mod record;
 pub mod rule;
 pub mod store;
+pub mod supd;
 pub mod watch;
