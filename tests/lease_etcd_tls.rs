@@ -4,12 +4,13 @@
 //! Each failure an operator can make is said: what, where, and what to do.
 
 mod common;
+use common::certs;
 use common::cluster::{Cluster, Options, SUP_LEASE};
 use common::etcd::Etcd;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,19 +35,6 @@ fn have_openssl() -> bool {
     ok
 }
 
-fn run(args: &[&str], dir: &Path) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .current_dir(dir)
-        .output()
-        .expect("run a command");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A CA; etcd's certificate for 127.0.0.1 (server and client auth: its gateway dials
 /// etcd with it); a client certificate for this node. All EC P-256, in `dir`.
 struct Certs {
@@ -56,76 +44,20 @@ struct Certs {
 impl Certs {
     fn make(dir: PathBuf) -> Certs {
         std::fs::create_dir_all(&dir).expect("certs dir");
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        let mut ca = vec!["openssl", "req", "-x509"];
-        ca.extend(ec);
-        ca.extend([
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=sup etcd test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ]);
-        run(&ca, &dir);
-        for (name, cn, ext) in [
-            (
-                "server",
-                "/CN=127.0.0.1",
-                "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\n\
-                 extendedKeyUsage=serverAuth,clientAuth\n",
-            ),
-            (
-                "client",
-                "/CN=node",
-                "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
-            ),
-        ] {
-            let mut req = vec!["openssl", "req"];
-            req.extend(ec);
-            let (key, csr, pem, cnf) = (
-                format!("{name}.key"),
-                format!("{name}.csr"),
-                format!("{name}.pem"),
-                format!("{name}.cnf"),
-            );
-            req.extend(["-keyout", &key, "-out", &csr, "-subj", cn]);
-            run(&req, &dir);
-            std::fs::write(dir.join(&cnf), ext).expect("write an extension file");
-            run(
-                &[
-                    "openssl",
-                    "x509",
-                    "-req",
-                    "-in",
-                    &csr,
-                    "-CA",
-                    "ca.pem",
-                    "-CAkey",
-                    "ca.key",
-                    "-CAcreateserial",
-                    "-out",
-                    &pem,
-                    "-days",
-                    "2",
-                    "-extfile",
-                    &cnf,
-                ],
-                &dir,
-            );
-        }
+        certs::make_ca(&dir, "/CN=sup etcd test CA");
+        certs::sign(
+            &dir,
+            "server",
+            "/CN=127.0.0.1",
+            "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\n\
+             extendedKeyUsage=serverAuth,clientAuth\n",
+        );
+        certs::sign(
+            &dir,
+            "client",
+            "/CN=node",
+            "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+        );
         Certs { dir }
     }
 

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod certs;
 pub mod clock;
 pub mod cluster;
 pub mod etcd;
