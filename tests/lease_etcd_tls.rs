@@ -139,14 +139,21 @@ fn one_node(store: String, args: Vec<String>) -> Cluster {
     )
 }
 
-#[test]
-fn a_node_leads_through_https_with_mutual_tls() {
+/// etcd serving https with mutual TLS, its certificates made in a sandbox of the test's;
+/// `None` (said) without openssl or etcd.
+fn tls_etcd() -> Option<(common::Sandbox, Certs, Etcd)> {
     if !have_openssl() {
-        return;
+        return None;
     }
     let dir = common::Sandbox::new();
     let certs = Certs::make(dir.path("certs"));
-    let Some(e) = Etcd::start_with("https", &certs.etcd_args()) else {
+    let e = Etcd::start_with("https", &certs.etcd_args())?;
+    Some((dir, certs, e))
+}
+
+#[test]
+fn a_node_leads_through_https_with_mutual_tls() {
+    let Some((_dir, certs, e)) = tls_etcd() else {
         return;
     };
     let c = one_node(e.store(), certs.mutual());
@@ -162,12 +169,7 @@ fn a_node_leads_through_https_with_mutual_tls() {
 
 #[test]
 fn a_tls_etcd_refuses_a_node_without_its_client_certificate_and_says_why() {
-    if !have_openssl() {
-        return;
-    }
-    let dir = common::Sandbox::new();
-    let certs = Certs::make(dir.path("certs"));
-    let Some(e) = Etcd::start_with("https", &certs.etcd_args()) else {
+    let Some((dir, certs, e)) = tls_etcd() else {
         return;
     };
     let store = e.store();
