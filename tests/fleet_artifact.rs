@@ -3,6 +3,8 @@
 //! CA made here by openssl, and file:// URLs; archives are built here with the tar and
 //! flate2 crates, malicious ones by writing the tar headers by hand.
 
+mod common;
+use common::certs;
 use flate2::write::GzEncoder;
 use sha2::{Digest, Sha256};
 use std::fs;
@@ -618,81 +620,14 @@ fn have(cmd: &str) -> bool {
         .is_ok()
 }
 
-fn run(args: &[&str], dir: &Path) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .current_dir(dir)
-        .output()
-        .expect("run a command");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Makes ca.pem, srv.pem and srv.key in `dir`.
 fn make_certs(dir: &Path) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["openssl", "req", "-x509"];
-    ca.extend(ec);
-    ca.extend([
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=sup test CA",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-    run(&ca, dir);
-    let mut req = vec!["openssl", "req"];
-    req.extend(ec);
-    req.extend([
-        "-keyout",
-        "srv.key",
-        "-out",
-        "srv.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    run(&req, dir);
-    fs::write(
-        dir.join("ext.cnf"),
-        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    )
-    .expect("write ext.cnf");
-    run(
-        &[
-            "openssl",
-            "x509",
-            "-req",
-            "-in",
-            "srv.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "srv.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ],
+    certs::make_ca(dir, "/CN=sup test CA");
+    certs::sign(
         dir,
+        "srv",
+        "/CN=127.0.0.1",
+        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
     );
 }
 

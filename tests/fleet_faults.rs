@@ -9,7 +9,7 @@ use common::fleet::{self, all_committed, artifact, row, ArtifactServer, Roll};
 use common::*;
 use nix::sys::signal::Signal;
 use serde_json::json;
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -56,35 +56,31 @@ fn fetches(c: &Cluster, node: &str) -> Vec<i32> {
         .collect()
 }
 
-/// An HTTP server on loopback that sends the start of a big body and then nothing, until
-/// dropped: a download that never ends.
-struct Stall {
+/// An HTTP server on loopback whose every connection (its request read) is handed to
+/// `serve`, until dropped.
+struct Server {
     port: u16,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Stall {
-    fn start() -> Stall {
+impl Server {
+    fn start(mut serve: impl FnMut(TcpStream, &Arc<AtomicBool>) + Send + 'static) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         listener.set_nonblocking(true).expect("nonblocking");
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::spawn(move || {
-            let mut held = Vec::new();
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((mut conn, _)) => {
-                        use std::io::{Read, Write};
+                        use std::io::Read;
                         let _ = conn.set_nonblocking(false);
                         let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
                         let mut buf = [0u8; 4096];
                         let _ = conn.read(&mut buf);
-                        let _ = conn.write_all(
-                            b"HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n0123456789",
-                        );
-                        held.push(conn);
+                        serve(conn, &s);
                     }
                     Err(_) => {
                         use std::os::fd::AsFd;
@@ -97,21 +93,46 @@ impl Stall {
                 }
             }
         });
-        Stall {
+        Server {
             port,
             stop,
             thread: Some(thread),
         }
     }
-}
 
-impl Drop for Stall {
-    fn drop(&mut self) {
+    /// Stops accepting and waits for the server's thread (and what `serve` holds).
+    fn stop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// An HTTP server on loopback that sends the start of a big body and then nothing, until
+/// dropped: a download that never ends.
+fn stall() -> Server {
+    let mut held = Vec::new();
+    Server::start(move |mut conn, _| {
+        use std::io::Write;
+        let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n0123456789");
+        held.push(conn);
+    })
+}
+
+/// Ends `name`'s sup-lease and supd with SIGKILL, and takes it out of the cluster the test
+/// looks at for good (its sandbox ends what is left).
+fn kill_node(c: &mut Cluster, name: &str) {
+    let i = c.nodes.iter().position(|n| n.name == name).expect("node");
+    c.nodes[i].end_lease(Signal::SIGKILL);
+    c.nodes[i].sb.stop_supd(Signal::SIGKILL);
+    drop(c.nodes.remove(i));
 }
 
 /// What a node's supd says of the agent.
@@ -155,10 +176,7 @@ fn attempts(c: &Cluster, node: &str, version: &str) -> u64 {
 fn an_installed_version_is_not_fetched_again() {
     let mut c = nodes(1, "1s");
     // This test runs the fetch by hand: the node's own sup-lease is stopped.
-    c.nodes[0].signal_lease(Signal::SIGTERM);
-    if let Some(mut l) = c.nodes[0].lease.take() {
-        let _ = l.wait();
-    }
+    c.nodes[0].end_lease(Signal::SIGTERM);
     let art = Sandbox::new();
     let srv = ArtifactServer::start(&art.dir);
     let (name, sha) = artifact(&art.dir, "2.0.0", "exec /bin/sleep 3600");
@@ -189,7 +207,7 @@ fn an_installed_version_is_not_fetched_again() {
 #[test]
 fn a_fetch_does_not_outlive_its_sup_lease_killed_mid_download() {
     let mut c = nodes(1, "1s");
-    let stall = Stall::start();
+    let stall = stall();
     let url = format!("http://127.0.0.1:{}/agent-2.0.0.tar.gz", stall.port);
     fleet::set(&c, "2.0.0", &url, &"ab".repeat(32), &[]);
     let end = Instant::now() + DEADLINE;
@@ -197,10 +215,7 @@ fn a_fetch_does_not_outlive_its_sup_lease_killed_mid_download() {
         assert!(Instant::now() < end, "no fetch started\n{}", c.logs());
         std::thread::sleep(Duration::from_millis(10));
     }
-    c.nodes[0].signal_lease(Signal::SIGKILL);
-    if let Some(mut l) = c.nodes[0].lease.take() {
-        let _ = l.wait();
-    }
+    c.nodes[0].end_lease(Signal::SIGKILL);
     let end = Instant::now() + DEADLINE;
     loop {
         let left = fetches(&c, "n1");
@@ -269,10 +284,7 @@ fn a_rollback_seen_only_after_a_restart_still_halts_the_roll() {
     wait_local(&c, &canary, "the canary rolls back", |v| {
         v["phase"] == "rolled-back"
     });
-    c.nodes[i].signal_lease(Signal::SIGKILL);
-    if let Some(mut l) = c.nodes[i].lease.take() {
-        let _ = l.wait();
-    }
+    c.nodes[i].end_lease(Signal::SIGKILL);
     c.start_lease(i);
     let s = roll.until(&c, 1, DEADLINE, "the roll halts", |s, _| {
         s["state"] == "halted"
@@ -448,14 +460,8 @@ fn forgetting_a_dead_node_in_probation_lets_the_roll_go_on() {
     let out = fleet::fleet(&c, &["forget", "agent", &canary]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("is live"));
-    let i = c.nodes.iter().position(|n| n.name == canary).expect("node");
-    c.nodes[i].signal_lease(Signal::SIGKILL);
-    if let Some(mut l) = c.nodes[i].lease.take() {
-        let _ = l.wait();
-    }
-    c.nodes[i].sb.stop_supd(Signal::SIGKILL);
     // Gone for good: out of the cluster the test looks at (its sandbox ends what is left).
-    drop(c.nodes.remove(i));
+    kill_node(&mut c, &canary);
     roll.until(&c, 1, DEADLINE, "the canary is gone", |s, _| {
         row(s, &canary)["state"] == "unreachable"
     });
@@ -475,10 +481,7 @@ fn a_rollback_unreported_before_a_forget_is_reported_not_forced_again() {
     let mut c = nodes(1, "6s");
     let _published = fleet::publish_and_set(&c, "3.0.0", "/bin/sleep 1; exit 3");
     wait_local(&c, "n1", "n1 in probation", |v| v["phase"] == "probation");
-    c.nodes[0].signal_lease(Signal::SIGKILL);
-    if let Some(mut l) = c.nodes[0].lease.take() {
-        let _ = l.wait();
-    }
+    c.nodes[0].end_lease(Signal::SIGKILL);
     wait_local(&c, "n1", "n1 rolls back", |v| v["phase"] == "rolled-back");
     // Forgotten once its store lease is gone (a live node's forget is refused).
     Roll::new().until(&c, 1, DEADLINE, "n1 unreachable", |s, _| {
@@ -562,13 +565,7 @@ fn a_node_gone_in_probation_is_said_with_the_command_that_forgets_it() {
     roll.until(&c, 1, DEADLINE, "the canary says its probation", |s, _| {
         row(s, &canary)["probation_left_ms"].is_u64()
     });
-    let i = c.nodes.iter().position(|n| n.name == canary).expect("node");
-    c.nodes[i].signal_lease(Signal::SIGKILL);
-    if let Some(mut l) = c.nodes[i].lease.take() {
-        let _ = l.wait();
-    }
-    c.nodes[i].sb.stop_supd(Signal::SIGKILL);
-    drop(c.nodes.remove(i));
+    kill_node(&mut c, &canary);
     let s = roll.until(&c, 1, DEADLINE, "the canary is unreachable", |s, _| {
         row(s, &canary)["state"] == "unreachable"
     });
@@ -620,78 +617,52 @@ fn a_node_gone_in_probation_is_said_with_the_command_that_forgets_it() {
 /// An HTTP server on loopback that answers every request with a big Content-Length and
 /// then one byte a second, each connection in a thread of its own, until dropped.
 struct Trickle {
-    port: u16,
+    server: Server,
     hits: Arc<std::sync::atomic::AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    conns: Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>>,
 }
 
 impl Trickle {
     const SIZE: usize = 1_000_000;
 
     fn start() -> Trickle {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        listener.set_nonblocking(true).expect("nonblocking");
-        let stop = Arc::new(AtomicBool::new(false));
         let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (s, h) = (stop.clone(), hits.clone());
-        let thread = std::thread::spawn(move || {
-            let mut conns = Vec::new();
-            while !s.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((mut conn, _)) => {
-                        h.fetch_add(1, Ordering::SeqCst);
-                        let s = s.clone();
-                        conns.push(std::thread::spawn(move || {
-                            use std::io::{Read, Write};
-                            let _ = conn.set_nonblocking(false);
-                            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-                            let mut buf = [0u8; 4096];
-                            let _ = conn.read(&mut buf);
-                            let head = format!(
-                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
-                                Trickle::SIZE
-                            );
-                            if conn.write_all(head.as_bytes()).is_err() {
-                                return;
-                            }
-                            while !s.load(Ordering::SeqCst) {
-                                if conn.write_all(b"x").is_err() {
-                                    return;
-                                }
-                                // The pace of the fault itself: one byte a second.
-                                std::thread::sleep(Duration::from_secs(1));
-                            }
-                        }));
-                    }
-                    Err(_) => {
-                        use std::os::fd::AsFd;
-                        let mut fds = [nix::poll::PollFd::new(
-                            listener.as_fd(),
-                            nix::poll::PollFlags::POLLIN,
-                        )];
-                        let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(100u16));
-                    }
+        let conns: Arc<std::sync::Mutex<Vec<_>>> = Arc::default();
+        let (h, all) = (hits.clone(), conns.clone());
+        let server = Server::start(move |mut conn, stop| {
+            h.fetch_add(1, Ordering::SeqCst);
+            let s = stop.clone();
+            let t = std::thread::spawn(move || {
+                use std::io::Write;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                    Trickle::SIZE
+                );
+                if conn.write_all(head.as_bytes()).is_err() {
+                    return;
                 }
-            }
-            for t in conns {
-                let _ = t.join();
-            }
+                while !s.load(Ordering::SeqCst) {
+                    if conn.write_all(b"x").is_err() {
+                        return;
+                    }
+                    // The pace of the fault itself: one byte a second.
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            });
+            all.lock().expect("conns").push(t);
         });
         Trickle {
-            port,
+            server,
             hits,
-            stop,
-            thread: Some(thread),
+            conns,
         }
     }
 }
 
 impl Drop for Trickle {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
+        self.server.stop();
+        for t in self.conns.lock().expect("conns").drain(..) {
             let _ = t.join();
         }
     }
@@ -703,13 +674,10 @@ impl Drop for Trickle {
 #[test]
 fn a_download_at_one_byte_a_second_shows_its_progress_fails_with_a_reason_and_is_retried() {
     let mut c = nodes(1, "1s");
-    c.nodes[0].signal_lease(Signal::SIGTERM);
-    if let Some(mut l) = c.nodes[0].lease.take() {
-        let _ = l.wait();
-    }
+    c.nodes[0].end_lease(Signal::SIGTERM);
     c.start_lease_with(0, &[("SUP_FLEET_FETCH_PACE", "floor=5s".as_ref())]);
     let slow = Trickle::start();
-    let url = format!("http://127.0.0.1:{}/agent-2.0.0.tar.gz", slow.port);
+    let url = format!("http://127.0.0.1:{}/agent-2.0.0.tar.gz", slow.server.port);
     fleet::set(&c, "2.0.0", &url, &"ab".repeat(32), &[]);
     let mut roll = Roll::new();
     let s = roll.until(&c, 0, DEADLINE, "its progress shows", |s, _| {

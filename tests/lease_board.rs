@@ -5,6 +5,7 @@
 //! does, and a run whose grant is renewed is never killed by its guard.
 
 mod common;
+use common::grants::*;
 use common::*;
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -30,13 +31,10 @@ fn config_with_leases(sb: &Sandbox, extra: &[&str], services: &[(&str, &str)]) {
 }
 
 fn service(sb: &Sandbox, name: &str, lease: &str) -> String {
-    let child = sb.path(&format!("child-{name}"));
-    let script = sb.script(
+    let script = with_child_script(
+        sb,
         &format!("{name}.sh"),
-        &format!(
-            "sleep 3600 &\necho $! > {c}.tmp; mv {c}.tmp {c}\necho >&3\nexec sleep 3600",
-            c = child.display()
-        ),
+        &sb.path(&format!("child-{name}")),
     );
     format!(
         "\n[service.{name}]\ncommand = [\"{script}\"]\nready = \"fd:3\"\n\
@@ -44,63 +42,20 @@ fn service(sb: &Sandbox, name: &str, lease: &str) -> String {
     )
 }
 
-fn pid_of(status: &serde_json::Value) -> i32 {
-    status["pid"].as_i64().expect("pid") as i32
-}
-
 fn child_pid(sb: &Sandbox, name: &str) -> i32 {
-    std::fs::read_to_string(sb.path(&format!("child-{name}")))
-        .expect("the service wrote its child's pid")
-        .trim()
-        .parse()
-        .expect("a pid")
+    read_pid(sb, &format!("child-{name}"))
 }
 
-/// Waits until `pid` has exited, at `end` at the latest.
-fn gone_by(pid: i32, end: Instant) -> bool {
-    wait_exit(pid, end.saturating_duration_since(Instant::now())).is_some()
+/// A sandbox whose supd runs the services of `config`.
+fn started(services: &[(&str, &str)]) -> Sandbox {
+    let mut sb = Sandbox::new();
+    config(&sb, services);
+    sb.start();
+    sb
 }
 
-/// SIGSTOPs supd, and SIGCONTs it when dropped (a failed assertion included).
-struct Frozen(i32);
-
-impl Frozen {
-    fn new(pid: i32) -> Frozen {
-        signal(pid, Signal::SIGSTOP);
-        Frozen(pid)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        signal(self.0, Signal::SIGCONT);
-    }
-}
-
-fn signal(pid: i32, sig: Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("signal");
-}
-
-/// A grant of `lease` that ends at `valid_for` from now, with its kill grace, as
-/// sup-lease sends it (`until_boot_ms`, on CLOCK_BOOTTIME).
-fn grant(lease: &str, term: u64, valid_for: Duration, grace: Duration) -> serde_json::Value {
-    let until = sup::time::Boot::now().plus(valid_for);
-    json!({"cmd": "lease-grant", "lease": lease, "holder": "n1", "term": term,
-           "valid_for": format!("{}ms", valid_for.as_millis()),
-           "until_boot_ms": until.as_ms(),
-           "kill_grace": format!("{}ms", grace.as_millis())})
-}
-
-/// supd's forked guards: processes with supd's command line, other than supd.
-fn guards(sb: &Sandbox) -> Vec<i32> {
-    let config = sb.path("sup.toml");
-    let argv = [SUPD, "-c", config.to_str().expect("utf-8 path")];
-    let supd = sb.supd_pid();
-    processes_with_cmdline(&argv)
-        .into_iter()
-        .filter(|p| *p != supd)
-        .collect()
-}
+/// The kill grace of the grants here.
+const GRACE: Duration = Duration::from_millis(300);
 
 /// Waits for a guard other than `old` that holds a board: a guard forked to replace
 /// one. (A helper supd forks, such as a reload's reader, has supd's command line too,
@@ -142,10 +97,8 @@ fn is_board(target: &str) -> bool {
 /// outlived its last grant by the difference.
 #[test]
 fn a_renewal_that_moves_the_end_earlier_moves_the_guards_end() {
-    let mut sb = Sandbox::new();
-    config(&sb, &[("engine", "engine")]);
-    sb.start();
-    let grace = Duration::from_millis(300);
+    let sb = started(&[("engine", "engine")]);
+    let grace = GRACE;
     sb.ok(grant("engine", 1, Duration::from_secs(30), grace));
     let engine = pid_of(&sb.wait_state("engine", "running"));
     let child = child_pid(&sb, "engine");
@@ -163,7 +116,7 @@ fn a_renewal_that_moves_the_end_earlier_moves_the_guards_end() {
         !gone_by(engine, renewed + valid_for - Duration::from_millis(300)),
         "the engine was killed before its grant's end"
     );
-    let late = renewed + valid_for + grace + Duration::from_millis(700);
+    let late = late(renewed, valid_for, grace);
     assert!(
         gone_by(engine, late),
         "the engine outlived its last grant (moved earlier) while supd was frozen"
@@ -174,10 +127,8 @@ fn a_renewal_that_moves_the_end_earlier_moves_the_guards_end() {
 /// The same with a new term granted for less than the old term had left.
 #[test]
 fn a_new_term_with_an_earlier_end_moves_the_guards_end() {
-    let mut sb = Sandbox::new();
-    config(&sb, &[("engine", "engine")]);
-    sb.start();
-    let grace = Duration::from_millis(300);
+    let sb = started(&[("engine", "engine")]);
+    let grace = GRACE;
     sb.ok(grant("engine", 1, Duration::from_secs(30), grace));
     sb.wait_state("engine", "running");
     let valid_for = Duration::from_secs(3);
@@ -189,7 +140,7 @@ fn a_new_term_with_an_earlier_end_moves_the_guards_end() {
     w.state(&sb, "engine", "running");
     let engine = pid_of(&sb.status("engine"));
     let _frozen = Frozen::new(sb.supd_pid());
-    let late = granted + valid_for + grace + Duration::from_millis(700);
+    let late = late(granted, valid_for, grace);
     assert!(
         gone_by(engine, late),
         "the engine outlived its last grant while supd was frozen"
@@ -201,10 +152,8 @@ fn a_new_term_with_an_earlier_end_moves_the_guards_end() {
 /// to lapse ends its service at its end, not the other lease's.
 #[test]
 fn each_guard_reads_the_board_of_its_own_lease() {
-    let mut sb = Sandbox::new();
-    config(&sb, &[("a1", "alpha"), ("a2", "alpha"), ("b1", "beta")]);
-    sb.start();
-    let grace = Duration::from_millis(300);
+    let sb = started(&[("a1", "alpha"), ("a2", "alpha"), ("b1", "beta")]);
+    let grace = GRACE;
     sb.ok(grant("alpha", 1, Duration::from_secs(1), grace));
     sb.ok(grant("beta", 7, Duration::from_secs(20), grace));
     let a1 = pid_of(&sb.wait_state("a1", "running"));
@@ -243,10 +192,8 @@ fn each_guard_reads_the_board_of_its_own_lease() {
 /// board: with supd then frozen, the run still ends at its grant's end.
 #[test]
 fn a_replaced_guard_holds_the_grants_end() {
-    let mut sb = Sandbox::new();
-    config(&sb, &[("engine", "engine")]);
-    sb.start();
-    let grace = Duration::from_millis(300);
+    let sb = started(&[("engine", "engine")]);
+    let grace = GRACE;
     let valid_for = Duration::from_secs(3);
     sb.ok(grant("engine", 1, valid_for, grace));
     let granted = Instant::now();
@@ -262,7 +209,7 @@ fn a_replaced_guard_holds_the_grants_end() {
     );
     let _frozen = Frozen::new(sb.supd_pid());
     assert!(alive(engine), "the engine ended with its first guard");
-    let late = granted + valid_for + grace + Duration::from_millis(700);
+    let late = late(granted, valid_for, grace);
     assert!(
         gone_by(engine, late),
         "the engine outlived its grant under its new guard"
@@ -274,15 +221,8 @@ fn a_replaced_guard_holds_the_grants_end() {
 /// image and on one started after a `reexec` (whose boards were kept across exec).
 #[test]
 fn a_service_holds_no_board_before_or_after_a_reexec() {
-    let mut sb = Sandbox::new();
-    config(&sb, &[("engine", "engine"), ("other", "engine")]);
-    sb.start();
-    sb.ok(grant(
-        "engine",
-        1,
-        Duration::from_secs(60),
-        Duration::from_millis(300),
-    ));
+    let sb = started(&[("engine", "engine"), ("other", "engine")]);
+    sb.ok(grant("engine", 1, Duration::from_secs(60), GRACE));
     let engine = pid_of(&sb.wait_state("engine", "running"));
     let fds = held(engine);
     assert!(!fds.iter().any(|t| is_board(t)), "the engine holds {fds:?}");
@@ -326,27 +266,15 @@ fn wakeups(pid: i32) -> u64 {
 /// nor on renewals (which only move the end further).
 #[test]
 fn an_idle_guard_sleeps_until_the_end() {
-    let mut sb = Sandbox::new();
-    config(&sb, &[("engine", "engine")]);
-    sb.start();
-    sb.ok(grant(
-        "engine",
-        1,
-        Duration::from_secs(600),
-        Duration::from_millis(300),
-    ));
+    let sb = started(&[("engine", "engine")]);
+    sb.ok(grant("engine", 1, Duration::from_secs(600), GRACE));
     sb.wait_state("engine", "running");
     let g = guards(&sb);
     assert_eq!(g.len(), 1, "{g:?}");
     let before = wakeups(g[0]);
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
-        sb.ok(grant(
-            "engine",
-            1,
-            Duration::from_secs(600),
-            Duration::from_millis(300),
-        ));
+        sb.ok(grant("engine", 1, Duration::from_secs(600), GRACE));
         std::thread::sleep(Duration::from_millis(100));
     }
     let woke = wakeups(g[0]) - before;
@@ -363,22 +291,15 @@ fn an_idle_guard_sleeps_until_the_end() {
 /// keeps it.
 #[test]
 fn a_reload_that_moves_a_service_to_another_lease_moves_its_guard() {
-    let mut sb = Sandbox::new();
-    config(&sb, &[("engine", "alpha"), ("keep", "beta")]);
-    sb.start();
-    let grace = Duration::from_millis(300);
+    let sb = started(&[("engine", "alpha"), ("keep", "beta")]);
+    let grace = GRACE;
     sb.ok(grant("alpha", 1, Duration::from_secs(60), grace));
     sb.ok(grant("beta", 1, Duration::from_secs(2), grace));
     let old = pid_of(&sb.wait_state("engine", "running"));
     sb.wait_state("keep", "running");
     config_with_leases(&sb, &["alpha"], &[("engine", "beta"), ("keep", "beta")]);
     let mut w = sb.watch();
-    let out = sb.supctl(&["reload"]);
-    assert!(
-        out.status.success(),
-        "reload: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    reload(&sb);
     assert!(
         gone_by(old, Instant::now() + DEADLINE),
         "the run of the old lease goes on after the move"
@@ -398,14 +319,24 @@ fn a_reload_that_moves_a_service_to_another_lease_moves_its_guard() {
 
 /// A leader-only engine that ignores SIGTERM (its stop takes all of `stop_timeout`).
 fn stubborn_config(sb: &Sandbox, stop_timeout: &str) {
-    let script = sb.script(
-        "stubborn.sh",
-        "trap '' TERM\necho >&3\nwhile :; do sleep 1; done",
-    );
-    sb.config(&format!(
-        "[lease.engine]\n\n[service.engine]\ncommand = [\"{script}\"]\nready = \"fd:3\"\n\
-         leader_only = \"engine\"\nstop_timeout = \"{stop_timeout}\"\n"
-    ));
+    let script = stubborn_script(sb, "stubborn.sh");
+    engine_config(sb, &script, stop_timeout);
+}
+
+/// A sandbox whose supd runs a stubborn engine (`stubborn_config`, a stop_timeout of 30 s).
+fn stubborn_started() -> Sandbox {
+    let mut sb = Sandbox::new();
+    stubborn_config(&sb, "30s");
+    sb.start();
+    sb
+}
+
+/// With supd frozen, a run that ignores SIGTERM is still there, and gone by `late` (else
+/// `outlived` is the failure).
+fn frozen_bound(sb: &Sandbox, pid: i32, late: Instant, outlived: &str) {
+    let _frozen = Frozen::new(sb.supd_pid());
+    assert!(alive(pid), "the run ignores SIGTERM");
+    assert!(gone_by(pid, late), "{outlived}");
 }
 
 /// supd frozen at odd moments of a `reexec` (just after it was asked, in the exec,
@@ -413,24 +344,15 @@ fn stubborn_config(sb: &Sandbox, stop_timeout: &str) {
 #[test]
 fn a_supd_frozen_during_a_reexec_does_not_keep_its_engine() {
     for delay_ms in [0u64, 15, 60] {
-        let mut sb = Sandbox::new();
-        config(&sb, &[("engine", "engine")]);
-        sb.start();
-        let (valid_for, grace) = (Duration::from_secs(2), Duration::from_millis(300));
+        let sb = started(&[("engine", "engine")]);
+        let (valid_for, grace) = (Duration::from_secs(2), GRACE);
         sb.ok(grant("engine", 1, valid_for, grace));
         let granted = Instant::now();
         let engine = pid_of(&sb.wait_state("engine", "running"));
-        let mut reexec = std::process::Command::new(SUPCTL)
-            .arg("-s")
-            .arg(&sb.socket)
-            .arg("reexec")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("supctl reexec");
+        let mut reexec = sb.spawn_reexec();
         std::thread::sleep(Duration::from_millis(delay_ms));
         let frozen = Frozen::new(sb.supd_pid());
-        let late = granted + valid_for + grace + Duration::from_millis(700);
+        let late = late(granted, valid_for, grace);
         let gone = gone_by(engine, late);
         drop(frozen);
         let _ = reexec.wait();
@@ -466,19 +388,12 @@ fn exits_during_the_exec_of_a_reexec_are_reaped_by_the_new_image() {
         oldkernel::linux_3_10(&mut cmd);
     }
     sb.start_with(cmd, &["-c"]);
-    let (valid_for, grace) = (Duration::from_secs(2), Duration::from_millis(300));
+    let (valid_for, grace) = (Duration::from_secs(2), GRACE);
     sb.ok(grant("engine", 1, valid_for, grace));
     let granted = Instant::now();
     let engine = pid_of(&sb.wait_state("engine", "running"));
     let child = child_pid(&sb, "engine");
-    let mut reexec = std::process::Command::new(SUPCTL)
-        .arg("-s")
-        .arg(&sb.socket)
-        .arg("reexec")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("supctl reexec");
+    let mut reexec = sb.spawn_reexec();
     let supd = sb.supd_pid();
     let end = Instant::now() + DEADLINE;
     while !stopped(supd) {
@@ -486,7 +401,7 @@ fn exits_during_the_exec_of_a_reexec_are_reaped_by_the_new_image() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let frozen = Frozen(supd);
-    let late = granted + valid_for + grace + Duration::from_millis(700);
+    let late = late(granted, valid_for, grace);
     let gone = [engine, child].map(|p| {
         let end = Instant::now() + late.saturating_duration_since(Instant::now());
         while Instant::now() < end && alive(p) {
@@ -508,10 +423,8 @@ fn exits_during_the_exec_of_a_reexec_are_reaped_by_the_new_image() {
 /// `stop_timeout`), the guard kills the engine there.
 #[test]
 fn a_supd_frozen_during_a_release_does_not_keep_its_engine() {
-    let mut sb = Sandbox::new();
-    stubborn_config(&sb, "30s");
-    sb.start();
-    let (valid_for, grace) = (Duration::from_secs(3), Duration::from_millis(300));
+    let sb = stubborn_started();
+    let (valid_for, grace) = (Duration::from_secs(3), GRACE);
     sb.ok(grant("engine", 1, valid_for, grace));
     let granted = Instant::now();
     let engine = pid_of(&sb.wait_state("engine", "running"));
@@ -519,14 +432,12 @@ fn a_supd_frozen_during_a_release_does_not_keep_its_engine() {
     let mut c = sb.client();
     c.send_raw(b"{\"cmd\":\"lease-release\",\"lease\":\"engine\",\"id\":1}\n");
     w.state(&sb, "engine", "stopping");
-    let frozen = Frozen::new(sb.supd_pid());
-    assert!(alive(engine), "the engine ignores SIGTERM");
-    let late = granted + valid_for + grace + Duration::from_millis(700);
-    assert!(
-        gone_by(engine, late),
-        "the engine outlived its grant in a release while supd was frozen"
+    frozen_bound(
+        &sb,
+        engine,
+        late(granted, valid_for, grace),
+        "the engine outlived its grant in a release while supd was frozen",
     );
-    drop(frozen);
     let r = c.read().expect("the release's answer");
     assert_eq!(r["ok"], true, "{r}");
 }
@@ -534,9 +445,7 @@ fn a_supd_frozen_during_a_release_does_not_keep_its_engine() {
 /// A zero kill grace: the guard kills at the grant's end itself.
 #[test]
 fn a_zero_kill_grace_ends_the_run_at_the_grants_end() {
-    let mut sb = Sandbox::new();
-    config(&sb, &[("engine", "engine")]);
-    sb.start();
+    let sb = started(&[("engine", "engine")]);
     let valid_for = Duration::from_secs(2);
     sb.ok(grant("engine", 1, valid_for, Duration::ZERO));
     let granted = Instant::now();
@@ -557,15 +466,8 @@ fn a_zero_kill_grace_ends_the_run_at_the_grants_end() {
 /// as long as the grace says.
 #[test]
 fn an_absurd_kill_grace_is_refused() {
-    let mut sb = Sandbox::new();
-    config(&sb, &[("engine", "engine")]);
-    sb.start();
-    let mut g = grant(
-        "engine",
-        1,
-        Duration::from_secs(10),
-        Duration::from_millis(300),
-    );
+    let sb = started(&[("engine", "engine")]);
+    let mut g = grant("engine", 1, Duration::from_secs(10), GRACE);
     g["kill_grace"] = json!("7000h");
     let r = sb.request(g);
     assert_eq!(r["ok"], false, "a grant with 7000 h of kill grace: {r}");
@@ -577,28 +479,20 @@ fn an_absurd_kill_grace_is_refused() {
 /// frozen; grants of the removed lease are refused.
 #[test]
 fn a_reload_that_removes_the_lease_keeps_its_runs_bound() {
-    let mut sb = Sandbox::new();
-    stubborn_config(&sb, "30s");
-    sb.start();
-    let (valid_for, grace) = (Duration::from_secs(3), Duration::from_millis(300));
+    let sb = stubborn_started();
+    let (valid_for, grace) = (Duration::from_secs(3), GRACE);
     sb.ok(grant("engine", 1, valid_for, grace));
     let granted = Instant::now();
     let engine = pid_of(&sb.wait_state("engine", "running"));
     sb.config("");
-    let out = sb.supctl(&["reload"]);
-    assert!(
-        out.status.success(),
-        "reload: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    reload(&sb);
     let r = sb.request(grant("engine", 1, valid_for, grace));
     assert_eq!(r["ok"], false, "a grant of a removed lease: {r}");
-    let _frozen = Frozen::new(sb.supd_pid());
-    assert!(alive(engine), "the engine ignores SIGTERM");
-    let late = granted + valid_for + grace + Duration::from_millis(700);
-    assert!(
-        gone_by(engine, late),
-        "the removed engine outlived its grant while supd was frozen"
+    frozen_bound(
+        &sb,
+        engine,
+        late(granted, valid_for, grace),
+        "the removed engine outlived its grant while supd was frozen",
     );
 }
 
@@ -606,10 +500,8 @@ fn a_reload_that_removes_the_lease_keeps_its_runs_bound() {
 /// run and themselves; the new supd's run has one guard, which holds its board.
 #[test]
 fn a_restarted_supd_leaves_no_guard_of_the_old_one() {
-    let mut sb = Sandbox::new();
-    config(&sb, &[("engine", "engine"), ("other", "engine")]);
-    sb.start();
-    let grace = Duration::from_millis(300);
+    let mut sb = started(&[("engine", "engine"), ("other", "engine")]);
+    let grace = GRACE;
     sb.ok(grant("engine", 1, Duration::from_secs(60), grace));
     let engine = pid_of(&sb.wait_state("engine", "running"));
     sb.wait_state("other", "running");
@@ -637,10 +529,8 @@ fn a_restarted_supd_leaves_no_guard_of_the_old_one() {
 /// by the new, earlier end too. Before, its guard slept until the old term's end.
 #[test]
 fn a_new_term_with_an_earlier_end_bounds_the_stopping_run() {
-    let mut sb = Sandbox::new();
-    stubborn_config(&sb, "30s");
-    sb.start();
-    let grace = Duration::from_millis(300);
+    let sb = stubborn_started();
+    let grace = GRACE;
     sb.ok(grant("engine", 1, Duration::from_secs(30), grace));
     let engine = pid_of(&sb.wait_state("engine", "running"));
     let valid_for = Duration::from_secs(3);
@@ -648,12 +538,11 @@ fn a_new_term_with_an_earlier_end_bounds_the_stopping_run() {
     sb.ok(grant("engine", 2, valid_for, grace));
     let granted = Instant::now();
     w.state(&sb, "engine", "stopping");
-    let _frozen = Frozen::new(sb.supd_pid());
-    assert!(alive(engine), "the engine ignores SIGTERM");
-    let late = granted + valid_for + grace + Duration::from_millis(700);
-    assert!(
-        gone_by(engine, late),
-        "the old term's run outlived the new term's grant while supd was frozen"
+    frozen_bound(
+        &sb,
+        engine,
+        late(granted, valid_for, grace),
+        "the old term's run outlived the new term's grant while supd was frozen",
     );
 }
 
@@ -661,10 +550,8 @@ fn a_new_term_with_an_earlier_end_bounds_the_stopping_run() {
 /// not replaced, and the end it holds stays.
 #[test]
 fn a_grant_arriving_after_its_end_changes_nothing() {
-    let mut sb = Sandbox::new();
-    config(&sb, &[("engine", "engine")]);
-    sb.start();
-    let grace = Duration::from_millis(300);
+    let sb = started(&[("engine", "engine")]);
+    let grace = GRACE;
     sb.ok(grant("engine", 1, Duration::from_secs(60), grace));
     let engine = pid_of(&sb.wait_state("engine", "running"));
     let before = guards(&sb);
@@ -687,10 +574,7 @@ fn a_grant_arriving_after_its_end_changes_nothing() {
 #[test]
 fn a_replaced_guard_holds_the_board_of_the_runs_own_lease() {
     let mut sb = Sandbox::new();
-    let script = sb.script(
-        "stubborn.sh",
-        "trap '' TERM\necho >&3\nwhile :; do sleep 1; done",
-    );
+    let script = stubborn_script(&sb, "stubborn.sh");
     let cfg = |lease: &str| {
         format!(
             "[lease.alpha]\n[lease.beta]\n\n[service.engine]\ncommand = [\"{script}\"]\n\
@@ -699,7 +583,7 @@ fn a_replaced_guard_holds_the_board_of_the_runs_own_lease() {
     };
     sb.config(&cfg("alpha"));
     sb.start();
-    let grace = Duration::from_millis(300);
+    let grace = GRACE;
     let valid_for = Duration::from_secs(3);
     sb.ok(grant("beta", 1, Duration::from_secs(60), grace));
     sb.ok(grant("alpha", 1, valid_for, grace));
@@ -709,21 +593,15 @@ fn a_replaced_guard_holds_the_board_of_the_runs_own_lease() {
     assert_eq!(first.len(), 1, "{first:?}");
     sb.config(&cfg("beta"));
     let mut w = sb.watch();
-    let out = sb.supctl(&["reload"]);
-    assert!(
-        out.status.success(),
-        "reload: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    reload(&sb);
     w.state(&sb, "engine", "stopping");
     signal(first[0], Signal::SIGKILL);
     new_guard(&sb, &first);
-    let _frozen = Frozen::new(sb.supd_pid());
-    assert!(alive(engine), "the old run ignores SIGTERM");
-    let late = granted + valid_for + grace + Duration::from_millis(700);
-    assert!(
-        gone_by(engine, late),
-        "the old run (of lease alpha) outlived alpha's grant: its new guard read beta's board"
+    frozen_bound(
+        &sb,
+        engine,
+        late(granted, valid_for, grace),
+        "the old run (of lease alpha) outlived alpha's grant: its new guard read beta's board",
     );
 }
 
@@ -740,12 +618,7 @@ fn a_board_without_memfd_does_not_need_a_writable_tmpdir() {
     cmd.env("TMPDIR", sb.path("no-such-dir"));
     oldkernel::linux_3_10(&mut cmd);
     sb.start_with(cmd, &["-c"]);
-    sb.ok(grant(
-        "engine",
-        1,
-        Duration::from_secs(60),
-        Duration::from_millis(300),
-    ));
+    sb.ok(grant("engine", 1, Duration::from_secs(60), GRACE));
     let st = sb.wait_state("engine", "running");
     assert_eq!(st["state"], "running", "{st}\n{}", sb.supd_log());
 }

@@ -4,6 +4,7 @@
 //! a process that cannot die does not hold a release, and so the lease, forever.
 
 mod common;
+use common::grants::*;
 use common::*;
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -12,35 +13,12 @@ use std::time::{Duration, Instant};
 /// A leader-only engine that starts a child of its own (its pid in `child`), says it is
 /// ready, and waits; `stop_timeout` as given.
 fn config(sb: &Sandbox, stop_timeout: &str) {
-    let child = sb.path("child");
-    let engine = sb.script(
-        "engine.sh",
-        &format!(
-            "sleep 3600 &\necho $! > {c}.tmp; mv {c}.tmp {c}\necho >&3\nexec sleep 3600",
-            c = child.display()
-        ),
-    );
-    sb.config(&format!(
-        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nready = \"fd:3\"\n\
-         leader_only = \"engine\"\nstop_timeout = \"{stop_timeout}\"\n"
-    ));
-}
-
-fn pid_of(status: &serde_json::Value) -> i32 {
-    status["pid"].as_i64().expect("pid") as i32
+    let engine = with_child_script(sb, "engine.sh", &sb.path("child"));
+    engine_config(sb, &engine, stop_timeout);
 }
 
 fn child_pid(sb: &Sandbox) -> i32 {
-    std::fs::read_to_string(sb.path("child"))
-        .expect("the engine wrote its child's pid")
-        .trim()
-        .parse()
-        .expect("a pid")
-}
-
-/// Waits until `pid` has exited, at `end` at the latest.
-fn gone_by(pid: i32, end: Instant) -> bool {
-    wait_exit(pid, end.saturating_duration_since(Instant::now())).is_some()
+    read_pid(sb, "child")
 }
 
 #[test]
@@ -95,17 +73,6 @@ fn a_reexec_keeps_the_engine_and_the_switch() {
     assert!(gone_by(child, end), "the engine's child is left");
 }
 
-/// supd's forked guards: processes with supd's command line, other than supd.
-fn guards(sb: &Sandbox) -> Vec<i32> {
-    let config = sb.path("sup.toml");
-    let argv = [SUPD, "-c", config.to_str().expect("utf-8 path")];
-    let supd = sb.supd_pid();
-    processes_with_cmdline(&argv)
-        .into_iter()
-        .filter(|p| *p != supd)
-        .collect()
-}
-
 #[test]
 fn a_killed_guard_is_replaced() {
     let mut sb = Sandbox::new();
@@ -115,8 +82,7 @@ fn a_killed_guard_is_replaced() {
     let engine = pid_of(&sb.wait_state("engine", "running"));
     let first = guards(&sb);
     assert_eq!(first.len(), 1, "one guard for the one run: {first:?}");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first[0]), Signal::SIGKILL)
-        .expect("kill the guard");
+    signal(first[0], Signal::SIGKILL);
     let end = Instant::now() + DEADLINE;
     let second = loop {
         let now = guards(&sb);
@@ -204,36 +170,6 @@ fn a_wedged_engine_does_not_hold_the_release_forever() {
     w.state(&sb, "engine", "stopped");
 }
 
-/// SIGSTOPs supd, and SIGCONTs it when dropped (a failed assertion included).
-struct Frozen(i32);
-
-impl Frozen {
-    fn new(pid: i32) -> Frozen {
-        signal(pid, Signal::SIGSTOP);
-        Frozen(pid)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        signal(self.0, Signal::SIGCONT);
-    }
-}
-
-fn signal(pid: i32, sig: Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("signal supd");
-}
-
-/// A grant that ends at `valid_for` from now, with its kill grace, as sup-lease sends it
-/// (`until_boot_ms`, on CLOCK_BOOTTIME).
-fn grant(term: u64, valid_for: Duration, grace: Duration) -> serde_json::Value {
-    let until = sup::time::Boot::now().plus(valid_for);
-    json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": term,
-           "valid_for": format!("{}ms", valid_for.as_millis()),
-           "until_boot_ms": until.as_ms(),
-           "kill_grace": format!("{}ms", grace.as_millis())})
-}
-
 /// Issue 22: supd frozen (SIGSTOP: a hung disk, a paused VM) with nobody renewing: the
 /// guard holds the grant's end itself and kills the engine at that end plus the kill
 /// grace. Before, the guard fired only when supd died, and the engine ran on for as
@@ -245,7 +181,7 @@ fn a_frozen_supd_does_not_keep_its_engine_past_the_grant() {
     sb.start();
     let (valid_for, grace) = (Duration::from_secs(2), Duration::from_millis(500));
     let granted = Instant::now();
-    sb.ok(grant(1, valid_for, grace));
+    sb.ok(grant("engine", 1, valid_for, grace));
     let engine = pid_of(&sb.wait_state("engine", "running"));
     let child = child_pid(&sb);
     let frozen = Frozen::new(sb.supd_pid());
@@ -254,7 +190,7 @@ fn a_frozen_supd_does_not_keep_its_engine_past_the_grant() {
         !gone_by(engine, end - Duration::from_millis(300)),
         "the engine was killed before its grant's end and kill grace"
     );
-    let late = end + Duration::from_millis(700);
+    let late = late(granted, valid_for, grace);
     assert!(
         gone_by(engine, late),
         "the engine outlived its grant while supd was frozen"
@@ -277,7 +213,7 @@ fn renewals_move_the_guards_end_across_a_reexec() {
     config(&sb, "10s");
     sb.start();
     let (valid_for, grace) = (Duration::from_millis(1500), Duration::from_millis(300));
-    sb.ok(grant(1, valid_for, grace));
+    sb.ok(grant("engine", 1, valid_for, grace));
     let engine = pid_of(&sb.wait_state("engine", "running"));
     let child = child_pid(&sb);
     let first_end = Instant::now() + valid_for + grace;
@@ -294,7 +230,7 @@ fn renewals_move_the_guards_end_across_a_reexec() {
             reexecs += 1;
         }
         renewed = Instant::now();
-        sb.ok(grant(1, valid_for, grace));
+        sb.ok(grant("engine", 1, valid_for, grace));
         // The next renewal is due in a third of the validity, as sup-lease renews.
         assert!(
             !gone_by(engine, renewed + valid_for / 3),
@@ -304,19 +240,12 @@ fn renewals_move_the_guards_end_across_a_reexec() {
     }
     assert!(alive(child), "the engine's child was killed though renewed");
     let _frozen = Frozen::new(sb.supd_pid());
-    let late = renewed + valid_for + grace + Duration::from_millis(700);
+    let late = late(renewed, valid_for, grace);
     assert!(
         gone_by(engine, late),
         "the engine outlived its last renewal while supd was frozen"
     );
     assert!(gone_by(child, late), "the engine's child outlived it");
-}
-
-/// A `lease-grant` with `stopping`, as a holder that stepped down sends at each renewal.
-fn stopping(term: u64, valid_for: Duration, grace: Duration) -> serde_json::Value {
-    let mut g = grant(term, valid_for, grace);
-    g["stopping"] = json!(true);
-    g
 }
 
 /// A holder stepping down keeps its key and store lease renewed while its services
@@ -326,19 +255,13 @@ fn stopping(term: u64, valid_for: Duration, grace: Duration) -> serde_json::Valu
 #[test]
 fn stopping_grants_let_a_slow_stop_finish_and_still_bound_it() {
     let mut sb = Sandbox::new();
-    let engine = sb.script(
-        "engine.sh",
-        "trap '' TERM\necho >&3\nwhile :; do sleep 1; done",
-    );
-    sb.config(&format!(
-        "[lease.engine]\n\n[service.engine]\ncommand = [\"{engine}\"]\nready = \"fd:3\"\n\
-         leader_only = \"engine\"\nstop_timeout = \"1h\"\n"
-    ));
+    let engine = stubborn_script(&sb, "engine.sh");
+    engine_config(&sb, &engine, "1h");
     sb.start();
     let (valid_for, grace) = (Duration::from_millis(1500), Duration::from_millis(300));
-    sb.ok(grant(4, valid_for, grace));
+    sb.ok(grant("engine", 4, valid_for, grace));
     let pid = pid_of(&sb.wait_state("engine", "running"));
-    let refused = sb.request(stopping(4, valid_for, grace));
+    let refused = sb.request(stopping("engine", 4, valid_for, grace));
     assert_eq!(
         refused["ok"], false,
         "a stopping grant while leading: {refused}"
@@ -351,7 +274,7 @@ fn stopping_grants_let_a_slow_stop_finish_and_still_bound_it() {
     let mut renewed = Instant::now();
     while Instant::now() < first_end + Duration::from_secs(2) {
         renewed = Instant::now();
-        sb.ok(stopping(4, valid_for, grace));
+        sb.ok(stopping("engine", 4, valid_for, grace));
         assert!(
             !gone_by(pid, renewed + valid_for / 3),
             "the stopping engine was killed though its holder renewed\n{}",
@@ -359,7 +282,7 @@ fn stopping_grants_let_a_slow_stop_finish_and_still_bound_it() {
         );
     }
     let _frozen = Frozen::new(sb.supd_pid());
-    let late = renewed + valid_for + grace + Duration::from_millis(700);
+    let late = late(renewed, valid_for, grace);
     assert!(
         gone_by(pid, late),
         "the stopping engine outlived its last renewal while supd was frozen"

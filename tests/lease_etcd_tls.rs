@@ -4,12 +4,13 @@
 //! Each failure an operator can make is said: what, where, and what to do.
 
 mod common;
+use common::certs;
 use common::cluster::{Cluster, Options, SUP_LEASE};
 use common::etcd::Etcd;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,19 +35,6 @@ fn have_openssl() -> bool {
     ok
 }
 
-fn run(args: &[&str], dir: &Path) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .current_dir(dir)
-        .output()
-        .expect("run a command");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A CA; etcd's certificate for 127.0.0.1 (server and client auth: its gateway dials
 /// etcd with it); a client certificate for this node. All EC P-256, in `dir`.
 struct Certs {
@@ -56,76 +44,20 @@ struct Certs {
 impl Certs {
     fn make(dir: PathBuf) -> Certs {
         std::fs::create_dir_all(&dir).expect("certs dir");
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        let mut ca = vec!["openssl", "req", "-x509"];
-        ca.extend(ec);
-        ca.extend([
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=sup etcd test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ]);
-        run(&ca, &dir);
-        for (name, cn, ext) in [
-            (
-                "server",
-                "/CN=127.0.0.1",
-                "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\n\
-                 extendedKeyUsage=serverAuth,clientAuth\n",
-            ),
-            (
-                "client",
-                "/CN=node",
-                "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
-            ),
-        ] {
-            let mut req = vec!["openssl", "req"];
-            req.extend(ec);
-            let (key, csr, pem, cnf) = (
-                format!("{name}.key"),
-                format!("{name}.csr"),
-                format!("{name}.pem"),
-                format!("{name}.cnf"),
-            );
-            req.extend(["-keyout", &key, "-out", &csr, "-subj", cn]);
-            run(&req, &dir);
-            std::fs::write(dir.join(&cnf), ext).expect("write an extension file");
-            run(
-                &[
-                    "openssl",
-                    "x509",
-                    "-req",
-                    "-in",
-                    &csr,
-                    "-CA",
-                    "ca.pem",
-                    "-CAkey",
-                    "ca.key",
-                    "-CAcreateserial",
-                    "-out",
-                    &pem,
-                    "-days",
-                    "2",
-                    "-extfile",
-                    &cnf,
-                ],
-                &dir,
-            );
-        }
+        certs::make_ca(&dir, "/CN=sup etcd test CA");
+        certs::sign(
+            &dir,
+            "server",
+            "/CN=127.0.0.1",
+            "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\n\
+             extendedKeyUsage=serverAuth,clientAuth\n",
+        );
+        certs::sign(
+            &dir,
+            "client",
+            "/CN=node",
+            "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+        );
         Certs { dir }
     }
 
@@ -207,14 +139,21 @@ fn one_node(store: String, args: Vec<String>) -> Cluster {
     )
 }
 
-#[test]
-fn a_node_leads_through_https_with_mutual_tls() {
+/// etcd serving https with mutual TLS, its certificates made in a sandbox of the test's;
+/// `None` (said) without openssl or etcd.
+fn tls_etcd() -> Option<(common::Sandbox, Certs, Etcd)> {
     if !have_openssl() {
-        return;
+        return None;
     }
     let dir = common::Sandbox::new();
     let certs = Certs::make(dir.path("certs"));
-    let Some(e) = Etcd::start_with("https", &certs.etcd_args()) else {
+    let e = Etcd::start_with("https", &certs.etcd_args())?;
+    Some((dir, certs, e))
+}
+
+#[test]
+fn a_node_leads_through_https_with_mutual_tls() {
+    let Some((_dir, certs, e)) = tls_etcd() else {
         return;
     };
     let c = one_node(e.store(), certs.mutual());
@@ -230,12 +169,7 @@ fn a_node_leads_through_https_with_mutual_tls() {
 
 #[test]
 fn a_tls_etcd_refuses_a_node_without_its_client_certificate_and_says_why() {
-    if !have_openssl() {
-        return;
-    }
-    let dir = common::Sandbox::new();
-    let certs = Certs::make(dir.path("certs"));
-    let Some(e) = Etcd::start_with("https", &certs.etcd_args()) else {
+    let Some((dir, certs, e)) = tls_etcd() else {
         return;
     };
     let store = e.store();

@@ -7,12 +7,10 @@
 
 mod common;
 use common::cluster::Cluster;
-use common::etcd::{free_port, installed};
+use common::etcd::{copy_log_until_ready, free_port, installed, one_member};
 use common::*;
 use nix::sys::signal::Signal;
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Stdio};
 
 /// An etcd that can be wiped: stopped, its data dir deleted, started again empty on the
 /// same ports. Ended by its pid.
@@ -52,49 +50,13 @@ impl Etcd {
         self.runs += 1;
         let url = self.url();
         let peer_url = format!("http://127.0.0.1:{}", self.peer);
-        let mut child = Command::new("etcd")
-            .args(["--name", "t1", "--data-dir"])
-            .arg(self.dir.path("data"))
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-            ])
-            .args([
-                "--initial-cluster",
-                &format!("t1={peer_url}"),
-                "--initial-cluster-state",
-                "new",
-            ])
-            .args(["--heartbeat-interval", "25", "--election-timeout", "250"])
+        let mut child = one_member(&self.dir.path("data"), &url, &peer_url)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start etcd");
-        let stderr = child.stderr.take().expect("etcd stderr");
-        let (tx, rx) = mpsc::channel();
-        let log_path = self.dir.path(&format!("etcd-{}.log", self.runs));
-        std::thread::spawn(move || {
-            let mut log = std::fs::File::create(log_path).ok();
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Some(f) = log.as_mut() {
-                    let _ = std::io::Write::write_all(f, format!("{line}\n").as_bytes());
-                }
-                if line.contains("ready to serve client requests") {
-                    let _ = tx.send(());
-                }
-            }
-        });
+        let log = self.dir.path(&format!("etcd-{}.log", self.runs));
+        let rx = copy_log_until_ready(&mut child, std::fs::File::create(log).ok());
         self.child = Some(child);
         assert!(
             rx.recv_timeout(DEADLINE).is_ok(),

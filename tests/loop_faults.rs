@@ -882,14 +882,7 @@ fn a_reexec_among_starts_leaves_no_service_starting() {
     let names: Vec<String> = (0..30).map(|i| format!("s{i:02}")).collect();
     for round in 0..15 {
         // The reexec's check of the config runs while the restarts are carried out.
-        let mut reexec = std::process::Command::new(SUPCTL)
-            .arg("-s")
-            .arg(&sb.socket)
-            .arg("reexec")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("supctl reexec");
+        let mut reexec = sb.spawn_reexec();
         let mut c = sb.client();
         c.send_raw(
             format!(

@@ -7,6 +7,7 @@
 //! leader-only run, a grant that ends.
 
 mod common;
+use common::grants::{guards, read_pid, with_child_script, Frozen};
 use common::locking::{assert_no_dups, lines, locking_service, wait_pid_file};
 use common::oldkernel::{has_cgroup2, hide_files_shim, linux_3_10, supported};
 use common::*;
@@ -295,14 +296,7 @@ fn open_fds(pid: i32) -> Vec<i32> {
 
 /// A leader-only engine with a child of its own; `[lease.engine]`.
 fn engine_config(sb: &Sandbox) {
-    let child = sb.path("child");
-    let engine = sb.script(
-        "engine.sh",
-        &format!(
-            "sleep 3600 &\necho $! > {c}.tmp; mv {c}.tmp {c}\necho >&3\nexec sleep 3600",
-            c = child.display()
-        ),
-    );
+    let engine = with_child_script(sb, "engine.sh", &sb.path("child"));
     sb.config_with("cgroups = \"off\"", &engine_section(&engine));
 }
 
@@ -320,18 +314,8 @@ fn a_leader_only_run_is_guarded_without_pidfds() {
     start_old(&mut sb);
     sb.ok(json!({"cmd": "lease-grant", "lease": "engine", "holder": "n1", "term": 1, "valid_for": "1h"}));
     let engine = pid_of(&sb.wait_state("engine", "running"));
-    let child: i32 = fs::read_to_string(sb.path("child"))
-        .expect("the engine's child")
-        .trim()
-        .parse()
-        .expect("a pid");
-    let config = sb.path("sup.toml");
-    let argv = [SUPD, "-c", config.to_str().expect("utf-8 path")];
-    let supd = sb.supd_pid();
-    let guards: Vec<i32> = processes_with_cmdline(&argv)
-        .into_iter()
-        .filter(|p| *p != supd)
-        .collect();
+    let child = read_pid(&sb, "child");
+    let guards = guards(&sb);
     assert_eq!(guards.len(), 1, "one guard: {guards:?}\n{}", sb.supd_log());
     let fds = open_fds(guards[0]);
     let held: Vec<String> = fds
@@ -378,13 +362,8 @@ fn a_frozen_supd_does_not_keep_its_engine_past_the_grant_on_an_old_kernel() {
                  "valid_for": "2s", "kill_grace": "300ms"}),
     );
     let engine = pid_of(&sb.wait_state("engine", "running"));
-    let child: i32 = fs::read_to_string(sb.path("child"))
-        .expect("the engine's child")
-        .trim()
-        .parse()
-        .expect("a pid");
-    let supd = nix::unistd::Pid::from_raw(sb.supd_pid());
-    nix::sys::signal::kill(supd, Signal::SIGSTOP).expect("SIGSTOP supd");
+    let child = read_pid(&sb, "child");
+    let frozen = Frozen::new(sb.supd_pid());
     let end = granted + Duration::from_millis(2300);
     let ended = [engine, child].map(|p| {
         wait_exit(
@@ -393,7 +372,7 @@ fn a_frozen_supd_does_not_keep_its_engine_past_the_grant_on_an_old_kernel() {
         )
         .is_some()
     });
-    nix::sys::signal::kill(supd, Signal::SIGCONT).expect("SIGCONT supd");
+    drop(frozen);
     assert!(
         Instant::now() >= end - Duration::from_millis(300),
         "killed before the end"

@@ -339,6 +339,14 @@ impl Node {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), sig);
         }
     }
+
+    /// Ends this node's sup-lease with `sig` and waits for it: the node has none after.
+    pub fn end_lease(&mut self, sig: nix::sys::signal::Signal) {
+        self.signal_lease(sig);
+        if let Some(mut l) = self.lease.take() {
+            let _ = l.wait();
+        }
+    }
 }
 
 impl Drop for Cluster {

@@ -7,6 +7,51 @@ use std::io::BufRead;
 use std::process::Child;
 use std::sync::mpsc;
 
+/// etcd as the one member `t1` of a new cluster: its data in `data`, serving clients at
+/// `url` and its peer at `peer_url` (quick elections: a heartbeat of 25 ms).
+pub fn one_member(data: &Path, url: &str, peer_url: &str) -> Command {
+    let mut cmd = Command::new("etcd");
+    cmd.args(["--name", "t1", "--data-dir"])
+        .arg(data)
+        .args(["--listen-client-urls", url, "--advertise-client-urls", url])
+        .args([
+            "--listen-peer-urls",
+            peer_url,
+            "--initial-advertise-peer-urls",
+            peer_url,
+        ])
+        .args([
+            "--initial-cluster",
+            &format!("t1={peer_url}"),
+            "--initial-cluster-state",
+            "new",
+        ])
+        .args(["--heartbeat-interval", "25", "--election-timeout", "250"]);
+    cmd
+}
+
+/// Copies what etcd `child` (spawned with its stderr piped) logs to `log`, in a thread;
+/// the channel says when etcd is ready to serve client requests.
+pub fn copy_log_until_ready(child: &mut Child, log: Option<std::fs::File>) -> mpsc::Receiver<()> {
+    let stderr = child.stderr.take().expect("etcd stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut log = log;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(f) = log.as_mut() {
+                let _ = std::io::Write::write_all(f, format!("{line}\n").as_bytes());
+            }
+            if line.contains("ready to serve client requests") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx
+}
+
 pub struct Etcd {
     child: Child,
     pub url: String,
@@ -51,50 +96,13 @@ impl Etcd {
         let (client, peer) = (free_port(), free_port());
         let url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let mut child = Command::new("etcd")
-            .args(["--name", "t1", "--data-dir"])
-            .arg(dir.path("data"))
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-            ])
-            .args([
-                "--initial-cluster",
-                &format!("t1={peer_url}"),
-                "--initial-cluster-state",
-                "new",
-            ])
-            .args(["--heartbeat-interval", "25", "--election-timeout", "250"])
+        let mut child = one_member(&dir.path("data"), &url, &peer_url)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start etcd");
-        let stderr = child.stderr.take().expect("etcd stderr");
-        let (tx, rx) = mpsc::channel();
-        let log_path = dir.path("etcd.log");
-        std::thread::spawn(move || {
-            let mut log = std::fs::File::create(log_path).ok();
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Some(f) = log.as_mut() {
-                    let _ = std::io::Write::write_all(f, format!("{line}\n").as_bytes());
-                }
-                if line.contains("ready to serve client requests") {
-                    let _ = tx.send(());
-                }
-            }
-        });
+        let rx = copy_log_until_ready(&mut child, std::fs::File::create(dir.path("etcd.log")).ok());
         let mut etcd = Etcd { child, url, dir };
         if rx.recv_timeout(DEADLINE).is_err() {
             let log = std::fs::read_to_string(etcd.dir.path("etcd.log")).unwrap_or_default();

@@ -4,12 +4,14 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod certs;
 pub mod clock;
 pub mod cluster;
 pub mod etcd;
 pub mod files;
 pub mod fleet;
 pub mod freezer;
+pub mod grants;
 pub mod locking;
 pub mod oldkernel;
 pub mod preload;
@@ -272,6 +274,18 @@ impl Sandbox {
             String::from_utf8_lossy(&out.stderr),
             self.supd_log()
         );
+    }
+
+    /// `supctl reexec` started, its answer not awaited (its output dropped).
+    pub fn spawn_reexec(&self) -> Child {
+        Command::new(SUPCTL)
+            .arg("-s")
+            .arg(&self.socket)
+            .arg("reexec")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("supctl reexec")
     }
 
     /// Runs supctl against this sandbox, killed after the deadline (a wait that never

@@ -2,9 +2,8 @@
 //! peer ports on 127.0.0.1, ready when its log says so (no polling), killed and restarted
 //! on its data, stopped and continued, and ended by its pid.
 
-use crate::common::etcd::free_port;
+use crate::common::etcd::{copy_log_until_ready, free_port};
 use crate::common::{Sandbox, DEADLINE};
-use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -90,27 +89,12 @@ impl Etcd3 {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start etcd");
-        let stderr = child.stderr.take().expect("etcd stderr");
-        let (tx, rx) = mpsc::channel();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&m.log)
             .ok();
-        std::thread::spawn(move || {
-            let mut log = log;
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Some(f) = log.as_mut() {
-                    let _ = std::io::Write::write_all(f, format!("{line}\n").as_bytes());
-                }
-                if line.contains("ready to serve client requests") {
-                    let _ = tx.send(());
-                }
-            }
-        });
+        let rx = copy_log_until_ready(&mut child, log);
         m.child = Some(child);
         m.stopped = false;
         rx

@@ -121,6 +121,18 @@ struct Fault {
     successor_due: Option<String>,
 }
 
+/// Says `fault` (when it began, from `base`, and the engines on after it), and keeps it.
+fn record(faults: &mut Vec<Fault>, fault: Fault, base: f64, witness: &Witness) {
+    eprintln!(
+        "round {:2} at {:7.2} s: {}; engines now on {:?}",
+        fault.round,
+        fault.begin - base,
+        fault.what,
+        witness.alive()
+    );
+    faults.push(fault);
+}
+
 /// The fault kinds of issue 22, each in a fixed number of rounds the seed places.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum New {
@@ -397,23 +409,18 @@ fn leader_only_services_never_run_twice() {
                     format!("{name}'s engine fails (exits 1 at once, and at every start) for {hold:.2} s")
                 }
             };
-            let end = boot();
-            eprintln!(
-                "round {round:2} at {:7.2} s: {what}; engines now on {:?}",
-                begin - base,
-                witness.alive()
-            );
-            faults.push(Fault {
+            let fault = Fault {
                 round,
                 kind: new.name(),
                 what,
                 begin,
-                end,
+                end: boot(),
                 successor_due: match new {
                     New::OneWay | New::Failing => holder.clone(),
                     _ => None,
                 },
-            });
+            };
+            record(&mut faults, fault, base, &witness);
             sleep(ms(rng.range(300, 2000) as f64 / 1000.0 * T));
             continue;
         }
@@ -549,20 +556,15 @@ fn leader_only_services_never_run_twice() {
                 ),
             )
         };
-        let end = boot();
-        eprintln!(
-            "round {round:2} at {:7.2} s: {what}; engines now on {:?}",
-            begin - base,
-            witness.alive()
-        );
-        faults.push(Fault {
+        let fault = Fault {
             round,
             kind,
             what,
             begin,
-            end,
+            end: boot(),
             successor_due: None,
-        });
+        };
+        record(&mut faults, fault, base, &witness);
         sleep(ms(rng.range(300, 2000) as f64 / 1000.0 * T));
     }
     let resumed = await_engine(&witness, "an engine again after the last fault");
