@@ -60,6 +60,9 @@ struct Entry {
 /// A store in a file.
 pub struct FileStore {
     path: PathBuf,
+    /// How long a call waits for the lock before it gives up (a sup-lease stopped while
+    /// holding it must not hang every other node's tick, nor `status`).
+    lock_wait: std::time::Duration,
 }
 
 fn now_ms() -> u64 {
@@ -79,28 +82,70 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 
 impl FileStore {
     pub fn new(path: PathBuf) -> FileStore {
-        FileStore { path }
+        FileStore {
+            path,
+            lock_wait: std::time::Duration::from_secs(2),
+        }
     }
 
-    /// Runs `f` on the data under the lock, expired leases and their keys removed first,
-    /// and writes the result back (temp file and rename) when `f` changed it.
-    fn with<T>(&mut self, f: impl FnOnce(&mut Data) -> T) -> Result<T, StoreError> {
+    /// The same, whose calls wait at most `lock_wait` for the lock.
+    pub fn with_lock_wait(path: PathBuf, lock_wait: std::time::Duration) -> FileStore {
+        FileStore { path, lock_wait }
+    }
+
+    /// Takes the lock, waiting at most `lock_wait`: flock has no timeout, so a
+    /// non-blocking attempt is made again every few milliseconds until then.
+    fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, StoreError> {
         let lock_path = self.path.with_extension("lock");
-        let lock = std::fs::OpenOptions::new()
+        let mut lock = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&lock_path)
             .map_err(|e| err(format!("{}: {e}", lock_path.display())))?;
-        let _guard = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| err(format!("lock {}: {e}", lock_path.display())))?;
-        let mut data: Data = match std::fs::read(&self.path) {
-            Ok(b) if b.is_empty() => Data::default(),
+        let end = Boot::now().plus(self.lock_wait);
+        loop {
+            match nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(g) => return Ok(g),
+                Err((l, nix::errno::Errno::EWOULDBLOCK)) if Boot::now() < end => {
+                    lock = l;
+                    std::thread::sleep(std::time::Duration::from_millis(5)); // flock has no timeout
+                }
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    return Err(err(format!(
+                        "{} is held by another process for more than {} (a sup-lease stopped or hung while holding it?)",
+                        lock_path.display(),
+                        crate::time::Human(self.lock_wait)
+                    )))
+                }
+                Err((_, e)) => return Err(err(format!("lock {}: {e}", lock_path.display()))),
+            }
+        }
+    }
+
+    /// The data as the file holds it now, without the lock: every write is a rename
+    /// onto the file, so a read sees one whole write. Expired leases are not carried
+    /// out (that takes the lock: `with`).
+    fn peek<T>(&self, f: impl FnOnce(&mut Data) -> T) -> Result<T, StoreError> {
+        let mut data = self.read_data()?;
+        Ok(f(&mut data))
+    }
+
+    fn read_data(&self) -> Result<Data, StoreError> {
+        match std::fs::read(&self.path) {
+            Ok(b) if b.is_empty() => Ok(Data::default()),
             Ok(b) => serde_json::from_slice(&b)
-                .map_err(|e| err(format!("{} is corrupt: {e}", self.path.display())))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Data::default(),
-            Err(e) => return Err(err(format!("{}: {e}", self.path.display()))),
-        };
+                .map_err(|e| err(format!("{} is corrupt: {e}", self.path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Data::default()),
+            Err(e) => Err(err(format!("{}: {e}", self.path.display()))),
+        }
+    }
+
+    /// Runs `f` on the data under the lock, expired leases and their keys removed first,
+    /// and writes the result back (temp file and rename) when `f` changed it.
+    fn with<T>(&mut self, f: impl FnOnce(&mut Data) -> T) -> Result<T, StoreError> {
+        let _guard = self.lock()?;
+        let mut data = self.read_data()?;
         let fresh = data.id.is_empty();
         let now = now_ms();
         let boot = boot_id();
@@ -332,8 +377,13 @@ impl Store for FileStore {
             AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_CLOSE_WRITE,
         )
         .map_err(|e| err(format!("inotify {}: {e}", dir.display())))?;
+        // (An end already passed makes the first wait below end at once.)
+        let mut due = false;
         loop {
-            let (seen, next_end) = self.with(|d| {
+            // Without the lock, unless an expiry is due (carried out under it): the watch
+            // looks at every write of every node, and a lock taken that often by a
+            // sup-lease that is then stopped would hang everyone.
+            let look = |d: &mut Data| {
                 if after > d.revision || after < d.gone_floor {
                     return (
                         Watched::Gap {
@@ -370,7 +420,12 @@ impl Store for FileStore {
                 changes.sort_by_key(|c| (c.revision, !c.deleted));
                 let revision = d.revision;
                 (Watched::Changes { changes, revision }, end)
-            })?;
+            };
+            let (seen, next_end) = if due {
+                self.with(look)?
+            } else {
+                self.peek(look)?
+            };
             let now = Boot::now();
             match seen {
                 Watched::Changes { changes, .. } if changes.is_empty() && now < deadline => {}
@@ -414,6 +469,8 @@ impl Store for FileStore {
                     break;
                 }
             }
+            // A store lease's end passed: the next look carries the expiry out.
+            due = next_end.is_some_and(|end| Boot::now().as_ms() > end);
         }
     }
 }
@@ -554,6 +611,45 @@ mod tests {
             s.watch("/x/", 1000, soon()),
             Ok(Watched::Gap { .. })
         ));
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path.with_extension("lock"));
+    }
+
+    #[test]
+    fn a_lock_held_elsewhere_fails_a_call_in_time_and_does_not_stop_the_watch() {
+        let path = std::env::temp_dir().join(format!("sup-filelock-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut s = FileStore::with_lock_wait(path.clone(), Duration::from_millis(200));
+        let rev = s.put("/x/a", "1", 0, None).expect("put").expect("rev");
+        // Another process (a sup-lease stopped while it held the lock) holds it.
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path.with_extension("lock"))
+            .expect("open the lock");
+        let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .expect("hold the lock");
+        let t0 = std::time::Instant::now();
+        let e = s.range("/x/").expect_err("the lock is held");
+        assert!(e.0.contains("held by another process"), "{e}");
+        assert!(
+            t0.elapsed() >= Duration::from_millis(200) && t0.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            t0.elapsed()
+        );
+        // The watch reads without it: it sees the store as it is, and waits.
+        let w = s
+            .watch("/x/", rev, Boot::now().plus(Duration::from_millis(50)))
+            .expect("a watch without the lock");
+        assert_eq!(
+            w,
+            Watched::Changes {
+                changes: vec![],
+                revision: rev
+            }
+        );
+        drop(held);
+        assert_eq!(s.range("/x/").expect("the lock is free").len(), 1);
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_file(path.with_extension("lock"));
     }

@@ -170,7 +170,10 @@ pub fn open_with(
                  etcd store (etcd:https://HOST:PORT,...); a file store takes none"
             )));
         }
-        return Ok(Box::new(super::file::FileStore::new(path.into())));
+        return Ok(Box::new(super::file::FileStore::with_lock_wait(
+            path.into(),
+            timeout,
+        )));
     }
     if let Some(urls) = spec.strip_prefix("etcd:") {
         return Ok(Box::new(super::etcd::EtcdStore::new(urls, timeout, opts)?));
