@@ -1164,6 +1164,52 @@ mod tests {
         assert!(n.leads_tool("agent"));
     }
 
+    /// Review of issue 22: a node that took the key over (or took an empty key it must
+    /// wait T on) waits out the old holder's grant: the old holder's runs may live
+    /// until T after the takeover. If it gives the key up meanwhile (here its supd does
+    /// not answer one candidacy: it sent no grant, so it gives up at once), the
+    /// `released` mark it writes names its own term, and a candidate that last saw that
+    /// term leads at once: beside the old holder's runs.
+    #[test]
+    fn a_holder_waiting_out_the_old_holders_grant_gives_the_key_up_without_a_released_mark() {
+        let path = std::env::temp_dir().join(format!("sup-waiting-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let ttl = Duration::from_secs(3);
+        let mut n = Node::new(
+            "engine".into(),
+            "b".into(),
+            ttl,
+            Box::new(FileStore::new(path.clone())),
+            "/nonexistent.sock".into(),
+        );
+        // b took the key over a moment ago, bound to its store lease: it leads in T.
+        let id = n.store.grant(ttl).expect("grant");
+        n.my_lease = Some(id);
+        n.last_renewal = Some(Boot::now());
+        let rev = n
+            .store
+            .put(
+                &n.key("leader"),
+                r#"{"node":"b","version":null,"epoch":0}"#,
+                id,
+                None,
+            )
+            .expect("put")
+            .expect("written");
+        n.memory.lead_from = Some(Boot::now().plus(ttl));
+        // Its supd does not answer this tick's candidacy.
+        n.tick();
+        let snap = snapshot(n.store.as_mut(), "engine").expect("read");
+        let now = Boot::now();
+        let c_leads = lead_from_after_acquire(Some(rev), snap.released, None, now, ttl);
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            c_leads > now,
+            "a candidate that saw term {rev} leads at once (released {:?}) while the old holder's runs may live for T",
+            snap.released
+        );
+    }
+
     #[test]
     fn a_stale_policy_write_is_refused_and_bad_values_are_skipped() {
         let path = std::env::temp_dir().join(format!("sup-policy-{}.json", std::process::id()));
