@@ -962,15 +962,7 @@ impl Node {
         }
         let mut done = true;
         if let Some(term) = term {
-            done &= self
-                .store
-                .delete_marking(
-                    &self.key("leader"),
-                    Cond::Lease(id),
-                    &self.key("released"),
-                    &released_mark(&self.name, term),
-                )
-                .is_ok();
+            done &= self.delete_leader(id, term).is_ok();
         }
         done &= self.store.revoke(id).is_ok();
         if done || now >= from.plus(self.ttl) {
@@ -1008,9 +1000,22 @@ impl Node {
     /// says in the same transaction, so that a successor leads at once.
     fn give_up(&mut self, term: u64) -> Result<bool, StoreError> {
         let mine = self.my_lease.unwrap_or(0);
+        self.delete_leader(mine, term)
+    }
+
+    /// Deletes `leader` if bound to store lease `id`, with the `released` mark of `term`
+    /// once this node's wait for an old holder's grant is over: while it waits (after a
+    /// takeover, or after taking an empty key whose last holder is not known gone), that
+    /// holder's runs may still live, and a successor that matched the mark would lead
+    /// at once beside them. Without the mark it waits T from its taking of the key.
+    fn delete_leader(&mut self, id: LeaseId, term: u64) -> Result<bool, StoreError> {
+        let key = self.key("leader");
+        if self.memory.lead_from.is_some_and(|f| f > Boot::now()) {
+            return self.store.delete(&key, Cond::Lease(id));
+        }
         self.store.delete_marking(
-            &self.key("leader"),
-            Cond::Lease(mine),
+            &key,
+            Cond::Lease(id),
             &self.key("released"),
             &released_mark(&self.name, term),
         )
