@@ -165,6 +165,25 @@ mod tests {
         }
     }
 
+    /// Review of issue 22: a holder that took the key (over, or empty) and waits out the
+    /// old holder's grant has not led; the runs that may still live are the old
+    /// holder's, bounded by T after that holder lost the key, which is later than the
+    /// new holder's member write of the same tick (a slow store between the two writes:
+    /// the range and the put of `leader`). If its store lease then ends (revoked, or
+    /// expired), the end must be dated no earlier than its write of `leader`, seen here
+    /// at 900, not by its member write seen at 100: a successor would lead T after
+    /// 100, while the old holder's grant, with its kill grace, may run until 3T/4
+    /// after the key was taken, up to 900.
+    #[test]
+    fn an_end_is_dated_no_earlier_than_the_write_of_the_leader_key() {
+        let mut s = Seen::default();
+        let at = |ms| Boot::from_ms(ms);
+        s.apply(P, &[w("members/b", 3)], at(100));
+        assert!(s.apply(P, &[w("leader", 4)], at(900)));
+        assert!(s.apply(P, &[d("leader", 5, 4), d("members/b", 5, 3)], at(1000)));
+        assert_eq!(s.ended, Some((4, at(900))));
+    }
+
     #[test]
     fn a_holders_store_lease_that_ended_is_dated_by_its_last_write_seen() {
         let mut s = Seen::default();
