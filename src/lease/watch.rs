@@ -12,7 +12,9 @@
 //! the keepalive its last grant rests on: sent before U, so the grant, with its kill
 //! grace, ends before U + 3T/4, and a successor leads from U + T (the margin T/4 as in
 //! sup-lease(8) TIME AND MARGIN). After an expiry U + T is at once: the store lease
-//! ended T after the arrival of that keepalive, later than its send.
+//! ended T after the arrival of that keepalive, later than its send. U is never earlier
+//! than the write of `leader` seen: a holder that took the key and was still waiting out
+//! an old holder's grant never led, and that grant is bounded from the take.
 
 use super::store::{Change, Store, Watched};
 use crate::time::Boot;
@@ -56,7 +58,14 @@ impl Seen {
                         && seen.0 == c.prev)
                         .then_some(seen.1)
                 });
-                self.ended = member.map(|at| (l.prev, at));
+                // And no earlier than the write of `leader` itself: a holder that took
+                // the key and waited out an old holder's grant never led; that grant
+                // is bounded from the take, which came after its member write. Not
+                // seen: no date.
+                let taken = (self.writes.get(&leader))
+                    .filter(|w| w.0 == l.prev)
+                    .map(|w| w.1);
+                self.ended = member.zip(taken).map(|(at, t)| (l.prev, at.max(t)));
             }
             for c in batch {
                 due |= c.key == leader || c.key == released;
