@@ -343,6 +343,9 @@ pub struct Node {
     abandoned: Option<(LeaseId, Option<u64>, Boot)>,
     /// What the watch of the lease's keys saw (when sup-lease runs one).
     pub seen: Option<std::sync::Arc<std::sync::Mutex<super::watch::Seen>>>,
+    /// The member record this node wrote last, written again after each keepalive of
+    /// a step-down in `leave` (see there).
+    member_value: Option<String>,
 }
 
 impl Node {
@@ -380,6 +383,7 @@ impl Node {
             acquired: None,
             abandoned: None,
             seen: None,
+            member_value: None,
         }
     }
 
@@ -587,6 +591,7 @@ impl Node {
             id,
             None,
         )?;
+        self.member_value = Some(value);
         Ok(())
     }
 
@@ -871,6 +876,16 @@ impl Node {
         }
     }
 
+    /// Writes this node's last member record again, bound to store lease `id`; whether
+    /// it was written.
+    fn write_member_again(&mut self, id: LeaseId) -> bool {
+        let Some(value) = self.member_value.clone() else {
+            return false;
+        };
+        let key = self.key(&format!("members/{}", self.name));
+        self.store.put(&key, &value, id, None).is_ok()
+    }
+
     /// Says (or unsays) in the store that this holder is stepping down.
     fn mark_releasing(&mut self, on: bool) {
         let mine = self.my_lease.unwrap_or(0);
@@ -1111,8 +1126,14 @@ impl Node {
                             nix::poll::PollTimeout::try_from((self.ttl / 3).as_millis() as i32)
                                 .unwrap_or(nix::poll::PollTimeout::MAX);
                         let _ = nix::poll::poll(&mut fds, wait);
+                        // The member key is written after the keepalive, as at each
+                        // tick, before the stopping grant that rests on it: a watch that
+                        // sees this store lease end (a revoke) dates the end by that
+                        // write, and a successor leads only T after it.
                         let sent = Boot::now();
-                        if matches!(self.store.keepalive(mine), Ok(true)) {
+                        if matches!(self.store.keepalive(mine), Ok(true))
+                            && self.write_member_again(mine)
+                        {
                             self.send_stopping(Some(sent));
                         }
                     }
