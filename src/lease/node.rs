@@ -1236,6 +1236,63 @@ mod tests {
         );
     }
 
+    /// Review of issue 22: candidates match a `released` mark against the last term
+    /// they saw, which the rule keeps as the revision of `leader` (Memory::last_term).
+    /// After a store was wiped, the term handed to supd is min_term, above that
+    /// revision; a clean release that names it matches no candidate, and every clean
+    /// release waits T.
+    #[test]
+    fn a_clean_release_after_a_wipe_names_the_revision_candidates_match() {
+        let path = std::env::temp_dir().join(format!("sup-wiped-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let ttl = Duration::from_secs(3);
+        let mut n = Node::new(
+            "engine".into(),
+            "a".into(),
+            ttl,
+            Box::new(FileStore::new(path.clone())),
+            "/nonexistent.sock".into(),
+        );
+        let id = n.store.grant(ttl).expect("grant");
+        n.my_lease = Some(id);
+        let rev = n
+            .store
+            .put(
+                &n.key("leader"),
+                r#"{"node":"a","version":null,"epoch":0,"min_term":100}"#,
+                id,
+                None,
+            )
+            .expect("put")
+            .expect("written");
+        let snap = snapshot(n.store.as_mut(), "engine").expect("read");
+        assert_eq!(snap.term(), Some(100));
+        // It led with the term supd was given, and steps down: supd answers that the
+        // services exited.
+        n.leading = snap.term();
+        n.held = Some(rev);
+        n.seen_leader = rev;
+        let (mine, theirs) = UnixStream::pair().expect("pair");
+        (&theirs).write_all(b"{\"ok\":true}\n").expect("answer");
+        mine.set_nonblocking(true).expect("nonblocking");
+        n.releasing = Some(Release {
+            conn: mine,
+            answer: Vec::new(),
+        });
+        n.finish_release();
+        let snap = snapshot(n.store.as_mut(), "engine").expect("read");
+        let _ = std::fs::remove_file(&path);
+        assert!(snap.leader.is_none(), "the key is given up");
+        // What a candidate that saw this leader remembers, and matches the mark with.
+        let now = Boot::now();
+        assert_eq!(
+            lead_from_after_acquire(Some(rev), snap.released, None, now, ttl),
+            now,
+            "released {:?}: a candidate that saw revision {rev} waits T",
+            snap.released
+        );
+    }
+
     #[test]
     fn a_stale_policy_write_is_refused_and_bad_values_are_skipped() {
         let path = std::env::temp_dir().join(format!("sup-policy-{}.json", std::process::id()));
