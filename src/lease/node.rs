@@ -910,8 +910,11 @@ impl Node {
             None => self.note("stepping down: waiting for the leader-only services to exit".into()),
             Some(Ok(())) => {
                 self.releasing = None;
-                let term = self.leading.take().unwrap_or(self.seen_leader);
-                let deleted = self.give_up(term);
+                self.leading = None;
+                // The key's revision, which candidates remember and match the mark with
+                // (not the term, min_term after a wipe).
+                let revision = self.held.unwrap_or(self.seen_leader);
+                let deleted = self.give_up(revision);
                 self.mark_releasing(false);
                 match deleted {
                     Ok(_) => log::info!(
@@ -1011,8 +1014,9 @@ impl Node {
     }
 
     /// Deletes `leader` (if it is still bound to this node's store lease) after a clean
-    /// release of `term`: the leader-only runs have exited, which the `released` mark
-    /// says in the same transaction, so that a successor leads at once.
+    /// release of `term`, the key's revision (what candidates remember, not min_term):
+    /// the leader-only runs have exited, which the `released` mark says in the same
+    /// transaction, so that a successor leads at once.
     fn give_up(&mut self, term: u64) -> Result<bool, StoreError> {
         let mine = self.my_lease.unwrap_or(0);
         self.delete_leader(mine, term)
@@ -1108,7 +1112,8 @@ impl Node {
                 self.releasing = Release::start(&self.socket, &self.lease).ok();
             }
             let end = Boot::now().plus(self.ttl * 10);
-            let term = self.leading.unwrap_or(self.seen_leader);
+            // The key's revision: what candidates match the released mark with.
+            let term = self.held.unwrap_or(self.seen_leader);
             let mut exited = false;
             while let Some(r) = self.releasing.as_mut() {
                 match r.poll() {
