@@ -120,3 +120,55 @@ fn i22_a_holder_whose_supd_is_frozen_gives_the_key_up() {
     let Some(e) = Etcd::start() else { return };
     scenarios::frozen_supd(Some(e.store()), T22);
 }
+
+/// Review of issue 22: what the watch costs when nothing happens. Three nodes, T = 1s,
+/// idle for 10 s: etcd's own counters say how many watch streams (one per HTTP watch
+/// request of the gateway) and other requests the cluster made. A watch that wakes at
+/// every member write (each node writes its member key every T/3) opens a stream per
+/// write it sees; one that stays on its stream opens one every T/3 (renewed against a
+/// dead connection) at the most: 30 per node.
+#[test]
+fn review_idle_watch_requests_in_10s() {
+    let Some(e) = Etcd::start() else { return };
+    let c = common::cluster::Cluster::new(&["0.6.2", "0.6.2", "0.6.2"], Some(e.store()), TTL);
+    c.wait_any_leader();
+    let count = |method: &str| -> u64 {
+        let out = std::process::Command::new("curl")
+            .args(["-s", &format!("{}/metrics", e.url)])
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .filter(|l| l.starts_with("grpc_server_started_total{"))
+            .filter(|l| l.contains(&format!("grpc_method=\"{method}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    let methods = [
+        "Watch",
+        "Range",
+        "Put",
+        "Txn",
+        "LeaseKeepAlive",
+        "LeaseGrant",
+    ];
+    let before: Vec<u64> = methods.iter().map(|m| count(m)).collect();
+    let t0 = std::time::Instant::now();
+    c.wait("10 s idle", |_| {
+        t0.elapsed() >= std::time::Duration::from_secs(10)
+    });
+    let after: Vec<u64> = methods.iter().map(|m| count(m)).collect();
+    let per: Vec<String> = methods
+        .iter()
+        .zip(before.iter().zip(&after))
+        .map(|(m, (b, a))| format!("{m} {}", a - b))
+        .collect();
+    eprintln!("idle 10 s, 3 nodes, T=1s: {}", per.join(", "));
+    let watches = after[0] - before[0];
+    c.assert_no_overlap();
+    assert!(
+        watches <= 3 * 30 + 6,
+        "{watches} watch streams in 10 s idle from 3 nodes (at most 96 expected): {}",
+        per.join(", ")
+    );
+}

@@ -326,3 +326,8 @@ fn i22_kill_9_of_the_holder_hands_over_soon_after_its_store_lease_expires() {
 fn i22_a_holder_whose_supd_is_frozen_gives_the_key_up() {
     scenarios::frozen_supd(None, T22);
 }
+
+#[test]
+fn review_a_store_lease_revoked_during_a_slow_sigterm_gives_no_overlap() {
+    scenarios::revoke_during_a_slow_sigterm(None, TTL);
+}

@@ -30,6 +30,19 @@ pub struct EtcdStore {
     cacert: bool,
     client_cert: bool,
     conn: Mutex<Conn>,
+    /// The stream of the last watch, read on by the next one that goes on from where
+    /// it stopped: a batch of events does not cost a new watch (and a new connection).
+    watching: Mutex<Option<WatchStream>>,
+}
+
+/// A watch's open stream: its prefix, the revision its last batch reached, and when
+/// its request's timeout ends it (every T/3, so a dead connection is left soon).
+struct WatchStream {
+    prefix: String,
+    url: String,
+    after: u64,
+    end: Boot,
+    lines: std::io::Lines<std::io::BufReader<ureq::BodyReader<'static>>>,
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -108,6 +121,7 @@ impl EtcdStore {
             cacert: opts.cacert.is_some(),
             client_cert: opts.cert.is_some(),
             conn: Mutex::new(Conn::default()),
+            watching: Mutex::new(None),
         })
     }
 
@@ -313,9 +327,11 @@ impl Store for EtcdStore {
 
     /// `/v3/watch` from the revision after `after` (with each deleted key's last
     /// write), on a connection of its own, read until a batch of events or the deadline;
-    /// the gateway streams newline-delimited results. A compacted history is a gap.
+    /// the gateway streams newline-delimited results. A compacted history is a gap. The
+    /// stream is kept, and read on by the next call that goes on from its last batch,
+    /// until its request's timeout (the deadline of the call that opened it): a watch
+    /// costs one request per deadline, not one per batch of events.
     fn watch(&mut self, prefix: &str, after: u64, deadline: Boot) -> Result<Watched, StoreError> {
-        use std::io::BufRead;
         let (key, end) = (b64(prefix.as_bytes()), b64(&range_end(prefix)));
         if after == 0 {
             let v = self.call(
@@ -336,6 +352,76 @@ impl Store for EtcdStore {
         }
         // The client's timer and this deadline start a moment apart.
         let over = || Boot::now().plus(Duration::from_millis(50)) >= deadline;
+        let kept = (self
+            .watching
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take())
+        .filter(|w| w.prefix == prefix && w.after == after && Boot::now() < w.end);
+        let mut stream = match kept {
+            Some(w) => w,
+            None => match self.open_watch(prefix, after, left)? {
+                Some(w) => w,
+                None => return Ok(idle),
+            },
+        };
+        let url = stream.url.clone();
+        loop {
+            let Some(line) = stream.lines.next() else {
+                if over() {
+                    return Ok(idle);
+                }
+                return Err(err(format!("{url}: the watch ended")));
+            };
+            let line = match line {
+                Ok(l) => l,
+                // The stream's own timeout (every T/3): the next call opens another.
+                Err(_) if over() || Boot::now().plus(Duration::from_millis(50)) >= stream.end => {
+                    return Ok(idle)
+                }
+                Err(e) => return Err(err(format!("{url}: {e}"))),
+            };
+            let v: Value = serde_json::from_str(&line)
+                .map_err(|e| err(format!("{url}: not JSON ({e}): {line}")))?;
+            if !v["error"].is_null() {
+                return Err(err(format!("{url}: {line}")));
+            }
+            let r = &v["result"];
+            if r["canceled"] == true {
+                let revision = num(&r["compact_revision"]).max(num(&r["header"]["revision"]));
+                return Ok(Watched::Gap { revision });
+            }
+            let mut changes = Vec::new();
+            for e in r["events"].as_array().into_iter().flatten() {
+                let k = unb64(e["kv"]["key"].as_str().unwrap_or(""))
+                    .ok_or_else(|| err("bad base64 key"))?;
+                changes.push(Change {
+                    key: String::from_utf8_lossy(&k).into_owned(),
+                    revision: num(&e["kv"]["mod_revision"]),
+                    deleted: e["type"] == "DELETE",
+                    prev: num(&e["prev_kv"]["mod_revision"]),
+                });
+            }
+            if let Some(revision) = changes.iter().map(|c| c.revision).max() {
+                stream.after = revision;
+                *self.watching.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(stream);
+                return Ok(Watched::Changes { changes, revision });
+            }
+        }
+    }
+}
+
+impl EtcdStore {
+    /// Posts a watch of `prefix` from the revision after `after`, its stream to be read
+    /// for `left` at the most.
+    fn open_watch(
+        &mut self,
+        prefix: &str,
+        after: u64,
+        left: Duration,
+    ) -> Result<Option<WatchStream>, StoreError> {
+        let (key, end) = (b64(prefix.as_bytes()), b64(&range_end(prefix)));
+        let until = Boot::now().plus(left);
         // The endpoint that answered last, with the token of etcd's authentication
         // (got by a call first when there is none yet); on a failure the next call
         // starts at the next endpoint.
@@ -362,7 +448,7 @@ impl Store for EtcdStore {
         }
         let resp = match req.send(body.to_string()) {
             Ok(r) => r,
-            Err(_) if over() => return Ok(idle),
+            Err(_) if Boot::now().plus(Duration::from_millis(50)) >= until => return Ok(None),
             Err(e) => {
                 self.conn().current = (i + 1) % n;
                 return Err(err(format!("{url}: {e}")));
@@ -375,42 +461,15 @@ impl Store for EtcdStore {
             self.conn().current = (i + 1) % n;
             return Err(err(format!("{url}: {}", resp.status())));
         }
+        use std::io::BufRead;
         let lines = std::io::BufReader::new(resp.into_body().into_reader()).lines();
-        for line in lines {
-            let line = match line {
-                Ok(l) => l,
-                Err(_) if over() => return Ok(idle),
-                Err(e) => return Err(err(format!("{url}: {e}"))),
-            };
-            let v: Value = serde_json::from_str(&line)
-                .map_err(|e| err(format!("{url}: not JSON ({e}): {line}")))?;
-            if !v["error"].is_null() {
-                return Err(err(format!("{url}: {line}")));
-            }
-            let r = &v["result"];
-            if r["canceled"] == true {
-                let revision = num(&r["compact_revision"]).max(num(&r["header"]["revision"]));
-                return Ok(Watched::Gap { revision });
-            }
-            let mut changes = Vec::new();
-            for e in r["events"].as_array().into_iter().flatten() {
-                let k = unb64(e["kv"]["key"].as_str().unwrap_or(""))
-                    .ok_or_else(|| err("bad base64 key"))?;
-                changes.push(Change {
-                    key: String::from_utf8_lossy(&k).into_owned(),
-                    revision: num(&e["kv"]["mod_revision"]),
-                    deleted: e["type"] == "DELETE",
-                    prev: num(&e["prev_kv"]["mod_revision"]),
-                });
-            }
-            if let Some(revision) = changes.iter().map(|c| c.revision).max() {
-                return Ok(Watched::Changes { changes, revision });
-            }
-        }
-        if over() {
-            return Ok(idle);
-        }
-        Err(err(format!("{url}: the watch ended")))
+        Ok(Some(WatchStream {
+            prefix: prefix.to_string(),
+            url,
+            after,
+            end: until,
+            lines,
+        }))
     }
 }
 

@@ -192,6 +192,9 @@ pub struct Node {
     abandoned: Option<(LeaseId, Option<u64>, Boot)>,
     /// What the watch of the lease's keys saw (when sup-lease runs one).
     pub seen: Option<std::sync::Arc<std::sync::Mutex<super::watch::Seen>>>,
+    /// The member record this node wrote last, written again after each keepalive of
+    /// a step-down in `leave` (see there).
+    member_value: Option<String>,
 }
 
 impl Node {
@@ -229,6 +232,7 @@ impl Node {
             acquired: None,
             abandoned: None,
             seen: None,
+            member_value: None,
         }
     }
 
@@ -436,6 +440,7 @@ impl Node {
             id,
             None,
         )?;
+        self.member_value = Some(value);
         Ok(())
     }
 
@@ -720,6 +725,16 @@ impl Node {
         }
     }
 
+    /// Writes this node's last member record again, bound to store lease `id`; whether
+    /// it was written.
+    fn write_member_again(&mut self, id: LeaseId) -> bool {
+        let Some(value) = self.member_value.clone() else {
+            return false;
+        };
+        let key = self.key(&format!("members/{}", self.name));
+        self.store.put(&key, &value, id, None).is_ok()
+    }
+
     /// Says (or unsays) in the store that this holder is stepping down.
     fn mark_releasing(&mut self, on: bool) {
         let mine = self.my_lease.unwrap_or(0);
@@ -744,8 +759,11 @@ impl Node {
             None => self.note("stepping down: waiting for the leader-only services to exit".into()),
             Some(Ok(())) => {
                 self.releasing = None;
-                let term = self.leading.take().unwrap_or(self.seen_leader);
-                let deleted = self.give_up(term);
+                self.leading = None;
+                // The key's revision, which candidates remember and match the mark with
+                // (not the term, min_term after a wipe).
+                let revision = self.held.unwrap_or(self.seen_leader);
+                let deleted = self.give_up(revision);
                 self.mark_releasing(false);
                 match deleted {
                     Ok(_) => log::info!(
@@ -811,15 +829,7 @@ impl Node {
         }
         let mut done = true;
         if let Some(term) = term {
-            done &= self
-                .store
-                .delete_marking(
-                    &self.key("leader"),
-                    Cond::Lease(id),
-                    &self.key("released"),
-                    &released_mark(&self.name, term),
-                )
-                .is_ok();
+            done &= self.delete_leader(id, term).is_ok();
         }
         done &= self.store.revoke(id).is_ok();
         if done || now >= from.plus(self.ttl) {
@@ -853,13 +863,27 @@ impl Node {
     }
 
     /// Deletes `leader` (if it is still bound to this node's store lease) after a clean
-    /// release of `term`: the leader-only runs have exited, which the `released` mark
-    /// says in the same transaction, so that a successor leads at once.
+    /// release of `term`, the key's revision (what candidates remember, not min_term):
+    /// the leader-only runs have exited, which the `released` mark says in the same
+    /// transaction, so that a successor leads at once.
     fn give_up(&mut self, term: u64) -> Result<bool, StoreError> {
         let mine = self.my_lease.unwrap_or(0);
+        self.delete_leader(mine, term)
+    }
+
+    /// Deletes `leader` if bound to store lease `id`, with the `released` mark of `term`
+    /// once this node's wait for an old holder's grant is over: while it waits (after a
+    /// takeover, or after taking an empty key whose last holder is not known gone), that
+    /// holder's runs may still live, and a successor that matched the mark would lead
+    /// at once beside them. Without the mark it waits T from its taking of the key.
+    fn delete_leader(&mut self, id: LeaseId, term: u64) -> Result<bool, StoreError> {
+        let key = self.key("leader");
+        if self.memory.lead_from.is_some_and(|f| f > Boot::now()) {
+            return self.store.delete(&key, Cond::Lease(id));
+        }
         self.store.delete_marking(
-            &self.key("leader"),
-            Cond::Lease(mine),
+            &key,
+            Cond::Lease(id),
             &self.key("released"),
             &released_mark(&self.name, term),
         )
@@ -937,7 +961,8 @@ impl Node {
                 self.releasing = Release::start(&self.socket, &self.lease).ok();
             }
             let end = Boot::now().plus(self.ttl * 10);
-            let term = self.leading.unwrap_or(self.seen_leader);
+            // The key's revision: what candidates match the released mark with.
+            let term = self.held.unwrap_or(self.seen_leader);
             let mut exited = false;
             while let Some(r) = self.releasing.as_mut() {
                 match r.poll() {
@@ -955,8 +980,14 @@ impl Node {
                             nix::poll::PollTimeout::try_from((self.ttl / 3).as_millis() as i32)
                                 .unwrap_or(nix::poll::PollTimeout::MAX);
                         let _ = nix::poll::poll(&mut fds, wait);
+                        // The member key is written after the keepalive, as at each
+                        // tick, before the stopping grant that rests on it: a watch that
+                        // sees this store lease end (a revoke) dates the end by that
+                        // write, and a successor leads only T after it.
                         let sent = Boot::now();
-                        if matches!(self.store.keepalive(mine), Ok(true)) {
+                        if matches!(self.store.keepalive(mine), Ok(true))
+                            && self.write_member_again(mine)
+                        {
                             self.send_stopping(Some(sent));
                         }
                     }

@@ -315,7 +315,10 @@ fn decide_weighed(v: &View, mem: &Memory) -> (Decision, Memory) {
             let until = v.last_renewal.map(|r| r.plus(validity(t)));
             let fresh = until.is_some_and(|u| v.now < u);
             if !v.owns_leader || !fresh {
-                mem.lead_from = None;
+                // A wait for an old holder's grant goes on: the key may well still be
+                // this node's at the next tick (one failed ownership transaction, one
+                // slow tick), and that grant is no shorter for it. A key that is no
+                // longer its own is seen so at the next look, which forgets the wait.
                 let why = if v.owns_leader {
                     "its store lease was not renewed for T/2"
                 } else {

@@ -121,7 +121,7 @@ impl Supd {
 /// leader key stay renewed meanwhile: the key is given up only after.
 pub struct Release {
     pub(super) conn: UnixStream,
-    answer: Vec<u8>,
+    pub(super) answer: Vec<u8>,
 }
 
 impl Release {

@@ -12,7 +12,9 @@
 //! the keepalive its last grant rests on: sent before U, so the grant, with its kill
 //! grace, ends before U + 3T/4, and a successor leads from U + T (the margin T/4 as in
 //! sup-lease(8) TIME AND MARGIN). After an expiry U + T is at once: the store lease
-//! ended T after the arrival of that keepalive, later than its send.
+//! ended T after the arrival of that keepalive, later than its send. U is never earlier
+//! than the write of `leader` seen: a holder that took the key and was still waiting out
+//! an old holder's grant never led, and that grant is bounded from the take.
 
 use super::store::{Change, Store, Watched};
 use crate::time::Boot;
@@ -56,7 +58,14 @@ impl Seen {
                         && seen.0 == c.prev)
                         .then_some(seen.1)
                 });
-                self.ended = member.map(|at| (l.prev, at));
+                // And no earlier than the write of `leader` itself: a holder that took
+                // the key and waited out an old holder's grant never led; that grant
+                // is bounded from the take, which came after its member write. Not
+                // seen: no date.
+                let taken = (self.writes.get(&leader))
+                    .filter(|w| w.0 == l.prev)
+                    .map(|w| w.1);
+                self.ended = member.zip(taken).map(|(at, t)| (l.prev, at.max(t)));
             }
             for c in batch {
                 due |= c.key == leader || c.key == released;
@@ -163,6 +172,25 @@ mod tests {
             deleted: true,
             prev,
         }
+    }
+
+    /// Review of issue 22: a holder that took the key (over, or empty) and waits out the
+    /// old holder's grant has not led; the runs that may still live are the old
+    /// holder's, bounded by T after that holder lost the key, which is later than the
+    /// new holder's member write of the same tick (a slow store between the two writes:
+    /// the range and the put of `leader`). If its store lease then ends (revoked, or
+    /// expired), the end must be dated no earlier than its write of `leader`, seen here
+    /// at 900, not by its member write seen at 100: a successor would lead T after
+    /// 100, while the old holder's grant, with its kill grace, may run until 3T/4
+    /// after the key was taken, up to 900.
+    #[test]
+    fn an_end_is_dated_no_earlier_than_the_write_of_the_leader_key() {
+        let mut s = Seen::default();
+        let at = |ms| Boot::from_ms(ms);
+        s.apply(P, &[w("members/b", 3)], at(100));
+        assert!(s.apply(P, &[w("leader", 4)], at(900)));
+        assert!(s.apply(P, &[d("leader", 5, 4), d("members/b", 5, 3)], at(1000)));
+        assert_eq!(s.ended, Some((4, at(900))));
     }
 
     #[test]

@@ -442,3 +442,61 @@ pub fn one_way_partition(etcd: &super::etcd::Etcd, ttl: &'static str) {
     );
     settle(&c);
 }
+
+/// Review of issue 22: n1's sup-lease gets SIGTERM while its engine takes 3T to stop: it
+/// keeps its store lease renewed and sends a stopping grant after each keepalive, which
+/// moves the guard's end on; it writes nothing else. Its store lease is then revoked
+/// early (an etcd leader that stalled revokes, as it resumes, leases it counted out;
+/// an operator): `leader` and n1's member key vanish in one revision. n2's watch dates
+/// that end by n1's last member write, before the SIGTERM, and n2 leads at once; n1's
+/// engine may live until its last stopping grant's end + the kill grace, up to 3T/4
+/// after the revoke.
+pub fn revoke_during_a_slow_sigterm(store: Option<String>, ttl: &'static str) {
+    let t = crate::common::parse_ttl(ttl);
+    let opts = Options {
+        hold_leases: true,
+        stop_secs: t.as_secs_f32() * 3.0,
+        ..Options::default()
+    };
+    let mut c = Cluster::with(&["0.6.2", "0.6.2"], store, ttl, opts);
+    c.start_lease(0);
+    c.wait_leader("n1");
+    c.start_lease(1);
+    c.wait("n2 a member", |c| c.status_text().contains("member n2"));
+    let engine = c.node("n1").sb.status("engine")["pid"]
+        .as_i64()
+        .expect("n1's engine pid") as i32;
+    let alive = || nix::sys::signal::kill(nix::unistd::Pid::from_raw(engine), None).is_ok();
+    c.nodes[0].signal_lease(Signal::SIGTERM);
+    ttls(&c, 1);
+    assert!(
+        alive(),
+        "n1's engine is still stopping: {}",
+        c.status_text()
+    );
+    let mut s = sup::lease::store::open(&c.store, Duration::from_secs(5)).expect("store");
+    let snap = sup::lease::node::snapshot(s.as_mut(), "engine").expect("snapshot");
+    let (l, _, id) = snap.leader.expect("a leader key");
+    assert_eq!(l.node, "n1");
+    s.revoke(id).expect("revoke n1's store lease");
+    let t0 = Instant::now();
+    // The guard SIGKILLs n1's engine, which leaves the harness's lock behind (the
+    // engine's mark of an overlap would then be wrong): n1's engine process is looked
+    // at instead, whenever n2's engine runs.
+    let n2 = c.node("n2");
+    let mut w = n2.sb.watch();
+    loop {
+        if n2.sb.status("engine")["state"] == "running" {
+            assert!(
+                !alive(),
+                "n2's engine runs {:?} after the revoke while n1's engine (pid {engine}) still lives\n{}",
+                t0.elapsed(),
+                c.logs()
+            );
+            break;
+        }
+        assert!(t0.elapsed() < t * 4, "n2 does not lead\n{}", c.logs());
+        w.next_within(Duration::from_millis(10));
+    }
+    eprintln!("n2 leads {:?} after the revoke", t0.elapsed());
+}

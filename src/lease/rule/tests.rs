@@ -954,3 +954,46 @@ fn i22_a_silent_store_or_supd_ends_renewals_then_the_key_after_the_last_grant() 
         "none sent: at once"
     );
 }
+
+/// Review of issue 22: a holder that took the key over (or took an empty key it must
+/// wait T on) waits out the old holder's grant (`lead_from`). One tick that cannot
+/// prove it owns `leader` (the ownership transaction failed: a slow or lost store
+/// answer) or whose renewal is older than T/2 (a slow tick) is a Fence; the key is still
+/// its own at the next tick, and the wait must go on: the old holder's runs may live
+/// until T after the takeover.
+#[test]
+fn review_a_fence_during_the_wait_after_a_takeover_does_not_end_the_wait() {
+    let at = |ms: u64| Boot(ms * 1_000_000);
+    let members = [m("a", "0.6.2", true), m("b", "0.8.1", true)];
+    let p = pol(Strategy::Newest, None, None);
+    let lb = Leader {
+        node: "b".into(),
+        version: Some("0.8.1".into()),
+        epoch: 1,
+    };
+    // b took over at 1000: it leads from 1900.
+    let mem = Memory {
+        lead_from: Some(at(1_900)),
+        ..Memory::default()
+    };
+    let (d, mem) = decide(
+        &view("b", &members, Some((&lb, 12)), &p, at(1_300), true),
+        &mem,
+    );
+    assert!(matches!(d, Decision::Wait(_)), "{d:?}");
+    // One tick whose ownership transaction got no answer.
+    let (d, mem) = decide(
+        &view("b", &members, Some((&lb, 12)), &p, at(1_600), false),
+        &mem,
+    );
+    assert!(matches!(d, Decision::Fence(_)), "{d:?}");
+    // The key is still b's: it must still wait until 1900.
+    let (d, _) = decide(
+        &view("b", &members, Some((&lb, 12)), &p, at(1_610), true),
+        &mem,
+    );
+    assert!(
+        matches!(d, Decision::Wait(_)),
+        "b leads at 1610 though the old holder's grant may run until 1900: {d:?}"
+    );
+}
