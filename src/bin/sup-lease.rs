@@ -165,7 +165,7 @@ fn main() -> ExitCode {
         [] => (args.ttl / 3).min(Duration::from_secs(2)),
         _ => Duration::from_secs(5),
     };
-    let store = match store::open_with(&spec, timeout, &args.store_opts) {
+    let store = match sup::lease::open_with(&spec, timeout, &args.store_opts) {
         Ok(s) => s,
         Err(e) => {
             errln!("sup-lease: {e}");
@@ -320,7 +320,7 @@ fn campaign(args: Args, store: Box<dyn store::Store>) -> ExitCode {
     let wake = node.as_mut().and_then(|n| {
         let (spec, ttl, opts) = (spec_of(&args), args.ttl, args.store_opts.clone());
         let open =
-            move || store::open_with(&spec, (ttl / 3).min(Duration::from_secs(2)), &opts).ok();
+            move || sup::lease::open_with(&spec, (ttl / 3).min(Duration::from_secs(2)), &opts).ok();
         let prefix = sup::lease::record::prefix(&n.lease);
         match sup::lease::watch::start(open, prefix, args.ttl) {
             Ok((wake, seen)) => {
@@ -437,7 +437,8 @@ fn fleet_node(args: &Args, tool: &str, name: &str) -> Result<sup::fleet::node::F
     sup::versions::check_tool(tool)?;
     let spec = args.store.clone().unwrap_or_default();
     let timeout = (args.ttl / 3).min(Duration::from_secs(2));
-    let store = store::open_with(&spec, timeout, &args.store_opts).map_err(|e| e.to_string())?;
+    let store =
+        sup::lease::open_with(&spec, timeout, &args.store_opts).map_err(|e| e.to_string())?;
     let program = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let fetch = sup::fleet::node::FetchConfig {
         program,

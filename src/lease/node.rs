@@ -641,6 +641,7 @@ impl Node {
                             log::info!("{}: {} leads (term {term}{trial})", self.lease, self.name);
                         }
                         self.leading = Some(term);
+                        self.trials.led(me);
                         self.note(String::new());
                     }
                     Err(e) => self.note(format!("grant: {e}")),

@@ -461,6 +461,15 @@ impl Trials {
         (c, withheld)
     }
 
+    /// This node led on `me` (supd took its grant): a trial under way, from now, even if
+    /// no later look at the store sees it hold the key (leading comes in the tick that
+    /// took an empty key, and a node stopped right after must still count it).
+    pub fn led(&mut self, me: &Member) {
+        if me.trial {
+            self.holding = me.version.clone();
+        }
+    }
+
     /// After a look at the store: `me` is what this node published, `holds` whether
     /// `leader` names it. Returns the version whose trial was just spent, if any.
     pub fn observe(&mut self, me: &Member, answered: bool, holds: bool) -> Option<String> {

@@ -150,35 +150,3 @@ impl StoreOptions {
         *self != StoreOptions::default()
     }
 }
-
-/// Opens `file:PATH` or `etcd:http://HOST:PORT`; a call gives up after `timeout`.
-pub fn open(spec: &str, timeout: Duration) -> Result<Box<dyn Store>, StoreError> {
-    open_with(spec, timeout, &StoreOptions::default())
-}
-
-/// Opens `file:PATH`, or `etcd:URL,URL,...` (`http://` or `https://` endpoints) reached
-/// with `opts`; a call gives up after `timeout`, whichever endpoints it tries.
-pub fn open_with(
-    spec: &str,
-    timeout: Duration,
-    opts: &StoreOptions,
-) -> Result<Box<dyn Store>, StoreError> {
-    if let Some(path) = spec.strip_prefix("file:") {
-        if opts.any() {
-            return Err(StoreError(format!(
-                "'{spec}': --cacert, --cert, --key, --user and --password-file are for an \
-                 etcd store (etcd:https://HOST:PORT,...); a file store takes none"
-            )));
-        }
-        return Ok(Box::new(super::file::FileStore::with_lock_wait(
-            path.into(),
-            timeout,
-        )));
-    }
-    if let Some(urls) = spec.strip_prefix("etcd:") {
-        return Ok(Box::new(super::etcd::EtcdStore::new(urls, timeout, opts)?));
-    }
-    Err(StoreError(format!(
-        "'{spec}' is not a store: use file:PATH or etcd:http://HOST:PORT[,http://HOST:PORT...]"
-    )))
-}

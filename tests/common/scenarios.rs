@@ -257,8 +257,7 @@ pub fn early_revoke(store: Option<String>, ttl: &'static str) {
         .position(|n| n.name == first)
         .expect("holder");
     c.nodes[i].signal_lease(Signal::SIGSTOP);
-    let mut s =
-        sup::lease::store::open(&c.store, std::time::Duration::from_secs(5)).expect("store");
+    let mut s = sup::lease::open(&c.store, std::time::Duration::from_secs(5)).expect("store");
     let snap = sup::lease::node::snapshot(s.as_mut(), "engine").expect("snapshot");
     let (_, _, id) = snap.leader.expect("a leader key");
     s.revoke(id).expect("revoke the holder's store lease");
@@ -474,7 +473,7 @@ pub fn revoke_during_a_slow_sigterm(store: Option<String>, ttl: &'static str) {
         "n1's engine is still stopping: {}",
         c.status_text()
     );
-    let mut s = sup::lease::store::open(&c.store, Duration::from_secs(5)).expect("store");
+    let mut s = sup::lease::open(&c.store, Duration::from_secs(5)).expect("store");
     let snap = sup::lease::node::snapshot(s.as_mut(), "engine").expect("snapshot");
     let (l, _, id) = snap.leader.expect("a leader key");
     assert_eq!(l.node, "n1");

@@ -306,3 +306,19 @@ fn a_trial_of_the_holder_s_own_version_comes_first() {
         Decision::Lead { .. }
     ));
 }
+
+/// Found by the full suite after the hand-over at once (issue 22): a node that took an
+/// empty key leads in the same tick; stopped right after (before any look saw it hold
+/// the key), it lost its trial all the same, and must not be offered it again.
+#[test]
+fn a_trial_led_without_a_look_that_saw_it_hold_is_spent_when_lost() {
+    let mut t = Trials::default();
+    let me = on_trial("n2", "2.0.0");
+    let (me, withheld) = t.offer(me, true);
+    assert!(!withheld && me.trial);
+    t.led(&me);
+    // The next look: another node holds the key.
+    assert_eq!(t.observe(&me, true, false).as_deref(), Some("2.0.0"));
+    let (me, withheld) = t.offer(on_trial("n2", "2.0.0"), true);
+    assert!(withheld && !me.trial, "the trial is offered again: {me:?}");
+}
