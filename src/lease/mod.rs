@@ -13,6 +13,7 @@ pub mod memory;
 pub mod node;
 pub mod record;
 pub mod rule;
+pub mod snapshot;
 pub mod store;
 pub mod supd;
 pub mod watch;
