@@ -704,6 +704,6 @@ fn a_download_at_one_byte_a_second_shows_its_progress_fails_with_a_reason_and_is
     let end = Instant::now() + DEADLINE;
     while slow.hits.load(Ordering::SeqCst) < 2 {
         assert!(Instant::now() < end, "not tried again\n{}", c.logs());
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(50)); // the server's count, with a deadline
     }
 }

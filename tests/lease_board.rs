@@ -275,7 +275,7 @@ fn an_idle_guard_sleeps_until_the_end() {
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
         sb.ok(grant("engine", 1, Duration::from_secs(600), GRACE));
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(100)); // the renewals' pace, not a wait
     }
     let woke = wakeups(g[0]) - before;
     eprintln!("the guard woke {woke} times in 3 s of renewals");
@@ -350,7 +350,7 @@ fn a_supd_frozen_during_a_reexec_does_not_keep_its_engine() {
         let granted = Instant::now();
         let engine = pid_of(&sb.wait_state("engine", "running"));
         let mut reexec = sb.spawn_reexec();
-        std::thread::sleep(Duration::from_millis(delay_ms));
+        std::thread::sleep(Duration::from_millis(delay_ms)); // the fault's moment
         let frozen = Frozen::new(sb.supd_pid());
         let late = late(granted, valid_for, grace);
         let gone = gone_by(engine, late);
@@ -398,17 +398,11 @@ fn exits_during_the_exec_of_a_reexec_are_reaped_by_the_new_image() {
     let end = Instant::now() + DEADLINE;
     while !stopped(supd) {
         assert!(Instant::now() < end, "supd did not stop before its exec");
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(10)); // /proc has no event for a stop
     }
     let frozen = Frozen(supd);
     let late = late(granted, valid_for, grace);
-    let gone = [engine, child].map(|p| {
-        let end = Instant::now() + late.saturating_duration_since(Instant::now());
-        while Instant::now() < end && alive(p) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        !alive(p)
-    });
+    let gone = [engine, child].map(|p| gone_by(p, late));
     assert_eq!(gone, [true, true], "the guard did not end the run");
     drop(frozen);
     let _ = reexec.wait();
