@@ -32,7 +32,6 @@ use crate::sys;
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// supd's ends of the dead-man pipe, and the grant board of each lease.
@@ -91,10 +90,12 @@ impl Deadman {
     /// The end the board of `lease` holds now, if it has a readable one.
     pub fn posted(&self, lease: &str) -> Option<crate::time::Boot> {
         let fd = self.boards.get(lease)?;
-        let file = std::fs::File::from(fd.try_clone().ok()?);
         let mut b = [0u8; sys::BOARD_LEN];
-        file.read_exact_at(&mut b, 0).ok()?;
-        sys::board_end(&b).map(crate::time::Boot)
+        // On the board's own fd (no dup: a renewal must not fail for want of an fd).
+        match nix::sys::uio::pread(fd, &mut b, 0) {
+            Ok(n) if n == b.len() => sys::board_end(&b).map(crate::time::Boot),
+            _ => None,
+        }
     }
 
     /// Writes on the board of `lease` (made if it has none) the instant by which its
@@ -119,15 +120,13 @@ impl Deadman {
         let Some(fd) = self.boards.get(lease) else {
             return;
         };
-        let file = std::fs::File::from(match fd.try_clone() {
-            Ok(f) => f,
-            Err(e) => {
-                log::error!("lease {lease}: cannot write its grant board ({e}); its runs end at the end last written");
-                return;
-            }
-        });
-        if let Err(e) = file.write_all_at(&sys::board_record(end.0), 0) {
-            log::error!("lease {lease}: cannot write its grant board ({e}); its runs end at the end last written");
+        // One pwrite of the whole record on the board's own fd (no dup: a renewal must
+        // not fail for want of an fd; a guard that reads it torn reads it again).
+        let record = sys::board_record(end.0);
+        match nix::sys::uio::pwrite(fd, &record, 0) {
+            Ok(n) if n == record.len() => {}
+            Ok(n) => log::error!("lease {lease}: its grant board took {n} of {} bytes; its runs end at the end last written", record.len()),
+            Err(e) => log::error!("lease {lease}: cannot write its grant board ({e}); its runs end at the end last written"),
         }
     }
 
@@ -334,6 +333,7 @@ fn run_lease(slot: &crate::supervisor::Slot) -> Option<String> {
 mod tests {
     use super::*;
     use crate::time::Boot;
+    use std::os::unix::fs::FileExt;
 
     #[test]
     fn a_board_record_reads_back_and_a_torn_one_is_seen() {
