@@ -6,7 +6,10 @@
 //!   unread answers pass [`WRITE_MAX`] is dropped (one answer alone may be larger);
 //! - at most [`MAX_CLIENTS`] are connected, the last [`RESERVED_SLOTS`] of them only
 //!   root or supd's own user; any other uid holds at most [`PER_UID`] connections,
-//!   `watch` and `log -f` streams included; more are answered with an error and closed;
+//!   `watch` and `log -f` streams included; more are answered with an error and closed,
+//!   except that root and supd's own user, at the limit, displace the longest-idle
+//!   connection (not a stream, owed no answer; an unprivileged peer's first), so clients
+//!   that connect and stall never keep root out;
 //! - a connection that is not a stream and is not waiting for an answer, and that moves
 //!   no byte either way for [`IDLE`], is closed: one of the loop's deadlines, there
 //!   only while such a connection exists;
@@ -363,6 +366,7 @@ impl Server {
             dead: false,
             last_active: Mono::now(),
         };
+        self.make_room(access, uid, pid);
         if let Some(why) = self.refusal(access, uid) {
             log::warn!("refused a connection from pid {pid} uid {uid}: {why}");
             // For now: a connection may be taken once others closed.
@@ -378,9 +382,40 @@ impl Server {
         self.clients.insert(id, client);
     }
 
+    /// The connections that count against the limits: those not dropped already.
+    fn live(&self) -> impl Iterator<Item = &Client> {
+        self.clients.values().filter(|c| !c.dead)
+    }
+
+    /// At the limit, root or supd's own user displaces an idle connection: one that is
+    /// neither a stream nor owed an answer (it would be closed at [`IDLE`] anyway), an
+    /// unprivileged peer's first, the longest idle first. So clients that connect and
+    /// stall never keep root out. Others are refused at their limits as before: a peer
+    /// displacing connections would close its own fresh ones, whose requests supd has
+    /// not read yet.
+    fn make_room(&mut self, access: Access, uid: u32, pid: i32) {
+        if access != Access::Full || self.live().count() < MAX_CLIENTS {
+            return;
+        }
+        let victim = self
+            .clients
+            .values_mut()
+            .filter(|c| c.idle_deadline().is_some())
+            .min_by_key(|c| (c.access == Access::Full, c.last_active));
+        if let Some(c) = victim {
+            log::info!(
+                "client pid {} uid {} sent nothing for {}; closing its connection to make room for pid {pid} uid {uid}",
+                c.pid,
+                c.uid,
+                crate::time::Human(Mono::now().since(c.last_active))
+            );
+            c.dead = true;
+        }
+    }
+
     /// Why a connection of `uid` is not taken in now, if it is not.
     fn refusal(&self, access: Access, uid: u32) -> Option<String> {
-        if self.clients.len() >= MAX_CLIENTS {
+        if self.live().count() >= MAX_CLIENTS {
             return Some(format!(
                 "too many connections (at most {MAX_CLIENTS}); try again later"
             ));
@@ -388,15 +423,11 @@ impl Server {
         if access == Access::Full {
             return None;
         }
-        let others = self
-            .clients
-            .values()
-            .filter(|c| c.access != Access::Full)
-            .count();
+        let others = self.live().filter(|c| c.access != Access::Full).count();
         if others >= MAX_CLIENTS - RESERVED_SLOTS {
             return Some(format!("too many connections (the last {RESERVED_SLOTS} of {MAX_CLIENTS} are kept for root and supd's user); try again later"));
         }
-        let mine = self.clients.values().filter(|c| c.uid == uid).count();
+        let mine = self.live().filter(|c| c.uid == uid).count();
         (mine >= PER_UID).then(|| {
             format!("too many connections: uid {uid} holds {PER_UID}, the most one user may (watch and log -f streams included)")
         })

@@ -212,6 +212,14 @@ fn on_signal(sup: &mut Supervisor, sig: Signal, from: Option<i32>, now: Mono) {
         Signal::SIGUSR2 if sup.system => sup.begin_final(Final::Poweroff, now),
         Signal::SIGTERM | Signal::SIGINT if sup.system => sup.begin_final(Final::Reboot, now),
         Signal::SIGUSR1 if sup.system => sup.begin_final(Final::Halt, now),
+        // LXC's stop signal for a container's init (lxc.signal.halt defaults to SIGPWR),
+        // and sysvinit's power failure: an orderly power-off of a system, an orderly
+        // shutdown of a container's init.
+        Signal::SIGPWR if sup.system => sup.begin_final(Final::Poweroff, now),
+        Signal::SIGPWR if std::process::id() == 1 => {
+            log::info!("SIGPWR: stopping (a container's stop)");
+            sup.begin_shutdown(0, now);
+        }
         Signal::SIGTERM | Signal::SIGINT => {
             log::info!("{}: stopping", crate::config::signal_name(sig));
             sup.begin_shutdown(0, now);

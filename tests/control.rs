@@ -99,12 +99,53 @@ fn a_client_that_never_reads_is_dropped_and_supd_goes_on() {
     );
 }
 
+/// A connection that streams `watch` events (it cannot be displaced to make room).
+fn watching(sb: &Sandbox) -> Client {
+    let mut c = sb.client();
+    c.send_raw(b"{\"cmd\":\"watch\"}\n");
+    let a = c.read().expect("an answer to watch");
+    assert_eq!(a["ok"], true, "{a}");
+    c
+}
+
+/// Issue 23: 70 clients that connect and stall (root's, as an adversary with a root
+/// shell's mistakes or a stuck script makes them) kept root out for 10 s, the idle
+/// timeout. The longest-idle of them now makes room for each newcomer.
+#[test]
+fn stalled_clients_never_keep_root_out() {
+    let mut sb = Sandbox::new();
+    sleeper(&sb);
+    sb.start();
+    sb.wait_state("a", "running");
+    let held: Vec<Client> = (0..70).map(|_| sb.client()).collect();
+    let t = std::time::Instant::now();
+    for _ in 0..3 {
+        let a = sb.request(json!({"cmd": "hello"}));
+        assert_eq!(a["ok"], true, "root was kept out: {a}");
+    }
+    let out = sb.supctl(&["status"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(5),
+        "root waited {:?}",
+        t.elapsed()
+    );
+    assert!(
+        sb.supd_log()
+            .contains("closing its connection to make room"),
+        "{}",
+        sb.supd_log()
+    );
+    drop(held);
+}
+
 #[test]
 fn too_many_connections_are_refused_politely() {
     let mut sb = Sandbox::new();
     sleeper(&sb);
     sb.start();
-    let held: Vec<Client> = (0..64).map(|_| sb.client()).collect();
+    // Streams: an idle connection would be displaced by a newcomer of root's.
+    let held: Vec<Client> = (0..64).map(|_| watching(&sb)).collect();
     let mut extra = sb.client();
     let a = extra.read().expect("an answer before closing");
     assert_eq!(a["error"]["kind"], "busy", "{a}");

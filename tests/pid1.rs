@@ -132,3 +132,47 @@ fn as_pid_1_it_reaps_100_orphans_and_exits_0_on_sigterm() {
         .supd_log()
         .contains("every service is down; exiting with status 0"));
 }
+
+/// LXC stops a container by sending its init SIGPWR (`lxc.signal.halt`): as PID 1, supd
+/// stops its services in order and exits 0, as on SIGTERM. (It used to ignore it, and
+/// `lxc-stop` waited out its timeout, then killed the container.)
+#[test]
+fn as_pid_1_sigpwr_stops_the_services_and_exits_0() {
+    if !is_root() {
+        eprintln!("skipped: needs root for unshare --pid");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let marker = sb.path("stopped-by-term");
+    let svc = sb.script(
+        "svc.sh",
+        &format!(
+            "trap ': > {}; exit 0' TERM\n/bin/sleep 3600 &\nwait",
+            marker.display()
+        ),
+    );
+    sb.config(&format!("[service.svc]\ncommand = [\"{svc}\"]\n"));
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child", SUPD]);
+    sb.start_with(cmd, &["-c"]);
+    let unshare = sb.supd_pid();
+    let init = namespace_init(unshare);
+    sb.wait_state("svc", "running");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(init), Signal::SIGPWR).expect("PWR to PID 1");
+    assert!(
+        wait_exit(unshare, DEADLINE).is_some(),
+        "PID 1 did not stop on SIGPWR\n{}",
+        sb.supd_log()
+    );
+    let status = sb.supd.take().expect("unshare").wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "{}", sb.supd_log());
+    assert!(
+        marker.exists(),
+        "the service was not stopped with its stop signal"
+    );
+    assert!(
+        sb.supd_log().contains("SIGPWR: stopping"),
+        "{}",
+        sb.supd_log()
+    );
+}

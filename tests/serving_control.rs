@@ -436,7 +436,15 @@ fn supctl_says_why_supd_refused_the_connection() {
     let mut sb = Sandbox::new();
     sleeper(&sb, "");
     sb.start();
-    let _held: Vec<Client> = (0..64).map(|_| sb.client()).collect();
+    // Streams (idle connections would be displaced to make room for root's supctl).
+    let _held: Vec<Client> = (0..64)
+        .map(|_| {
+            let mut c = sb.client();
+            c.send_raw(b"{\"cmd\":\"watch\"}\n");
+            assert_eq!(c.read().expect("watch")["ok"], true);
+            c
+        })
+        .collect();
     // A request larger than the socket's buffer: supctl is still writing it when supd
     // refuses the connection and closes it, so its write fails, every time.
     let names: Vec<String> = (0..4000).map(|i| format!("{i:0>100}")).collect();
