@@ -70,7 +70,7 @@ impl Supervisor {
         }
     }
 
-    fn authorize(&self, client: u64, command: &Command) -> Result<(), Error> {
+    fn authorize(&mut self, client: u64, command: &Command) -> Result<(), Error> {
         let Some(c) = self.server.clients.get(&client) else {
             return Ok(());
         };
@@ -80,12 +80,14 @@ impl Supervisor {
             Access::ReadOnly => format!("uid {} may only read (hello, status, log, watch); '{}' needs root", c.uid, command.name()),
             Access::None => format!("uid {} is not allowed to use this socket (not root, not supd's user, not in socket_group)", c.uid),
         };
-        log::warn!(
-            "refused '{}' from pid {} uid {}: {refused}",
-            command.name(),
-            c.pid,
-            c.uid
-        );
+        let (pid, uid) = (c.pid, c.uid);
+        if let Some(n) = self.server.refusals.note(Mono::now()) {
+            log::warn!(
+                "refused '{}' from pid {pid} uid {uid}: {refused}{}",
+                command.name(),
+                crate::control::more(n)
+            );
+        }
         Err(Error::new(ErrorKind::PermissionDenied, refused))
     }
 

@@ -99,6 +99,56 @@ pub struct Server {
     paused: Option<Mono>,
     /// An episode at the limit was logged; cleared when the backlog is drained again.
     at_limit: bool,
+    /// Refused connections and requests, told at most once a second.
+    pub refusals: Tally,
+}
+
+/// Refusals told at most once a second, each with how many there were since the last:
+/// every refused request is a client's to make, and a read-only peer must not be able to
+/// flood supd's log (and its stderr) with them.
+#[derive(Default)]
+pub struct Tally {
+    untold: u64,
+    told: Option<Mono>,
+}
+
+impl Tally {
+    /// Notes one refusal; how many to tell now (this one and those not told since),
+    /// or `None` while the last telling is under a second old.
+    pub fn note(&mut self, now: Mono) -> Option<u64> {
+        self.untold += 1;
+        if self
+            .told
+            .is_some_and(|t| now.since(t) < Duration::from_secs(1))
+        {
+            return None;
+        }
+        self.told = Some(now);
+        Some(std::mem::take(&mut self.untold))
+    }
+
+    /// When the refusals not told yet are due to be told.
+    pub fn deadline(&self) -> Option<Mono> {
+        (self.untold > 0).then(|| self.told.unwrap_or(Mono(0)).plus(Duration::from_secs(1)))
+    }
+
+    /// The refusals not told, once they are due.
+    pub fn due(&mut self, now: Mono) -> Option<u64> {
+        if self.deadline().is_some_and(|d| d <= now) {
+            self.told = Some(now);
+            return Some(std::mem::take(&mut self.untold));
+        }
+        None
+    }
+}
+
+/// " (and N more since the last told)", for a telling of `n` refusals.
+pub fn more(n: u64) -> String {
+    if n > 1 {
+        format!(" ({} more refused in the last second, not logged)", n - 1)
+    } else {
+        String::new()
+    }
 }
 
 /// Whether a supd already answers on `path`.
@@ -210,6 +260,7 @@ impl Server {
             reserve: Vec::new(),
             paused: None,
             at_limit: false,
+            refusals: Tally::default(),
             stand_in: false,
         };
         if !server.fill_reserve() {
@@ -312,6 +363,9 @@ impl Server {
 
     /// Closes the connections idle past [`IDLE`]; retries a paused accept when due.
     pub fn tick(&mut self, now: Mono) {
+        if let Some(n) = self.refusals.due(now) {
+            log::warn!("{n} more connections or requests were refused in the last second (not logged one by one)");
+        }
         for c in self.clients.values_mut() {
             if c.idle_deadline().is_some_and(|d| d <= now) && !c.dead {
                 log::info!(
@@ -337,6 +391,7 @@ impl Server {
             .values()
             .filter_map(Client::idle_deadline)
             .chain(self.paused)
+            .chain(self.refusals.deadline())
             .min()
     }
 
@@ -368,7 +423,12 @@ impl Server {
         };
         self.make_room(access, uid, pid);
         if let Some(why) = self.refusal(access, uid) {
-            log::warn!("refused a connection from pid {pid} uid {uid}: {why}");
+            if let Some(n) = self.refusals.note(Mono::now()) {
+                log::warn!(
+                    "refused a connection from pid {pid} uid {uid}: {why}{}",
+                    more(n)
+                );
+            }
             // For now: a connection may be taken once others closed.
             client.send(&protocol::encode_err(
                 &Value::Null,
@@ -710,6 +770,25 @@ mod tests {
             dead: false,
             last_active: Mono::now(),
         }
+    }
+
+    #[test]
+    fn refusals_are_told_at_most_once_a_second_with_the_count() {
+        let mut t = Tally::default();
+        let t0 = Mono(1_000_000_000);
+        assert_eq!(t.note(t0), Some(1));
+        for i in 1..=500u64 {
+            assert_eq!(t.note(t0.plus(Duration::from_millis(i))), None);
+        }
+        assert_eq!(t.note(t0.plus(Duration::from_millis(1000))), Some(501));
+        assert_eq!(t.note(t0.plus(Duration::from_millis(1001))), None);
+        let d = t.deadline().expect("one untold");
+        assert_eq!(d, t0.plus(Duration::from_millis(2000)));
+        assert_eq!(t.due(d.plus(Duration::ZERO)), Some(1));
+        assert_eq!(t.deadline(), None);
+        assert_eq!(t.due(d.plus(Duration::from_secs(5))), None);
+        assert_eq!(more(1), "");
+        assert!(more(3).contains("2 more"));
     }
 
     #[test]
