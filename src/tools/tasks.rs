@@ -10,7 +10,11 @@ use crate::time::Mono;
 use crate::versions;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use std::rc::Rc;
 
 /// A helper process supd waits for.
 #[derive(Clone, Debug)]
@@ -21,6 +25,9 @@ pub enum Task {
         tool: String,
         version: String,
         client: Option<(u64, Value)>,
+        /// The read end of the pipe the copy writes why it failed into (not carried
+        /// across a reexec: the answer then gives the exit status alone).
+        why: Option<Rc<File>>,
     },
     /// Deleting pruned versions and leftovers.
     Prune { dirs: Vec<PathBuf> },
@@ -34,13 +41,15 @@ pub enum Task {
 
 impl Supervisor {
     /// `install TOOL VERSION DIR`: checks, then a helper copies into a hidden staging
-    /// directory; the client is answered when it ends. Two installs of one version at
-    /// once are refused: the second would take the first one's staging directory.
+    /// directory (`copy.rs`: modes kept, special files refused unless `allow_special`);
+    /// the client is answered when it ends. Two installs of one version at once are
+    /// refused: the second would take the first one's staging directory.
     pub fn install(
         &mut self,
         tool: &str,
         version: &str,
         dir: &str,
+        allow_special: bool,
         client: u64,
         id: &Value,
     ) -> Result<(), Error> {
@@ -63,9 +72,9 @@ impl Supervisor {
             );
             self.delete_in_background(tool, vec![old]);
         }
-        let argv = versions::install_command(&src, &tmp);
-        let pid = match self.spawn_helper(&argv[0], argv[1..].to_vec()) {
-            Ok(pid) => pid,
+        let opts = super::copy::Options { allow_special };
+        let (pid, why) = match fork_copy(&src, &tmp, opts) {
+            Ok(p) => p,
             Err(e) => {
                 let _ = std::fs::remove_dir(&tmp);
                 return Err(failed(format!("cannot start the copy: {e}")));
@@ -77,6 +86,7 @@ impl Supervisor {
                 tool: tool.into(),
                 version: version.into(),
                 client: Some((client, id.clone())),
+                why: Some(Rc::new(why)),
             },
         );
         if let Some(c) = self.server.clients.get_mut(&client) {
@@ -228,6 +238,7 @@ impl Supervisor {
                 tool,
                 version,
                 client,
+                why,
             } => {
                 let tools_dir = self.cfg.supd.tools_dir.clone();
                 let answer = if ok {
@@ -235,9 +246,15 @@ impl Supervisor {
                         .map(|()| json!({"tool": tool, "version": version, "path": versions::tool_dir(&tools_dir, &tool).join(&version)}))
                         .map_err(|e| failed(format!("cannot move the copy into place: {e}")))
                 } else {
-                    Err(failed(format!(
-                        "copying into {tool} {version} failed ({exit}); nothing was installed"
-                    )))
+                    let reason = why.and_then(|f| read_why(&f));
+                    Err(failed(match reason {
+                        Some(r) => {
+                            format!("cannot install {tool} {version}: {r}; nothing was installed")
+                        }
+                        None => format!(
+                            "copying into {tool} {version} failed ({exit}); nothing was installed"
+                        ),
+                    }))
                 };
                 match &answer {
                     Ok(_) => log::info!("{tool}: installed {version}"),
@@ -270,4 +287,34 @@ impl Supervisor {
             }
         }
     }
+}
+
+/// Forks the copy of `src` into `tmp`; returns its pid and the pipe it says why it
+/// failed on (one line, within `PIPE_BUF`: the write never blocks).
+fn fork_copy(
+    src: &std::path::Path,
+    tmp: &std::path::Path,
+    opts: super::copy::Options,
+) -> std::io::Result<(i32, File)> {
+    use nix::fcntl::OFlag;
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    let keep = write.as_raw_fd();
+    let pid = sys::fork_worker(keep, move || match super::copy::copy_tree(src, tmp, opts) {
+        Ok(()) => 0,
+        Err(why) => {
+            let mut line = why.into_bytes();
+            line.truncate(libc::PIPE_BUF - 1);
+            let _ = nix::unistd::write(&write, &line);
+            1
+        }
+    })?;
+    Ok((pid, File::from(read)))
+}
+
+/// What a copy that ended wrote on its pipe.
+fn read_why(f: &File) -> Option<String> {
+    let mut buf = Vec::new();
+    let _ = f.take(libc::PIPE_BUF as u64).read_to_end(&mut buf);
+    let s = String::from_utf8_lossy(&buf).trim().to_string();
+    (!s.is_empty()).then_some(s)
 }
