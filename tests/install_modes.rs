@@ -451,3 +451,39 @@ fn a_copy_under_way_across_reexec_goes_on_and_is_moved_into_place() {
     );
     assert!(hidden(&sb).is_empty(), "left: {:?}", hidden(&sb));
 }
+
+#[test]
+fn the_check_of_a_new_program_before_reexec_ends_with_supd() {
+    if skip() {
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.config("");
+    sb.start();
+    // A "new program" whose --check never ends: the helper supd waits on.
+    let pid_file = sb.path("check.pid");
+    let binary = sb.script(
+        "slow-check",
+        &format!(
+            "echo $$ > {}.tmp && mv {0}.tmp {0}\nexec sleep 3600",
+            pid_file.display()
+        ),
+    );
+    let mut c = sb.client();
+    let req = json!({"cmd": "reexec", "id": 1, "binary": binary});
+    c.send_raw(format!("{req}\n").as_bytes());
+    let pid: i32 = common::files::wait_file(&pid_file, |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .expect("the check's pid");
+    assert!(alive(pid), "the check runs");
+    let status = sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+    assert!(status.success(), "supd exits cleanly: {status:?}");
+    if alive(pid) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        panic!("the check {pid} outlived supd\n{}", sb.supd_log());
+    }
+}
