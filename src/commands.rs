@@ -268,8 +268,13 @@ impl Supervisor {
                 self.begin_shutdown(0, now);
                 Ok(Outcome::Answer(json!({"shutting_down": true})))
             }
-            Command::Install { tool, version, dir } => {
-                self.install(&tool, &version, &dir, client, id)?;
+            Command::Install {
+                tool,
+                version,
+                dir,
+                allow_special,
+            } => {
+                self.install(&tool, &version, &dir, allow_special, client, id)?;
                 Ok(Outcome::Parked)
             }
             Command::Versions { tool } => {

@@ -646,6 +646,7 @@ impl Supervisor {
                         tool,
                         version,
                         client: None,
+                        why: None,
                     },
                 ),
                 TaskState::Prune { pid, dirs } => (pid, Task::Prune { dirs }),

@@ -135,6 +135,11 @@ pub enum Command {
         version: String,
         /// An absolute path: supd's working directory is not the client's.
         dir: String,
+        /// Set-user-ID and set-group-ID files, device nodes, FIFOs and sockets are
+        /// copied (with their own modes) rather than refused. Absent (older clients):
+        /// refused.
+        #[serde(default)]
+        allow_special: bool,
     },
     Versions {
         tool: String,

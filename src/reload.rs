@@ -72,6 +72,12 @@ impl Supervisor {
         self.start_reload(client.into_iter().collect(), now);
     }
 
+    /// supd is exiting: the reader under way, if any, is dropped; returns its pid, for
+    /// the caller to kill and reap (`end_helpers`).
+    pub(crate) fn end_reload_reader(&mut self) -> Option<i32> {
+        self.reload_job.take().map(|job| job.pid)
+    }
+
     fn start_reload(&mut self, waiting: Vec<(u64, Value)>, now: Mono) {
         match self.fork_reader() {
             Ok((pid, pipe)) => {

@@ -12,6 +12,7 @@
 //! changed"); supd's own (a rollback, a commit, a self-switch, the fix at start) waits
 //! in a visible state and is retried with a growing delay, with nothing switched.
 
+mod copy;
 mod probation;
 mod tasks;
 

@@ -77,7 +77,7 @@ fn failed_reason(sb: &Sandbox, service: &str) -> String {
     st["reason"].as_str().unwrap_or_default().to_string()
 }
 
-/// What version `v` of the agent wrote when it started (see [`stage_private`]).
+/// What version `v` of the agent wrote when it started (see [`stage_for_user`]).
 fn agent_said(sb: &Sandbox, v: &str) -> String {
     wait_file(&sb.path(&format!("out/agent-{v}")), |t| t.ends_with('\n'))
 }
@@ -130,10 +130,12 @@ probation = "1s"
 stop_timeout = "2s"
 "#;
 
-/// Stages version `v` of the agent the way a build might leave it: private to its
-/// owner (0700 throughout). The agent writes, as its user, its uid, its cwd and whether
-/// it can read its cwd into `out/agent-V`, then sleeps.
-fn stage_private(sb: &Sandbox, v: &str) -> PathBuf {
+/// Stages version `v` of the agent as a build for its user: readable and searchable by
+/// all (0755), which `install` keeps as it is (it never widens a mode: a build left
+/// private to its owner stays so, and its upgrade is refused). The agent writes, as its
+/// user, its uid, its cwd and whether it can read its cwd into `out/agent-V`, then
+/// sleeps.
+fn stage_for_user(sb: &Sandbox, v: &str) -> PathBuf {
     let src = sb.path(&format!("src-{v}"));
     fs::create_dir_all(src.join("bin")).expect("mkdir");
     let out = sb.path("out").join(format!("agent-{v}"));
@@ -148,13 +150,13 @@ fn stage_private(sb: &Sandbox, v: &str) -> PathBuf {
     )
     .expect("write agent");
     for p in [&script, &src.join("bin"), &src] {
-        chmod(p, 0o700);
+        chmod(p, 0o755);
     }
     src
 }
 
 fn install(sb: &Sandbox, v: &str) {
-    let src = stage_private(sb, v);
+    let src = stage_for_user(sb, v);
     supctl_ok(sb, &["install", "agent", v, &src.to_string_lossy()]);
 }
 
@@ -201,7 +203,7 @@ fn a_versioned_tool_runs_as_its_user_from_the_package_layout() {
         format!("{} {} readable", nobody().uid, dir.display()),
         "the agent runs as nobody in its version directory, which it can read"
     );
-    // The copy keeps its exec bits and is readable by all; the state stays private.
+    // The copy keeps the build's modes (readable by all); the state stays private.
     let mode = |p: &str| fs::metadata(sb.path(p)).expect(p).permissions().mode() & 0o777;
     assert_eq!(mode("state/tools/agent/1.0.0/bin/agent"), 0o755);
     assert_eq!(mode("state/tools/agent/1.0.0"), 0o755);

@@ -49,7 +49,10 @@ commands:
   hello                       protocol and supd version
 
 versioned tools:
-  install TOOL VERSION DIR    copy DIR in as VERSION of TOOL (atomically)
+  install [--allow-special] TOOL VERSION DIR
+                              copy DIR in as VERSION of TOOL (atomically),
+                              modes kept; --allow-special: setuid/setgid files,
+                              devices, FIFOs and sockets too (else refused)
   versions TOOL               installed versions and their marks
   upgrade TOOL VERSION [--force] [--irreversible] [--wait]
                               switch to VERSION with a probation; to the
@@ -280,14 +283,24 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
         "hello" | "watch" | "reload" | "shutdown" | "poweroff" | "reboot" | "halt" => {
             return Err(usage(&format!("{cmd} takes no arguments")))
         }
-        "install" => match rest {
-            [tool, version, dir] => {
-                let abs = std::fs::canonicalize(dir)
-                    .map_err(|e| Failure::Refused(format!("{dir}: {e}")))?;
-                json!({"cmd": "install", "tool": tool, "version": version, "dir": abs})
+        "install" => {
+            let special = rest.iter().any(|a| a == "--allow-special");
+            let words: Vec<&String> = rest.iter().filter(|a| *a != "--allow-special").collect();
+            match words[..] {
+                [tool, version, dir] if !words.iter().any(|w| w.starts_with('-')) => {
+                    let abs = std::fs::canonicalize(dir)
+                        .map_err(|e| Failure::Refused(format!("{dir}: {e}")))?;
+                    let mut req =
+                        json!({"cmd": "install", "tool": tool, "version": version, "dir": abs});
+                    // Only when asked: a supd older than the option still takes the rest.
+                    if special {
+                        req["allow_special"] = json!(true);
+                    }
+                    req
+                }
+                _ => return Err(usage("install takes [--allow-special] TOOL VERSION DIR")),
             }
-            _ => return Err(usage("install takes TOOL VERSION DIR")),
-        },
+        }
         "versions" => match rest {
             [tool] => json!({"cmd": "versions", "tool": tool}),
             _ => return Err(usage("versions takes TOOL")),
@@ -945,6 +958,34 @@ fn print_status(o: &mut String, list: &[ServiceStatus]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn install_sends_allow_special_only_when_asked() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let Ok(plain) = build("install", &args(&["agent", "1.0.0", "/"])) else {
+            panic!("install refused")
+        };
+        assert_eq!(plain["dir"], "/");
+        assert!(
+            plain.get("allow_special").is_none(),
+            "an older supd takes it"
+        );
+        for a in [
+            &["--allow-special", "agent", "1.0.0", "/"][..],
+            &["agent", "1.0.0", "/", "--allow-special"][..],
+        ] {
+            let Ok(r) = build("install", &args(a)) else {
+                panic!("install {a:?} refused")
+            };
+            assert_eq!(r["allow_special"], true);
+            assert_eq!(
+                (r["tool"].as_str(), r["version"].as_str()),
+                (Some("agent"), Some("1.0.0"))
+            );
+        }
+        assert!(build("install", &args(&["--special", "agent", "1.0.0", "/"])).is_err());
+        assert!(build("install", &args(&["agent", "1.0.0"])).is_err());
+    }
 
     #[test]
     fn every_event_kind_reads_the_same_way() {

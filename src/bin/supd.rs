@@ -223,6 +223,8 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     }
     tell_service_manager();
     let code = run_loop(&mut sup);
+    // Helpers (an install's copy, a reload's reader) end with supd, staging deleted.
+    sup.end_helpers();
     sup.flush_own_log(sup::time::Mono::now());
     if sup.system {
         // A system's init never just exits: whatever ended the loop ends the system.

@@ -1,6 +1,13 @@
 //! A tool's helper processes: installs and prunes copied and deleted by a helper so a
 //! large tree never blocks the loop, the leftovers of interrupted ones swept, and the
 //! `--check` of a binary before `reexec` runs it.
+//!
+//! Every helper dies with supd (`PR_SET_PDEATHSIG`, and a helper whose supd died before
+//! that was set sees another parent and exits): a killed supd leaves none working, and
+//! the next one deletes their staging at start (`sweep_tools`). One that ends cleanly
+//! kills and reaps them itself and deletes its installs' staging before it exits
+//! (`end_helpers`). A `reexec` keeps them: the death signal comes with the end of the
+//! parent's thread, which an exec does not end, and the new image takes them over.
 
 use super::{bad_request, failed};
 use crate::protocol::Error;
@@ -10,7 +17,18 @@ use crate::time::Mono;
 use crate::versions;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The first sweep of this process looked at every tool's directory.
+static SWEPT_ALL: AtomicBool = AtomicBool::new(false);
+
+/// How long supd, exiting, waits for the helpers it killed.
+const HELPER_END_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A helper process supd waits for.
 #[derive(Clone, Debug)]
@@ -21,6 +39,9 @@ pub enum Task {
         tool: String,
         version: String,
         client: Option<(u64, Value)>,
+        /// The read end of the pipe the copy writes why it failed into (not carried
+        /// across a reexec: the answer then gives the exit status alone).
+        why: Option<Rc<File>>,
     },
     /// Deleting pruned versions and leftovers.
     Prune { dirs: Vec<PathBuf> },
@@ -34,13 +55,15 @@ pub enum Task {
 
 impl Supervisor {
     /// `install TOOL VERSION DIR`: checks, then a helper copies into a hidden staging
-    /// directory; the client is answered when it ends. Two installs of one version at
-    /// once are refused: the second would take the first one's staging directory.
+    /// directory (`copy.rs`: modes kept, special files refused unless `allow_special`);
+    /// the client is answered when it ends. Two installs of one version at once are
+    /// refused: the second would take the first one's staging directory.
     pub fn install(
         &mut self,
         tool: &str,
         version: &str,
         dir: &str,
+        allow_special: bool,
         client: u64,
         id: &Value,
     ) -> Result<(), Error> {
@@ -63,9 +86,9 @@ impl Supervisor {
             );
             self.delete_in_background(tool, vec![old]);
         }
-        let argv = versions::install_command(&src, &tmp);
-        let pid = match self.spawn_helper(&argv[0], argv[1..].to_vec()) {
-            Ok(pid) => pid,
+        let opts = super::copy::Options { allow_special };
+        let (pid, why) = match fork_copy(&src, &tmp, opts) {
+            Ok(p) => p,
             Err(e) => {
                 let _ = std::fs::remove_dir(&tmp);
                 return Err(failed(format!("cannot start the copy: {e}")));
@@ -77,6 +100,7 @@ impl Supervisor {
                 tool: tool.into(),
                 version: version.into(),
                 client: Some((client, id.clone())),
+                why: Some(Rc::new(why)),
             },
         );
         if let Some(c) = self.server.clients.get_mut(&client) {
@@ -110,10 +134,10 @@ impl Supervisor {
     }
 
     /// Deletes what interrupted installs, prunes and switches left in the directory of
-    /// each tool loaded since the last call, except what a helper of this supd (or of
-    /// the image it took over from) is still working on: a live install's staging
-    /// directory is never touched. Dead staging is renamed aside at once and deleted by
-    /// a helper.
+    /// each tool loaded since the last call (and, at the first call, of every tool in
+    /// `tools_dir`), except what a helper of this supd (or of the image it took over
+    /// from) is still working on: a live install's staging directory is never touched.
+    /// Dead staging is renamed aside at once and deleted by a helper.
     pub fn sweep_tools(&mut self) {
         let fresh: Vec<String> = self
             .tools
@@ -125,7 +149,21 @@ impl Supervisor {
             })
             .collect();
         let tools_dir = self.cfg.supd.tools_dir.clone();
-        for tool in fresh {
+        // Once per process, every tool's directory: an install of a tool no service
+        // names (installed ahead of its config) leaves its staging there too.
+        let unnamed: Vec<String> = if SWEPT_ALL.swap(true, Ordering::Relaxed) {
+            Vec::new()
+        } else {
+            std::fs::read_dir(&tools_dir)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| versions::check_tool(n).is_ok() && !self.tools.contains_key(n))
+                .collect()
+        };
+        for tool in fresh.into_iter().chain(unnamed) {
             let busy: BTreeSet<PathBuf> = self
                 .tasks
                 .values()
@@ -215,9 +253,61 @@ impl Supervisor {
             ready_fd: None,
             tuning: Default::default(),
             own_pid_env: None,
-            dies_with_supd: false,
+            // Nothing for it to do without supd: what it leaves is swept at the next start.
+            dies_with_supd: true,
             join: None,
         })
+    }
+
+    /// supd is about to exit: every helper (copies, deletes, checks, the reader of a
+    /// reload) is killed and reaped, all within a bound, and the staging of every
+    /// install cut short deleted. Helpers also die with supd by themselves; this makes
+    /// it so before supd's exit, with nothing left for the next start. A helper that
+    /// does not die (stuck in the kernel on a hung file system) is named and left: it
+    /// dies when its system call returns, and its staging is swept at the next start.
+    pub fn end_helpers(&mut self) {
+        use nix::sys::signal::{kill, Signal};
+        let tools_dir = self.cfg.supd.tools_dir.clone();
+        let tasks = std::mem::take(&mut self.tasks);
+        let pids: Vec<i32> = tasks
+            .keys()
+            .copied()
+            .chain(self.end_reload_reader())
+            .collect();
+        for &pid in &pids {
+            let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let deadline = std::time::Instant::now() + HELPER_END_WAIT;
+        let mut gone = BTreeSet::new();
+        for &pid in &pids {
+            if reap_by(pid, deadline) {
+                gone.insert(pid);
+            } else {
+                log::warn!(
+                    "helper {pid} did not end within {HELPER_END_WAIT:?} of SIGKILL ({}); left behind: its staging is swept at the next start",
+                    crate::proc::stat(pid).map_or_else(|| "state unknown".into(), |s| format!("state {}", s.state))
+                );
+            }
+        }
+        for (pid, task) in tasks {
+            let Task::Install { tool, version, .. } = task else {
+                continue;
+            };
+            let tmp = versions::install_tmp(&tools_dir, &tool, &version);
+            if !gone.contains(&pid) {
+                continue;
+            }
+            match std::fs::remove_dir_all(&tmp) {
+                Ok(()) => log::info!(
+                    "{tool}: the install of {version} was cut short by supd's exit; its staging is deleted"
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => log::warn!(
+                    "{tool}: cannot delete {}: {e}; it is swept at the next start",
+                    tmp.display()
+                ),
+            }
+        }
     }
 
     /// A helper process ended.
@@ -228,6 +318,7 @@ impl Supervisor {
                 tool,
                 version,
                 client,
+                why,
             } => {
                 let tools_dir = self.cfg.supd.tools_dir.clone();
                 let answer = if ok {
@@ -235,9 +326,15 @@ impl Supervisor {
                         .map(|()| json!({"tool": tool, "version": version, "path": versions::tool_dir(&tools_dir, &tool).join(&version)}))
                         .map_err(|e| failed(format!("cannot move the copy into place: {e}")))
                 } else {
-                    Err(failed(format!(
-                        "copying into {tool} {version} failed ({exit}); nothing was installed"
-                    )))
+                    let reason = why.and_then(|f| read_why(&f));
+                    Err(failed(match reason {
+                        Some(r) => {
+                            format!("cannot install {tool} {version}: {r}; nothing was installed")
+                        }
+                        None => format!(
+                            "copying into {tool} {version} failed ({exit}); nothing was installed"
+                        ),
+                    }))
                 };
                 match &answer {
                     Ok(_) => log::info!("{tool}: installed {version}"),
@@ -268,6 +365,65 @@ impl Supervisor {
             Task::ReexecCheck { binary, client, id } => {
                 self.finish_reexec(binary, client, id, exit, now)
             }
+        }
+    }
+}
+
+/// Forks the copy of `src` into `tmp`; returns its pid and the pipe it says why it
+/// failed on (one line, within `PIPE_BUF`: the write never blocks).
+fn fork_copy(
+    src: &std::path::Path,
+    tmp: &std::path::Path,
+    opts: super::copy::Options,
+) -> std::io::Result<(i32, File)> {
+    use nix::fcntl::OFlag;
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    let keep = write.as_raw_fd();
+    let pid = sys::fork_worker(keep, move || match super::copy::copy_tree(src, tmp, opts) {
+        Ok(()) => 0,
+        Err(why) => {
+            let mut line = why.into_bytes();
+            line.truncate(libc::PIPE_BUF - 1);
+            let _ = nix::unistd::write(&write, &line);
+            1
+        }
+    })?;
+    Ok((pid, File::from(read)))
+}
+
+/// What a copy that ended wrote on its pipe.
+fn read_why(f: &File) -> Option<String> {
+    let mut buf = Vec::new();
+    let _ = f.take(libc::PIPE_BUF as u64).read_to_end(&mut buf);
+    let s = String::from_utf8_lossy(&buf).trim().to_string();
+    (!s.is_empty()).then_some(s)
+}
+
+/// Reaps `pid` (a child of supd that was sent SIGKILL) by `deadline`; whether it is
+/// gone. A pidfd is waited on where the kernel has them; else the wait is polled.
+fn reap_by(pid: i32, deadline: std::time::Instant) -> bool {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    let p = nix::unistd::Pid::from_raw(pid);
+    let pidfd = sys::pidfd_open(pid).ok();
+    loop {
+        match waitpid(p, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
+            // Reaped, or not (or no longer) a child: gone either way for supd.
+            Ok(_) | Err(_) => return true,
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        match &pidfd {
+            Some(fd) => {
+                use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+                use std::os::fd::AsFd;
+                let ms = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
+                    .unwrap_or(PollTimeout::MAX);
+                let _ = poll(&mut [PollFd::new(fd.as_fd(), PollFlags::POLLIN)], ms);
+            }
+            None => std::thread::sleep(left.min(std::time::Duration::from_millis(5))),
         }
     }
 }
