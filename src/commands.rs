@@ -762,7 +762,14 @@ impl Supervisor {
                 let done = names
                     .iter()
                     .all(|n| !queued(n) && self.slots.get(n).is_none_or(|s| s.is_down()));
-                done.then(|| Ok(self.stopped_answer(names, *many, running, now)))
+                if done {
+                    return Some(Ok(self.stopped_answer(names, *many, running, now)));
+                }
+                // Answered all the same once what is left cannot end now (it outlived
+                // SIGKILL by KILL_WAIT): stop_timeout plus that bound, never a hang.
+                let stuck = self.stuck_stops(names, now)?;
+                log::warn!("stop: {}", stuck.replace('\n', "; "));
+                Some(Err(Error::new(ErrorKind::Failed, stuck)))
             }
             WaitFor::Started { names, many, by } => {
                 let mut failed = Vec::new();

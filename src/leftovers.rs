@@ -16,6 +16,13 @@
 //! `/proc` still shows that start time, and its exit is noticed by a re-check on a timer
 //! that backs off (20ms, doubling to 1s) until the phase's deadline: no service starts
 //! before the last of them is gone, as with pidfds.
+//!
+//! A process that cannot die (in uninterruptible sleep on a hung file system, held by a
+//! cgroup freezer) is waited for as long as it lives: the KILL is sent again on a
+//! backoff (`unkillable::kill_again_in`), and its service is held back meanwhile, with
+//! `status` saying which pid, in which state. Each service is held by its own leftovers
+//! only: one whose processes are all gone is released (its records cleared, its old
+//! cgroup removed) and starts, whatever is still left of another's.
 
 use crate::cgroup;
 use crate::proc::Stat;
@@ -28,15 +35,18 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Ending what a previous supd left, carried out by the loop: the socket answers
-/// meanwhile (and `status` says what is being ended), but no service starts until it is
-/// over. TERM and CONT first, up to `grace`; then KILL, looked for again until nothing
-/// is left (a member may have forked meanwhile).
+/// meanwhile (and `status` says what is being ended), but no service starts until what
+/// was left of it is gone. TERM and CONT first, up to `grace`; then KILL, looked for
+/// again until nothing is left (a member may have forked meanwhile), and sent again on a
+/// backoff to what outlives it.
 pub struct Cleanup {
     state_dir: PathBuf,
     recs: Vec<PidRecord>,
     cgroups: Vec<PathBuf>,
-    /// The services that had something left, for people.
+    /// The services that still have something left: each is held back until it is gone.
     pub services: Vec<String>,
+    /// When the ending began: what `status` counts a wait from.
+    began: Mono,
     members: Vec<Member>,
     /// When the current phase gives up waiting.
     pub deadline: Mono,
@@ -46,9 +56,8 @@ pub struct Cleanup {
     recheck: Option<(Mono, Duration)>,
 }
 
-/// How long each KILL round waits for its processes to die.
-const KILL_WAIT: Duration = Duration::from_secs(5);
-/// KILL rounds before supd says what is still there and goes on.
+/// KILL rounds 5 s apart before supd says what outlives them and backs off
+/// (`unkillable::kill_again_in`); it never goes on without them.
 const KILL_ROUNDS: u32 = 3;
 /// Without pidfds: the first re-check of the members, and the longest step between two.
 const RECHECK_FIRST: Duration = Duration::from_millis(20);
@@ -83,6 +92,11 @@ impl Cleanup {
         for service in &services {
             log::warn!("{service}: a run of it was left by a previous supd; ending it");
         }
+        // The records of the services with nothing left are stale: cleared now, before
+        // anything starts (a record is never cleared once its service may run again).
+        for r in recs.iter().filter(|r| !services.contains(&r.service)) {
+            clear_records(state_dir, &r.service);
+        }
         let members = open(&found);
         signal(&members, Signal::SIGTERM);
         signal(&members, Signal::SIGCONT);
@@ -91,6 +105,7 @@ impl Cleanup {
             recs,
             cgroups,
             services,
+            began: now,
             members,
             deadline: now.plus(grace),
             kills: 0,
@@ -136,49 +151,144 @@ impl Cleanup {
         self.members.len()
     }
 
-    /// Takes note of exits and of the deadline; returns true once it is over (the
-    /// records are then cleared and the old cgroups removed).
-    pub fn step(&mut self, now: Mono) -> bool {
+    /// Whether `service` is held back by what is left of it.
+    pub fn holds(&self, service: &str) -> bool {
+        self.services.iter().any(|s| s == service)
+    }
+
+    /// Whether nothing is left: every service is released.
+    pub fn is_over(&self) -> bool {
+        self.services.is_empty()
+    }
+
+    /// What holds `service` back, for `status`: the first of its processes still there.
+    pub fn holder(&self, service: &str, now: Mono) -> Option<crate::unkillable::Holder> {
+        let _ = now;
+        let mine = self.members.iter().filter(|m| m.service == service);
+        let (seen, more) =
+            crate::unkillable::first_alive(mine.map(|m| (m.pid, Some(m.start_time))))?;
+        Some(crate::unkillable::Holder {
+            seen,
+            run: crate::unkillable::Run::Previous,
+            more,
+            since: self.began,
+        })
+    }
+
+    /// Takes note of exits and of the deadline; returns the services released (nothing
+    /// is left of them: they may start). The cleanup is over once every service is.
+    pub fn step(&mut self, now: Mono) -> Vec<String> {
+        let before = self.members.len();
         self.members.retain(|m| match &m.fd {
             Some(f) => !has_exited(f),
             // No pidfds (Linux before 5.3): alive while /proc shows its start time and
             // it is not a zombie.
             None => crate::proc::is_same(m.pid, m.start_time),
         });
-        if !self.members.is_empty() && self.deadline > now {
+        let due = self.deadline <= now;
+        if !due && !self.members.is_empty() && self.members.len() == before {
             self.plan_recheck(now, false);
-            return false;
+            return Vec::new();
         }
-        // The TERM grace is over, or a KILL round is: KILL whatever is there now.
-        for d in &self.cgroups {
-            cgroup::kill(d);
-        }
-        let found = remnants(&self.recs, &self.cgroups);
-        if found.is_empty() || self.kills >= KILL_ROUNDS {
-            if !found.is_empty() {
-                log::error!(
-                    "{} processes left by a previous supd survive SIGKILL (uninterruptible sleep?); going on",
-                    found.len()
-                );
+        if due {
+            // The TERM grace is over, or a KILL round is: KILL whatever is there now.
+            for d in &self.cgroups {
+                cgroup::kill(d);
             }
-            self.finish();
-            return true;
         }
-        self.members = open(&found);
-        signal(&self.members, Signal::SIGKILL);
-        self.kills += 1;
-        self.deadline = now.plus(KILL_WAIT);
-        self.plan_recheck(now, true);
-        false
+        // A member exited, or the phase is over: what is there now (a member may have
+        // forked), and the services with nothing left.
+        let found = remnants(&self.recs, &self.cgroups);
+        let released = self.release(&found);
+        if found.is_empty() {
+            self.members.clear();
+            self.recheck = None;
+            log::info!("what a previous supd left is gone");
+            return released;
+        }
+        if due {
+            self.members = open(&found);
+            signal(&self.members, Signal::SIGKILL);
+            self.kills += 1;
+            if self.kills == KILL_ROUNDS + 1 {
+                self.say_survivors(now);
+            }
+            self.deadline = now.plus(crate::unkillable::kill_again_in(self.kills, KILL_ROUNDS));
+            self.plan_recheck(now, true);
+        } else {
+            // Before the deadline: those new since the last look get this phase's signal.
+            let fresh: Vec<(i32, String)> = (found.iter())
+                .filter(|(p, _)| !self.members.iter().any(|m| m.pid == *p))
+                .cloned()
+                .collect();
+            let fresh = open(&fresh);
+            if self.kills == 0 {
+                signal(&fresh, Signal::SIGTERM);
+                signal(&fresh, Signal::SIGCONT);
+            } else {
+                signal(&fresh, Signal::SIGKILL);
+            }
+            self.members.extend(fresh);
+            self.plan_recheck(now, false);
+        }
+        released
     }
 
-    fn finish(&self) {
-        for d in &self.cgroups {
-            cgroup::remove(d);
+    /// Releases the services of which nothing is in `found`: their records are cleared
+    /// and their old cgroups removed (a new run makes its own), before they may start.
+    fn release(&mut self, found: &[(i32, String)]) -> Vec<String> {
+        let (gone, held): (Vec<String>, Vec<String>) = std::mem::take(&mut self.services)
+            .into_iter()
+            .partition(|s| !found.iter().any(|(_, f)| f == s));
+        self.services = held;
+        for service in &gone {
+            clear_records(&self.state_dir, service);
+            self.recs.retain(|r| &r.service != service);
+            self.cgroups.retain(|d| {
+                let mine = cgroup_service(d) == *service;
+                if mine {
+                    cgroup::remove(d);
+                }
+                !mine
+            });
+            log::info!("{service}: what a previous supd left of it is gone");
         }
-        records::clear_pids(&self.state_dir);
-        log::info!("what a previous supd left is gone");
+        gone
     }
+
+    /// Says, once, what outlived the KILL rounds: it is waited for, never gone past.
+    fn say_survivors(&self, now: Mono) {
+        for service in &self.services {
+            if let Some(h) = self.holder(service, now) {
+                log::error!(
+                    "{service}: what a previous supd left survives SIGKILL; not started until it is gone: {}",
+                    h.waiting(now)
+                );
+            }
+        }
+    }
+}
+
+/// Clears the records of `service` (its run's and its check command's) that are there.
+fn clear_records(state_dir: &Path, service: &str) {
+    let there = |sub: &str| state_dir.join(sub).join(service).exists();
+    let files = [
+        there("pids").then(|| records::PidFile::open(state_dir, service)),
+        there("checks").then(|| records::PidFile::open_check(state_dir, service)),
+    ];
+    for f in files.into_iter().flatten().flatten() {
+        if let Err(e) = f.set(None) {
+            log::warn!("{service}: cannot clear its pid record: {e}");
+        }
+    }
+}
+
+/// The service a cgroup of a previous supd was for: `NAME.service`, or its check
+/// command's `NAME+check.service` ('+' is in no service's name).
+fn cgroup_service(dir: &Path) -> String {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let name = name.trim_end_matches(".service");
+    name.trim_end_matches("+check").to_string()
 }
 
 /// Whether the process of a pidfd has exited (its pidfd is readable).
@@ -211,8 +321,7 @@ fn remnants(recs: &[PidRecord], cgroups: &[PathBuf]) -> Vec<(i32, String)> {
         }
     }
     for d in cgroups {
-        let name = d.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        let service = name.trim_end_matches(".service").to_string();
+        let service = cgroup_service(d);
         out.extend(cgroup::members(d).into_iter().map(|p| (p, service.clone())));
     }
     out.sort();
@@ -227,10 +336,12 @@ fn names_service(s: &Stat, service: &str) -> bool {
         .is_some_and(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
 }
 
-/// A process to end: its pid and start time and, where the kernel has them, a pidfd.
+/// A process to end: its pid and start time, its service and, where the kernel has
+/// them, a pidfd.
 struct Member {
     pid: i32,
     start_time: u64,
+    service: String,
     fd: Option<OwnedFd>,
 }
 
@@ -239,11 +350,12 @@ struct Member {
 fn open(found: &[(i32, String)]) -> Vec<Member> {
     found
         .iter()
-        .filter_map(|(pid, _)| {
+        .filter_map(|(pid, service)| {
             let start_time = crate::proc::stat(*pid)?.start_time;
             Some(Member {
                 pid: *pid,
                 start_time,
+                service: service.clone(),
                 fd: crate::sys::pidfd_open(*pid).ok(),
             })
         })
@@ -273,6 +385,7 @@ mod tests {
             recs: Vec::new(),
             cgroups: Vec::new(),
             services: vec!["svc".into()],
+            began: Mono(0),
             members,
             deadline: Mono(0).plus(Duration::from_secs(10)),
             kills: 0,
@@ -291,6 +404,7 @@ mod tests {
         let mut c = cleanup(vec![Member {
             pid,
             start_time,
+            service: "svc".into(),
             fd: None,
         }]);
         c.plan_recheck(Mono(0), true);
@@ -298,7 +412,8 @@ mod tests {
         let mut steps = Vec::new();
         for _ in 0..8 {
             let now = c.wake();
-            assert!(!c.step(now), "this process is alive: not over");
+            assert!(c.step(now).is_empty(), "this process is alive: not over");
+            assert!(c.holds("svc") && !c.is_over());
             let (at, step) = c.recheck.expect("a re-check");
             assert_eq!(at, now.plus(step));
             steps.push(step.as_millis());
@@ -309,7 +424,8 @@ mod tests {
         assert_eq!(c.wake(), c.deadline);
         // Its pid with another start time is another process: this one is gone.
         c.members[0].start_time += 1;
-        assert!(c.step(Mono(1)), "nothing left to end: over");
+        assert_eq!(c.step(Mono(1)), ["svc"], "nothing left to end: released");
+        assert!(c.is_over());
     }
 
     #[test]
@@ -321,6 +437,7 @@ mod tests {
         let mut c = cleanup(vec![Member {
             pid,
             start_time,
+            service: "svc".into(),
             fd: Some(fd),
         }]);
         c.plan_recheck(Mono(0), true);
@@ -332,6 +449,7 @@ mod tests {
         let mut c = cleanup(Vec::new());
         c.plan_recheck(Mono(0), true);
         assert_eq!(c.wake(), Mono(0).plus(RECHECK_FIRST));
-        assert!(c.step(c.wake()));
+        assert_eq!(c.step(c.wake()), ["svc"]);
+        assert!(c.is_over() && !c.holds("svc"));
     }
 }

@@ -46,5 +46,6 @@ pub mod supervisor;
 pub mod sys;
 pub mod time;
 pub mod tools;
+pub mod unkillable;
 pub mod upgrade;
 pub mod versions;

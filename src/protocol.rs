@@ -397,6 +397,11 @@ pub struct ServiceStatus {
     /// Its last failure of a check or the watchdog: why, and when.
     #[serde(default)]
     pub health_last_failure: Option<HealthFailure>,
+    /// A process of a run that is killed and not gone yet (it cannot die now: an
+    /// uninterruptible sleep, a frozen cgroup), which holds the service back: no new run
+    /// starts while it lives.
+    #[serde(default)]
+    pub held_by: Option<HeldBy>,
     pub last_exit: Option<LastExit>,
     /// Output lines lost to a full log or a failing disk.
     #[serde(default)]
@@ -433,6 +438,24 @@ pub struct HealthFailure {
     pub time_ms: u64,
 }
 
+/// What holds a service back, in `status` (fields in the order of their names).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldBy {
+    /// How long supd has waited for it: since it began ending what a previous supd
+    /// left, or since it sent SIGKILL to the service's last run.
+    pub for_ms: u64,
+    /// A cgroup freezer holds it (its SIGKILL lands once it is thawed).
+    pub frozen: bool,
+    /// Other processes of that run still there.
+    pub more: usize,
+    pub pid: i32,
+    /// "previous" (left by a previous supd, which was killed) or "last" (the service's
+    /// own last run, stopped).
+    pub run: String,
+    /// Its state letter in /proc/PID/stat ("D": uninterruptible sleep).
+    pub state: String,
+}
+
 /// Builds an object from pairs, skipping nothing; for event payloads.
 pub fn object(pairs: Vec<(&str, Value)>) -> Value {
     let mut m = Map::new();
@@ -455,6 +478,14 @@ mod tests {
                 reason: "connect: refused \"x\"".into(),
                 time_ms: 17,
             }),
+            held_by: Some(HeldBy {
+                for_ms: 40_000,
+                frozen: true,
+                more: 1,
+                pid: 7,
+                run: "previous".into(),
+                state: "D".into(),
+            }),
             last_exit: Some(LastExit::Signal("KILL".into())),
             log_dropped: 4,
             name: "web@1".into(),
@@ -474,6 +505,7 @@ mod tests {
             health: None,
             health_failures: None,
             health_last_failure: None,
+            held_by: None,
             last_exit: Some(LastExit::Code(1)),
             pid: None,
             ..st.clone()

@@ -147,7 +147,18 @@ pub struct Service {
     pub after_stop: AfterStop,
     /// SIGKILL was sent to the current process.
     pub killed: bool,
+    /// When the first SIGKILL of this stop was sent, and how many were sent: from the
+    /// second on, the run outlived one by [`KILL_WAIT`] (it cannot die now: an
+    /// uninterruptible sleep, a frozen cgroup). `stop` is answered then, saying so, and
+    /// the KILL is sent again on a backoff until the run is over: the service is not
+    /// started again before.
+    #[serde(default)]
+    pub killed_at: Option<Mono>,
+    #[serde(default)]
+    pub kills: u32,
 }
+
+pub use crate::unkillable::KILL_WAIT;
 
 impl Service {
     /// A service that has not started yet.
@@ -164,6 +175,8 @@ impl Service {
             reason: None,
             after_stop: AfterStop::Down,
             killed: false,
+            killed_at: None,
+            kills: 0,
         }
     }
 
@@ -171,6 +184,13 @@ impl Service {
     /// services are ready.
     pub fn pending(&self) -> bool {
         self.want == Want::Up && self.state == State::Stopped
+    }
+
+    /// Since when the process being stopped outlives SIGKILL: it was sent [`KILL_WAIT`]
+    /// ago or more and the run is not over.
+    pub fn unkillable(&self) -> Option<Mono> {
+        self.killed_at
+            .filter(|_| self.state == State::Stopping && self.kills >= 2)
     }
 
     /// Ready, for services that come `after` it.
@@ -226,6 +246,7 @@ impl Service {
                 self.pid = Some(pid);
                 self.started_at = Some(now);
                 self.killed = false;
+                (self.killed_at, self.kills) = (None, 0);
                 self.reason = None;
                 // Ready at exec (`started`) or later: starting until then, a program that
                 // never gets to run (a hung file system) times out like an unready one.
@@ -309,11 +330,14 @@ impl Service {
                 vec![]
             }
             (Stopping, Event::Timer) => {
-                self.deadline = None;
-                if self.killed {
-                    return vec![];
+                // The first SIGKILL, or the next one to a run that outlived the last:
+                // never a deadline that ends the stop, never a loop.
+                if !self.killed {
+                    (self.killed, self.killed_at, self.kills) = (true, Some(now), 0);
                 }
-                self.killed = true;
+                self.kills = self.kills.saturating_add(1);
+                let wait = crate::unkillable::kill_again_in(self.kills, 1);
+                self.deadline = Some(now.plus(wait));
                 vec![Action::Signal(Signal::SIGKILL)]
             }
             (Backoff, Event::Timer) => {
@@ -351,6 +375,7 @@ impl Service {
     fn exited(&mut self, exit: Exit) {
         self.pid = None;
         self.last_exit = Some(exit);
+        (self.killed_at, self.kills) = (None, 0);
     }
 
     fn begin_stop(&mut self, cfg: &ServiceConfig, then: AfterStop, now: Mono) -> Vec<Action> {

@@ -10,6 +10,7 @@ mod reap;
 mod reports;
 use reap::DRAIN_MAX;
 mod down;
+mod held;
 mod indices;
 mod shutdown;
 mod starts;
@@ -632,13 +633,6 @@ impl Supervisor {
         }
     }
 
-    /// What a previous supd left: an exit, or a deadline.
-    pub fn cleanup_step(&mut self, now: Mono) {
-        if self.cleanup.as_mut().is_some_and(|c| c.step(now)) {
-            self.cleanup = None;
-        }
-    }
-
     /// Fires every deadline that has come.
     pub fn fire_timers(&mut self, now: Mono) {
         self.expire_grants(now);
@@ -692,25 +686,13 @@ impl Supervisor {
             }
         }
         self.fire_health(now);
-        if let Some(sd) = self.shutdown.as_mut() {
-            if sd.deadline <= now && !sd.killed {
-                sd.killed = true;
-                log::warn!("shutdown_timeout passed: killing what is left");
-                for i in self.slots.values().filter_map(|s| s.instance.as_ref()) {
-                    i.kill_all();
-                }
-            }
-        }
+        self.shutdown_timers(now);
     }
 
     /// The earliest deadline, for the poll timeout (after [`Supervisor::sync_touched`]).
     pub fn next_deadline(&self) -> Option<Mono> {
         let services = self.timers.first().into_iter().chain(self.scan_owed);
-        let shutdown = self
-            .shutdown
-            .as_ref()
-            .filter(|s| !s.killed)
-            .map(|s| s.deadline);
+        let shutdown = self.shutdown_deadline();
         let now_if_more = self.more_to_start.then_some(Mono(0));
         services
             .chain(now_if_more)
@@ -809,8 +791,11 @@ impl Supervisor {
         {
             missing.push(format!("lease '{l}'"));
         }
-        if self.cleanup.is_some() {
-            missing.push("what a previous supd left to end".into());
+        if let Some(c) = self.cleanup.as_ref().filter(|c| c.holds(&slot.cfg.name)) {
+            missing.push(c.holder(&slot.cfg.name, now).map_or_else(
+                || "what a previous supd left to end".into(),
+                |h| h.what(now),
+            ));
         }
         if slot.forking.is_some() {
             missing.push("its fork by the spawner".into());
@@ -884,6 +869,7 @@ impl Supervisor {
     /// A service's line of `status`.
     pub fn status_of(&self, slot: &Slot, now: Mono) -> ServiceStatus {
         let svc = &slot.svc;
+        let holder = self.holder(slot, now);
         ServiceStatus {
             name: slot.cfg.name.clone(),
             state: svc.state.as_str().to_string(),
@@ -898,12 +884,8 @@ impl Supervisor {
                 Exit::Code(c) => LastExit::Code(c),
                 Exit::Signal(s) => LastExit::Signal(signal_label(s)),
             }),
-            reason: match slot.instance.as_ref().and_then(|i| i.exit) {
-                Some(exit) => Some(format!(
-                    "its main process {exit}; waiting for the rest of its run to exit"
-                )),
-                None => self.reason_of(slot, now),
-            },
+            reason: self.status_reason(slot, holder.as_ref(), now),
+            held_by: holder.map(|h| h.status(now)),
             // What the operator wants: a leader-only service held down by its lease alone
             // is still wanted up.
             want: if svc.want == Want::Up

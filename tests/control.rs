@@ -494,6 +494,7 @@ fn status_answers_keep_their_keys_sorted_byte_for_byte() {
                 "health",
                 "health_failures",
                 "health_last_failure",
+                "held_by",
                 "last_exit",
                 "log_dropped",
                 "name",

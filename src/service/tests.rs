@@ -263,14 +263,14 @@ fn rows() -> Vec<Row> {
             deadline: Some(400),
         },
         Row {
-            what: "stop_timeout: SIGKILL",
+            what: "stop_timeout: SIGKILL, and KILL_WAIT for it to work",
             from: Stopping,
             cfg: same,
             event: Event::Timer,
             now: 400,
             to: Stopping,
             actions: vec![Action::Signal(Signal::SIGKILL)],
-            deadline: None,
+            deadline: Some(400 + KILL_WAIT.as_millis() as u64),
         },
         Row {
             what: "stop during backoff: stopped",
@@ -514,4 +514,30 @@ fn an_unhealthy_service_is_stopped_then_restarted_as_a_failure_counted_for_the_c
     // Not up: a late verdict changes nothing.
     assert_eq!(s.step(&c, Event::Unhealthy(why), at(520)), vec![]);
     assert_eq!(s.state, State::Backoff);
+}
+
+#[test]
+fn a_run_that_outlives_sigkill_is_killed_again_on_a_backoff_and_waited_for() {
+    let c = cfg();
+    let kill = || vec![Action::Signal(Signal::SIGKILL)];
+    let mut s = in_state(State::Running);
+    s.step(&c, Event::Stop, at(0));
+    assert_eq!(s.step(&c, Event::Timer, at(300)), kill());
+    assert_eq!(s.deadline, Some(at(300).plus(KILL_WAIT)));
+    assert_eq!(s.unkillable(), None, "given KILL_WAIT to die first");
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        let now = s.deadline.expect("a deadline: the KILL is sent again");
+        assert_eq!(s.step(&c, Event::Timer, now), kill());
+        waits.push(s.deadline.expect("again").since(now).as_secs());
+    }
+    assert_eq!(waits, [10, 20, 40, 60, 60, 60], "a backoff, never a loop");
+    assert_eq!(s.unkillable(), Some(at(300)), "since the first SIGKILL");
+    assert_eq!(s.state, State::Stopping, "no deadline ends the stop");
+    // A start meanwhile waits for the end of the run: never two instances.
+    s.step(&c, Event::Start, at(200_000));
+    assert_eq!((s.state, s.pending()), (State::Stopping, false));
+    s.step(&c, Event::Exited(Exit::Signal(9)), at(300_000));
+    assert_eq!((s.state, s.pending()), (State::Stopped, true));
+    assert_eq!((s.unkillable(), s.kills, s.killed_at), (None, 0, None));
 }

@@ -60,7 +60,7 @@ impl Supervisor {
         // Whatever may start was started, unless the pass stopped at its limit, or at a
         // full spawner queue: then the next pass (woken by the spawner's answers) looks
         // at it again.
-        if self.shutdown.is_none() && self.cleanup.is_none() && !self.more_to_start {
+        if self.shutdown.is_none() && !self.more_to_start {
             let all: BTreeSet<String> = self.pending.clone();
             let left = self.startable(&all, Mono::now(), &BTreeSet::new(), 1);
             let carried = !crate::spawner::room() && left.iter().all(|n| self.carry.contains(n));

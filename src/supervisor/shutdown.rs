@@ -1,5 +1,9 @@
 //! The end of supd: every service stopped in reverse `after` order within
-//! `shutdown_timeout`, then the exit (or, as a system's init, the final action).
+//! `shutdown_timeout`, then the exit (or, as a system's init, the final action). What
+//! SIGKILL cannot end (an uninterruptible sleep, a frozen cgroup) is not waited for past
+//! `shutdown_timeout` plus `unkillable::KILL_WAIT`: supd exits naming it, and leaves
+//! its pid record and cgroup for the next supd, which waits for it before it starts its
+//! service again.
 
 use super::*;
 
@@ -75,12 +79,64 @@ impl Supervisor {
                 .all(|s| s.svc.pid.is_none() && s.instance.is_none())
         {
             let code = self.shutdown.as_ref().map(|s| s.code).unwrap_or(0);
+            if let Some(c) = &self.cleanup {
+                log::warn!(
+                    "leaving what a previous supd left of {} (its records stay for the next supd)",
+                    c.services.join(", ")
+                );
+            }
             if self.final_action.is_some() || self.system {
                 log::info!("every service is down");
             } else {
                 log::info!("every service is down; exiting with status {code}");
             }
             self.exit = Some(code);
+        }
+    }
+
+    /// The shutdown's deadlines: at `shutdown_timeout`, SIGKILL to whatever is left; a
+    /// `KILL_WAIT` later, the exit, naming what outlived it.
+    pub(super) fn shutdown_timers(&mut self, now: Mono) {
+        let Some(sd) = self.shutdown.as_mut().filter(|sd| sd.deadline <= now) else {
+            return;
+        };
+        if !sd.killed {
+            sd.killed = true;
+            log::warn!("shutdown_timeout passed: killing what is left");
+            for i in self.slots.values().filter_map(|s| s.instance.as_ref()) {
+                i.kill_all();
+            }
+        } else if sd.deadline.plus(crate::unkillable::KILL_WAIT) <= now && self.exit.is_none() {
+            let code = sd.code.max(1);
+            let left: Vec<String> = (self.slots.values())
+                .filter_map(|s| {
+                    let i = s.instance.as_ref()?;
+                    let pids = i.pids().into_iter().map(|p| (p, None));
+                    let what = match crate::unkillable::first_alive(pids) {
+                        Some((seen, 0)) => format!("pid {}: {}", seen.pid, seen.describe()),
+                        Some((seen, n)) => {
+                            format!("pid {}: {} (and {n} more)", seen.pid, seen.describe())
+                        }
+                        None => format!("pid {}", i.pid),
+                    };
+                    Some(format!("{} ({what})", s.cfg.name))
+                })
+                .collect();
+            log::error!(
+                "shutdown_timeout passed and these did not end after SIGKILL: {}; exiting with status {code}, leaving them: their pid records and cgroups stay, and the next supd waits for them before it starts their services",
+                left.join(", ")
+            );
+            self.exit = Some(code);
+        }
+    }
+
+    /// The shutdown's next deadline, if one is under way.
+    pub(super) fn shutdown_deadline(&self) -> Option<Mono> {
+        let sd = self.shutdown.as_ref()?;
+        match sd.killed {
+            false => Some(sd.deadline),
+            true if self.exit.is_none() => Some(sd.deadline.plus(crate::unkillable::KILL_WAIT)),
+            true => None,
         }
     }
 

@@ -21,10 +21,6 @@ impl Supervisor {
         let mut spawned: BTreeSet<String> = BTreeSet::new();
         let began = Mono::now();
         self.more_to_start = false;
-        if self.cleanup.is_some() {
-            self.recheck_pending = true;
-            return;
-        }
         self.note_pending();
         // Only a change to a slot makes it, or those after it, startable (or a change
         // outside the slots, which asks for a look at all of them).
@@ -138,7 +134,7 @@ impl Supervisor {
             && s.instance.is_none()
             && s.forking.is_none()
             && self.shutdown.is_none()
-            && self.cleanup.is_none()
+            && !self.cleanup.as_ref().is_some_and(|c| c.holds(name))
             && !held()
             && self.deps_ready(&s.cfg)
             && lease_held()

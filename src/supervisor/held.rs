@@ -1,0 +1,126 @@
+//! What holds a service back: a process of a run that is killed and not gone (it cannot
+//! die now: an uninterruptible sleep, a frozen cgroup), left by a previous supd or of
+//! the service's own stopped run. No new run starts while it lives; `status` and `stop`
+//! say which pid, in which state.
+
+use super::*;
+use crate::unkillable::{first_alive, Holder, Run};
+
+impl Supervisor {
+    /// What holds `slot`'s service back, if anything: what a previous supd left of it,
+    /// or its last run outliving SIGKILL.
+    pub(crate) fn holder(&self, slot: &Slot, now: Mono) -> Option<Holder> {
+        let name = &slot.cfg.name;
+        if let Some(c) = self.cleanup.as_ref().filter(|c| c.holds(name)) {
+            return c.holder(name, now);
+        }
+        let since = slot.svc.unkillable()?;
+        let pids = slot.instance.as_ref()?.pids();
+        let (seen, more) = first_alive(pids.into_iter().map(|p| (p, None)))?;
+        Some(Holder {
+            seen,
+            run: Run::Last,
+            more,
+            since,
+        })
+    }
+
+    /// The reason `status` gives: what holds a stopped run back, after how its main
+    /// process ended when it was reaped.
+    pub(crate) fn status_reason(
+        &self,
+        slot: &Slot,
+        holder: Option<&Holder>,
+        now: Mono,
+    ) -> Option<String> {
+        let held = holder
+            .filter(|h| h.run == Run::Last)
+            .map(|h| h.waiting(now));
+        match (slot.instance.as_ref().and_then(|i| i.exit), held) {
+            (Some(exit), held) => Some(format!(
+                "its main process {exit}; waiting for the rest of its run to exit{}",
+                held.map(|h| format!(": {h}")).unwrap_or_default()
+            )),
+            (None, Some(held)) => Some(held),
+            (None, None) => self.reason_of(slot, now),
+        }
+    }
+
+    /// What a previous supd left: an exit, or a deadline. A service released (nothing
+    /// of it is left) is looked at by the next start pass, whatever is left of others.
+    pub fn cleanup_step(&mut self, now: Mono) {
+        let Some(c) = self.cleanup.as_mut() else {
+            return;
+        };
+        let released = c.step(now);
+        if c.is_over() {
+            self.cleanup = None;
+        }
+        if !released.is_empty() {
+            self.recheck_pending = true;
+        }
+        for name in released {
+            let _ = self.slots.get_mut(&name);
+        }
+    }
+
+    /// `stop` of `names` once no stop among them is under way any more, though not all
+    /// are down: what is left of each cannot end now (it outlived SIGKILL), or waits for
+    /// such a one (a stop held until services after it are down). `None` while a stop
+    /// may still end.
+    pub(crate) fn stuck_stops(&self, names: &[String], now: Mono) -> Option<String> {
+        let queued = |n: &String| self.queued.iter().find(|q| &q.name == n);
+        let unkillable = |n: &String| {
+            self.slots
+                .get(n)
+                .is_some_and(|s| !s.is_down() && s.svc.unkillable().is_some())
+        };
+        // The held stops that wait, however indirectly, for a run that cannot end.
+        let mut stuck: Vec<(&String, &String)> = Vec::new();
+        loop {
+            let more: Vec<(&String, &String)> = (self.queued.iter())
+                .filter(|q| !stuck.iter().any(|(n, _)| *n == &q.name))
+                .filter_map(|q| {
+                    let d = q
+                        .until_down
+                        .iter()
+                        .find(|d| unkillable(d) || stuck.iter().any(|(n, _)| n == d))?;
+                    Some((&q.name, d))
+                })
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            stuck.extend(more);
+        }
+        let mut said = Vec::new();
+        for n in names {
+            let down = self.slots.get(n).is_none_or(|s| s.is_down());
+            if let Some((_, d)) = stuck.iter().find(|(s, _)| *s == n) {
+                said.push(format!(
+                    "{n}: not stopped: it is stopped once {d} is down, which cannot end now"
+                ));
+            } else if queued(n).is_some() {
+                return None;
+            } else if unkillable(n) {
+                let slot = &self.slots[n];
+                let what = self.holder(slot, now).map_or_else(
+                    || "a process of its last run did not end after SIGKILL".to_string(),
+                    |h| {
+                        format!(
+                            "pid {} did not end after SIGKILL: {}",
+                            h.seen.pid,
+                            h.seen.describe()
+                        )
+                    },
+                );
+                said.push(format!(
+                    "{n}: {what}; it is not started again until it is gone"
+                ));
+            } else if !down {
+                return None;
+            }
+        }
+        (!said.is_empty()).then(|| said.join("\n"))
+    }
+}
