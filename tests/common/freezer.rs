@@ -25,8 +25,23 @@ impl Freezer {
 }
 
 impl Drop for Freezer {
+    /// Thaws, ends what the test froze (by pid: only its own processes are ever moved
+    /// here) and waits for each to go before removing the cgroup, which the kernel
+    /// refuses while a member lives.
     fn drop(&mut self) {
         let _ = fs::write(self.0.join("freezer.state"), "THAWED");
+        let pids: Vec<i32> = fs::read_to_string(self.0.join("cgroup.procs"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        for pid in pids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = super::wait_exit(pid, super::DEADLINE);
+        }
         let _ = fs::remove_dir(&self.0);
     }
 }
