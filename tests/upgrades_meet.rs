@@ -482,6 +482,7 @@ fn i21_a_self_switch_found_by_another_service_s_start_restarts_the_rest() {
     sb.start();
     sb.wait_state("agent", "running");
     let mut w = sb.watch();
+    fs::write(&go, "").expect("go");
     w.until(&sb, |e| {
         e["event"] == "state" && e["service"] == "agent" && e["to"] == "backoff"
     });
