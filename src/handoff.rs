@@ -27,7 +27,10 @@ use std::time::Duration;
 /// unread (and the service blocked on a full pipe), so it is refused one. 4: held stops
 /// and restarts (`Handoff::queued`) and each service's health state
 /// (`ServiceState::health`): an older image would drop them, so it is refused one.
-pub const FORMAT: u32 = 5;
+/// 5: grant boards (`Handoff::boards`). 6: the ending of what a killed supd left, when
+/// it is still under way (`Handoff::leftovers`): an older image would start the held
+/// services beside what is left of them, so it is refused one.
+pub const FORMAT: u32 = 6;
 
 /// Everything a new image needs.
 #[derive(Debug, Serialize, Deserialize)]
@@ -77,6 +80,10 @@ pub struct Handoff {
     /// its guards know no grant's end and are armed again.
     #[serde(default)]
     pub boards: Option<Vec<(String, RawFd)>>,
+    /// What a killed supd left and the first image was still waiting for (format 6):
+    /// the new image holds the same services back until it is gone.
+    #[serde(default)]
+    pub leftovers: Option<crate::leftovers::Carried>,
 }
 
 /// A held stop or restart (`Supervisor::queued`).
@@ -332,6 +339,7 @@ impl Supervisor {
             unhealthy_at: self.unhealthy_at.clone(),
             queued,
             boards,
+            leftovers: self.cleanup.as_ref().map(|c| c.carry()),
         };
         (h, fds)
     }
@@ -347,12 +355,6 @@ impl Supervisor {
                 format!("{what}; a reexec now would lose it: nothing changed, try again once it is over"),
             ))
         };
-        if let Some(c) = &self.cleanup {
-            return busy(format!(
-                "supd is still ending what a previous supd left ({})",
-                c.services.join(", ")
-            ));
-        }
         if self.reload_job.is_some() {
             return busy("a reload of the config is under way".into());
         }

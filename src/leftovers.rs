@@ -30,6 +30,7 @@ use crate::records::{self, PidRecord};
 use crate::time::Mono;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -54,6 +55,19 @@ pub struct Cleanup {
     kills: u32,
     /// Without pidfds: when to look at the members again, and the step after that.
     recheck: Option<(Mono, Duration)>,
+}
+
+/// A cleanup under way, carried across `reexec` (handoff format 6): the new image goes on
+/// waiting for what is left, holding the same services back. The records of the held
+/// services stay on disk until they are released; these are the ones it was begun with.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Carried {
+    recs: Vec<(String, i32, u64)>,
+    cgroups: Vec<PathBuf>,
+    services: Vec<String>,
+    began: Mono,
+    deadline: Mono,
+    kills: u32,
 }
 
 /// KILL rounds 5 s apart before supd says what outlives them and backs off
@@ -113,6 +127,55 @@ impl Cleanup {
         };
         c.plan_recheck(now, true);
         Some(c)
+    }
+
+    /// What a new image needs to go on with this cleanup (`reexec`).
+    pub fn carry(&self) -> Carried {
+        Carried {
+            recs: (self.recs.iter())
+                .map(|r| (r.service.clone(), r.pid, r.start_time))
+                .collect(),
+            cgroups: self.cgroups.clone(),
+            services: self.services.clone(),
+            began: self.began,
+            deadline: self.deadline,
+            kills: self.kills,
+        }
+    }
+
+    /// Goes on with a cleanup a previous image of this supd began (`reexec`): the same
+    /// services held back, the same phase and deadline; its members are found again
+    /// (the pidfds stayed behind with the old image). `None` when nothing is left.
+    pub fn resume(state_dir: &Path, c: Carried, now: Mono) -> Option<Cleanup> {
+        let recs: Vec<PidRecord> = (c.recs.into_iter())
+            .map(|(service, pid, start_time)| PidRecord {
+                service,
+                pid,
+                start_time,
+            })
+            .collect();
+        let mut cleanup = Cleanup {
+            state_dir: state_dir.to_path_buf(),
+            recs,
+            cgroups: c.cgroups,
+            services: c.services,
+            began: c.began,
+            members: Vec::new(),
+            deadline: c.deadline,
+            kills: c.kills,
+            recheck: None,
+        };
+        let found = remnants(&cleanup.recs, &cleanup.cgroups);
+        let released = cleanup.release(&found);
+        if !released.is_empty() {
+            log::info!("released across the reexec: {}", released.join(", "));
+        }
+        if cleanup.is_over() {
+            return None;
+        }
+        cleanup.members = open(&found);
+        cleanup.plan_recheck(now, true);
+        Some(cleanup)
     }
 
     /// When the loop must call [`Cleanup::step`] at the latest: the phase's deadline, or

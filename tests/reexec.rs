@@ -198,7 +198,7 @@ fn an_older_supd_refuses_a_newer_handoff() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("reads handoff formats 1 to 5, not 99"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reads handoff formats 1 to 6, not 99"));
 }
 
 fn panic_case(as_pid1: bool) {

@@ -308,3 +308,60 @@ fn a_shutdown_with_a_run_that_cannot_die_ends_at_its_timeout_naming_it() {
     assert_eq!(lines(&sb, "starts").len(), 2);
     assert_no_dups(&sb);
 }
+
+/// A `reexec` while a killed supd's leftover cannot die (the package of a new supd is
+/// installed while an NFS mount hangs): it was refused for as long as the leftover
+/// lived. Now the new image goes on waiting for it, holding the same service back, and
+/// starts it once it is gone.
+#[test]
+fn a_reexec_carries_the_wait_for_a_leftover_that_cannot_die() {
+    let mut sb = Sandbox::new();
+    let Some(mut frozen) = Frozen::new(&sb) else {
+        eprintln!("skipped: needs root and a cgroup v1 freezer");
+        return;
+    };
+    config(&sb, "", "stop_timeout = \"1s\"", true);
+    sb.start();
+    let first = pid_of(&sb.wait_state("one", "running"));
+    sb.wait_state("two", "running");
+    frozen.freeze(first);
+    let old = sb.supd.take().expect("supd");
+    kill(Pid::from_raw(old.id() as i32), Signal::SIGKILL).expect("kill -9 supd");
+    let _ = { old }.wait();
+    sb.start();
+    let s = status_until(&sb, "one", DEADLINE, |s| !s["held_by"].is_null());
+    assert_eq!(s["held_by"]["pid"], first, "{s}");
+    let two = pid_of(&sb.wait_state("two", "running"));
+    let out = sb.supctl(&["reexec"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "reexec refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The new image answers, still holds `one` back, and kept `two`'s run.
+    let s = sb.status("one");
+    assert_eq!(s["held_by"]["pid"], first, "after the reexec: {s}");
+    assert_eq!(s["state"], "stopped", "{s}");
+    assert_eq!(pid_of(&sb.status("two")), two);
+    // (A watch stream ends with the image that served it.)
+    let mut w = sb.watch();
+    let quiet = Instant::now() + Duration::from_secs(2);
+    while let Some(e) = w.next_within(quiet.saturating_duration_since(Instant::now())) {
+        assert!(
+            !(e["event"] == "state" && e["service"] == "one"),
+            "one changed state beside its frozen leftover after the reexec: {e}\n{}",
+            sb.supd_log()
+        );
+    }
+    assert_eq!(
+        lines(&sb, "starts").len(),
+        1,
+        "one started beside its leftover"
+    );
+    frozen.thaw();
+    let s = w.state(&sb, "one", "running");
+    assert_ne!(pid_of(&s), first);
+    assert!(!alive(first));
+    assert_no_dups(&sb);
+}

@@ -146,7 +146,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
             log::warn!("cannot become a child subreaper ({e}): orphans of services go to init");
         }
     }
-    let handoff = match args.handoff.as_deref().map(sup::handoff::read) {
+    let mut handoff = match args.handoff.as_deref().map(sup::handoff::read) {
         Some(Ok(h)) => Some(h),
         Some(Err(e)) => return Err(format!("{e}; cannot take over")),
         None => None,
@@ -164,7 +164,10 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     };
     // What a killed predecessor left is ended by the loop, which serves meanwhile; no
     // service starts until it is gone. (A reexec hands over its own running services.)
-    let cleanup = if handoff.is_none() {
+    let carried = handoff.as_mut().and_then(|h| h.leftovers.take());
+    let cleanup = if let Some(c) = carried {
+        sup::leftovers::Cleanup::resume(&cfg.supd.state_dir, c, sup::time::Mono::now())
+    } else if handoff.is_none() {
         let grace = cfg
             .services
             .values()

@@ -204,12 +204,6 @@ impl Supervisor {
         client: u64,
         id: &Value,
     ) -> Result<(), Error> {
-        if let Some(c) = &self.cleanup {
-            return Err(failed(format!(
-                "supd is still ending what a previous supd left ({}); try again once it is done",
-                c.services.join(", ")
-            )));
-        }
         let binary = binary.unwrap_or_else(|| self.program.clone());
         let args = vec![
             "--check".to_string(),
