@@ -91,7 +91,7 @@ fn lock_briefly(
 /// Takes from others what an older supd left readable in `state_dir` (it was made when
 /// the directory itself kept everyone out; now others pass through it to reach
 /// `tools_dir`): the `pids` directory and its records, the files supd keeps at its top,
-/// the tool records. Only these, by name: `state_dir` may be shared with other files.
+/// the tool records (where they are, and where older supds kept them). Only these, by name: `state_dir` may be shared with other files.
 pub fn make_private(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
     let private = |p: &Path| {
@@ -122,6 +122,8 @@ pub fn make_private(dir: &Path) {
         .chain([pids.clone()])
         .chain(listed(&pids, None))
         .chain(listed(&dir.join("tools"), Some("json")))
+        .chain([crate::versions::records_dir(dir)])
+        .chain(listed(&crate::versions::records_dir(dir), Some("json")))
     {
         private(&p);
     }

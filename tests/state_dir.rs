@@ -286,3 +286,167 @@ impl Drop for ReadOnly {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
+
+/// The package's layout: `tools_dir` inside `state_dir` (as /var/lib/sup/tools is in
+/// /var/lib/sup), where older supds kept the tool records too.
+fn default_layout(sb: &Sandbox, services: &str) {
+    sb.config_with("", services);
+    let config = fs::read_to_string(sb.path("sup.toml")).expect("config");
+    fs::write(
+        sb.path("sup.toml"),
+        config.replace("tools_dir = \"tools\"", "tools_dir = \"state/tools\""),
+    )
+    .expect("config");
+}
+
+/// Places version `version` of `tool` in `state/tools` with `current` naming it; its
+/// `bin/run` writes `out/TOOL-VERSION` and sleeps.
+fn place_tool(sb: &Sandbox, tool: &str, version: &str) {
+    let dir = sb.path(&format!("state/tools/{tool}"));
+    fs::create_dir_all(dir.join(version).join("bin")).expect("mkdir");
+    fs::create_dir_all(sb.path("out")).expect("mkdir out");
+    let run = dir.join(version).join("bin/run");
+    let out = sb.path(&format!("out/{tool}-{version}"));
+    fs::write(
+        &run,
+        format!(
+            "#!/bin/sh\necho $$ > {o}.tmp; mv {o}.tmp {o}\nexec sleep 3600\n",
+            o = out.display()
+        ),
+    )
+    .expect("write run");
+    fs::set_permissions(&run, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let _ = fs::remove_file(dir.join("current"));
+    std::os::unix::fs::symlink(version, dir.join("current")).expect("current");
+}
+
+fn tool_service(name: &str, tool: &str) -> String {
+    format!("[service.{name}]\ntool = \"{tool}\"\ncommand = [\"bin/run\"]\n")
+}
+
+/// Issue 23, item 6: a tool named `web.json` beside a tool `web`, in the default layout.
+/// Their records were `tools_dir/TOOL.json`: `web`'s was the directory of `web.json`,
+/// read as a corrupt record and moved aside, and `web.json`'s service failed with "no
+/// current version". Both run their versions now, and `web`'s record is written.
+#[test]
+fn a_tool_named_like_another_tools_record_runs() {
+    let mut sb = Sandbox::new();
+    default_layout(
+        &sb,
+        &format!(
+            "{}\n{}",
+            tool_service("web", "web"),
+            tool_service("webjson", "web.json")
+        ),
+    );
+    place_tool(&sb, "web", "1.0.0");
+    place_tool(&sb, "web.json", "2.0.0");
+    sb.start();
+    for (svc, version) in [("web", "1.0.0"), ("webjson", "2.0.0")] {
+        let st = sb.wait_state(svc, "running");
+        assert_eq!(st["version"], version, "{st}\n{}", sb.supd_log());
+    }
+    assert!(
+        sb.path("state/tools/web.json/2.0.0").is_dir(),
+        "web.json's directory stays"
+    );
+    assert!(
+        !sb.supd_log().contains("corrupt"),
+        "nothing was taken for a corrupt record:\n{}",
+        sb.supd_log()
+    );
+    // Their records are written where no tool name reaches.
+    for tool in ["web", "web.json"] {
+        let record = sb.path(&format!("state/tool-records/{tool}.json"));
+        assert!(record.is_file(), "{}", record.display());
+    }
+}
+
+/// A tools_dir that holds the records' directory (here state_dir itself) is refused at
+/// the config check: a tool could be named as a record.
+#[test]
+fn a_tools_dir_that_holds_the_records_is_refused() {
+    let sb = Sandbox::new();
+    sb.config("");
+    let config = fs::read_to_string(sb.path("sup.toml")).expect("config");
+    fs::write(
+        sb.path("sup.toml"),
+        config.replace("tools_dir = \"tools\"", "tools_dir = \"state\""),
+    )
+    .expect("config");
+    let out = Command::new(SUPD)
+        .args(["--check", "-c"])
+        .arg(sb.path("sup.toml"))
+        .output()
+        .expect("supd --check");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("tools_dir") && said.contains("tool-records"),
+        "{said}"
+    );
+}
+
+/// A record as an older supd left it: 1.0.0 current, 2.0.0 bad.
+fn old_record() -> String {
+    serde_json::json!({
+        "current": "1.0.0", "phase": "committed",
+        "bad": {"2.0.0": {"reason": "crashed (old record)", "time_ms": 1}},
+    })
+    .to_string()
+}
+
+fn bad_2(sb: &Sandbox) -> serde_json::Value {
+    let v = sb.ok(serde_json::json!({"cmd": "versions", "tool": "agent"}));
+    v["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|x| x["version"] == "2.0.0")
+        .map(|x| x["bad"].clone())
+        .unwrap_or_else(|| panic!("no 2.0.0 in {v}"))
+}
+
+/// Issue 23, item 6: a record where an older supd kept it (`state_dir/tools`, here the
+/// default layout's tools_dir) is moved to `state_dir/tool-records` at start, whole.
+#[test]
+fn an_old_record_is_moved_at_start() {
+    let mut sb = Sandbox::new();
+    default_layout(&sb, &tool_service("agent", "agent"));
+    place_tool(&sb, "agent", "2.0.0");
+    place_tool(&sb, "agent", "1.0.0");
+    fs::write(sb.path("state/tools/agent.json"), old_record()).expect("old record");
+    sb.start();
+    assert_eq!(sb.wait_state("agent", "running")["version"], "1.0.0");
+    assert_eq!(bad_2(&sb), true, "the old record was read");
+    assert!(
+        !sb.path("state/tools/agent.json").exists(),
+        "moved from the old place"
+    );
+    let moved = fs::read_to_string(sb.path("state/tool-records/agent.json")).expect("moved");
+    assert!(moved.contains("crashed (old record)"), "{moved}");
+}
+
+/// Both places hold a record (a move cut short after the new one was made): the new one
+/// wins, and the old one goes.
+#[test]
+fn where_both_places_hold_a_record_the_new_one_wins() {
+    let mut sb = Sandbox::new();
+    default_layout(&sb, &tool_service("agent", "agent"));
+    place_tool(&sb, "agent", "2.0.0");
+    place_tool(&sb, "agent", "1.0.0");
+    fs::write(sb.path("state/tools/agent.json"), old_record()).expect("old record");
+    fs::create_dir_all(sb.path("state/tool-records")).expect("mkdir");
+    fs::write(
+        sb.path("state/tool-records/agent.json"),
+        serde_json::json!({"current": "1.0.0", "phase": "committed"}).to_string(),
+    )
+    .expect("new record");
+    sb.start();
+    assert_eq!(sb.wait_state("agent", "running")["version"], "1.0.0");
+    assert_eq!(bad_2(&sb), false, "the new record was read");
+    assert!(
+        !sb.path("state/tools/agent.json").exists(),
+        "the old one went"
+    );
+}
