@@ -193,7 +193,7 @@ impl Supervisor {
             .filter_map(|s| s.cfg.tool.clone())
             .collect();
         // Records where older supds kept them move first: every configured or installed
-        // tool's (the others are moved at their first use, in `load_tool`).
+        // tool's (one installed later is moved at its first use, in `load_tool`).
         let installed = versions::installed_tools(&self.cfg.supd.tools_dir);
         for t in tools.iter().chain(&installed) {
             self.migrate_record(t);
