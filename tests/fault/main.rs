@@ -20,8 +20,8 @@
 //!   and starts nothing before), nothing of an older generation may be alive; once it has
 //!   settled, each service has exactly the one instance supd names;
 //! - for a tool, after every restart: the `current` link, `versions` and the record in
-//!   `state_dir/tool-records/agent.json` agree, the services run that version, and a version
-//!   once marked bad stays bad and never becomes current again;
+//!   `state_dir/tool-records/agent.json` agree, the services run that version, and a
+//!   version once marked bad stays bad and never becomes current again;
 //! - every start of supd reaches READY (never "another supd is using STATE").
 //!
 //! Randomness decides what happens and *when a fault is injected*: the only sleeps in
