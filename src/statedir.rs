@@ -91,7 +91,7 @@ fn lock_briefly(
 /// Takes from others what an older supd left readable in `state_dir` (it was made when
 /// the directory itself kept everyone out; now others pass through it to reach
 /// `tools_dir`): the `pids` directory and its records, the files supd keeps at its top,
-/// the tool records. Only these, by name: `state_dir` may be shared with other files.
+/// the tool records (where they are, and where older supds kept them). Only these, by name: `state_dir` may be shared with other files.
 pub fn make_private(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
     let private = |p: &Path| {
@@ -122,51 +122,166 @@ pub fn make_private(dir: &Path) {
         .chain([pids.clone()])
         .chain(listed(&pids, None))
         .chain(listed(&dir.join("tools"), Some("json")))
+        .chain([crate::versions::records_dir(dir)])
+        .chain(listed(&crate::versions::records_dir(dir), Some("json")))
     {
         private(&p);
     }
 }
 
-/// One supd per state directory: its lock, waiting up to `patience` for it.
-pub fn lock(
-    dir: &std::path::Path,
-    patience: std::time::Duration,
-) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, String> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let path = dir.join(LOCK);
-    let file = match std::fs::OpenOptions::new()
+/// Why the state lock was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockError {
+    /// Another supd holds it.
+    Held(String),
+    /// It cannot be opened or locked at all (the file, the errno, what to do).
+    Cannot(String),
+}
+
+impl std::fmt::Display for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockError::Held(m) | LockError::Cannot(m) => f.write_str(m),
+        }
+    }
+}
+
+/// What supd says after a lock it cannot take: it never runs without it.
+const WITHOUT: &str =
+    "supd does not run without its state lock, which keeps a second supd off this state_dir";
+
+/// "Permission denied" for an errno-carrying error, its text otherwise.
+fn desc(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => nix::errno::Errno::from_raw(n).desc().to_string(),
+        None => e.to_string(),
+    }
+}
+
+/// What to do about a lock file that cannot be opened for this errno.
+fn advice(dir: &Path, errno: Option<nix::errno::Errno>) -> String {
+    use nix::errno::Errno;
+    let dir = dir.display();
+    match errno {
+        Some(Errno::EACCES | Errno::EPERM) => format!(
+            "supd's user (uid {}) may not write it: run supd as root, or set state_dir to a directory of its own",
+            nix::unistd::geteuid()
+        ),
+        Some(Errno::EROFS) => format!(
+            "{dir} is on a read-only file system, where supd can keep neither its lock nor a record (no service could start): remount it read-write, or set state_dir to a writable directory"
+        ),
+        Some(Errno::EISDIR | Errno::ENXIO | Errno::ELOOP) => {
+            "something other than a file stands there: remove it (supd makes the file anew)".into()
+        }
+        Some(Errno::ENOSPC | Errno::EDQUOT) => format!("{dir} is full: make room"),
+        Some(Errno::ENOENT | Errno::ENOTDIR) => {
+            format!("{dir} cannot be made: make it, or set state_dir to a directory that can be")
+        }
+        _ => format!("make {dir} a writable local directory"),
+    }
+}
+
+/// Opens (or makes) the lock file, which must be a regular file: never blocks (a FIFO
+/// there would, opened for writing with no reader).
+fn open_lock(dir: &Path, path: &Path) -> Result<fs::File, LockError> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
+    let cannot = |what: String, errno: Option<nix::errno::Errno>| {
+        LockError::Cannot(format!(
+            "cannot open {} ({what}): {}; {WITHOUT}",
+            path.display(),
+            advice(dir, errno)
+        ))
+    };
+    let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .mode(0o600)
-        .open(&path)
-    {
-        // Only root may open it (others pass through state_dir): nobody else can take
-        // it and keep supd out. One made by an older supd is made private too.
-        Ok(f) => {
-            let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
-            f
-        }
-        Err(e) => {
-            log::warn!(
-                "cannot open {} ({e}): running without the state lock",
-                path.display()
-            );
-            return Ok(None);
-        }
-    };
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| {
+            let errno = e.raw_os_error().map(nix::errno::Errno::from_raw);
+            match errno {
+                // What a FIFO with no reader (or a device with nothing behind it) gives.
+                Some(nix::errno::Errno::ENXIO) => {
+                    cannot(format!("not a regular file: {}", desc(&e)), errno)
+                }
+                _ => cannot(desc(&e), errno),
+            }
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| cannot(desc(&e), e.raw_os_error().map(nix::errno::Errno::from_raw)))?;
+    if !meta.is_file() {
+        let t = meta.file_type();
+        let kind = match () {
+            _ if t.is_fifo() => "a FIFO",
+            _ if t.is_socket() => "a socket",
+            _ if t.is_char_device() || t.is_block_device() => "a device",
+            _ => "not a regular file",
+        };
+        return Err(cannot(kind.into(), Some(nix::errno::Errno::EISDIR)));
+    }
+    // Only root may open it (others pass through state_dir): nobody else can take it
+    // and keep supd out. One made by an older supd is made private too.
+    let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
+    Ok(file)
+}
+
+/// One supd per state directory: its lock, waiting up to `patience` while another
+/// holds it. Never runs without it: a lock file that cannot be opened or locked is an
+/// error as much as one held by another supd.
+pub fn lock(
+    dir: &std::path::Path,
+    patience: std::time::Duration,
+) -> Result<nix::fcntl::Flock<std::fs::File>, LockError> {
+    let path = dir.join(LOCK);
+    let file = open_lock(dir, &path)?;
     match lock_briefly(file, patience) {
-        Ok(l) => Ok(Some(l)),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(format!(
+        Ok(l) => Ok(l),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(LockError::Held(format!(
             "another supd is using {}; stop it first, or give this one another state_dir",
             dir.display()
-        )),
-        Err((_, e)) => {
-            log::warn!(
-                "cannot lock {} ({e}): running without the state lock",
-                path.display()
+        ))),
+        Err((_, e)) => Err(LockError::Cannot(format!(
+            "cannot lock {} ({}): the file system of {} does not lock files; set state_dir to a local directory; {WITHOUT}",
+            path.display(),
+            e.desc(),
+            dir.display()
+        ))),
+    }
+}
+
+/// The lock at a first start: waits up to a second for a predecessor killed a moment
+/// ago, and otherwise refuses with the reason. Except as the system's init (`init`),
+/// whose exit would end the system: it says why, runs nothing, reaps what it is given,
+/// and tries again every second until it holds the lock (and once a minute says so).
+pub fn lock_at_start(dir: &Path, init: bool) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+    let mut said: Option<std::time::Instant> = None;
+    loop {
+        let err = match lock(dir, std::time::Duration::from_secs(1)) {
+            Ok(l) => {
+                if said.is_some() {
+                    log::warn!("{}: locked at last; starting", dir.display());
+                }
+                return Ok(l);
+            }
+            Err(e) if !init => return Err(e.to_string()),
+            Err(e) => e,
+        };
+        if said.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
+            log::error!(
+                "{err}; as the system's init supd does not exit: it runs nothing and tries again every second"
             );
-            Ok(None)
+            said = Some(std::time::Instant::now());
+        }
+        while matches!(
+            nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG)),
+            Ok(s) if s != nix::sys::wait::WaitStatus::StillAlive
+        ) {}
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        if let Err(e) = records::create_dirs(dir, records::STATE_DIR) {
+            log::debug!("cannot create {}: {e}", dir.display());
         }
     }
 }
@@ -198,7 +313,7 @@ impl Supervisor {
             crate::sys::set_lock_fd(-1);
             self.lock_lost = true;
             match lock(&dir, std::time::Duration::ZERO) {
-                Ok(Some(l)) if same_file(&l, &dir.join(LOCK)) => {
+                Ok(l) if same_file(&l, &dir.join(LOCK)) => {
                     crate::sys::set_lock_fd(std::os::fd::AsRawFd::as_raw_fd(&*l));
                     self.lock = Some(l);
                     self.lock_lost = false;
@@ -206,6 +321,9 @@ impl Supervisor {
                 }
                 // Gone again meanwhile, or not lockable: the next event tries again.
                 Ok(_) => {}
+                Err(LockError::Cannot(e)) => {
+                    log::error!("{e}; trying again at the next change of {}", dir.display())
+                }
                 Err(e) => log::error!("{e}: it took {} while it was gone", dir.display()),
             }
             self.rewrite_held_records();

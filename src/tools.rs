@@ -193,6 +193,12 @@ impl Supervisor {
             .values()
             .filter_map(|s| s.cfg.tool.clone())
             .collect();
+        // Records where older supds kept them move first: every configured or installed
+        // tool's (one installed later is moved at its first use, in `load_tool`).
+        let installed = versions::installed_tools(&self.cfg.supd.tools_dir);
+        for t in tools.iter().chain(&installed) {
+            self.migrate_record(t);
+        }
         for t in tools {
             self.load_tool(&t, handed_over, now);
         }
@@ -208,6 +214,13 @@ impl Supervisor {
     fn load_tool(&mut self, tool: &str, handed_over: bool, now: Mono) {
         if self.tools.contains_key(tool) {
             return;
+        }
+        let configured = self
+            .slots
+            .values()
+            .any(|s| s.cfg.tool.as_deref() == Some(tool));
+        if configured || versions::tool_dir(&self.cfg.supd.tools_dir, tool).is_dir() {
+            self.migrate_record(tool);
         }
         let (tools_dir, state_dir) = (&self.cfg.supd.tools_dir, &self.cfg.supd.state_dir);
         let (record, record_error) = match versions::load_record(state_dir, tool) {
@@ -262,6 +275,23 @@ impl Supervisor {
             except: None,
         };
         self.change_or_retry(tool, change, Op::Load, now);
+    }
+
+    /// Moves the tool's record from where an older supd kept it, saying so.
+    fn migrate_record(&self, tool: &str) {
+        let dir = &self.cfg.supd.state_dir;
+        match versions::migrate_record(dir, tool) {
+            Ok(true) => log::info!(
+                "{tool}: its record moved to {}",
+                versions::record_path(dir, tool).display()
+            ),
+            Ok(false) => {}
+            Err(e) => log::error!(
+                "{tool}: cannot move its record to {}: {}; the old one is left where it is",
+                versions::record_path(dir, tool).display(),
+                errno_text(&e)
+            ),
+        }
     }
 
     /// The executor: carries out `change` in order (record, link, restart), stopping at

@@ -1,6 +1,7 @@
 //! Tool directories on disk: `tools_dir/TOOL/VERSION/` and the relative symlink
 //! `tools_dir/TOOL/current`; the version manifest `sup-tool.toml`; the upgrade records in
-//! `state_dir/tools/TOOL.json`. File system only; the decisions are in `upgrade`.
+//! `state_dir/tool-records/TOOL.json` (moved there from `state_dir/tools`, by default
+//! `tools_dir` itself, where a tool's name could be a record's). File system only; the decisions are in `upgrade`.
 //!
 //! Every change is atomic and durable: a version appears by a rename of a hidden
 //! directory, `current` switches by a rename of a temporary symlink, a record is replaced
@@ -139,9 +140,17 @@ pub fn irreversible(version_dir: &Path) -> Result<bool, String> {
     Ok(!revertible)
 }
 
+/// The directory of the records in `state_dir`: a name that is neither `tools_dir`'s
+/// default (`/var/lib/sup/tools`, which held them before, so that a tool named
+/// `web.json` was the record of `web`) nor inside any `tools_dir` (`check_layout`).
+pub const RECORDS: &str = "tool-records";
+
+/// Where older supds kept the records (by default, `tools_dir` itself).
+const OLD_RECORDS: &str = "tools";
+
 /// Where the records live.
-fn records_dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("tools")
+pub fn records_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join(RECORDS)
 }
 
 /// The file of a tool's record.
@@ -149,10 +158,103 @@ pub fn record_path(state_dir: &Path, tool: &str) -> PathBuf {
     records_dir(state_dir).join(format!("{tool}.json"))
 }
 
+/// `p` without `.` and with each `..` taken back (paths compared as written).
+fn lexical(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Refuses a `tools_dir` that holds the records' directory, or lies inside it: a tool's
+/// name could then be a record's (config check).
+pub fn check_layout(state_dir: &Path, tools_dir: &Path) -> Result<(), String> {
+    let (records, tools) = (lexical(&records_dir(state_dir)), lexical(tools_dir));
+    if records.starts_with(&tools) || tools.starts_with(&records) {
+        return Err(format!(
+            "tools_dir {} and {} (where supd keeps the tool records, in state_dir) overlap: a tool's name could be a record's; set tools_dir to a directory of its own (by default /var/lib/sup/tools)",
+            tools_dir.display(),
+            records.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Moves the record of `tool` from where older supds kept it (`state_dir/tools`, by
+/// default `tools_dir`) to `records_dir`: only a regular file (never a tool's
+/// directory, as `web.json` is for the tool of that name), by a rename (a copy, fsynced,
+/// across file systems) and fsyncs of both directories, so that a supd killed at any
+/// moment leaves the record in one place or the other, whole. Where both places hold
+/// one, the new one wins and the old goes. The caller names only a configured or
+/// installed tool.
+pub fn migrate_record(state_dir: &Path, tool: &str) -> io::Result<bool> {
+    let old_dir = state_dir.join(OLD_RECORDS);
+    let old = old_dir.join(format!("{tool}.json"));
+    match fs::symlink_metadata(&old) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    let dir = records_dir(state_dir);
+    crate::records::create_dirs(&dir, crate::records::PRIVATE_DIR)?;
+    let new = dir.join(format!("{tool}.json"));
+    let new_there = match fs::symlink_metadata(&new) {
+        Ok(m) if m.is_file() => true,
+        Ok(_) => {
+            return Err(io::Error::other(format!(
+                "{} is not a file: {} is left where it is",
+                new.display(),
+                old.display()
+            )))
+        }
+        Err(_) => false,
+    };
+    if !new_there {
+        match fs::rename(&old, &new) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(nix::libc::EXDEV) => {
+                atomic_write(&new, &fs::read(&old)?, true)?;
+            }
+            Err(e) => return Err(e),
+        }
+        File::open(&dir)?.sync_all()?;
+    }
+    // The new one is durable (written so, or renamed and its directory synced): the
+    // old one may go.
+    match fs::remove_file(&old) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    File::open(&old_dir)?.sync_all()?;
+    Ok(!new_there)
+}
+
+/// The tools installed in `tools_dir`: its directories named as tools are.
+pub fn installed_tools(tools_dir: &Path) -> Vec<String> {
+    let Ok(dir) = fs::read_dir(tools_dir) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|t| check_tool(t).is_ok())
+        .collect()
+}
+
 /// Reads a tool's record: `Ok(None)` when there is none yet, `Err` when it is unreadable
 /// or corrupt (the caller reports it and goes on from the link).
 pub fn load_record(state_dir: &Path, tool: &str) -> Result<Option<Record>, String> {
-    let path = records_dir(state_dir).join(format!("{tool}.json"));
+    let path = record_path(state_dir, tool);
     match fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
@@ -164,17 +266,16 @@ pub fn load_record(state_dir: &Path, tool: &str) -> Result<Option<Record>, Strin
 
 /// Keeps a corrupt record aside for a person to look at.
 pub fn set_aside(state_dir: &Path, tool: &str) {
-    let path = records_dir(state_dir).join(format!("{tool}.json"));
+    let path = record_path(state_dir, tool);
     let _ = fs::rename(&path, path.with_extension("json.corrupt"));
 }
 
 /// Replaces a tool's record, durably.
 pub fn save_record(state_dir: &Path, tool: &str, r: &Record) -> io::Result<()> {
     let dir = records_dir(state_dir);
-    // By default this is tools_dir too: services' users pass through it.
-    crate::records::create_dirs(&dir, PUBLIC_DIR)?;
+    crate::records::create_dirs(&dir, crate::records::PRIVATE_DIR)?;
     let bytes = serde_json::to_vec_pretty(r).map_err(io::Error::other)?;
-    atomic_write(&dir.join(format!("{tool}.json")), &bytes, true)
+    atomic_write(&record_path(state_dir, tool), &bytes, true)
 }
 
 /// The hidden directory an install copies into, beside the versions.
@@ -372,13 +473,62 @@ mod tests {
         };
         save_record(&t, "agent", &r).expect("save");
         assert_eq!(load_record(&t, "agent"), Ok(Some(r)));
-        fs::write(t.join("tools/agent.json"), "{\"current\": ").expect("truncate");
+        fs::write(t.join("tool-records/agent.json"), "{\"current\": ").expect("truncate");
         assert!(load_record(&t, "agent")
             .expect_err("corrupt")
             .contains("is corrupt"));
         set_aside(&t, "agent");
         assert_eq!(load_record(&t, "agent"), Ok(None));
-        assert!(t.join("tools/agent.json.corrupt").exists());
+        assert!(t.join("tool-records/agent.json.corrupt").exists());
+    }
+
+    #[test]
+    fn records_move_from_the_old_place_and_the_new_one_wins() {
+        let t = scratch("migrate");
+        let r = |v: &str| Record {
+            current: Some(v.into()),
+            ..Record::default()
+        };
+        let old = |tool: &str| t.join(format!("tools/{tool}.json"));
+        fs::create_dir_all(t.join("tools/db")).expect("tools");
+        fs::write(old("db"), serde_json::to_vec(&r("1.0.0")).expect("json")).expect("old");
+        // Only the old one: moved, whole.
+        assert!(migrate_record(&t, "db").expect("moved"));
+        assert!(!old("db").exists());
+        assert_eq!(load_record(&t, "db"), Ok(Some(r("1.0.0"))));
+        // Both (a move cut short after the new one was made): the new one wins.
+        fs::write(old("db"), serde_json::to_vec(&r("0.9.0")).expect("json")).expect("old");
+        assert!(!migrate_record(&t, "db").expect("old dropped"));
+        assert!(!old("db").exists());
+        assert_eq!(load_record(&t, "db"), Ok(Some(r("1.0.0"))));
+        // A directory (the tool web.json, where an older supd looked for web's record)
+        // is never moved; nothing there is nothing to do.
+        fs::create_dir_all(t.join("tools/web.json/1.0.0")).expect("a tool named web.json");
+        assert!(!migrate_record(&t, "web").expect("a directory"));
+        assert!(!migrate_record(&t, "cache").expect("nothing"));
+        assert!(t.join("tools/web.json/1.0.0").is_dir());
+        assert_eq!(load_record(&t, "web"), Ok(None));
+    }
+
+    #[test]
+    fn tools_dir_may_not_hold_the_records() {
+        let p = Path::new;
+        assert!(check_layout(p("/var/lib/sup"), p("/var/lib/sup/tools")).is_ok());
+        assert!(check_layout(p("/srv/state"), p("/srv/tools")).is_ok());
+        assert!(check_layout(p("/var/lib/sup"), p("/var/lib/sup/tool-records-x")).is_ok());
+        for tools in [
+            "/var/lib/sup",
+            "/var/lib",
+            "/",
+            "/var/lib/sup/tool-records",
+            "/var/lib/sup/tool-records/x",
+            "/var/lib/sup/tools/../.",
+        ] {
+            assert!(
+                check_layout(p("/var/lib/sup"), p(tools)).is_err(),
+                "{tools}"
+            );
+        }
     }
 
     #[test]

@@ -209,7 +209,7 @@ fn a_versioned_tool_runs_as_its_user_from_the_package_layout() {
     assert_eq!(mode("state/tools/agent/1.0.0"), 0o755);
     assert_eq!(mode("state/tools/agent"), 0o755);
     assert_eq!(
-        mode("state/tools/agent.json") & 0o007,
+        mode("state/tool-records/agent.json") & 0o007,
         0,
         "the tool record is private"
     );

@@ -413,7 +413,11 @@ fn an_upgrade_from_a_version_that_ignores_term_still_happens() {
 fn a_corrupt_record_is_reported_and_supd_goes_on_from_current() {
     let mut sb = at_1_0_0();
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
-    std::fs::write(sb.path("state/tools/agent.json"), "{\"current\": \"1.0").expect("corrupt it");
+    std::fs::write(
+        sb.path("state/tool-records/agent.json"),
+        "{\"current\": \"1.0",
+    )
+    .expect("corrupt it");
     sb.start();
     let st = sb.wait_state("agent", "running");
     assert_eq!(st["version"], "1.0.0");
@@ -427,7 +431,7 @@ fn a_corrupt_record_is_reported_and_supd_goes_on_from_current() {
         "{v}"
     );
     assert!(
-        sb.path("state/tools/agent.json.corrupt").exists(),
+        sb.path("state/tool-records/agent.json.corrupt").exists(),
         "kept aside for a person"
     );
     assert!(sb.supd_log().contains("is corrupt"));

@@ -10,7 +10,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
 fn record(sb: &Sandbox) -> Value {
-    std::fs::read(sb.path("state/tools/agent.json"))
+    std::fs::read(sb.path("state/tool-records/agent.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or(json!({}))

@@ -223,9 +223,9 @@ fn a_regression_window_never_outlasts_its_recorded_length() {
         .expect("boot_id")
         .trim()
         .to_string();
-    fs::create_dir_all(sb.path("state/tools")).expect("mkdir");
+    fs::create_dir_all(sb.path("state/tool-records")).expect("mkdir");
     fs::write(
-        sb.path("state/tools/agent.json"),
+        sb.path("state/tool-records/agent.json"),
         json!({
             "current": "2.0.0", "previous": "1.0.0", "phase": "committed",
             "proposed": "2.0.0", "boot_id": boot_id,

@@ -446,7 +446,7 @@ fn i21_2_nothing_is_committed_during_a_shutdown() {
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(runs(&sb, "2.0.0"), 0, "2.0.0 never started");
     let record: Value = serde_json::from_str(
-        &fs::read_to_string(sb.path("state/tools/agent.json")).expect("the record"),
+        &fs::read_to_string(sb.path("state/tool-records/agent.json")).expect("the record"),
     )
     .expect("JSON");
     assert_eq!(record["phase"], "probation", "{record}");

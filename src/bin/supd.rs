@@ -158,9 +158,11 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
         .unwrap_or(args.config);
     let path = std::path::absolute(&path).unwrap_or(path);
     let (cfg, errors) = load_config(&path);
+    // The system's init never exits on its own: it waits for a state lock it cannot take.
+    let init = std::process::id() == 1 && (args.system || cfg.supd.mode == config::Mode::System);
     let (server, notify, lock) = match &handoff {
         Some(h) => take_over(h, &cfg)?,
-        None => fresh(&cfg)?,
+        None => fresh(&cfg, init)?,
     };
     // What a killed predecessor left is ended by the loop, which serves meanwhile; no
     // service starts until it is gone. (A reexec hands over its own running services.)
@@ -198,6 +200,9 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     let handed_over = handoff.is_some();
     let mut sup = Supervisor::new(cfg, path, server, notify, signals, fdset, handed_over);
     sup.config_errors = errors;
+    // Only a handoff without a lock leaves none here: the services already run, so it is
+    // said, and taken again at the next change of state_dir.
+    sup.lock_lost = lock.is_none();
     sup.lock = lock;
     sup.cgroups = cgroups;
     if sup.server.is_stand_in() {
@@ -312,13 +317,13 @@ type Edges = (
 );
 
 /// A first start: the lock, the end of what a killed supd left, the sockets.
-fn fresh(cfg: &Config) -> Result<Edges, String> {
+fn fresh(cfg: &Config, init: bool) -> Result<Edges, String> {
     // log_dir is made by the log writer (a hung one must not block supd).
     if let Err(e) = sup::records::create_dirs(&cfg.supd.state_dir, sup::records::STATE_DIR) {
         log::warn!("cannot create {}: {e}", cfg.supd.state_dir.display());
     }
     sup::statedir::make_private(&cfg.supd.state_dir);
-    let lock = sup::statedir::lock(&cfg.supd.state_dir, std::time::Duration::from_secs(1))?;
+    let lock = sup::statedir::lock_at_start(&cfg.supd.state_dir, init)?;
     // Looked up here, before the loop, once (the loop never reads the user database).
     let group = cfg
         .supd
@@ -352,7 +357,7 @@ fn fresh(cfg: &Config) -> Result<Edges, String> {
     if let Err(e) = sup::notify::prepare_dir(&notify_dir, true) {
         log::warn!("{e}: ready = \"notify\" services cannot start until it can be made");
     }
-    Ok((server, None, lock))
+    Ok((server, None, Some(lock)))
 }
 
 /// After `reexec`: the sockets and the lock of the previous image, never closed.
@@ -378,17 +383,36 @@ fn take_over(h: &sup::handoff::Handoff, cfg: &Config) -> Result<Edges, String> {
             .ok()
             .map(|fd| NotifySocket::adopt(fd, path.clone()))
     });
-    // The flock belongs to the open file, which the exec kept: taking it again is a no-op.
-    let lock = h
+    // The flock belongs to the open file, which the exec kept: taking it again is a no-op,
+    // and there was never a moment without it. An image that had lost it (its state_dir
+    // replaced) hands none: this one tries to take it.
+    let handed = h
         .lock_fd
         .and_then(|fd| sup::sys::adopt_fd(fd).ok())
-        .and_then(|fd| {
+        .map(|fd| {
             nix::fcntl::Flock::lock(
                 std::fs::File::from(fd),
                 nix::fcntl::FlockArg::LockExclusiveNonblock,
             )
-            .ok()
         });
+    let lock = match handed {
+        Some(Ok(l)) => Some(l),
+        Some(Err((_, e))) => {
+            log::error!("the handed-over state lock: {e}; taking it again");
+            None
+        }
+        None => None,
+    };
+    let lock = lock.or_else(|| {
+        sup::statedir::lock(&cfg.supd.state_dir, std::time::Duration::ZERO)
+            .map_err(|e| {
+                log::error!(
+                    "{e}; the services handed over go on, and the lock is taken again at the next change of {}",
+                    cfg.supd.state_dir.display()
+                )
+            })
+            .ok()
+    });
     Ok((server, notify, lock))
 }
 

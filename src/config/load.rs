@@ -409,6 +409,14 @@ fn read_supd(
             _ => ctx.unknown(key.span(), full, SUPD_KEYS),
         }
     }
+    if let Err(e) = crate::versions::check_layout(&supd.state_dir, &supd.tools_dir) {
+        if let Some((k, v)) = ["tools_dir", "state_dir"]
+            .iter()
+            .find_map(|k| table.get_key_value(*k))
+        {
+            ctx.err(v.span(), &format!("supd.{}", k.get_ref()), e);
+        }
+    }
 }
 
 fn set<T>(slot: &mut T, value: Option<T>) {

@@ -532,7 +532,7 @@ impl Node {
                 let link = fs::read_link(self.sb.path("tools/agent/current"))
                     .map(|p| p.to_string_lossy().into_owned())
                     .ok();
-                let record: Value = fs::read(self.sb.path("state/tools/agent.json"))
+                let record: Value = fs::read(self.sb.path("state/tool-records/agent.json"))
                     .ok()
                     .and_then(|b| serde_json::from_slice(&b).ok())
                     .unwrap_or(Value::Null);
@@ -778,7 +778,7 @@ impl Node {
     }
 
     pub fn final_versions(&self) -> String {
-        fs::read_to_string(self.sb.path("state/tools/agent.json")).unwrap_or_default()
+        fs::read_to_string(self.sb.path("state/tool-records/agent.json")).unwrap_or_default()
     }
 }
 

@@ -20,8 +20,8 @@
 //!   and starts nothing before), nothing of an older generation may be alive; once it has
 //!   settled, each service has exactly the one instance supd names;
 //! - for a tool, after every restart: the `current` link, `versions` and the record in
-//!   `state_dir/tools/agent.json` agree, the services run that version, and a version
-//!   once marked bad stays bad and never becomes current again;
+//!   `state_dir/tool-records/agent.json` agree, the services run that version, and a
+//!   version once marked bad stays bad and never becomes current again;
 //! - every start of supd reaches READY (never "another supd is using STATE").
 //!
 //! Randomness decides what happens and *when a fault is injected*: the only sleeps in
@@ -271,7 +271,7 @@ fn check_tool(w: &mut World, ever_bad: &mut BTreeSet<String>) {
     let link = std::fs::read_link(w.sb.path("tools/agent/current"))
         .map(|p| p.to_string_lossy().into_owned())
         .ok();
-    let record: Value = std::fs::read(w.sb.path("state/tools/agent.json"))
+    let record: Value = std::fs::read(w.sb.path("state/tool-records/agent.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or(Value::Null);
