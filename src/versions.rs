@@ -340,22 +340,6 @@ pub fn hide_leftover(p: &Path) -> io::Result<Option<PathBuf>> {
     Ok(Some(hidden))
 }
 
-/// The copy itself, run as a helper process so a large tree never blocks supd: copies
-/// modes, links and times, makes every file readable and every directory searchable by
-/// all (exec bits are kept: a service run as any user can run its version), then
-/// flushes the file system that holds the copy.
-pub fn install_command(src: &Path, tmp: &Path) -> Vec<String> {
-    let script = "cp -a -- \"$1/.\" \"$2\" && chmod -R a+rX -- \"$2\" && sync -f \"$2\"";
-    vec![
-        "/bin/sh".into(),
-        "-c".into(),
-        script.into(),
-        "sup-install".into(),
-        src.to_string_lossy().into_owned(),
-        tmp.to_string_lossy().into_owned(),
-    ]
-}
-
 /// Moves a finished copy into place: the version appears whole or not at all.
 pub fn finish_install(tools_dir: &Path, tool: &str, version: &str) -> io::Result<()> {
     let dir = tool_dir(tools_dir, tool);
