@@ -10,7 +10,7 @@ use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
@@ -228,14 +228,42 @@ fn a_stderr_nobody_reads_blocks_neither_answers_nor_restarts() {
         eprintln!("skipped: needs root (setpriv to another uid)");
         return;
     }
+    let (rd, wr) = unread_pipe();
+    unread_stderr(rd, wr);
+}
+
+// The same with stderr a stream socket nobody reads (journald's stdout stream when
+// journald stalls): supd sends with MSG_DONTWAIT.
+#[test]
+fn a_stderr_socket_nobody_reads_blocks_neither_answers_nor_restarts() {
+    if !is_root() {
+        eprintln!("skipped: needs root (setpriv to another uid)");
+        return;
+    }
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    let (rd, wr) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .expect("socketpair");
+    nix::sys::socket::shutdown(rd.as_raw_fd(), nix::sys::socket::Shutdown::Write)
+        .expect("shutdown");
+    unread_stderr(rd, wr);
+}
+
+/// supd's stderr is `wr`, whose other end `rd` the test holds and does not read while a
+/// read-only client floods supd with refused requests; then it reads `rd`.
+fn unread_stderr(rd: OwnedFd, wr: OwnedFd) {
     let mut sb = Sandbox::new();
     sb.config_with("socket_group = \"daemon\"", SERVICES);
-    // Declared after the sandbox, dropped before it: a supd blocked on the pipe gets
-    // EPIPE and can be ended.
-    let (rd, wr) = unread_pipe();
+    // Dropped before the sandbox: a supd blocked on stderr gets EPIPE and can be ended.
+    let rd = Guard(rd);
     sb.start_with_stderr(Command::new(SUPD), &["-c"], Some(wr));
     sb.wait_state("web", "running");
-    // 2000 refusals of ~150 bytes: 300 KiB, the 64 KiB pipe surely full.
+    // 2000 refusals of ~150 bytes: 300 KiB, the 64 KiB pipe (or the socket's buffers,
+    // about 200 KiB) surely full.
     let (answered, took) = flood(&sb, 2000);
     assert_eq!(
         answered, 2000,
@@ -244,9 +272,9 @@ fn a_stderr_nobody_reads_blocks_neither_answers_nor_restarts() {
     eprintln!("2000 refused requests answered in {took:?}");
     still_serves(&sb);
     // Someone reads again: what waited comes out, then the count of what was lost.
-    nix::fcntl::fcntl(&rd, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).expect("fcntl");
+    nix::fcntl::fcntl(&rd.0, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).expect("fcntl");
     let mut got = Vec::new();
-    read_for(&rd, &mut got, |g| {
+    read_for(&rd.0, &mut got, |g| {
         String::from_utf8_lossy(g).contains("were lost: it was not being read\n")
     });
     let text = String::from_utf8_lossy(&got).into_owned();
@@ -272,13 +300,16 @@ fn a_stderr_nobody_reads_blocks_neither_answers_nor_restarts() {
     let torn: Vec<&str> = complete.lines().filter(|l| !whole(l)).collect();
     assert!(torn.is_empty(), "torn or mixed lines: {torn:#?}");
     let refusals = complete.matches("refused 'stop'").count();
+    let chatter = complete.matches("chatter: tick").count();
     assert!(refusals > 100, "only {refusals} refusals shown");
     eprintln!(
-        "read {} lines, {refusals} refusals, then: {notice}",
+        "read {} lines, {refusals} refusals, {chatter} of the chatter's, then: {notice}",
         complete.lines().count()
     );
-    drop(rd);
 }
+
+/// An fd dropped first (declared after the sandbox).
+struct Guard(OwnedFd);
 
 // see: issue 23 item 1 — `[supd] log_file` goes through the log writer: a log file
 // that hangs (a FIFO opened by a reader that never reads) must not block supd either.
