@@ -28,6 +28,8 @@ enum Token {
     Spawner,
     /// The epoll set of the services' fds.
     Services,
+    /// supd's own stderr, while its messages wait for room in it.
+    Stderr,
 }
 
 /// How long one turn handles ready service fds (exits, output, readiness) at most.
@@ -85,6 +87,7 @@ fn timeout_until(deadline: Option<Mono>, now: Mono) -> PollTimeout {
 fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollFlags)>> {
     let input = PollFlags::POLLIN;
     let spawner = crate::spawner::queue();
+    let stderr = crate::logging::stderr_waiting();
     let mut tokens = vec![Token::Signals];
     let mut fds = vec![PollFd::new(sup.signals.fd(), input)];
     // Out of the set while paused at the open-files limit (readable, it would spin).
@@ -134,6 +137,10 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
     }
     tokens.push(Token::Services);
     fds.push(PollFd::new(sup.fdset.fd(), input));
+    if let Some(err) = stderr.as_ref() {
+        tokens.push(Token::Stderr);
+        fds.push(PollFd::new(err.as_fd(), PollFlags::POLLOUT));
+    }
     match poll(&mut fds, timeout) {
         Ok(_) => {}
         Err(nix::errno::Errno::EINTR) => return Ok(Vec::new()),
@@ -162,6 +169,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
         Token::LogPipe => sup.log_writer.flush(now),
         Token::Reload => sup.on_reload_pipe(now),
         Token::Spawner => sup.on_spawner(now),
+        Token::Stderr => crate::logging::flush_stderr(),
         Token::Client(id) => {
             if flags.contains(PollFlags::POLLOUT) {
                 sup.server.flush(id);

@@ -102,13 +102,17 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match run(args, signals) {
+    let code = match run(args, signals) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             log::error!("{e}");
             ExitCode::from(1)
         }
-    }
+    };
+    // What still waits for stderr (never written with a wait: logging.rs), for a
+    // bounded time.
+    sup::logging::finish_stderr(std::time::Duration::from_secs(1));
+    code
 }
 
 /// `--check`: every error, then 0 or 1.

@@ -164,7 +164,18 @@ impl Sandbox {
 
     /// Starts `cmd` (which runs supd, perhaps through `unshare`) with `args` then the
     /// config path appended, and waits for supd's READY=1.
-    pub fn start_with(&mut self, mut cmd: Command, args: &[&str]) {
+    pub fn start_with(&mut self, cmd: Command, args: &[&str]) {
+        self.start_with_stderr(cmd, args, None);
+    }
+
+    /// `start_with`, supd's stderr going to `stderr` (a pipe the test holds, say) rather
+    /// than to `supd.stderr` (stdout still goes there).
+    pub fn start_with_stderr(
+        &mut self,
+        mut cmd: Command,
+        args: &[&str],
+        stderr: Option<std::os::fd::OwnedFd>,
+    ) {
         let ready_path = self.dir.join(format!(
             "ready-{}.sock",
             COUNTER.fetch_add(1, Ordering::SeqCst)
@@ -180,8 +191,11 @@ impl Sandbox {
             .env("NOTIFY_SOCKET", &ready_path)
             .env("SUP_LOG", "debug")
             .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup log"))
-            .stderr(log);
+            .stdout(log.try_clone().expect("dup log"));
+        match stderr {
+            Some(fd) => cmd.stderr(fd),
+            None => cmd.stderr(log),
+        };
         let child = cmd.spawn().expect("spawn supd");
         self.supd = Some(child);
         let end = Instant::now() + DEADLINE;

@@ -107,6 +107,8 @@ pub struct World {
     failures: Vec<String>,
     dups_read: usize,
     ready: Option<(UnixDatagram, PathBuf)>,
+    /// supd's stderr, when not `supd.stderr` (a pipe the scenario reads or not).
+    pub stderr: Option<std::os::fd::OwnedFd>,
 }
 
 impl World {
@@ -130,6 +132,7 @@ impl World {
             failures: Vec::new(),
             dups_read: 0,
             ready: None,
+            stderr: None,
         }
     }
 
@@ -202,6 +205,10 @@ impl World {
             .open(self.sb.path("supd.stderr"))
             .expect("supd log");
         let _ = writeln!(log, "=== fault suite: supd generation {} ===", self.gen);
+        let stderr = match &self.stderr {
+            Some(fd) => Stdio::from(fd.try_clone().expect("dup stderr")),
+            None => Stdio::from(log.try_clone().expect("dup log")),
+        };
         let child = Command::new(SUPD)
             .arg("-c")
             .arg(self.sb.path("sup.toml"))
@@ -210,8 +217,8 @@ impl World {
             .env("SUPF_TAG", self.sb.tag.to_string())
             .env("SUPF_GEN", self.gen.to_string())
             .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup log"))
-            .stderr(log)
+            .stdout(log)
+            .stderr(stderr)
             .spawn()
             .expect("spawn supd");
         self.sb.supd = Some(child);
