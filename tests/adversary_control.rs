@@ -51,3 +51,29 @@ fn a_request_sent_but_not_read_yet_is_not_displaced() {
     );
     drop(held);
 }
+
+/// Held: clients that send half a request line and stall for ever hold no place
+/// against root: a partial line is no request, and its connection is idle.
+#[test]
+fn half_lines_that_stall_never_keep_root_out() {
+    let mut sb = Sandbox::new();
+    sb.config("");
+    sb.start();
+    let held: Vec<Client> = (0..64)
+        .map(|_| {
+            let mut c = sb.client();
+            c.send_raw(b"{\"cmd\":\"hel");
+            c
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    for _ in 0..3 {
+        assert_eq!(sb.request(json!({"cmd": "hello"}))["ok"], true);
+    }
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        t.elapsed()
+    );
+    drop(held);
+}
