@@ -379,3 +379,61 @@ fn a_full_tools_dir_fails_the_install_and_leaves_nothing() {
     let a = install(&sb, "1.0.0", &src);
     assert_eq!(a["ok"], true, "{a}");
 }
+
+/// Under umask 0 (supd as an init), the staging was made 0777 by supd and closed to
+/// 0700 only by the copy, after its fork: in between, anyone could create a file in it
+/// (the copy then refuses a staging not empty: the install fails), watching the tool's
+/// directory with inotify to come in time. The staging must be made private.
+/// Not local to the copy: `versions::prepare_install` makes it (`fs::create_dir`).
+#[test]
+#[ignore = "adversary: the staging is made 0777 under umask 0 (versions::prepare_install), open to all until the copy's fchmod"]
+fn the_staging_is_never_open_to_others_even_under_umask_0() {
+    if skip() {
+        return;
+    }
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let mut sb = Sandbox::new();
+    sb.config("");
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", "umask 0; exec \"$0\" \"$@\"", SUPD]);
+    sb.start_with(cmd, &["-c"]);
+    let src = small_tree(&sb, "src");
+    assert_eq!(install(&sb, "0.9.0", &src)["ok"], true);
+    let dir = sb.path("tools/agent");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ino = Inotify::init(InitFlags::IN_CLOEXEC).expect("inotify");
+    ino.add_watch(&dir, AddWatchFlags::IN_CREATE)
+        .expect("watch");
+    let watcher = {
+        let (dir, seen) = (dir.clone(), seen.clone());
+        std::thread::spawn(move || {
+            while let Ok(events) = ino.read_events() {
+                for e in events {
+                    let Some(name) = e.name.and_then(|n| n.into_string().ok()) else {
+                        continue;
+                    };
+                    if name == "done" {
+                        return;
+                    }
+                    if name.starts_with(".install-") {
+                        if let Ok(m) = fs::symlink_metadata(dir.join(&name)) {
+                            seen.lock().expect("lock").push(m.mode() & 0o7777);
+                        }
+                    }
+                }
+            }
+        })
+    };
+    for i in 0..20 {
+        assert_eq!(install(&sb, &format!("1.0.{i}"), &src)["ok"], true);
+    }
+    fs::write(dir.join("done"), "").expect("done");
+    watcher.join().expect("watcher");
+    let seen = seen.lock().expect("lock").clone();
+    assert!(!seen.is_empty(), "no staging seen");
+    assert!(
+        seen.iter().all(|m| m & 0o077 == 0),
+        "stagings seen open to others: {:?}",
+        seen.iter().map(|m| format!("{m:04o}")).collect::<Vec<_>>()
+    );
+}
