@@ -8,8 +8,9 @@
 //!   root or supd's own user; any other uid holds at most [`PER_UID`] connections,
 //!   `watch` and `log -f` streams included; more are answered with an error and closed,
 //!   except that root and supd's own user, at the limit, displace the longest-idle
-//!   connection (not a stream, owed no answer; an unprivileged peer's first), so clients
-//!   that connect and stall never keep root out;
+//!   connection (not a stream, owed no answer: none of its request unread, in its
+//!   buffer or its socket, nor of its answer unwritten; an unprivileged peer's first),
+//!   so clients that connect and stall never keep root out, and none loses its answer;
 //! - a connection that is not a stream and is not waiting for an answer, and that moves
 //!   no byte either way for [`IDLE`], is closed: one of the loop's deadlines, there
 //!   only while such a connection exists;
@@ -27,7 +28,7 @@ use nix::sys::socket::{getsockopt, sockopt};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -460,7 +461,7 @@ impl Server {
         let victim = self
             .clients
             .values_mut()
-            .filter(|c| c.idle_deadline().is_some())
+            .filter(|c| c.idle_deadline().is_some() && !c.owed_an_answer())
             .min_by_key(|c| (c.access == Access::Full, c.last_active));
         if let Some(c) = victim {
             log::info!(
@@ -664,6 +665,28 @@ impl Client {
     fn idle_deadline(&self) -> Option<Mono> {
         let stream = self.watching || self.following.is_some();
         (!stream && !self.parked && !self.dead).then(|| self.last_active.plus(IDLE))
+    }
+
+    /// Whether this connection has a request supd has not answered yet: a line in its
+    /// buffer, or in its socket (sent, not read: the listener is served before the
+    /// clients in a loop turn; looked at, not taken), or an answer not all written. Such
+    /// a connection is not idle, whenever it last moved a byte. Half a line is no
+    /// request: a client that sends one and stalls is idle.
+    fn owed_an_answer(&self) -> bool {
+        use nix::sys::socket::{recv, MsgFlags};
+        if !self.wbuf.is_empty() || self.rbuf.contains(&b'\n') {
+            return true;
+        }
+        let mut b = [0u8; 4096];
+        match recv(
+            self.stream.as_fd().as_raw_fd(),
+            &mut b,
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+        ) {
+            // A full look without the line's end: taken for a request on its way.
+            Ok(n) => n == b.len() || b[..n].contains(&b'\n'),
+            Err(_) => false,
+        }
     }
 
     fn send(&mut self, bytes: &[u8]) {

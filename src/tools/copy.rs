@@ -119,9 +119,15 @@ pub fn copy_tree(src: &Path, dst: &Path, opts: Options) -> Result<(), String> {
     )
     .map_err(|e| at(src, &e))?;
     let st = fstat(&s).map_err(|e| at(src, &e))?;
+    let staging = fstat(&d).map_err(|e| at(dst, &e))?;
+    let staging = (staging.st_dev, staging.st_ino);
+    if (st.st_dev, st.st_ino) == staging {
+        return Err(format!("{}: {INTO_ITSELF}", src.display()));
+    }
     let mut copy = Copy {
         opts,
         root: src.to_path_buf(),
+        staging,
         root_dst: d.try_clone().map_err(|e| at(dst, &e))?,
         links: BTreeMap::new(),
         root_uid: Uid::effective().is_root(),
@@ -131,9 +137,16 @@ pub fn copy_tree(src: &Path, dst: &Path, opts: Options) -> Result<(), String> {
     nix::unistd::syncfs(&d).map_err(|e| at(dst, &e))
 }
 
+/// Why a source that holds the staging is refused (it would be copied into itself,
+/// level after level, until the copy ran out of descriptors or stack).
+const INTO_ITSELF: &str =
+    "is this install's destination: the source holds it, and a directory is not copied into itself";
+
 struct Copy {
     opts: Options,
     root: PathBuf,
+    /// The staging's (device, inode): met in the source, it is not gone into.
+    staging: (u64, u64),
     root_dst: OwnedFd,
     /// Files with more than one link: (device, inode) → their first copy's path in dst.
     links: BTreeMap<(u64, u64), PathBuf>,
@@ -205,23 +218,17 @@ impl Copy {
                 let sub = openat(s, name, flags, Mode::empty())
                     .map_err(|e| self.err(rel, "cannot open it", e))?;
                 same(&sub, &st).map_err(|e| self.err(rel, "cannot open it", e))?;
+                if (st.st_dev, st.st_ino) == self.staging {
+                    return Err(format!("{}: {INTO_ITSELF}", self.path(rel)));
+                }
                 let dsub = openat(d, name, flags, Mode::empty())
                     .map_err(|e| self.err(rel, "cannot open its copy", e))?;
                 self.dir_contents(&sub, &dsub, rel)?;
                 self.finish(&dsub, &st, rel)
             }
             Kind::File => {
-                // Opened without O_NONBLOCK: a file on a slow medium is waited for (an
-                // open that a lease holds is one), and it is a regular file (checked
-                // after the open: one swapped for a FIFO would be seen there).
-                let from = openat(
-                    s,
-                    name,
-                    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
-                    Mode::empty(),
-                )
-                .map_err(|e| self.err(rel, "cannot open it", e))?;
-                same(&from, &st).map_err(|e| self.err(rel, "cannot open it", e))?;
+                let from =
+                    open_file(s, name, &st).map_err(|e| self.err(rel, "cannot open it", e))?;
                 let to = openat(
                     d,
                     name,
@@ -349,15 +356,51 @@ impl Copy {
 }
 
 /// The fd opened is the entry that was looked at.
-fn same(fd: &OwnedFd, st: &FileStat) -> nix::Result<()> {
-    let now = fstat(fd)?;
+fn same(fd: &OwnedFd, st: &FileStat) -> Result<(), String> {
+    let now = fstat(fd).map_err(|e| e.to_string())?;
     if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
         && now.st_mode & libc::S_IFMT == st.st_mode & libc::S_IFMT
     {
         Ok(())
     } else {
-        Err(Errno::EAGAIN)
+        Err("it was replaced while it was copied".into())
     }
+}
+
+/// Opens the regular file `name` (as `st` saw it) for reading, never anything else in
+/// its place: opened with `O_NONBLOCK`, so a FIFO swapped in after the look at it does
+/// not wait for a writer (a blocking open of a FIFO would, for ever), then checked to
+/// be what was looked at, and made blocking again. A file held by a lease answers
+/// `EWOULDBLOCK` then: it is opened again, blocking, through an `O_PATH` descriptor
+/// checked first (`/proc/self/fd`: that inode, a regular file), so the open waits for
+/// the lease's break as any reader's does.
+fn open_file(s: &OwnedFd, name: &OsStr, st: &FileStat) -> Result<OwnedFd, String> {
+    use nix::fcntl::{fcntl, FcntlArg};
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    let fd = match openat(s, name, flags | OFlag::O_NONBLOCK, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::EAGAIN) => {
+            let path = openat(
+                s,
+                name,
+                OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| e.to_string())?;
+            same(&path, st)?;
+            let proc = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&path));
+            // Followed: the magic link is that inode (O_NOFOLLOW would refuse it).
+            let reopen = flags - OFlag::O_NOFOLLOW;
+            openat(nix::fcntl::AT_FDCWD, proc.as_str(), reopen, Mode::empty()).map_err(|e| {
+                format!("{e} (held by a lease, and /proc is needed to wait for it safely)")
+            })?
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    same(&fd, st)?;
+    let fl = OFlag::from_bits_truncate(fcntl(&fd, FcntlArg::F_GETFL).map_err(|e| e.to_string())?);
+    fcntl(&fd, FcntlArg::F_SETFL(fl - OFlag::O_NONBLOCK)).map_err(|e| e.to_string())?;
+    Ok(fd)
 }
 
 fn times(st: &FileStat) -> (TimeSpec, TimeSpec) {
