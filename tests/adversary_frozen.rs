@@ -111,7 +111,9 @@ fn child_config(sb: &Sandbox, extra: &str) {
     let one = locking_service(
         sb,
         "",
-        &format!("sleep 3600 &\necho $! > {d}/child.tmp\nmv {d}/child.tmp {d}/child\necho >&3\nwait"),
+        &format!(
+            "sleep 3600 &\necho $! > {d}/child.tmp\nmv {d}/child.tmp {d}/child\necho >&3\nwait"
+        ),
     );
     sb.config(&format!(
         "[service.one]\ncommand = [\"{one}\"]\nready = \"fd:3\"\nrestart_delay = \"10ms\"\nstop_timeout = \"1s\"\n{extra}\n"
@@ -141,7 +143,10 @@ fn a_frozen_child_of_a_dead_leader_is_named_and_never_run_beside() {
     let beside = seen_within(&mut w, Duration::from_secs(8), |e| {
         e["event"] == "state" && e["service"] == "one" && e["to"] == "running"
     });
-    assert!(beside.is_none(), "one started beside its frozen child: {beside:?}");
+    assert!(
+        beside.is_none(),
+        "one started beside its frozen child: {beside:?}"
+    );
     assert_eq!(lines(&sb, "starts").len(), 1, "a second run started");
     let s = status_within(&sb, "one", KILL_BOUND + SLACK, |s| {
         s["held_by"]["pid"] == child
@@ -153,10 +158,7 @@ fn a_frozen_child_of_a_dead_leader_is_named_and_never_run_beside() {
         )
     });
     let reason = s["reason"].as_str().unwrap_or_default();
-    assert!(
-        reason.contains(&format!("pid {child}")),
-        "reason: {reason}"
-    );
+    assert!(reason.contains(&format!("pid {child}")), "reason: {reason}");
     frozen.thaw();
     let s = w.state(&sb, "one", "running");
     assert_ne!(pid_of(&s), leader);
