@@ -516,6 +516,24 @@ mod tests {
     }
 
     #[test]
+    fn tools_dir_may_not_reach_the_records_through_a_link() {
+        // A tools_dir that is a link to state_dir (or a state_dir that is a link to a
+        // parent of tools_dir): as written they do not overlap, and a tool named
+        // `tool-records` would be the records' directory.
+        let t = scratch("layout-link");
+        let state = t.join("state");
+        fs::create_dir_all(&state).expect("mkdir");
+        std::os::unix::fs::symlink(&state, t.join("tools")).expect("link");
+        assert!(check_layout(&state, &t.join("tools")).is_err());
+        assert!(check_layout(&state, &t.join("tools/./")).is_err());
+        std::os::unix::fs::symlink(&t, t.join("state-link")).expect("link");
+        assert!(check_layout(&t.join("state-link/state"), &t.join("state")).is_err());
+        // Not yet there: as written.
+        assert!(check_layout(&state, &t.join("elsewhere/tools")).is_ok());
+        let _ = fs::remove_dir_all(&t);
+    }
+
+    #[test]
     fn install_checks_come_first() {
         let t = scratch("install");
         let src = t.join("src");
