@@ -329,3 +329,87 @@ fn a_removed_lock_file_does_not_let_a_second_supd_in() {
     assert_eq!(pid_of(&sb.status("one")), first);
     assert_no_dups(&sb);
 }
+
+/// `restart` of a run that cannot die: the answer comes within stop_timeout plus the
+/// KILL's bound (and the service's ready_timeout), saying what is left, and no second
+/// run starts beside the frozen one.
+#[test]
+fn restart_of_a_frozen_run_answers_and_starts_nothing_beside_it() {
+    let mut sb = Sandbox::new();
+    let Some(mut frozen) = Frozen::new(&sb) else {
+        eprintln!("skipped: needs root and a cgroup v1 freezer");
+        return;
+    };
+    let one = locking_service(&sb, "", "echo >&3\nexec sleep 3600");
+    sb.config(&format!(
+        "[service.one]\ncommand = [\"{one}\"]\nready = \"fd:3\"\nstop_timeout = \"1s\"\nready_timeout = \"2s\"\n"
+    ));
+    sb.start();
+    let first = pid_of(&sb.wait_state("one", "running"));
+    frozen.freeze(first);
+    let asked = Instant::now();
+    let out = sb.supctl(&["restart", "one"]);
+    let took = asked.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        took < Duration::from_secs(3) + KILL_BOUND + SLACK,
+        "restart answered after {took:?}: {err}\n{}",
+        sb.supd_log()
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "restart of a run not over: {err}"
+    );
+    assert_eq!(lines(&sb, "starts").len(), 1);
+    let mut w = sb.watch();
+    frozen.thaw();
+    let s = w.state(&sb, "one", "running");
+    assert_ne!(pid_of(&s), first);
+    assert_no_dups(&sb);
+}
+
+/// SIGTERM while a run whose leader died drains behind a frozen child: supd exits at
+/// shutdown_timeout plus the KILL's bound, naming the child, and leaves its record.
+#[test]
+fn a_shutdown_with_a_dead_leaders_frozen_child_ends_at_its_timeout() {
+    let mut sb = Sandbox::new();
+    let Some(mut frozen) = Frozen::new(&sb) else {
+        eprintln!("skipped: needs root and a cgroup v1 freezer");
+        return;
+    };
+    child_config(&sb, "");
+    let path = sb.path("sup.toml");
+    let t = fs::read_to_string(&path).expect("config");
+    fs::write(
+        &path,
+        t.replace("shutdown_timeout = \"5s\"", "shutdown_timeout = \"2s\""),
+    )
+    .expect("config");
+    sb.start();
+    let leader = pid_of(&sb.wait_state("one", "running"));
+    let child = wait_pid_file(&sb.path("child"));
+    frozen.freeze(child);
+    kill(Pid::from_raw(leader), Signal::SIGKILL).expect("kill the leader");
+    assert!(wait_exit(leader, DEADLINE).is_some());
+    let mut supd = sb.supd.take().expect("supd");
+    kill(Pid::from_raw(supd.id() as i32), Signal::SIGTERM).expect("SIGTERM");
+    let bound = Duration::from_secs(2) + KILL_BOUND + SLACK;
+    let exited = wait_exit(supd.id() as i32, bound);
+    if exited.is_none() {
+        let _ = supd.kill();
+    }
+    let status = supd.wait().expect("supd");
+    assert!(
+        exited.is_some(),
+        "supd did not exit within {bound:?}\n{}",
+        sb.supd_log()
+    );
+    assert_eq!(status.code(), Some(1), "{}", sb.supd_log());
+    assert!(
+        sb.supd_log().contains(&format!("pid {child}")),
+        "supd did not name what it left:\n{}",
+        sb.supd_log()
+    );
+    frozen.thaw();
+}
