@@ -140,6 +140,7 @@ impl Supervisor {
                 exit: None,
                 guard,
                 lease: run_lease,
+                reaped_at: None,
             });
             Ok(())
         });
@@ -159,6 +160,7 @@ impl Supervisor {
                     exit: None,
                     guard: None,
                     lease: None,
+                    reaped_at: None,
                 }));
                 // Its exit wakes the loop through the pidfd (kernels from 5.3).
                 slot.leader = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));

@@ -572,6 +572,7 @@ impl Supervisor {
                     exit: None,
                     guard: None,
                     lease: None,
+                    reaped_at: None,
                 })
             });
             // A leader not reaped yet is still this process's child (exec keeps the

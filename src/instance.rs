@@ -38,6 +38,10 @@ pub struct Instance {
     /// a run of an older image (the config's lease is taken then).
     #[serde(default)]
     pub lease: Option<String>,
+    /// When the leader was reaped: since then the run drains, and a process of it that
+    /// outlives SIGKILL past `KILL_WAIT` holds the service back (`status` names it).
+    #[serde(default)]
+    pub reaped_at: Option<crate::time::Mono>,
 }
 
 impl Instance {

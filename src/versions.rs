@@ -174,11 +174,38 @@ fn lexical(p: &Path) -> PathBuf {
     out
 }
 
-/// Refuses a `tools_dir` that holds the records' directory, or lies inside it: a tool's
-/// name could then be a record's (config check).
+/// `p` with its longest existing ancestor resolved (symbolic links followed), the rest
+/// as written.
+fn resolved(p: &Path) -> PathBuf {
+    let p = lexical(p);
+    let mut rest = Vec::new();
+    let mut head = p.as_path();
+    loop {
+        if let Ok(real) = fs::canonicalize(head) {
+            return rest.iter().rev().fold(real, |acc, c| acc.join(c));
+        }
+        match (head.parent(), head.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                head = parent;
+            }
+            _ => return p,
+        }
+    }
+}
+
+/// Refuses a `tools_dir` that holds the records' directory, or lies inside it, as
+/// written or through symbolic links: a tool's name could then be a record's (config
+/// check).
 pub fn check_layout(state_dir: &Path, tools_dir: &Path) -> Result<(), String> {
-    let (records, tools) = (lexical(&records_dir(state_dir)), lexical(tools_dir));
-    if records.starts_with(&tools) || tools.starts_with(&records) {
+    let overlap = |records: PathBuf, tools: PathBuf| {
+        records.starts_with(&tools) || tools.starts_with(&records)
+    };
+    let records = records_dir(state_dir);
+    if overlap(lexical(&records), lexical(tools_dir))
+        || overlap(resolved(&records), resolved(tools_dir))
+    {
+        let records = lexical(&records);
         return Err(format!(
             "tools_dir {} and {} (where supd keeps the tool records, in state_dir) overlap: a tool's name could be a record's; set tools_dir to a directory of its own (by default /var/lib/sup/tools)",
             tools_dir.display(),
@@ -513,6 +540,24 @@ mod tests {
                 "{tools}"
             );
         }
+    }
+
+    #[test]
+    fn tools_dir_may_not_reach_the_records_through_a_link() {
+        // A tools_dir that is a link to state_dir (or a state_dir that is a link to a
+        // parent of tools_dir): as written they do not overlap, and a tool named
+        // `tool-records` would be the records' directory.
+        let t = scratch("layout-link");
+        let state = t.join("state");
+        fs::create_dir_all(&state).expect("mkdir");
+        std::os::unix::fs::symlink(&state, t.join("tools")).expect("link");
+        assert!(check_layout(&state, &t.join("tools")).is_err());
+        assert!(check_layout(&state, &t.join("tools/./")).is_err());
+        std::os::unix::fs::symlink(&t, t.join("state-link")).expect("link");
+        assert!(check_layout(&t.join("state-link/state"), &t.join("state")).is_err());
+        // Not yet there: as written.
+        assert!(check_layout(&state, &t.join("elsewhere/tools")).is_ok());
+        let _ = fs::remove_dir_all(&t);
     }
 
     #[test]

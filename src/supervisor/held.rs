@@ -8,21 +8,34 @@ use crate::unkillable::{first_alive, Holder, Run};
 
 impl Supervisor {
     /// What holds `slot`'s service back, if anything: what a previous supd left of it,
-    /// or its last run outliving SIGKILL.
+    /// or its last run outliving SIGKILL (stopped, or its leader gone and the rest of
+    /// the run killed with it).
     pub(crate) fn holder(&self, slot: &Slot, now: Mono) -> Option<Holder> {
         let name = &slot.cfg.name;
         if let Some(c) = self.cleanup.as_ref().filter(|c| c.holds(name)) {
             return c.holder(name, now);
         }
-        let since = slot.svc.unkillable()?;
-        let pids = slot.instance.as_ref()?.pids();
-        let (seen, more) = first_alive(pids.into_iter().map(|p| (p, None)))?;
+        let instance = slot.instance.as_ref()?;
+        // Stopped and outliving SIGKILL, or draining: its leader reaped, the rest of the
+        // run killed with it (and again on the drain's backoff) and there past KILL_WAIT.
+        let draining = instance
+            .reaped_at
+            .filter(|at| now.since(*at) >= crate::unkillable::KILL_WAIT);
+        let since = slot.svc.unkillable().or(draining)?;
+        let (seen, more) = first_alive(instance.pids().into_iter().map(|p| (p, None)))?;
         Some(Holder {
             seen,
             run: Run::Last,
             more,
             since,
         })
+    }
+
+    /// Whether `slot`'s run has lost its leader and waits for the rest of it to go: the
+    /// service is not up, whatever its state says until the run is over (a probation
+    /// does not count it).
+    pub(crate) fn leader_gone(slot: &Slot) -> bool {
+        slot.instance.as_ref().is_some_and(|i| i.leader_gone())
     }
 
     /// The reason `status` gives: what holds a stopped run back, after how its main

@@ -167,7 +167,7 @@ impl Supervisor {
                     // program that ran, however briefly, was running.
                     execd = read_exec_report(slot);
                     match slot.instance.as_mut() {
-                        Some(i) => i.exit = Some(exit),
+                        Some(i) => (i.exit, i.reaped_at) = (Some(exit), Some(now)),
                         None => {
                             slot.instance = Some(Instance {
                                 pid,
@@ -176,6 +176,7 @@ impl Supervisor {
                                 exit: Some(exit),
                                 guard: None,
                                 lease: None,
+                                reaped_at: Some(now),
                             })
                         }
                     }

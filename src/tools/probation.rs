@@ -174,7 +174,10 @@ impl Supervisor {
             if s.cfg.leader_only.is_none() && s.svc.want != crate::service::Want::Up {
                 continue;
             }
-            if !(s.svc.is_ready(&s.cfg) && s.version.as_deref() == Some(proposed.as_str())) {
+            if !(s.svc.is_ready(&s.cfg)
+                && !Supervisor::leader_gone(s)
+                && s.version.as_deref() == Some(proposed.as_str()))
+            {
                 return false;
             }
             any = true;
