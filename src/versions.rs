@@ -334,7 +334,12 @@ pub fn prepare_install(
         .map_err(|e| format!("{}: {e}", tools_dir.display()))?;
     let leftover =
         hide_leftover(&tmp).map_err(|e| format!("cannot move {} aside: {e}", tmp.display()))?;
-    fs::create_dir(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    // Private from its first moment, whatever supd's umask (0 as an init): nobody else
+    // may drop a file into it before the copy starts (the copy sets the source's mode
+    // at its end).
+    std::os::unix::fs::DirBuilderExt::mode(&mut fs::DirBuilder::new(), 0o700)
+        .create(&tmp)
+        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
     Ok((tmp, leftover))
 }
 

@@ -384,9 +384,9 @@ fn a_full_tools_dir_fails_the_install_and_leaves_nothing() {
 /// 0700 only by the copy, after its fork: in between, anyone could create a file in it
 /// (the copy then refuses a staging not empty: the install fails), watching the tool's
 /// directory with inotify to come in time. The staging must be made private.
-/// Not local to the copy: `versions::prepare_install` makes it (`fs::create_dir`).
+/// `versions::prepare_install` made it with `fs::create_dir`: 0777 under umask 0 until
+/// the copy's fchmod (18 of 19 installs seen so).
 #[test]
-#[ignore = "adversary: the staging is made 0777 under umask 0 (versions::prepare_install), open to all until the copy's fchmod"]
 fn the_staging_is_never_open_to_others_even_under_umask_0() {
     if skip() {
         return;
