@@ -228,6 +228,51 @@ fn open_lock(dir: &Path, path: &Path) -> Result<fs::File, LockError> {
     Ok(file)
 }
 
+/// The lock supd holds on the state directory itself, besides `supd.lock`: a lock
+/// file can be removed (by hand, by a cleaner of old files) and made anew, and a second
+/// supd would then lock the new file while the first runs on the old one; the directory
+/// stays while it is in use. Taken after the file's lock and held beside it; closed
+/// in every child (`sys::set_dir_lock_fd`); released by `exec` (its fd is close-on-exec)
+/// and taken again by the new image at once, while the file's lock, carried across,
+/// keeps others out. A global: it belongs to the process, as the flock does.
+static DIR_LOCK: std::sync::Mutex<Option<nix::fcntl::Flock<fs::File>>> =
+    std::sync::Mutex::new(None);
+
+/// Takes the lock of the directory `dir` itself (see [`DIR_LOCK`]); a lock held
+/// already on that very directory is kept. `Err(true)`: another process holds it.
+pub fn lock_dir(dir: &Path) -> Result<(), (bool, String)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut held = DIR_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if held.as_ref().is_some_and(|l| same_file(l, dir)) {
+        return Ok(());
+    }
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY)
+        .open(dir)
+        .map_err(|e| {
+            (
+                false,
+                format!("cannot open {}: {}", dir.display(), desc(&e)),
+            )
+        })?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(l) => {
+            crate::sys::set_dir_lock_fd(std::os::fd::AsRawFd::as_raw_fd(&*l));
+            *held = Some(l);
+            Ok(())
+        }
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err((
+            true,
+            format!(
+                "another supd holds {} (its lock file was removed or replaced while it ran); stop it first, or give this one another state_dir",
+                dir.display()
+            ),
+        )),
+        Err((_, e)) => Err((false, format!("cannot lock {}: {}", dir.display(), e.desc()))),
+    }
+}
+
 /// One supd per state directory: its lock, waiting up to `patience` while another
 /// holds it. Never runs without it: a lock file that cannot be opened or locked is an
 /// error as much as one held by another supd.
@@ -238,7 +283,16 @@ pub fn lock(
     let path = dir.join(LOCK);
     let file = open_lock(dir, &path)?;
     match lock_briefly(file, patience) {
-        Ok(l) => Ok(l),
+        // The directory's own lock too: a file lock alone is defeated by removing it.
+        // (A file system that locks no directory keeps the file's lock alone.)
+        Ok(l) => match lock_dir(dir) {
+            Ok(()) => Ok(l),
+            Err((true, m)) => Err(LockError::Held(m)),
+            Err((false, m)) => {
+                log::warn!("{m}; the lock file alone keeps a second supd off it");
+                Ok(l)
+            }
+        },
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(LockError::Held(format!(
             "another supd is using {}; stop it first, or give this one another state_dir",
             dir.display()

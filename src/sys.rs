@@ -290,11 +290,16 @@ pub use guard::{board_end, board_file, board_record, spawn_guard, GuardTarget, B
 /// The fds that keep a second supd out (the state lock, the listening socket): a forked
 /// child closes them first thing, so that a child that has not reached `exec` yet never
 /// keeps a new supd out after this one died.
-static GUARDS: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
+static GUARDS: [AtomicI32; 3] = [AtomicI32::new(-1), AtomicI32::new(-1), AtomicI32::new(-1)];
 
 /// Names the fd of the state lock (-1: none), for `spawn` to close in its children.
 pub fn set_lock_fd(fd: RawFd) {
     GUARDS[0].store(fd, Ordering::Relaxed);
+}
+
+/// Names the fd of the state directory's own lock (`statedir::lock_dir`), likewise.
+pub fn set_dir_lock_fd(fd: RawFd) {
+    GUARDS[2].store(fd, Ordering::Relaxed);
 }
 
 /// Names the fd of the listening socket, likewise.

@@ -290,7 +290,6 @@ fn a_probation_does_not_count_a_dead_leader_whose_child_is_frozen() {
 /// On the landed code the second takes the new file's lock and runs the service too: two
 /// instances.
 #[test]
-#[ignore = "adversary: a lock on a file that can be unlinked and made anew; needs a lock that survives it (the state_dir itself, say), an fd more across handoff and children"]
 fn a_removed_lock_file_does_not_let_a_second_supd_in() {
     let mut sb = Sandbox::new();
     let one = locking_service(&sb, "", "exec sleep 3600");
@@ -412,4 +411,46 @@ fn a_shutdown_with_a_dead_leaders_frozen_child_ends_at_its_timeout() {
         sb.supd_log()
     );
     frozen.thaw();
+}
+
+/// The directory's own lock goes with the old image at a `reexec` (close-on-exec) and is
+/// taken again by the new one: after it, a removed lock file still lets no second supd in.
+#[test]
+fn after_a_reexec_a_removed_lock_file_still_lets_no_second_supd_in() {
+    let mut sb = Sandbox::new();
+    let one = locking_service(&sb, "", "exec sleep 3600");
+    sb.config(&format!("[service.one]\ncommand = [\"{one}\"]\n"));
+    sb.start();
+    let first = pid_of(&sb.wait_state("one", "running"));
+    sb.reexec();
+    // Stopped, so that it does not take a new lock file first (it watches state_dir).
+    let supd = sb.supd_pid();
+    kill(Pid::from_raw(supd), Signal::SIGSTOP).expect("SIGSTOP supd");
+    fs::remove_file(sb.path("state/supd.lock")).expect("rm supd.lock");
+    let t = fs::read_to_string(sb.path("sup.toml")).expect("config");
+    fs::write(
+        sb.path("sup2.toml"),
+        t.replace("socket = \"sup.sock\"", "socket = \"sup2.sock\""),
+    )
+    .expect("config");
+    let mut second = std::process::Command::new(SUPD)
+        .args(["-c", &sb.path("sup2.toml").to_string_lossy()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("second supd");
+    let gone = wait_exit(second.id() as i32, Duration::from_secs(4));
+    kill(Pid::from_raw(supd), Signal::SIGCONT).expect("SIGCONT supd");
+    if gone.is_none() {
+        let _ = second.kill();
+    }
+    let out = second.wait_with_output().expect("second supd");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let _ = fs::remove_file(sb.path("sup2.sock"));
+    assert!(
+        gone.is_some() && !out.status.success() && err.contains("another supd holds"),
+        "a second supd ran beside a re-executed one ({:?}): {err}",
+        out.status
+    );
+    assert_eq!(pid_of(&sb.status("one")), first);
+    assert_no_dups(&sb);
 }

@@ -400,7 +400,14 @@ fn take_over(h: &sup::handoff::Handoff, cfg: &Config) -> Result<Edges, String> {
             )
         });
     let lock = match handed {
-        Some(Ok(l)) => Some(l),
+        Some(Ok(l)) => {
+            // The directory's own lock went with the old image (close-on-exec): taken
+            // again at once, while the carried file lock keeps others out.
+            if let Err((_, e)) = sup::statedir::lock_dir(&cfg.supd.state_dir) {
+                log::error!("{e}");
+            }
+            Some(l)
+        }
         Some(Err((_, e))) => {
             log::error!("the handed-over state lock: {e}; taking it again");
             None

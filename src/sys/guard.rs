@@ -117,7 +117,7 @@ pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
     ];
     keep.sort_unstable();
     let guards = GUARDS.each_ref().map(|g| g.load(Ordering::Relaxed));
-    let close_first = [t.deadman_write, guards[0], guards[1]];
+    let close_first = [t.deadman_write, guards[0], guards[1], guards[2]];
     let kill_fd = t.cgroup_kill.map_or(-1, |f| f.as_raw_fd());
     let procs_fd = t.cgroup_procs.map_or(-1, |f| f.as_raw_fd());
     let leader = t.leader.as_raw_fd();
@@ -143,7 +143,7 @@ pub fn spawn_guard(t: &GuardTarget) -> io::Result<i32> {
 /// guards first, by number, in case `close_range` is missing), leave supd's session,
 /// wait for end-of-file or the end its board names, kill, exit.
 fn guard_main(
-    close_first: &[RawFd; 3],
+    close_first: &[RawFd; 4],
     keep: &[RawFd; 5],
     (deadman, board): (RawFd, RawFd),
     (leader, is_pidfd): (RawFd, bool),
