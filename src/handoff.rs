@@ -444,6 +444,9 @@ impl Supervisor {
         // What this image logged goes to its log file before the exec (the writer and
         // what is queued for it are handed over).
         self.flush_own_log(Mono::now());
+        // And to its stderr, for a bounded moment: the queue of what stderr did not
+        // take yet is not handed over (a stderr nobody reads loses it, as it would).
+        crate::logging::finish_stderr(Duration::from_millis(250));
         let (h, fds) = self.handoff();
         let bytes = match serde_json::to_vec(&h) {
             Ok(b) => b,

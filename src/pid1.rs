@@ -70,6 +70,8 @@ pub fn end(action: Final, signals: &mut Signals) {
     kill_all(Signal::SIGKILL, Duration::from_secs(2), signals);
     nix::unistd::sync();
     log::warn!("{}: synced; calling reboot(2)", action.as_str());
+    // What waits for the console is said before the machine goes (for a bounded time).
+    crate::logging::finish_stderr(Duration::from_secs(1));
     let Err(e) = nix::sys::reboot::reboot(action.mode());
     log::error!("reboot(2) failed: {e}; reaping forever");
     loop {
