@@ -1,6 +1,7 @@
 //! The model-based combination test of issue 21: random sequences of installs, upgrades
 //! (perhaps `--force`, `--irreversible`), self-switches, crashes, kill -9 and clean
-//! restarts of supd, reexec, reloads and lease grants and releases, against a real supd
+//! restarts of supd, reexec, reloads and lease grants and releases (a third of them with
+//! supd's stderr a pipe read only now and then), against a real supd
 //! with one versioned tool `agent`; after each settled step the invariants of
 //! `model.rs` (no commit without a probation run, rollback to the last committed
 //! version, irreversible never rolled back, bad marks kept, `current` agrees with the
@@ -272,6 +273,7 @@ fn fixed_sequences() {
         ready_timeout_ms: 200,
         stop_timeout_ms: 1000,
         lease: false,
+        stalled_stderr: false,
         steps: vec![
             step(Action::Install(good("1.1.0")), Then::Wait(0)),
             step(
@@ -318,6 +320,8 @@ fn fixed_sequences() {
         ready_timeout_ms: 200,
         stop_timeout_ms: 1000,
         lease: false,
+        // Its supd's stderr stalls: a reexec, a reload and a self-switch beside it.
+        stalled_stderr: true,
         steps: vec![
             step(Action::Install(good("1.1.0")), Then::Wait(0)),
             step(

@@ -203,14 +203,20 @@ impl Node {
             "=== combos: supd {} (step {}) ===",
             self.gen, self.step
         );
+        let stdout = log.try_clone().expect("dup log");
+        let stderr = if self.seq.stalled_stderr {
+            Stdio::from(stalled_pipe(log, self.seq.seed ^ self.gen))
+        } else {
+            Stdio::from(log)
+        };
         let child = Command::new(SUPD)
             .arg("-c")
             .arg(self.sb.path("sup.toml"))
             .env("NOTIFY_SOCKET", &path)
             .env("SUP_LOG", "debug")
             .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup log"))
-            .stderr(log)
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .expect("spawn supd");
         let pid = child.id() as i32;
@@ -854,4 +860,27 @@ fn bad_list(v: &Value) -> Vec<String> {
 pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A one-page pipe for supd's stderr, whose reader copies it into `log` but pauses for
+/// 0.2–1.5 s after each read (the pace of a stalled reader: the fault, not a wait), so
+/// that supd, logging at debug, finds it full most of the time. The reader ends at
+/// end-of-file, once this supd (and its log writer) are gone.
+fn stalled_pipe(mut log: fs::File, seed: u64) -> std::os::fd::OwnedFd {
+    use std::io::Read;
+    let (r, w) = nix::unistd::pipe().expect("pipe");
+    let _ = nix::fcntl::fcntl(&w, nix::fcntl::FcntlArg::F_SETPIPE_SZ(4096));
+    std::thread::spawn(move || {
+        let mut rng = crate::rng::Rng::new(seed);
+        let mut r = fs::File::from(r);
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let _ = log.write_all(&buf[..n]);
+            std::thread::sleep(std::time::Duration::from_millis(rng.range(200, 1500)));
+        }
+    });
+    w
 }

@@ -151,6 +151,9 @@ pub struct Sequence {
     pub stop_timeout_ms: u64,
     /// `[lease.engine] tool = "agent"` and a second service of the tool, leader-only.
     pub lease: bool,
+    /// supd's stderr is a one-page pipe read only now and then (a stalled journald or
+    /// console, issue 23): what supd cannot write waits or is counted, never waited for.
+    pub stalled_stderr: bool,
     pub steps: Vec<Step>,
 }
 
@@ -169,6 +172,12 @@ impl fmt::Display for Sequence {
                 ""
             }
         )?;
+        if self.stalled_stderr {
+            writeln!(
+                f,
+                "  (supd's stderr: a one-page pipe read only now and then)"
+            )?;
+        }
         for (i, s) in self.steps.iter().enumerate() {
             writeln!(f, "  {:>2}. {s}", i + 1)?;
         }
@@ -283,12 +292,15 @@ pub fn generate(seed: u64, lo: u64, hi: u64, lease: bool) -> Sequence {
         };
         steps.push(Step { action, then });
     }
+    // Drawn last, so the steps of a seed are those it drew before this parameter was.
+    let stalled_stderr = rng.chance(33);
     Sequence {
         seed,
         probation_ms,
         ready_timeout_ms,
         stop_timeout_ms,
         lease,
+        stalled_stderr,
         steps,
     }
 }
