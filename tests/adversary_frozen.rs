@@ -6,7 +6,7 @@
 
 mod common;
 use common::agent::*;
-use common::freezer::Freezer;
+use common::freezer::Frozen;
 use common::locking::{assert_no_dups, lines, locking_service, wait_pid_file};
 use common::*;
 use nix::sys::signal::{kill, Signal};
@@ -19,52 +19,6 @@ use std::time::{Duration, Instant};
 /// loaded machine.
 const KILL_BOUND: Duration = Duration::from_secs(5);
 const SLACK: Duration = Duration::from_secs(4);
-
-/// The processes a test froze: thawed and SIGKILLed by pid (while the pid is still the
-/// process frozen) when the test ends, even when it fails, and waited for.
-struct Frozen {
-    freezer: Freezer,
-    pids: Vec<(i32, u64)>,
-}
-
-impl Frozen {
-    fn new(sb: &Sandbox) -> Option<Frozen> {
-        if !is_root() {
-            return None;
-        }
-        Some(Frozen {
-            freezer: Freezer::new(sb.tag)?,
-            pids: Vec::new(),
-        })
-    }
-
-    fn freeze(&mut self, pid: i32) {
-        let start = sup::proc::stat(pid)
-            .expect("the process to freeze")
-            .start_time;
-        self.pids.push((pid, start));
-        self.freezer.freeze(pid);
-        let end = Instant::now() + DEADLINE;
-        while sup::proc::stat(pid).is_some_and(|s| s.state != 'D') {
-            assert!(Instant::now() < end, "pid {pid} did not freeze");
-            std::thread::sleep(Duration::from_millis(5)); // /proc has no event to wait on
-        }
-    }
-
-    fn thaw(&self) {
-        self.freezer.thaw();
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        self.freezer.thaw();
-        for (pid, start) in &self.pids {
-            sup::proc::kill_if_same(*pid, *start, Signal::SIGKILL);
-            let _ = wait_exit(*pid, Duration::from_secs(5));
-        }
-    }
-}
 
 fn pid_of(v: &Value) -> i32 {
     v["pid"].as_i64().expect("a pid") as i32
@@ -284,22 +238,13 @@ fn a_probation_does_not_count_a_dead_leader_whose_child_is_frozen() {
     frozen.thaw();
 }
 
-/// The state lock's file removed while supd cannot answer at once (stopped a moment: a
-/// loaded machine, a debugger), and a second supd on the same state_dir (its own socket)
-/// started meanwhile: the second must refuse, as it does while the first holds the lock.
-/// On the landed code the second takes the new file's lock and runs the service too: two
-/// instances.
-#[test]
-fn a_removed_lock_file_does_not_let_a_second_supd_in() {
-    let mut sb = Sandbox::new();
-    let one = locking_service(&sb, "", "exec sleep 3600");
-    sb.config(&format!("[service.one]\ncommand = [\"{one}\"]\n"));
-    sb.start();
-    let first = pid_of(&sb.wait_state("one", "running"));
+/// With the first supd stopped (it would otherwise take a new lock file first: it
+/// watches state_dir), its lock file removed, a second supd on the same state_dir and its
+/// own socket: whether it ended (within 4 s) and failed, and what it said.
+fn second_supd_after_the_lock_file_went(sb: &Sandbox) -> (bool, String) {
     let supd = sb.supd_pid();
     kill(Pid::from_raw(supd), Signal::SIGSTOP).expect("SIGSTOP supd");
     fs::remove_file(sb.path("state/supd.lock")).expect("rm supd.lock");
-    // The second supd: the same config but its own socket.
     let t = fs::read_to_string(sb.path("sup.toml")).expect("config");
     fs::write(
         sb.path("sup2.toml"),
@@ -317,12 +262,29 @@ fn a_removed_lock_file_does_not_let_a_second_supd_in() {
         let _ = second.kill();
     }
     let out = second.wait_with_output().expect("second supd");
-    let err = String::from_utf8_lossy(&out.stderr);
     let _ = fs::remove_file(sb.path("sup2.sock"));
-    assert!(
+    (
         gone.is_some() && !out.status.success(),
-        "a second supd ran on the state_dir of a live one ({:?}): {err}\n{}",
-        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The state lock's file removed while supd cannot answer at once (stopped a moment: a
+/// loaded machine, a debugger), and a second supd on the same state_dir (its own socket)
+/// started meanwhile: the second must refuse, as it does while the first holds the lock.
+/// Before the directory's own lock, the second took the new file's lock and ran the
+/// service too: two instances.
+#[test]
+fn a_removed_lock_file_does_not_let_a_second_supd_in() {
+    let mut sb = Sandbox::new();
+    let one = locking_service(&sb, "", "exec sleep 3600");
+    sb.config(&format!("[service.one]\ncommand = [\"{one}\"]\n"));
+    sb.start();
+    let first = pid_of(&sb.wait_state("one", "running"));
+    let (refused, err) = second_supd_after_the_lock_file_went(&sb);
+    assert!(
+        refused,
+        "a second supd ran on the state_dir of a live one: {err}\n{}",
         sb.supd_log()
     );
     assert_eq!(pid_of(&sb.status("one")), first);
@@ -423,33 +385,10 @@ fn after_a_reexec_a_removed_lock_file_still_lets_no_second_supd_in() {
     sb.start();
     let first = pid_of(&sb.wait_state("one", "running"));
     sb.reexec();
-    // Stopped, so that it does not take a new lock file first (it watches state_dir).
-    let supd = sb.supd_pid();
-    kill(Pid::from_raw(supd), Signal::SIGSTOP).expect("SIGSTOP supd");
-    fs::remove_file(sb.path("state/supd.lock")).expect("rm supd.lock");
-    let t = fs::read_to_string(sb.path("sup.toml")).expect("config");
-    fs::write(
-        sb.path("sup2.toml"),
-        t.replace("socket = \"sup.sock\"", "socket = \"sup2.sock\""),
-    )
-    .expect("config");
-    let mut second = std::process::Command::new(SUPD)
-        .args(["-c", &sb.path("sup2.toml").to_string_lossy()])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("second supd");
-    let gone = wait_exit(second.id() as i32, Duration::from_secs(4));
-    kill(Pid::from_raw(supd), Signal::SIGCONT).expect("SIGCONT supd");
-    if gone.is_none() {
-        let _ = second.kill();
-    }
-    let out = second.wait_with_output().expect("second supd");
-    let err = String::from_utf8_lossy(&out.stderr);
-    let _ = fs::remove_file(sb.path("sup2.sock"));
+    let (refused, err) = second_supd_after_the_lock_file_went(&sb);
     assert!(
-        gone.is_some() && !out.status.success() && err.contains("another supd holds"),
-        "a second supd ran beside a re-executed one ({:?}): {err}",
-        out.status
+        refused && err.contains("another supd holds"),
+        "a second supd ran beside a re-executed one: {err}"
     );
     assert_eq!(pid_of(&sb.status("one")), first);
     assert_no_dups(&sb);

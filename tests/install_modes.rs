@@ -12,6 +12,7 @@
 //! told (SIGIO) the moment it does: the copy is then under way, its staging made.
 
 mod common;
+use common::files::{chmod, mode};
 use common::*;
 use serde_json::{json, Value};
 use std::fs;
@@ -27,17 +28,6 @@ fn skip() -> bool {
         return true;
     }
     false
-}
-
-fn chmod(p: &Path, mode: u32) {
-    fs::set_permissions(p, fs::Permissions::from_mode(mode)).expect("chmod");
-}
-
-fn mode(p: &Path) -> u32 {
-    fs::symlink_metadata(p)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-        .mode()
-        & 0o7777
 }
 
 /// A version tree with a plain program, a private 0640 file, a 0700 directory, a file

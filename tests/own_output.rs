@@ -16,7 +16,10 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A service that runs, one that crashes and is restarted at once, and one whose
+/// A service that runs, one that crashes and is restarted at once, one that fails at
+/// once and is restarted without delay (supd, logging at debug, says 4 lines of each of
+/// its runs: about 170 KB a second, the volume that fills a stderr nobody reads, now
+/// that refusals are told at most once a second), and one whose
 /// standard error (`log = "inherit"`) the log writer copies to supd's stderr, line by
 /// line, as supd writes its own there: the lines must not mix.
 const SERVICES: &str = r#"
@@ -27,6 +30,13 @@ command = ["/bin/sleep", "3600"]
 command = ["/bin/sh", "-c", "sleep 0.05; exit 1"]
 restart_delay = "20ms"
 restart_delay_max = "50ms"
+crash_loop = { restarts = 100000, window = "1s" }
+log = "null"
+
+[service.noisy]
+command = ["/bin/false"]
+restart_delay = "0s"
+restart_delay_max = "0s"
 crash_loop = { restarts = 100000, window = "1s" }
 log = "null"
 
@@ -270,6 +280,13 @@ fn unread_stderr(rd: OwnedFd, wr: OwnedFd) {
         "a read-only client's refused requests went unanswered after {took:?}: supd is blocked on its stderr"
     );
     eprintln!("2000 refused requests answered in {took:?}");
+    // noisy's runs have logged past the pipe and supd's queue (1,000 runs: 250 KB).
+    let end = Instant::now() + DEADLINE;
+    while sb.status("noisy")["restarts"].as_u64().unwrap_or(0) < 1000 {
+        assert!(Instant::now() < end, "noisy was not restarted 1,000 times");
+        // Each round is a request, answered at once by a supd that is not blocked.
+        std::thread::sleep(Duration::from_millis(100)); // the pace of the look
+    }
     still_serves(&sb);
     // Someone reads again: what waited comes out, then the count of what was lost.
     nix::fcntl::fcntl(&rd.0, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).expect("fcntl");
@@ -301,9 +318,10 @@ fn unread_stderr(rd: OwnedFd, wr: OwnedFd) {
     assert!(torn.is_empty(), "torn or mixed lines: {torn:#?}");
     let refusals = complete.matches("refused 'stop'").count();
     let chatter = complete.matches("chatter: tick").count();
-    assert!(refusals > 100, "only {refusals} refusals shown");
+    let noisy = complete.matches("noisy: ").count();
+    assert!(noisy > 100, "only {noisy} of noisy's lines shown");
     eprintln!(
-        "read {} lines, {refusals} refusals, {chatter} of the chatter's, then: {notice}",
+        "read {} lines, {refusals} refusals, {noisy} of noisy's, {chatter} of the chatter's, then: {notice}",
         complete.lines().count()
     );
 }
@@ -338,9 +356,14 @@ fn a_hung_own_log_file_blocks_neither_answers_nor_restarts() {
     );
     sb.start();
     sb.wait_state("web", "running");
-    // 20000 refusals: 3 MiB of log file lines, past the FIFO, the writer's socket
-    // (1 MiB) and supd's queue for it (256 KiB).
+    // 8,000 runs of noisy: 2 MiB of log file lines, past the FIFO, the writer's socket
+    // (1 MiB) and supd's queue for it (256 KiB); meanwhile 20,000 refused requests.
     let (answered, took) = flood(&sb, 20_000);
+    let end = Instant::now() + Duration::from_secs(60);
+    while sb.status("noisy")["restarts"].as_u64().unwrap_or(0) < 8000 {
+        assert!(Instant::now() < end, "noisy was not restarted 8,000 times");
+        std::thread::sleep(Duration::from_millis(100)); // the pace of the look
+    }
     assert_eq!(
         answered, 20_000,
         "refused requests went unanswered after {took:?}: supd is blocked on its log file"

@@ -97,7 +97,7 @@ fn a_restarted_supd_serves_at_once_while_it_ends_what_its_predecessor_left() {
     assert!(
         s["reason"]
             .as_str()
-            .is_some_and(|r| r.contains("previous supd")),
+            .is_some_and(|r| r.contains(&format!("waiting for pid {old} of the previous run"))),
         "{s}"
     );
     let mut w = sb.watch();

@@ -7,7 +7,7 @@
 //! `shutdown_timeout`, leaving the record for the next supd.
 
 mod common;
-use common::freezer::Freezer;
+use common::freezer::Frozen;
 use common::locking::{assert_no_dups, lines, locking_service};
 use common::*;
 use nix::sys::signal::{kill, Signal};
@@ -20,53 +20,6 @@ use std::time::{Duration, Instant};
 /// `stop` and of a shutdown beyond their timeouts), with room for a loaded machine.
 const KILL_BOUND: Duration = Duration::from_secs(5);
 const SLACK: Duration = Duration::from_secs(4);
-
-/// The processes a test froze: thawed and SIGKILLed by pid (while the pid is still the
-/// process frozen) when the test ends, even when it fails, and waited for.
-struct Frozen {
-    freezer: Freezer,
-    pids: Vec<(i32, u64)>,
-}
-
-impl Frozen {
-    fn new(sb: &Sandbox) -> Option<Frozen> {
-        if !is_root() {
-            return None;
-        }
-        Some(Frozen {
-            freezer: Freezer::new(sb.tag)?,
-            pids: Vec::new(),
-        })
-    }
-
-    fn freeze(&mut self, pid: i32) {
-        let start = sup::proc::stat(pid)
-            .expect("the process to freeze")
-            .start_time;
-        self.pids.push((pid, start));
-        self.freezer.freeze(pid);
-        // Frozen once /proc says so (the freezer's state goes FREEZING, then FROZEN).
-        let end = Instant::now() + DEADLINE;
-        while sup::proc::stat(pid).is_some_and(|s| s.state != 'D') {
-            assert!(Instant::now() < end, "pid {pid} did not freeze");
-            std::thread::sleep(Duration::from_millis(5)); // /proc has no event to wait on
-        }
-    }
-
-    fn thaw(&self) {
-        self.freezer.thaw();
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        self.freezer.thaw();
-        for (pid, start) in &self.pids {
-            sup::proc::kill_if_same(*pid, *start, Signal::SIGKILL);
-            let _ = wait_exit(*pid, Duration::from_secs(5));
-        }
-    }
-}
 
 fn pid_of(v: &Value) -> i32 {
     v["pid"].as_i64().expect("a pid") as i32

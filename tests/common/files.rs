@@ -77,3 +77,18 @@ fn next_events(ino: &Inotify, left: std::time::Duration) {
         }
     }
 }
+
+/// Sets a path's mode bits.
+pub fn chmod(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// A path's mode bits (setuid, setgid and sticky included), the link itself for a link.
+pub fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .mode()
+        & 0o7777
+}

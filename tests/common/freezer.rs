@@ -1,8 +1,10 @@
 //! A cgroup v1 freezer holds a SIGKILLed process alive until it is thawed: a member of a
 //! service's run that is slow to die, deterministically.
 
+use nix::sys::signal::Signal;
 use std::fs;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 pub struct Freezer(PathBuf);
 
@@ -43,5 +45,53 @@ impl Drop for Freezer {
             let _ = super::wait_exit(pid, super::DEADLINE);
         }
         let _ = fs::remove_dir(&self.0);
+    }
+}
+
+/// The processes a test froze: thawed and SIGKILLed by pid (while the pid is still the
+/// process frozen) when the test ends, even when it fails, and waited for.
+pub struct Frozen {
+    freezer: Freezer,
+    pids: Vec<(i32, u64)>,
+}
+
+impl Frozen {
+    /// `None` where it cannot be (not root, no v1 freezer): the test says it skipped.
+    pub fn new(sb: &super::Sandbox) -> Option<Frozen> {
+        if !super::is_root() {
+            return None;
+        }
+        Some(Frozen {
+            freezer: Freezer::new(sb.tag)?,
+            pids: Vec::new(),
+        })
+    }
+
+    /// Freezes `pid` and returns once /proc says it is (FREEZING, then FROZEN: D).
+    pub fn freeze(&mut self, pid: i32) {
+        let start = sup::proc::stat(pid)
+            .expect("the process to freeze")
+            .start_time;
+        self.pids.push((pid, start));
+        self.freezer.freeze(pid);
+        let end = Instant::now() + super::DEADLINE;
+        while sup::proc::stat(pid).is_some_and(|s| s.state != 'D') {
+            assert!(Instant::now() < end, "pid {pid} did not freeze");
+            std::thread::sleep(Duration::from_millis(5)); // /proc has no event to wait on
+        }
+    }
+
+    pub fn thaw(&self) {
+        self.freezer.thaw();
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        self.freezer.thaw();
+        for (pid, start) in &self.pids {
+            sup::proc::kill_if_same(*pid, *start, Signal::SIGKILL);
+            let _ = super::wait_exit(*pid, Duration::from_secs(5));
+        }
     }
 }
