@@ -8,7 +8,7 @@ use common::files::{chmod, mode};
 use common::*;
 use serde_json::{json, Value};
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -17,7 +17,7 @@ use common::*;
 use serde_json::{json, Value};
 use std::fs;
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
