@@ -956,4 +956,5 @@ fn print_status(o: &mut String, list: &[ServiceStatus]) {
 }
 
 #[cfg(test)]
+#[path = "supctl/tests.rs"]
 mod tests;
