@@ -376,8 +376,14 @@ fn remnants(recs: &[PidRecord], cgroups: &[PathBuf]) -> Vec<(i32, String)> {
     let mut out: Vec<(i32, String)> = Vec::new();
     if !groups.is_empty() {
         for s in crate::proc::all().iter().filter(|s| s.state != 'Z') {
+            // The recorded leader itself, while it is that very process (its start
+            // time): a child killed between its fork and its own `setsid` is still in
+            // supd's group and session, and would be missed by them (and its service
+            // released beside it).
             if let Some((r, _)) = groups.iter().find(|(r, owned)| {
-                (r.pid == s.pgrp || r.pid == s.session) && (*owned || names_service(s, &r.service))
+                (*owned && s.pid == r.pid)
+                    || ((r.pid == s.pgrp || r.pid == s.session)
+                        && (*owned || names_service(s, &r.service)))
             }) {
                 out.push((s.pid, r.service.clone()));
             }
