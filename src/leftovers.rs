@@ -106,11 +106,9 @@ impl Cleanup {
         for service in &services {
             log::warn!("{service}: a run of it was left by a previous supd; ending it");
         }
-        // The records of the services with nothing left are stale: cleared now, before
-        // anything starts (a record is never cleared once its service may run again).
-        for r in recs.iter().filter(|r| !services.contains(&r.service)) {
-            clear_records(state_dir, &r.service);
-        }
+        // Every record is kept, and looked at again at each step, until the services
+        // may start: a child of the killed supd caught between its fork and its own
+        // `setsid` (or its cgroup) is found by a later look, not missed for good.
         let members = open(&found);
         signal(&members, Signal::SIGTERM);
         signal(&members, Signal::SIGCONT);
@@ -166,12 +164,19 @@ impl Cleanup {
             recheck: None,
         };
         let found = remnants(&cleanup.recs, &cleanup.cgroups);
-        let released = cleanup.release(&found);
-        if !released.is_empty() {
-            log::info!("released across the reexec: {}", released.join(", "));
-        }
-        if cleanup.is_over() {
+        if found.is_empty() {
+            cleanup.release(&found);
+            for r in std::mem::take(&mut cleanup.recs) {
+                clear_records(state_dir, &r.service);
+            }
+            log::info!("what a previous supd left is gone");
             return None;
+        }
+        if cleanup.past_rounds() {
+            let released = cleanup.release(&found);
+            if !released.is_empty() {
+                log::info!("released across the reexec: {}", released.join(", "));
+            }
         }
         cleanup.members = open(&found);
         cleanup.plan_recheck(now, true);
@@ -215,8 +220,12 @@ impl Cleanup {
     }
 
     /// Whether `service` is held back by what is left of it.
+    /// Every service is held while the TERM grace and the KILL rounds last (what is
+    /// left of a killed supd, its children caught mid-start included, is found by the
+    /// looks of those phases); past them, only those with something still left (that
+    /// outlived SIGKILL: frozen, in uninterruptible sleep), so that the others start.
     pub fn holds(&self, service: &str) -> bool {
-        self.services.iter().any(|s| s == service)
+        !self.is_over() && (!self.past_rounds() || self.services.iter().any(|s| s == service))
     }
 
     /// Whether nothing is left: every service is released.
@@ -262,8 +271,22 @@ impl Cleanup {
         // A member exited, or the phase is over: what is there now (a member may have
         // forked), and the services with nothing left.
         let found = remnants(&self.recs, &self.cgroups);
-        let released = self.release(&found);
+        let mut fresh: Vec<String> = (found.iter())
+            .map(|(_, s)| s.clone())
+            .filter(|s| !self.services.contains(s))
+            .collect();
+        fresh.sort();
+        fresh.dedup();
+        for service in fresh {
+            log::warn!("{service}: a run of it was left by a previous supd; ending it");
+            self.services.push(service);
+        }
         if found.is_empty() {
+            let released = self.release(&found);
+            let stale: Vec<String> = self.recs.drain(..).map(|r| r.service).collect();
+            for service in &stale {
+                clear_records(&self.state_dir, service);
+            }
             self.members.clear();
             self.recheck = None;
             log::info!("what a previous supd left is gone");
@@ -294,7 +317,28 @@ impl Cleanup {
             self.members.extend(fresh);
             self.plan_recheck(now, false);
         }
+        if !self.past_rounds() {
+            return Vec::new();
+        }
+        // Past the KILL rounds: the services with nothing left are released, and the
+        // records of those never found are stale (cleared before they may start).
+        let mut released = self.release(&found);
+        let stale: Vec<String> = (self.recs.iter())
+            .filter(|r| !self.services.contains(&r.service))
+            .map(|r| r.service.clone())
+            .collect();
+        for service in stale {
+            clear_records(&self.state_dir, &service);
+            self.recs.retain(|r| r.service != service);
+            released.push(service);
+        }
         released
+    }
+
+    /// Whether the TERM grace and the KILL rounds are over: what is left now outlived
+    /// SIGKILL, and only its own services are held back.
+    pub fn past_rounds(&self) -> bool {
+        self.kills > KILL_ROUNDS
     }
 
     /// Releases the services of which nothing is in `found`: their records are cleared

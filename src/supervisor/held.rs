@@ -65,12 +65,16 @@ impl Supervisor {
         let Some(c) = self.cleanup.as_mut() else {
             return;
         };
+        let was_past = c.past_rounds();
         let released = c.step(now);
-        if c.is_over() {
-            self.cleanup = None;
-        }
-        if !released.is_empty() {
+        // Every service may start at the end, the others than those held at once past
+        // the KILL rounds: a start pass looks at them.
+        let over = c.is_over();
+        if over || c.past_rounds() != was_past || !released.is_empty() {
             self.recheck_pending = true;
+        }
+        if over {
+            self.cleanup = None;
         }
         for name in released {
             let _ = self.slots.get_mut(&name);
