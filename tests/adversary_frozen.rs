@@ -6,7 +6,7 @@
 
 mod common;
 use common::agent::*;
-use common::freezer::Frozen;
+use common::freezer::{pid_of, status_within, Frozen, KILL_BOUND, SLACK};
 use common::locking::{assert_no_dups, lines, locking_service, wait_pid_file};
 use common::*;
 use nix::sys::signal::{kill, Signal};
@@ -14,35 +14,6 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use std::fs;
 use std::time::{Duration, Instant};
-
-/// What supd gives a SIGKILLed process to die before it says it cannot, with room for a
-/// loaded machine.
-const KILL_BOUND: Duration = Duration::from_secs(5);
-const SLACK: Duration = Duration::from_secs(4);
-
-fn pid_of(v: &Value) -> i32 {
-    v["pid"].as_i64().expect("a pid") as i32
-}
-
-/// Asks `status` until `pred` holds, within `within`; the last status if it never did.
-fn status_within(
-    sb: &Sandbox,
-    service: &str,
-    within: Duration,
-    pred: impl Fn(&Value) -> bool,
-) -> Result<Value, Value> {
-    let end = Instant::now() + within;
-    loop {
-        let s = sb.status(service);
-        if pred(&s) {
-            return Ok(s);
-        }
-        if Instant::now() >= end {
-            return Err(s);
-        }
-        std::thread::sleep(Duration::from_millis(20)); // a poll of status, bounded above
-    }
-}
 
 /// Whether any event matching `pred` comes within `within`.
 fn seen_within(w: &mut Watch, within: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {

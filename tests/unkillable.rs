@@ -7,7 +7,7 @@
 //! `shutdown_timeout`, leaving the record for the next supd.
 
 mod common;
-use common::freezer::Frozen;
+use common::freezer::{pid_of, status_within, Frozen, KILL_BOUND, SLACK};
 use common::locking::{assert_no_dups, lines, locking_service};
 use common::*;
 use nix::sys::signal::{kill, Signal};
@@ -16,15 +16,6 @@ use serde_json::Value;
 use std::fs;
 use std::time::{Duration, Instant};
 
-/// What supd gives a SIGKILLed process to die before it says it cannot (the bound of
-/// `stop` and of a shutdown beyond their timeouts), with room for a loaded machine.
-const KILL_BOUND: Duration = Duration::from_secs(5);
-const SLACK: Duration = Duration::from_secs(4);
-
-fn pid_of(v: &Value) -> i32 {
-    v["pid"].as_i64().expect("a pid") as i32
-}
-
 /// Asks `status` until `pred` holds, within `within`.
 fn status_until(
     sb: &Sandbox,
@@ -32,19 +23,12 @@ fn status_until(
     within: Duration,
     pred: impl Fn(&Value) -> bool,
 ) -> Value {
-    let end = Instant::now() + within;
-    loop {
-        let s = sb.status(service);
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < end,
+    status_within(sb, service, within, pred).unwrap_or_else(|s| {
+        panic!(
             "{service}: status never matched within {within:?}: {s}\n{}",
             sb.supd_log()
-        );
-        std::thread::sleep(Duration::from_millis(20)); // a poll of status, bounded above
-    }
+        )
+    })
 }
 
 /// `one`: a locking service (a second instance beside the first writes to `dups`), ready

@@ -95,3 +95,33 @@ impl Drop for Frozen {
         }
     }
 }
+
+/// What supd gives a SIGKILLed process to die before it says it cannot (the bound of
+/// `stop` and of a shutdown beyond their timeouts), with room for a loaded machine.
+pub const KILL_BOUND: Duration = Duration::from_secs(5);
+pub const SLACK: Duration = Duration::from_secs(4);
+
+/// The `pid` of a status.
+pub fn pid_of(v: &serde_json::Value) -> i32 {
+    v["pid"].as_i64().expect("a pid") as i32
+}
+
+/// Asks `status` until `pred` holds, within `within`; the last status if it never did.
+pub fn status_within(
+    sb: &super::Sandbox,
+    service: &str,
+    within: Duration,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> Result<serde_json::Value, serde_json::Value> {
+    let end = Instant::now() + within;
+    loop {
+        let s = sb.status(service);
+        if pred(&s) {
+            return Ok(s);
+        }
+        if Instant::now() >= end {
+            return Err(s);
+        }
+        std::thread::sleep(Duration::from_millis(20)); // a poll of status, bounded above
+    }
+}
