@@ -57,10 +57,24 @@ pub fn board_end(b: &[u8]) -> Option<u64> {
 /// it cannot be written there, of /dev/shm, /run or /tmp) unlinked at once;
 /// close-on-exec (a service never holds it; a guard gets it by fork).
 pub fn board_file() -> io::Result<OwnedFd> {
-    match nix::sys::memfd::memfd_create(c"supd-grant", nix::sys::memfd::MFdFlags::MFD_CLOEXEC) {
-        Ok(fd) => return Ok(fd),
-        Err(nix::errno::Errno::ENOSYS) => {}
-        Err(e) => return Err(e.into()),
+    // The system call itself, not glibc's wrapper: that came with glibc 2.27, and the
+    // packaged programs link against 2.17 (RHEL 7), where the symbol is missing.
+    // SAFETY: memfd_create reads a NUL-terminated name from a static and returns a new
+    // fd, which is owned here from then on.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_memfd_create,
+            c"supd-grant".as_ptr(),
+            libc::MFD_CLOEXEC,
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: a new fd that nothing else owns.
+        return Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as RawFd) });
+    }
+    match nix::errno::Errno::last() {
+        nix::errno::Errno::ENOSYS => {}
+        e => return Err(e.into()),
     }
     // The temp directory may be missing or read-only (a bad TMPDIR, a root still
     // read-only early in a boot): the usual memory-backed places are tried after it.
