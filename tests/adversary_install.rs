@@ -59,24 +59,11 @@ fn install(sb: &Sandbox, version: &str, src: &Path) -> Value {
 }
 
 fn hidden(sb: &Sandbox) -> Vec<String> {
-    fs::read_dir(sb.path("tools/agent"))
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with('.'))
-        .collect()
+    common::files::hidden_in(&sb.path("tools/agent"))
 }
 
 fn wait_no_hidden(sb: &Sandbox) -> bool {
-    let end = Instant::now() + DEADLINE;
-    while !hidden(sb).is_empty() {
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    true
+    common::files::wait_no_hidden_in(&sb.path("tools/agent"))
 }
 
 fn small_tree(sb: &Sandbox, name: &str) -> PathBuf {

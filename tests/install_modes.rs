@@ -20,7 +20,6 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 fn skip() -> bool {
     if !is_root() {
@@ -69,13 +68,7 @@ fn said(out: &std::process::Output) -> String {
 /// What an install left in the tool's directory besides versions: nothing, once it
 /// ended (`.install-*` staging, `.prune-*` moved aside for deletion).
 fn hidden(sb: &Sandbox) -> Vec<String> {
-    fs::read_dir(sb.path("tools/agent"))
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with('.'))
-        .collect()
+    common::files::hidden_in(&sb.path("tools/agent"))
 }
 
 fn assert_plain_kept(v: &Path) {
@@ -246,14 +239,7 @@ fn a_private_device_node_is_refused_without_the_option_and_kept_0600_with_it() {
 
 /// The failed install's staging is deleted by a helper: waits (with the deadline) for it.
 fn wait_no_hidden(sb: &Sandbox) -> bool {
-    let end = std::time::Instant::now() + DEADLINE;
-    while !hidden(sb).is_empty() {
-        if std::time::Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    true
+    common::files::wait_no_hidden_in(&sb.path("tools/agent"))
 }
 
 /// A program holding a write lease on `file`: its `open` by anyone else waits. Says

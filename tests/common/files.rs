@@ -92,3 +92,38 @@ pub fn mode(p: &Path) -> u32 {
         .mode()
         & 0o7777
 }
+
+/// The hidden entries (`.`-prefixed: an install's staging, a version being deleted) of a
+/// tool's directory.
+pub fn hidden_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with('.'))
+        .collect()
+}
+
+/// Waits, within the deadline, until `dir` holds no hidden entry, woken by inotify when
+/// an entry goes; whether it came to that.
+pub fn wait_no_hidden_in(dir: &Path) -> bool {
+    let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).expect("inotify");
+    ino.add_watch(
+        dir,
+        AddWatchFlags::IN_DELETE | AddWatchFlags::IN_MOVED_FROM | AddWatchFlags::IN_CREATE,
+    )
+    .expect("watch the directory");
+    let end = Instant::now() + DEADLINE;
+    loop {
+        // Looked at after the watch is set: nothing removed in between is missed.
+        if hidden_in(dir).is_empty() {
+            return true;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        next_events(&ino, left);
+    }
+}
