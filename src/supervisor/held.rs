@@ -76,9 +76,6 @@ impl Supervisor {
         if over {
             self.cleanup = None;
         }
-        for name in released {
-            let _ = self.slots.get_mut(&name);
-        }
     }
 
     /// `stop` of `names` once no stop among them is under way any more, though not all
