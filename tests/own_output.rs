@@ -321,22 +321,28 @@ fn unread_stderr(rd: OwnedFd, wr: OwnedFd) {
     );
 }
 
-/// Waits until `noisy` has been restarted `n` times, counting on the watch stream
-/// (each event within the harness's deadline of the one before: a supd blocked on its
-/// output sends none).
+/// Waits until `noisy` has been restarted `n` times, counting on the watch stream:
+/// each event must come within the harness's deadline of the one before (a supd blocked
+/// on its output sends none), however long the whole count takes on a loaded machine.
+/// Events are not kept: thousands of them would only bury a failure's message.
 fn noisy_runs(sb: &Sandbox, n: u64) {
-    let done = sb.status("noisy")["restarts"].as_u64().unwrap_or(0);
-    if done >= n {
+    let mut seen = sb.status("noisy")["restarts"].as_u64().unwrap_or(0);
+    if seen >= n {
         return;
     }
-    let seen = std::cell::Cell::new(done);
     let mut w = sb.watch();
-    w.until(sb, |e| {
+    while seen < n {
+        let Some(e) = w.next_within(DEADLINE) else {
+            panic!(
+                "no event for {DEADLINE:?} after {seen} of {n} restarts of noisy: supd is blocked\n{}",
+                sb.supd_log()
+            );
+        };
+        w.seen.clear();
         if e["event"] == "state" && e["service"] == "noisy" && e["to"] == "starting" {
-            seen.set(seen.get() + 1);
+            seen += 1;
         }
-        seen.get() >= n
-    });
+    }
 }
 
 /// An fd dropped first (declared after the sandbox).
