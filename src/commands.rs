@@ -348,7 +348,7 @@ impl Supervisor {
                 if let Some(busy) = self.reexec_refusal() {
                     return Err(busy);
                 }
-                self.begin_reexec(binary.map(PathBuf::from), client, id)?;
+                self.begin_reexec(binary.map(PathBuf::from), client, id, now)?;
                 Ok(Outcome::Parked)
             }
             Command::LeaseRelease { lease } => {

@@ -7,12 +7,12 @@
 //! the state lock), and execs the new program
 //! with `--handoff PATH`. Deadlines are `CLOCK_MONOTONIC` instants, the same clock in the
 //! new image, so timers resume at their original deadlines; the processes stay children
-//! of the same pid, so reaping goes on. The new program proved first (`--check
-//! --handoff-format N`) that it reads this format.
+//! of the same pid, so reaping goes on. The new program proved first, by answering
+//! the handshake (handshake.rs), that it is a supd that reads this format.
 
 use crate::leases::Grant;
 use crate::protocol::{Error, ErrorKind};
-use crate::service::{Event, Exit, Service};
+use crate::service::{Event, Service};
 use crate::supervisor::{Queued, Supervisor};
 use crate::time::Mono;
 use crate::tools::Task;
@@ -374,24 +374,21 @@ impl Supervisor {
         None
     }
 
-    /// The new program's check ended (`exit`): supd re-executes into it, unless the
-    /// check failed or something that cannot be carried began meanwhile; the client is
+    /// The new program's handshake ended: supd re-executes into it, unless the
+    /// handshake failed or something that cannot be carried began meanwhile; the client is
     /// answered first (its connection closes with the exec).
     pub fn finish_reexec(
         &mut self,
         binary: PathBuf,
         client: u64,
         id: serde_json::Value,
-        exit: Exit,
+        handshake: Result<(), String>,
         now: Mono,
     ) {
-        let refusal = if exit != Exit::Code(0) {
+        let refusal = if let Err(why) = handshake {
             Error::new(
                 ErrorKind::Failed,
-                format!(
-                    "{} --check failed ({exit}) on the current config; supd keeps running",
-                    binary.display()
-                ),
+                format!("{} refused: {why}; supd keeps running", binary.display()),
             )
         } else if self.shutting_down() {
             Error::new(ErrorKind::Failed, "supd is shutting down")

@@ -21,6 +21,7 @@ pub mod fdset;
 pub mod fleet;
 pub mod forks;
 pub mod handoff;
+pub mod handshake;
 pub mod health;
 pub mod instance;
 pub mod launch;

@@ -687,6 +687,7 @@ impl Supervisor {
         }
         self.fire_health(now);
         self.shutdown_timers(now);
+        self.cut_handshakes(now);
     }
 
     /// The earliest deadline, for the poll timeout (after [`Supervisor::sync_touched`]).
@@ -703,6 +704,7 @@ impl Supervisor {
             .chain(self.next_probation_deadline())
             .chain(self.next_grant_deadline())
             .chain(crate::spawner::deadline())
+            .chain(self.handshake_deadline())
             .chain(self.waiters.iter().filter_map(|w| match w.what {
                 WaitFor::LeaseDown { by, .. } | WaitFor::Started { by, .. } => Some(by),
                 _ => None,

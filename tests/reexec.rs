@@ -179,16 +179,92 @@ fn reexec_into_a_missing_or_broken_program_changes_nothing() {
     let out = sb.supctl(&["reexec", "--binary", &broken]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--check failed"),
+        String::from_utf8_lossy(&out.stderr).contains("handshake failed"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // see: issue 24 item 5 — programs that exit 0 are not supd: /bin/true (no answer),
+    // /bin/echo (its arguments, nonce included), an older supd that accepted the old
+    // check (`--check --handoff-format` and exit 0, answering nothing), one answering
+    // another nonce. supd exec'd into /bin/true and was gone.
+    let older = sb.script(
+        "older-supd",
+        "case \"$1\" in --check) echo ok; exit 0;; *) echo \"unknown argument '$1'\" >&2; exit 2;; esac",
+    );
+    let liar = sb.script("liar-supd", "echo supd handoff 99 0123; exit 0");
+    for (binary, says) in [
+        ("/bin/true", "did not answer the handshake"),
+        ("/bin/echo", "answered"),
+        (older.as_str(), "handshake failed (exited with code 2)"),
+        (liar.as_str(), "answered"),
+    ] {
+        let out = sb.supctl(&["reexec", "--binary", binary]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{binary} accepted: {err}");
+        assert!(
+            err.contains(says) && err.contains("supd keeps running"),
+            "{binary}: {err}"
+        );
+    }
     let after = look(&sb);
     assert_eq!(
         (after.supd, after.steady, after.agent),
         (before.supd, before.steady, before.agent)
     );
     assert!(!sb.supd_log().contains("took over"));
+}
+
+// see: issue 24 item 5 — a program that never answers is killed at the handshake's
+// deadline and the reexec refused; supd goes on and a later reexec works.
+#[test]
+fn a_program_that_never_answers_the_handshake_is_cut_short() {
+    let mut sb = Sandbox::new();
+    config(&sb);
+    let mut cmd = Command::new(SUPD);
+    cmd.env("SUP_HANDSHAKE_DEADLINE_MS", "1500");
+    sb.start_with(cmd, &["-c"]);
+    prepare(&mut sb);
+    let before = look(&sb);
+    let pid_file = sb.path("mute.pid");
+    let mute = sb.script(
+        "mute-supd",
+        &format!(
+            "echo $$ > {0}.tmp && mv {0}.tmp {0}\nexec sleep 3600",
+            pid_file.display()
+        ),
+    );
+    let out = sb.supctl(&["reexec", "--binary", &mute]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("did not answer the handshake within 1.5s"),
+        "{err}"
+    );
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("the program ran")
+        .trim()
+        .parse()
+        .expect("its pid");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |s| s.contains(") Z")),
+        "the mute program {pid} was not killed"
+    );
+    let after = look(&sb);
+    assert_eq!(
+        (&after.supd, &after.steady, &after.agent),
+        (&before.supd, &before.steady, &before.agent)
+    );
+    // And the real program still takes over.
+    let out = sb.supctl(&["reexec"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(look(&sb).steady, before.steady);
 }
 
 #[test]
@@ -199,6 +275,30 @@ fn an_older_supd_refuses_a_newer_handoff() {
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("reads handoff formats 1 to 6, not 99"));
+    let out = Command::new(SUPD)
+        .args([
+            "--handshake",
+            "n0nce",
+            "--handoff-format",
+            "99",
+            "-c",
+            "/dev/null",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "answered: {:?}", out.stdout);
+    let sb = Sandbox::new();
+    sb.config("");
+    let out = Command::new(SUPD)
+        .args(["--handshake", "n0nce", "--handoff-format", "6", "-c"])
+        .arg(sb.path("sup.toml"))
+        .output()
+        .expect("run");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "supd handoff 6 n0nce\n"
+    );
 }
 
 fn panic_case(as_pid1: bool) {

@@ -20,8 +20,12 @@ struct Args {
     system: bool,
     /// Take over from a previous image (`reexec`).
     handoff: Option<PathBuf>,
-    /// With `--check`: also say whether this program reads handoffs of this format.
+    /// With `--check` or `--handshake`: also say whether this program reads handoffs of
+    /// this format.
     handoff_format: Option<u32>,
+    /// `reexec`'s handshake (handshake.rs): answer this nonce if the handoff and the
+    /// config can be read.
+    handshake: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -31,6 +35,7 @@ fn parse_args() -> Result<Args, String> {
         system: false,
         handoff: None,
         handoff_format: None,
+        handshake: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -46,6 +51,7 @@ fn parse_args() -> Result<Args, String> {
                         .ok_or("--handoff-format needs a number")?,
                 )
             }
+            "--handshake" => args.handshake = Some(it.next().ok_or("--handshake needs a nonce")?),
             "--version" | "-V" => {
                 println!("supd {}", sup::VERSION);
                 std::process::exit(0);
@@ -86,6 +92,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(nonce) = &args.handshake {
+        sup::logging::init();
+        return handshake(&args.config, nonce, args.handoff_format);
+    }
     if args.check {
         sup::logging::init();
         if let Some(Err(e)) = args.handoff_format.map(sup::handoff::check_format) {
@@ -113,6 +123,33 @@ fn main() -> ExitCode {
     // bounded time.
     sup::logging::finish_stderr(std::time::Duration::from_secs(1));
     code
+}
+
+/// `--handshake NONCE`: the answer `reexec` waits for (handshake.rs), when this
+/// program reads the running supd's handoff format and its config; else why not, on
+/// stderr, and 1.
+fn handshake(path: &std::path::Path, nonce: &str, format: Option<u32>) -> ExitCode {
+    let Some(format) = format else {
+        eprintln!("supd: --handshake needs --handoff-format");
+        return ExitCode::from(2);
+    };
+    if let Err(e) = sup::handoff::check_format(format) {
+        eprintln!("supd: {e}");
+        return ExitCode::from(1);
+    }
+    if let Err(errs) = config::load(path) {
+        for e in &errs {
+            eprintln!("{e}");
+        }
+        eprintln!(
+            "{}: {} error(s): not taking over",
+            path.display(),
+            errs.len()
+        );
+        return ExitCode::from(1);
+    }
+    println!("{}", sup::handshake::answer(nonce));
+    ExitCode::SUCCESS
 }
 
 /// `--check`: every error, then 0 or 1.

@@ -45,11 +45,19 @@ pub enum Task {
     },
     /// Deleting pruned versions and leftovers.
     Prune { dirs: Vec<PathBuf> },
-    /// `BINARY --check`, before re-executing into it.
+    /// `BINARY --handshake NONCE`, before re-executing into it (handshake.rs).
     ReexecCheck {
         binary: PathBuf,
         client: u64,
         id: Value,
+        nonce: String,
+        /// The read end of the pipe that is its standard output (non-blocking: read
+        /// once it ended, and a process it left may hold the write end).
+        answer: Rc<File>,
+        /// When it is killed if it has not ended.
+        by: Mono,
+        /// It was killed at `by`.
+        timed_out: bool,
     },
 }
 
@@ -123,7 +131,7 @@ impl Supervisor {
         }
         let mut args = vec!["-rf".to_string(), "--".to_string()];
         args.extend(dirs.iter().map(|p| p.to_string_lossy().into_owned()));
-        match self.spawn_helper("/bin/rm", args) {
+        match self.spawn_helper("/bin/rm", args, sys::Io::Null) {
             Ok(pid) => {
                 self.tasks.insert(pid, Task::Prune { dirs });
             }
@@ -197,35 +205,45 @@ impl Supervisor {
         }
     }
 
-    /// `reexec [--binary PATH]`: checks the new program on the current config first.
+    /// `reexec [--binary PATH]`: the new program must answer the handshake first
+    /// (handshake.rs), on the current config, within [`crate::handshake::DEADLINE`].
     pub fn begin_reexec(
         &mut self,
         binary: Option<PathBuf>,
         client: u64,
         id: &Value,
+        now: Mono,
     ) -> Result<(), Error> {
         let binary = binary.unwrap_or_else(|| self.program.clone());
+        let nonce = crate::handshake::nonce();
         let args = vec![
-            "--check".to_string(),
-            "-c".into(),
-            self.config_path.to_string_lossy().into_owned(),
+            "--handshake".to_string(),
+            nonce.clone(),
             "--handoff-format".into(),
             crate::handoff::FORMAT.to_string(),
+            "-c".into(),
+            self.config_path.to_string_lossy().into_owned(),
         ];
+        let cannot = |e: String| {
+            failed(format!(
+                "cannot run {}: {e}; supd keeps running",
+                binary.display()
+            ))
+        };
+        let (read, write) = answer_pipe().map_err(|e| cannot(e.to_string()))?;
         let pid = self
-            .spawn_helper(&binary.to_string_lossy(), args)
-            .map_err(|e| {
-                failed(format!(
-                    "cannot run {}: {e}; supd keeps running",
-                    binary.display()
-                ))
-            })?;
+            .spawn_helper(&binary.to_string_lossy(), args, sys::Io::Fd(write))
+            .map_err(cannot)?;
         self.tasks.insert(
             pid,
             Task::ReexecCheck {
                 binary,
                 client,
                 id: id.clone(),
+                nonce,
+                answer: Rc::new(read),
+                by: now.plus(crate::handshake::deadline()),
+                timed_out: false,
             },
         );
         if let Some(c) = self.server.clients.get_mut(&client) {
@@ -234,13 +252,49 @@ impl Supervisor {
         Ok(())
     }
 
-    fn spawn_helper(&self, program: &str, args: Vec<String>) -> Result<i32, String> {
+    /// When the next handshake that has not ended is cut short.
+    pub fn handshake_deadline(&self) -> Option<Mono> {
+        (self.tasks.values())
+            .filter_map(|t| match t {
+                Task::ReexecCheck {
+                    by,
+                    timed_out: false,
+                    ..
+                } => Some(*by),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Kills the handshakes past their deadline (their exit, reaped as any helper's,
+    /// refuses the reexec).
+    pub fn cut_handshakes(&mut self, now: Mono) {
+        for (pid, t) in self.tasks.iter_mut() {
+            if let Task::ReexecCheck { by, timed_out, .. } = t {
+                if !*timed_out && *by <= now {
+                    *timed_out = true;
+                    // Its own child, not reaped yet: the pid is still its.
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(*pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+        }
+    }
+
+    fn spawn_helper(
+        &self,
+        program: &str,
+        args: Vec<String>,
+        stdout: sys::Io,
+    ) -> Result<i32, String> {
         sys::spawn(SpawnSpec {
             program: program.into(),
             args,
             env: vec![("PATH".into(), crate::launch::DEFAULT_PATH.into())],
             cwd: "/".into(),
-            stdout: sys::Io::Null,
+            stdout,
             stderr: sys::Io::Inherit,
             creds: None,
             give: None,
@@ -356,8 +410,32 @@ impl Supervisor {
                     log::warn!("deleting pruned versions failed ({exit}): {dirs:?}; they stay hidden until the next start");
                 }
             }
-            Task::ReexecCheck { binary, client, id } => {
-                self.finish_reexec(binary, client, id, exit, now)
+            Task::ReexecCheck {
+                binary,
+                client,
+                id,
+                nonce,
+                answer,
+                timed_out,
+                ..
+            } => {
+                let verdict = if timed_out {
+                    Err(format!(
+                        "it did not answer the handshake within {:?} and was killed",
+                        crate::handshake::deadline()
+                    ))
+                } else if !ok {
+                    Err(format!(
+                        "its handshake failed ({exit}) on the current config"
+                    ))
+                } else {
+                    let mut out = Vec::new();
+                    let _ = (&*answer)
+                        .take(crate::handshake::MAX_ANSWER as u64)
+                        .read_to_end(&mut out);
+                    crate::handshake::verify(&out, &nonce, crate::handoff::FORMAT)
+                };
+                self.finish_reexec(binary, client, id, verdict, now)
             }
         }
     }
@@ -383,6 +461,15 @@ fn fork_copy(
         }
     })?;
     Ok((pid, File::from(read)))
+}
+
+/// The pipe a handshake answers on: the write end its stdout, the read end
+/// non-blocking (a process the program left behind may hold the write end open).
+fn answer_pipe() -> std::io::Result<(File, std::os::fd::OwnedFd)> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    fcntl(&read, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    Ok((File::from(read), write))
 }
 
 /// What a copy that ended wrote on its pipe.

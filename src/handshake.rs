@@ -1,0 +1,94 @@
+//! The handshake a program must pass before `reexec` executes it.
+//!
+//! The running supd runs `BINARY --handshake NONCE --handoff-format N -c CONFIG`. A
+//! supd that reads handoffs of format N loads the config and answers one line on its
+//! standard output, `supd handoff FORMAT NONCE`, then exits 0; anything else is refused
+//! and supd goes on unchanged: a program that exits 0 without answering (`/bin/true`),
+//! one that echoes its arguments (`/bin/echo` prints the nonce, never this line), an
+//! older supd (no `--handshake`: a usage error), one that never ends (killed at
+//! [`DEADLINE`]). Exit status alone proved nothing: `supctl reexec --binary /bin/true`
+//! used to be accepted, and supd exec'd into it and was gone.
+
+use std::time::Duration;
+
+/// How long the program has to answer (it reads a config; a loaded machine is slow).
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// [`DEADLINE`], or for tests `SUP_HANDSHAKE_DEADLINE_MS` (as `SUP_FAILPOINT`, nobody
+/// sets it in production), so a test of a program that never answers takes no 30 s.
+pub fn deadline() -> Duration {
+    static D: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *D.get_or_init(|| {
+        std::env::var("SUP_HANDSHAKE_DEADLINE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(DEADLINE, Duration::from_millis)
+    })
+}
+
+/// The most of its output read: the answer is one short line.
+pub const MAX_ANSWER: usize = 4096;
+
+/// A value no program prints by accident: the running supd's pid and monotonic and
+/// wall clocks, in hex. Not a secret: whoever may reexec supd chooses its program.
+pub fn nonce() -> String {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        "{:x}-{:x}-{:x}",
+        std::process::id(),
+        crate::time::Mono::now().0,
+        wall
+    )
+}
+
+/// The line a program that reads handoffs of this supd's format answers.
+pub fn answer(nonce: &str) -> String {
+    format!("supd handoff {} {nonce}", crate::handoff::FORMAT)
+}
+
+/// Whether `out` (the program's standard output) answers the handshake `nonce` for
+/// handoff `format`: its first line must be `supd handoff F NONCE` with F ≥ `format`.
+pub fn verify(out: &[u8], nonce: &str, format: u32) -> Result<(), String> {
+    let text = String::from_utf8_lossy(out);
+    let first = text.lines().next().unwrap_or("").trim_end();
+    let words: Vec<&str> = first.split(' ').collect();
+    match words.as_slice() {
+        ["supd", "handoff", f, n] if *n == nonce => match f.parse::<u32>() {
+            Ok(f) if f >= format => Ok(()),
+            _ => Err(format!(
+                "it reads handoff format {f}, not {format}: it is older than the running supd"
+            )),
+        },
+        _ if first.is_empty() => Err("it did not answer the handshake: it is not a supd that reads this one's handoff".into()),
+        _ => Err(format!(
+            "it answered {:?} to the handshake, not \"supd handoff {format} …\": it is not a supd that reads this one's handoff",
+            first.chars().take(80).collect::<String>()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_answer_with_the_nonce_passes() {
+        let n = nonce();
+        assert!(verify(answer(&n).as_bytes(), &n, crate::handoff::FORMAT).is_ok());
+        assert!(verify(format!("{}\nmore\n", answer(&n)).as_bytes(), &n, 1).is_ok());
+        // Nothing at all (/bin/true).
+        assert!(verify(b"", &n, 1).unwrap_err().contains("did not answer"));
+        // Its arguments echoed (/bin/echo).
+        let echoed = format!("--handshake {n} --handoff-format 6 -c /etc/sup/sup.toml\n");
+        assert!(verify(echoed.as_bytes(), &n, 6).is_err());
+        // Another nonce (an answer meant for another supd).
+        assert!(verify(answer("other").as_bytes(), &n, 1).is_err());
+        // An older format.
+        let old = format!("supd handoff 3 {n}");
+        assert!(verify(old.as_bytes(), &n, 6).unwrap_err().contains("older"));
+        // Two calls give two nonces.
+        assert_ne!(nonce(), nonce());
+    }
+}
