@@ -373,7 +373,8 @@ impl Supervisor {
         Ok(Outcome::Answer(json!({"action": action.as_str()})))
     }
 
-    /// `signal` and `reload NAME`: `sig` to the process group of the service's run, while
+    /// `signal` and `reload NAME`: `sig` to the process group of the service's run (its
+    /// main process alone with `kill_mode = "main"`), while
     /// its leader is there (not reaped: its zombie still holds the group's id). Once it
     /// was reaped and the rest of the run drains, to the members of the run's cgroup
     /// alone (`Instance::signal_left`), the answer naming them (`"leader_gone": true`,
@@ -395,7 +396,11 @@ impl Supervisor {
         })?;
         match slot.instance.as_ref().filter(|i| i.leader_gone()) {
             None => {
-                signal_group(pid, sig);
+                // Its process group, or with `kill_mode = "main"` its main process alone.
+                match slot.instance.as_ref() {
+                    Some(run) => run.signal_leader_or_group(sig),
+                    None => signal_group(pid, sig),
+                }
                 Ok(json!({"service": service, "pid": pid, "signal": name}))
             }
             Some(run) => match run.signal_left(sig) {

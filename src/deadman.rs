@@ -213,7 +213,7 @@ impl crate::supervisor::Supervisor {
             return true; // the rest of the run was killed with its leader already
         }
         let armed = match self.deadman.as_mut() {
-            Some(d) => d.arm(&lease, run.pid, run.cgroup.as_deref()),
+            Some(d) => d.arm(&lease, run.pid, run.guard_cgroup()),
             None => Err("no dead-man pipe".into()),
         };
         match armed {
@@ -249,7 +249,7 @@ impl crate::supervisor::Supervisor {
             let Some(old) = run.guard.filter(|_| !run.leader_gone()) else {
                 continue;
             };
-            match d.arm(lease, run.pid, run.cgroup.as_deref()) {
+            match d.arm(lease, run.pid, run.guard_cgroup()) {
                 Ok(g) => {
                     log::info!("{name}: the grant's end moved earlier; a new dead-man guard ({g}) holds it");
                     run.guard = Some(g);
@@ -310,7 +310,7 @@ impl crate::supervisor::Supervisor {
             let (Some(d), Some(run)) = (self.deadman.as_mut(), slot.instance.as_mut()) else {
                 continue;
             };
-            match d.arm(&lease, run.pid, run.cgroup.as_deref()) {
+            match d.arm(&lease, run.pid, run.guard_cgroup()) {
                 Ok(g) => run.guard = Some(g),
                 Err(e) => {
                     log::error!("{name}: {e}; killing the run, which may not go unguarded");

@@ -105,6 +105,11 @@ impl Supervisor {
         };
         let lease = slot.cfg.leader_only.clone().filter(|_| leader_only);
         let run_lease = lease.clone();
+        let kill_mode = slot.cfg.kill_mode;
+        let guard_cgroup = cgroup
+            .clone()
+            .filter(|_| kill_mode == crate::config::KillMode::Cgroup);
+        let guard_cgroup = guard_cgroup.as_deref();
         let mut deadman = self.deadman.as_mut().zip(lease);
         let pid_file = match crate::supervisor::pid_file_of(slot, &state_dir) {
             Ok(f) => f,
@@ -128,7 +133,9 @@ impl Supervisor {
             })?;
             crate::failpoint::hit("spawn-after-record");
             let guard = match deadman.as_mut() {
-                Some((d, lease)) => Some(d.arm(lease, pid, cgroup.as_deref()).map_err(|e| {
+                // With a narrower `kill_mode`, the guard ends the leader (and its
+                // group), not what else is in its cgroup.
+                Some((d, lease)) => Some(d.arm(lease, pid, guard_cgroup).map_err(|e| {
                     format!("{e}; not started (a leader-only service never runs without it)")
                 })?),
                 None => None,
@@ -141,6 +148,8 @@ impl Supervisor {
                 guard,
                 lease: run_lease,
                 reaped_at: None,
+                kill_mode: Some(kill_mode),
+                left_at_exit: 0,
             });
             Ok(())
         });
@@ -161,6 +170,8 @@ impl Supervisor {
                     guard: None,
                     lease: None,
                     reaped_at: None,
+                    kill_mode: Some(kill_mode),
+                    left_at_exit: 0,
                 }));
                 // Its exit wakes the loop through the pidfd (kernels from 5.3).
                 slot.leader = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));

@@ -564,7 +564,12 @@ impl Supervisor {
                 slot.watchdog = h.watchdog;
                 slot.health_pid = Some(h.pid);
             }
-            slot.instance = s.instance.or_else(|| {
+            // A run of an image that did not know `kill_mode` takes the config's.
+            let s_instance = s.instance.map(|mut i| {
+                i.kill_mode.get_or_insert(slot.cfg.kill_mode);
+                i
+            });
+            slot.instance = s_instance.or_else(|| {
                 s.svc.pid.map(|pid| crate::instance::Instance {
                     pid,
                     start_time: crate::proc::stat(pid).map(|p| p.start_time).unwrap_or(0),
@@ -573,6 +578,8 @@ impl Supervisor {
                     guard: None,
                     lease: None,
                     reaped_at: None,
+                    kill_mode: Some(slot.cfg.kill_mode),
+                    left_at_exit: 0,
                 })
             });
             // A leader not reaped yet is still this process's child (exec keeps the

@@ -10,6 +10,7 @@
 //!   `stop` answers and a lease is released.
 
 use crate::cgroup;
+use crate::config::KillMode;
 use crate::service::Exit;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -42,12 +43,24 @@ pub struct Instance {
     /// outlives SIGKILL past `KILL_WAIT` holds the service back (`status` names it).
     #[serde(default)]
     pub reaped_at: Option<crate::time::Mono>,
+    /// What of the run a stop, a crash and the end of the run address (`kill_mode`, as
+    /// the config said when it started: a reload that changes it restarts the run, which
+    /// is stopped as it was started). `None` in a run handed over by an image that did
+    /// not know it: the config's is taken then (`handoff.rs`).
+    #[serde(default)]
+    pub kill_mode: Option<KillMode>,
+    /// How many other processes of the run (as `kill_mode` counts them) were there when
+    /// its leader exited: a leader that exits with a success code while they remain
+    /// has daemonized.
+    #[serde(default)]
+    pub left_at_exit: u32,
 }
 
 impl Instance {
     /// The stop path: sends `sig` to the process group, then SIGCONT so that a stopped
     /// group acts on it (a stopped process would hold its stop signal until the SIGKILL);
     /// SIGKILL also goes to everything in the cgroup.
+    /// With `kill_mode = "main"`, to the leader alone.
     pub fn signal(&self, sig: Signal) {
         if sig == Signal::SIGKILL {
             return self.kill_all();
@@ -56,9 +69,37 @@ impl Instance {
             // Its group id may name another group by now (`signal_left`).
             return;
         }
-        signal_group(self.pid, sig);
+        self.signal_leader_or_group(sig);
         if sig != Signal::SIGCONT {
-            signal_group(self.pid, Signal::SIGCONT);
+            self.signal_leader_or_group(Signal::SIGCONT);
+        }
+    }
+
+    /// `sig`, and only `sig`, to what `kill_mode` addresses while the leader is there:
+    /// every process of its cgroup (`"cgroup"`: its process group at once, then each
+    /// other member of the cgroup; without a cgroup, the process group), its process
+    /// group (`"group"`), or the leader alone (`"main"`; it is supd's child, not reaped
+    /// yet, so its pid names it). The stop path, `supctl signal`, `reload NAME`.
+    pub fn signal_leader_or_group(&self, sig: Signal) {
+        match self.mode() {
+            KillMode::Cgroup => {
+                signal_group(self.pid, sig);
+                if let Some(dir) = self.cgroup.as_deref() {
+                    let outside = |p: i32| {
+                        p != self.pid && crate::proc::stat(p).is_some_and(|s| s.pgrp != self.pid)
+                    };
+                    signal_members(dir, outside, sig);
+                }
+            }
+            KillMode::Group => signal_group(self.pid, sig),
+            KillMode::Main => match nix::sys::signal::kill(Pid::from_raw(self.pid), sig) {
+                Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+                Err(e) => log::warn!(
+                    "cannot send {} to process {}: {e}",
+                    crate::config::signal_name(sig),
+                    self.pid
+                ),
+            },
         }
     }
 
@@ -67,7 +108,30 @@ impl Instance {
     /// session's id, which stays taken while any process is in the session). Once the
     /// leader was reaped, to the cgroup alone: the group and session were killed while
     /// its zombie held their id, and that id may name another process's by now.
+    ///
+    /// With `kill_mode = "group"`, the process group alone (once the leader was reaped,
+    /// the members of the cgroup in that group); with `"main"`, the leader alone (none
+    /// once reaped).
     pub fn kill_all(&self) {
+        match self.mode() {
+            KillMode::Cgroup => {}
+            KillMode::Group => {
+                if !self.leader_gone() {
+                    signal_group(self.pid, Signal::SIGKILL);
+                } else if let Some(dir) = &self.cgroup {
+                    for pid in self.in_group(cgroup::members(dir)) {
+                        kill_exact(pid, None, Signal::SIGKILL);
+                    }
+                }
+                return;
+            }
+            KillMode::Main => {
+                if !self.leader_gone() {
+                    let _ = nix::sys::signal::kill(Pid::from_raw(self.pid), Signal::SIGKILL);
+                }
+                return;
+            }
+        }
         if let Some(dir) = &self.cgroup {
             cgroup::kill(dir);
         }
@@ -77,17 +141,43 @@ impl Instance {
         signal_group(self.pid, Signal::SIGKILL);
         if self.cgroup.is_none() {
             for s in session_stats(self.pid) {
-                // Exact through a pidfd; without pidfds (Linux before 5.3), by pid while
-                // it is still the process the scan found.
-                let sent = crate::sys::pidfd_open(s.pid).is_ok_and(|fd| {
-                    crate::proc::is_same(s.pid, s.start_time)
-                        && crate::sys::pidfd_send_signal(&fd, Signal::SIGKILL as i32).is_ok()
-                });
-                if !sent {
-                    crate::proc::kill_if_same(s.pid, s.start_time, Signal::SIGKILL);
-                }
+                kill_exact(s.pid, Some(s.start_time), Signal::SIGKILL);
             }
         }
+    }
+
+    /// The members of `pids` in this run's process group (the leader excepted).
+    fn in_group(&self, pids: Vec<i32>) -> Vec<i32> {
+        pids.into_iter()
+            .filter(|p| *p != self.pid)
+            .filter(|p| crate::proc::stat(*p).is_some_and(|s| s.pgrp == self.pid && s.state != 'Z'))
+            .collect()
+    }
+
+    /// How many processes of the run besides its leader are there, as `kill_mode`
+    /// counts them (asked when the leader has exited, before the rest is killed): the
+    /// other members of its cgroup (without one: of its process group and session),
+    /// of its process group (`"group"`), none (`"main"`: what it leaves is not the
+    /// run's).
+    pub fn others(&self) -> u32 {
+        let n = match (self.mode(), self.cgroup.as_deref()) {
+            (KillMode::Main, _) => 0,
+            (KillMode::Cgroup, Some(d)) => cgroup::members(d)
+                .into_iter()
+                .filter(|p| *p != self.pid)
+                .count(),
+            (KillMode::Cgroup, None) => crate::proc::all()
+                .into_iter()
+                .filter(|s| s.pid != self.pid && s.state != 'Z')
+                .filter(|s| s.pgrp == self.pid || s.session == self.pid)
+                .count(),
+            (KillMode::Group, Some(d)) => self.in_group(cgroup::members(d)).len(),
+            (KillMode::Group, None) => group_members(self.pid)
+                .into_iter()
+                .filter(|p| *p != self.pid)
+                .count(),
+        };
+        u32::try_from(n).unwrap_or(u32::MAX)
     }
 
     /// `sig` to what is left of a run whose leader was reaped (`supctl signal`,
@@ -97,28 +187,32 @@ impl Instance {
     /// group id: the leader's pid, free since it was reaped, may lead another group by
     /// now. `None` without a cgroup (nothing is sent: nothing names the rest exactly);
     /// else the pids signalled.
+    /// With `kill_mode = "group"`, to the members in its process group; `"main"`:
+    /// `None` (nothing of a run is left once its leader is reaped).
     pub fn signal_left(&self, sig: Signal) -> Option<Vec<i32>> {
         let dir = self.cgroup.as_deref()?;
-        let listed = cgroup::members(dir);
-        let held: Vec<(i32, Option<std::os::fd::OwnedFd>)> = listed
-            .into_iter()
-            .map(|p| (p, crate::sys::pidfd_open(p).ok()))
-            .collect();
-        let still = cgroup::members(dir);
-        let mut sent = Vec::new();
-        for (pid, fd) in held {
-            if !still.contains(&pid) {
-                continue;
-            }
-            let ok = match &fd {
-                Some(fd) => crate::sys::pidfd_send_signal(fd, sig as i32).is_ok(),
-                None => nix::sys::signal::kill(Pid::from_raw(pid), sig).is_ok(),
-            };
-            if ok {
-                sent.push(pid);
-            }
+        match self.mode() {
+            KillMode::Cgroup => Some(signal_members(dir, |_| true, sig)),
+            KillMode::Group => Some(signal_members(
+                dir,
+                |p| crate::proc::stat(p).is_some_and(|s| s.pgrp == self.pid),
+                sig,
+            )),
+            KillMode::Main => None,
         }
-        Some(sent)
+    }
+
+    /// The cgroup a dead-man guard kills: the run's with `kill_mode = "cgroup"`; with a
+    /// narrower one none (the guard ends the leader and its group).
+    pub fn guard_cgroup(&self) -> Option<&std::path::Path> {
+        self.cgroup
+            .as_deref()
+            .filter(|_| self.mode() == KillMode::Cgroup)
+    }
+
+    /// What of the run a stop and its end address (`kill_mode`).
+    pub fn mode(&self) -> KillMode {
+        self.kill_mode.unwrap_or_default()
     }
 
     /// The run is over: its dead-man guard, if any, is ended.
@@ -130,11 +224,15 @@ impl Instance {
 
     /// The processes of this run that are still there: the leader until it is reaped,
     /// and the members of its cgroup (or, without one, of its session).
+    /// With `kill_mode = "group"`, of its process group; `"main"`: the leader alone.
     pub fn pids(&self) -> Vec<i32> {
         let leader = (!self.leader_gone()).then_some(self.pid);
-        let rest = match self.cgroup.as_deref() {
-            Some(d) => cgroup::members(d),
-            None => session_members(self.pid),
+        let rest = match (self.mode(), self.cgroup.as_deref()) {
+            (KillMode::Main, _) => Vec::new(),
+            (KillMode::Group, Some(d)) => self.in_group(cgroup::members(d)),
+            (KillMode::Group, None) => group_members(self.pid),
+            (KillMode::Cgroup, Some(d)) => cgroup::members(d),
+            (KillMode::Cgroup, None) => session_members(self.pid),
         };
         leader.into_iter().chain(rest).collect()
     }
@@ -146,22 +244,82 @@ impl Instance {
 
     /// Whether no process of this run is left. Only asked once the leader was reaped:
     /// before, the leader itself is a member.
+    /// With `kill_mode = "main"` the run is over once its leader was reaped; with
+    /// `"group"`, once its process group is gone.
     pub fn is_gone(&self) -> bool {
+        if self.mode() == KillMode::Main {
+            return self.leader_gone();
+        }
         let group_gone = matches!(
             killpg(Pid::from_raw(self.pid), None),
             Err(nix::errno::Errno::ESRCH)
         );
         group_gone
-            && match self.cgroup.as_deref() {
-                Some(d) => !cgroup::populated(d),
-                None => session_members(self.pid).is_empty(),
-            }
+            && (self.mode() == KillMode::Group
+                || match self.cgroup.as_deref() {
+                    Some(d) => !cgroup::populated(d),
+                    None => session_members(self.pid).is_empty(),
+                })
     }
 }
 
 /// The live processes of session `sid` (a scan of /proc: only without cgroups).
 fn session_members(sid: i32) -> Vec<i32> {
     session_stats(sid).into_iter().map(|s| s.pid).collect()
+}
+
+/// `sig` to each member of cgroup `dir` that `pick` takes, each through a pidfd opened
+/// while it is a member (a pid the cgroup lists again once the pidfd holds it names that
+/// member; without pidfds, by pid as the cgroup lists it); the pids signalled.
+fn signal_members(dir: &std::path::Path, pick: impl Fn(i32) -> bool, sig: Signal) -> Vec<i32> {
+    let held: Vec<(i32, Option<std::os::fd::OwnedFd>)> = cgroup::members(dir)
+        .into_iter()
+        .filter(|p| pick(*p))
+        .map(|p| (p, crate::sys::pidfd_open(p).ok()))
+        .collect();
+    if held.is_empty() {
+        return Vec::new();
+    }
+    let still = cgroup::members(dir);
+    let mut sent = Vec::new();
+    for (pid, fd) in held {
+        if !still.contains(&pid) {
+            continue;
+        }
+        let ok = match &fd {
+            Some(fd) => crate::sys::pidfd_send_signal(fd, sig as i32).is_ok(),
+            None => nix::sys::signal::kill(Pid::from_raw(pid), sig).is_ok(),
+        };
+        if ok {
+            sent.push(pid);
+        }
+    }
+    sent
+}
+
+/// The live processes of process group `pgrp` (a scan of /proc: only without cgroups).
+fn group_members(pgrp: i32) -> Vec<i32> {
+    crate::proc::all()
+        .into_iter()
+        .filter(|s| s.pgrp == pgrp && s.state != 'Z')
+        .map(|s| s.pid)
+        .collect()
+}
+
+/// `sig` to `pid`: exact through a pidfd; without pidfds (Linux before 5.3), by pid
+/// while it is still the process found (its start time, when known).
+fn kill_exact(pid: i32, start_time: Option<u64>, sig: Signal) {
+    let same = |p| start_time.is_none_or(|t| crate::proc::is_same(p, t));
+    let sent = crate::sys::pidfd_open(pid)
+        .is_ok_and(|fd| same(pid) && crate::sys::pidfd_send_signal(&fd, sig as i32).is_ok());
+    if !sent {
+        match start_time {
+            Some(t) => crate::proc::kill_if_same(pid, t, sig),
+            None => {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+            }
+        }
+    }
 }
 
 /// The same, with what /proc says of each (its start time).

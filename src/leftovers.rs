@@ -17,6 +17,12 @@
 //! that backs off (20ms, doubling to 1s) until the phase's deadline: no service starts
 //! before the last of them is gone, as with pidfds.
 //!
+//! A service whose `kill_mode` (in the config the new supd reads) is narrower has less
+//! counted as left: with `"group"`, its recorded process group (not its session nor the
+//! rest of its cgroup); with `"main"`, the recorded main process alone, while it is that
+//! very process (its start time): what it started (sshd's sessions) is never ended, even
+//! in its cgroup, which keeps it. A service no longer in the config counts whole.
+//!
 //! A process that cannot die (in uninterruptible sleep on a hung file system, held by a
 //! cgroup freezer) is waited for as long as it lives: the KILL is sent again on a
 //! backoff (`unkillable::kill_again_in`), and its service is held back meanwhile, with
@@ -25,6 +31,7 @@
 //! cgroup removed) and starts, whatever is still left of another's.
 
 use crate::cgroup;
+use crate::config::KillMode;
 use crate::proc::Stat;
 use crate::records::{self, PidRecord};
 use crate::time::Mono;
@@ -44,6 +51,8 @@ pub struct Cleanup {
     state_dir: PathBuf,
     recs: Vec<PidRecord>,
     cgroups: Vec<PathBuf>,
+    /// The services whose `kill_mode` is narrower than their cgroup.
+    narrow: Vec<(String, KillMode)>,
     /// The services that still have something left: each is held back until it is gone.
     pub services: Vec<String>,
     /// When the ending began: what `status` counts a wait from.
@@ -64,6 +73,8 @@ pub struct Cleanup {
 pub struct Carried {
     recs: Vec<(String, i32, u64)>,
     cgroups: Vec<PathBuf>,
+    #[serde(default)]
+    narrow: Vec<(String, KillMode)>,
     services: Vec<String>,
     began: Mono,
     deadline: Mono,
@@ -79,14 +90,27 @@ const RECHECK_MAX: Duration = Duration::from_secs(1);
 
 impl Cleanup {
     /// Looks for what a previous supd of `state_dir` left and sends it TERM; `None` when
-    /// nothing is left (the records are cleared).
-    pub fn begin(state_dir: &Path, grace: Duration, now: Mono) -> Option<Cleanup> {
+    /// nothing is left (the records are cleared). `narrow`: the services whose
+    /// `kill_mode` is not `"cgroup"`, with it.
+    pub fn begin(
+        state_dir: &Path,
+        grace: Duration,
+        narrow: Vec<(String, KillMode)>,
+        now: Mono,
+    ) -> Option<Cleanup> {
         let recs: Vec<PidRecord> = records::read_pids(state_dir)
             .into_iter()
             .filter(|r| r.pid > 1)
             .collect();
         let cgroups: Vec<PathBuf> = cgroup::left_by_previous(state_dir)
             .into_iter()
+            // What is in the cgroup of a service of a narrower `kill_mode` is not ended
+            // for being there (its check commands' cgroup still is).
+            .filter(|d| {
+                !narrow
+                    .iter()
+                    .any(|(n, _)| own_cgroup_of(d) == Some(n.as_str()))
+            })
             .filter(|d| {
                 let busy = cgroup::populated(d);
                 if !busy {
@@ -95,7 +119,7 @@ impl Cleanup {
                 busy
             })
             .collect();
-        let found = remnants(&recs, &cgroups);
+        let found = remnants(&recs, &cgroups, &narrow);
         if found.is_empty() {
             records::clear_pids(state_dir);
             return None;
@@ -116,6 +140,7 @@ impl Cleanup {
             state_dir: state_dir.to_path_buf(),
             recs,
             cgroups,
+            narrow,
             services,
             began: now,
             members,
@@ -134,6 +159,7 @@ impl Cleanup {
                 .map(|r| (r.service.clone(), r.pid, r.start_time))
                 .collect(),
             cgroups: self.cgroups.clone(),
+            narrow: self.narrow.clone(),
             services: self.services.clone(),
             began: self.began,
             deadline: self.deadline,
@@ -156,6 +182,7 @@ impl Cleanup {
             state_dir: state_dir.to_path_buf(),
             recs,
             cgroups: c.cgroups,
+            narrow: c.narrow,
             services: c.services,
             began: c.began,
             members: Vec::new(),
@@ -163,7 +190,7 @@ impl Cleanup {
             kills: c.kills,
             recheck: None,
         };
-        let found = remnants(&cleanup.recs, &cleanup.cgroups);
+        let found = remnants(&cleanup.recs, &cleanup.cgroups, &cleanup.narrow);
         if found.is_empty() {
             cleanup.release(&found);
             for r in std::mem::take(&mut cleanup.recs) {
@@ -270,7 +297,7 @@ impl Cleanup {
         }
         // A member exited, or the phase is over: what is there now (a member may have
         // forked), and the services with nothing left.
-        let found = remnants(&self.recs, &self.cgroups);
+        let found = remnants(&self.recs, &self.cgroups, &self.narrow);
         let mut fresh: Vec<String> = (found.iter())
             .map(|(_, s)| s.clone())
             .filter(|s| !self.services.contains(s))
@@ -404,8 +431,24 @@ fn has_exited(fd: &OwnedFd) -> bool {
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
+/// The service a cgroup of a previous supd ran (`NAME.service`; `None` for a check
+/// command's).
+fn own_cgroup_of(dir: &Path) -> Option<&str> {
+    let name = dir.file_name()?.to_str()?.strip_suffix(".service")?;
+    (!name.ends_with("+check")).then_some(name)
+}
+
 /// The live processes left by services, with the service of each.
-fn remnants(recs: &[PidRecord], cgroups: &[PathBuf]) -> Vec<(i32, String)> {
+fn remnants(
+    recs: &[PidRecord],
+    cgroups: &[PathBuf],
+    narrow: &[(String, KillMode)],
+) -> Vec<(i32, String)> {
+    let mode = |service: &str| {
+        (narrow.iter())
+            .find(|(n, _)| n == service)
+            .map_or(KillMode::Cgroup, |(_, m)| *m)
+    };
     // For each record: whether its group is surely the service's (the leader lives).
     let groups: Vec<(&PidRecord, bool)> = recs
         .iter()
@@ -425,9 +468,12 @@ fn remnants(recs: &[PidRecord], cgroups: &[PathBuf]) -> Vec<(i32, String)> {
             // supd's group and session, and would be missed by them (and its service
             // released beside it).
             if let Some((r, _)) = groups.iter().find(|(r, owned)| {
-                (*owned && s.pid == r.pid)
-                    || ((r.pid == s.pgrp || r.pid == s.session)
-                        && (*owned || names_service(s, &r.service)))
+                let reach = match mode(&r.service) {
+                    KillMode::Cgroup => r.pid == s.pgrp || r.pid == s.session,
+                    KillMode::Group => r.pid == s.pgrp,
+                    KillMode::Main => false,
+                };
+                (*owned && s.pid == r.pid) || (reach && (*owned || names_service(s, &r.service)))
             }) {
                 out.push((s.pid, r.service.clone()));
             }
@@ -497,6 +543,7 @@ mod tests {
             state_dir: PathBuf::from("/nonexistent/sup-test"),
             recs: Vec::new(),
             cgroups: Vec::new(),
+            narrow: Vec::new(),
             services: vec!["svc".into()],
             began: Mono(0),
             members,

@@ -14,6 +14,7 @@ pub mod cgroup;
 pub mod commands;
 pub mod config;
 pub mod control;
+pub mod daemonize;
 pub mod deadman;
 pub mod event_loop;
 pub mod failpoint;

@@ -103,6 +103,10 @@ pub enum Event {
     Unavailable(String),
     Ready,
     Exited(Exit),
+    /// Its main process exited so, while this many other processes of its run (as
+    /// `kill_mode` counts them; never with `"main"`) remained: with a success code, it
+    /// daemonized, and the run is a failure, named so (`daemonize.rs`).
+    Daemonized(Exit, u32),
     /// The service's deadline has come.
     Timer,
     /// Its health check or watchdog failed (the reason says which): a failure. It is
@@ -309,6 +313,20 @@ impl Service {
                 };
                 self.settle(cfg, failed, exit.to_string(), now)
             }
+            (Starting | Running, Event::Daemonized(exit, left)) => {
+                let success =
+                    matches!(exit, Exit::Code(c) if cfg.policy.success_codes.contains(&c));
+                if !success {
+                    return self.step(cfg, Event::Exited(exit), now);
+                }
+                self.exited(exit);
+                let why = crate::daemonize::reason(exit, left, &cfg.command);
+                self.settle(cfg, true, why, now)
+            }
+            (
+                Stopped | Stopping | Backoff | Cooldown | Failed | Exited,
+                Event::Daemonized(exit, _),
+            ) => self.step(cfg, Event::Exited(exit), now),
             (Stopped | Backoff | Cooldown | Failed | Exited, Event::Exited(exit)) => {
                 // A process the machine did not know it had: record, change nothing.
                 self.exited(exit);

@@ -652,10 +652,9 @@ impl Supervisor {
                 .iter()
                 .filter_map(|n| self.slots.get(n)?.instance.as_ref())
             {
-                if let Some(dir) = &i.cgroup {
-                    // Exact: only this run's processes are in its cgroup.
-                    cgroup::kill(dir);
-                }
+                // Exact: only this run's processes are in its cgroup (with `kill_mode
+                // = "group"`, those of its cgroup in its process group).
+                i.kill_all();
             }
             self.drain_retry = None;
             if self.scan_owed.is_some() {

@@ -217,7 +217,11 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
             .map(|s| s.stop_timeout)
             .max()
             .unwrap_or(std::time::Duration::from_secs(10));
-        sup::leftovers::Cleanup::begin(&cfg.supd.state_dir, grace, sup::time::Mono::now())
+        let narrow = (cfg.services.values())
+            .filter(|s| s.kill_mode != config::KillMode::Cgroup)
+            .map(|s| (s.name.clone(), s.kill_mode))
+            .collect();
+        sup::leftovers::Cleanup::begin(&cfg.supd.state_dir, grace, narrow, sup::time::Mono::now())
     } else {
         None
     };

@@ -102,6 +102,7 @@ const SERVICE_KEYS: &[&str] = &[
     "reload_signal",
     "watchdog",
     "health",
+    "kill_mode",
 ];
 const HEALTH_KEYS: &[&str] = &[
     "command",
@@ -591,6 +592,18 @@ fn read_service(
                 d => svc.watchdog = d.or(svc.watchdog),
             },
             "health" => svc.health = read_health(ctx, v, f).map(Box::new),
+            "kill_mode" => set(
+                &mut svc.kill_mode,
+                ctx.choice(
+                    v,
+                    f,
+                    &[
+                        ("cgroup", KillMode::Cgroup),
+                        ("group", KillMode::Group),
+                        ("main", KillMode::Main),
+                    ],
+                ),
+            ),
             "instances" => match ctx
                 .integer(v, f)
                 .map(|count| super::instances::count(&n, count))

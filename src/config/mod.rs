@@ -144,6 +144,19 @@ pub enum LogStderr {
     Merged,
 }
 
+/// `kill_mode`: what a stop, a restart, a crash and a new supd end of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KillMode {
+    /// Every process of the run: its cgroup (without cgroups, its process group and
+    /// session).
+    #[default]
+    Cgroup,
+    /// Its process group alone.
+    Group,
+    /// The main process alone: what it started is left running (sshd's sessions).
+    Main,
+}
+
 /// `crash_loop = { restarts = N, window = "5m" }`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CrashLoop {
@@ -232,6 +245,9 @@ pub struct ServiceConfig {
     /// `health = { ... }`: a check supd runs itself (boxed: most services have none).
     #[serde(default)]
     pub health: Option<Box<HealthConfig>>,
+    /// `kill_mode`: what a stop, a restart, a crash and a new supd end.
+    #[serde(default)]
+    pub kill_mode: KillMode,
 }
 
 /// `health = { command | tcp | http, interval, timeout, failures, start_delay }`.
@@ -352,6 +368,7 @@ impl ServiceConfig {
             instance: None,
             watchdog: None,
             health: None,
+            kill_mode: KillMode::Cgroup,
         }
     }
 }

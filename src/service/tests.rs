@@ -541,3 +541,53 @@ fn a_run_that_outlives_sigkill_is_killed_again_on_a_backoff_and_waited_for() {
     assert_eq!((s.state, s.pending()), (State::Stopped, true));
     assert_eq!((s.unkillable(), s.kills, s.killed_at), (None, 0, None));
 }
+
+#[test]
+fn a_success_exit_leaving_processes_behind_is_a_daemonized_failure() {
+    let mut c = cfg();
+    c.command = vec!["/usr/bin/redis-server".into()];
+    c.policy.restart = RestartMode::OnFailure;
+    // Exited with 0, others left: a failure, named, restarted on the backoff.
+    let mut s = in_state(State::Running);
+    s.step(&c, Event::Daemonized(Exit::Code(0), 2), at(50));
+    assert_eq!(s.state, State::Backoff, "on-failure restarts it: a failure");
+    let why = s.reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("forked into the background: run it in the foreground")
+            && why.contains("daemonize no")
+            && why.contains("2 other processes"),
+        "{why}"
+    );
+    assert_eq!(s.history.streak, 1, "counted as a failure");
+    // The same exit with nothing left is a success: on-failure does not restart it.
+    let mut s = in_state(State::Running);
+    s.step(&c, Event::Exited(Exit::Code(0)), at(50));
+    assert_eq!(s.state, State::Exited);
+    // A failing code with others left is the failure it was, not named daemonized.
+    let mut s = in_state(State::Starting);
+    s.step(&c, Event::Daemonized(Exit::Code(3), 1), at(50));
+    assert_eq!(s.state, State::Backoff);
+    assert!(!s.reason.unwrap_or_default().contains("forked"));
+    // Stopping: the stop's own end, whatever was left.
+    let mut s = in_state(State::Stopping);
+    s.want = Want::Down;
+    s.step(&c, Event::Daemonized(Exit::Code(0), 1), at(50));
+    assert_eq!(s.state, State::Stopped);
+    // Daemonized ones count toward the crash loop.
+    let mut s = in_state(State::Running);
+    let mut loops = 0;
+    for i in 0..6 {
+        s.state = State::Running;
+        s.pid = Some(7);
+        let acts = s.step(&c, Event::Daemonized(Exit::Code(0), 1), at(100 * i));
+        loops += acts
+            .iter()
+            .filter(|a| matches!(a, Action::CrashLoop(_)))
+            .count();
+    }
+    assert!(
+        loops >= 1,
+        "a crash loop after {} restarts",
+        c.policy.crash_loop.restarts
+    );
+}

@@ -120,13 +120,18 @@ impl Supervisor {
                 }
             }
             let service = self.pids.get(&pid.as_raw()).cloned();
-            if let Some(i) = service
-                .as_ref()
-                .and_then(|n| self.slots.get(n)?.instance.as_ref())
-            {
-                // Whatever is left of its run goes with it: no remnant of one instance
-                // may overlap the next.
-                i.kill_all();
+            let mut others = 0;
+            if let Some(slot) = service.as_ref().and_then(|n| self.slots.get(n)) {
+                if let Some(i) = slot.instance.as_ref() {
+                    // A leader that exits while it runs and leaves others of its run may
+                    // have daemonized: they are counted before they are killed.
+                    if matches!(slot.svc.state, State::Starting | State::Running) {
+                        others = i.others();
+                    }
+                    // Whatever is left of its run (as `kill_mode` says) goes with it: no
+                    // remnant of one instance may overlap the next.
+                    i.kill_all();
+                }
             }
             let exit = match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(_, code)) => Exit::Code(code),
@@ -167,7 +172,10 @@ impl Supervisor {
                     // program that ran, however briefly, was running.
                     execd = read_exec_report(slot);
                     match slot.instance.as_mut() {
-                        Some(i) => (i.exit, i.reaped_at) = (Some(exit), Some(now)),
+                        Some(i) => {
+                            (i.exit, i.reaped_at) = (Some(exit), Some(now));
+                            i.left_at_exit = others;
+                        }
                         None => {
                             slot.instance = Some(Instance {
                                 pid,
@@ -177,6 +185,8 @@ impl Supervisor {
                                 guard: None,
                                 lease: None,
                                 reaped_at: Some(now),
+                                kill_mode: Some(slot.cfg.kill_mode),
+                                left_at_exit: others,
                             })
                         }
                     }
@@ -229,9 +239,9 @@ impl Supervisor {
             let Some(slot) = self.slots.get_mut(&name) else {
                 continue;
             };
-            let exit = slot.instance.take().and_then(|mut i| {
+            let (exit, others) = slot.instance.take().map_or((None, 0), |mut i| {
                 i.disarm();
-                i.exit
+                (i.exit, i.left_at_exit)
             });
             if let Err(e) = pid_file_of(slot, &state_dir).and_then(|f| {
                 f.set(None)
@@ -250,6 +260,9 @@ impl Supervisor {
                     }
                 }
                 (Some(e), _) => self.apply(&name, Event::SpawnFailed(e.why), now),
+                (None, Some(exit)) if others > 0 => {
+                    self.apply(&name, Event::Daemonized(exit, others), now)
+                }
                 (None, Some(exit)) => self.apply(&name, Event::Exited(exit), now),
                 (None, None) => {}
             }
