@@ -274,6 +274,7 @@ fn fixed_sequences() {
         stop_timeout_ms: 1000,
         lease: false,
         stalled_stderr: false,
+        kill_mode: "cgroup",
         steps: vec![
             step(Action::Install(good("1.1.0")), Then::Wait(0)),
             step(
@@ -322,6 +323,7 @@ fn fixed_sequences() {
         lease: false,
         // Its supd's stderr stalls: a reexec, a reload and a self-switch beside it.
         stalled_stderr: true,
+        kill_mode: "group",
         steps: vec![
             step(Action::Install(good("1.1.0")), Then::Wait(0)),
             step(

@@ -30,33 +30,48 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The prologue of every version's program: an exclusive lock per service, held by every
-/// process of the run (`sleep` inherits fd 9), or a line in `dups` and exit: two runs of
-/// one service alive at once.
+/// The prologue of every version's program: an exclusive lock per service, held by the
+/// main process and a good version's worker (`sleep` inherits fd 9), or a line in `dups`
+/// and exit: two runs of one service alive at once. Passing commands (`date`, `mv`,
+/// the flaky ones' `sleep`) do not hold it: under `kill_mode = "main"` a stop leaves
+/// them, by design, and they are no run of the service.
 const PROLOGUE: &str = r#"d="$COMBO_DIR"
 exec 9>>"$d/lock.$SUP_SERVICE"
 if ! flock -n 9; then
   echo "$SUP_SERVICE: pid $$ of $SUP_VERSION found the lock taken at $(date +%s.%N); holder: $(cat "$d/holder.$SUP_SERVICE" 2>/dev/null)" >>"$d/dups"
   exit 1
 fi
-echo "pid $$ of $SUP_VERSION since $(date +%s.%N)" >"$d/holder.$SUP_SERVICE"
+echo "pid $$ of $SUP_VERSION since $(date +%s.%N 9>&-)" >"$d/holder.$SUP_SERVICE"
 "#;
 
 /// A good version: ready (a newline on fd 3), runs until stopped; on SIGUSR1 with
 /// `switch-to` present, it points `current` at the version named there and exits 0 (a
 /// tool updating itself).
+///
+/// Its worker (the `sleep` it waits on) holds the lock, as any process of its run, but
+/// under `kill_mode = "main"` that is left at the end of a run, so there it does not
+/// (and is noted in `workers`, for the test to end). Its "session" (`setsid`: its own
+/// session and process group, as an sshd session) notes itself in `sessions` once it
+/// is in its session: a stop of the run before that ends it with the run's group.
 const GOOD: &str = r#"trap 'true' USR1
-sleep 100000 3>&- &
-s=$!
+if [ "$COMBO_KILL_MODE" = main ]; then
+  sleep 100000 3>&- 9>&- &
+  s=$!
+  echo "$s" >>"$d/workers"
+else
+  sleep 100000 3>&- &
+  s=$!
+fi
+setsid sh -c 'echo $$ >>"$0/sessions"; exec sleep 100000' "$d" 3>&- 9>&- </dev/null >/dev/null 2>&1 &
 echo >&3
 exec 3>&-
 while :; do
   wait $s
   if [ -e "$d/switch-to" ]; then
-    t=$(cat "$d/switch-to")
-    rm -f "$d/switch-to"
-    ln -sfn "$t" ../.switch && mv -T ../.switch ../current
-    echo "$(date +%s.%N) $SUP_SERVICE $SUP_VERSION switched current to $t" >>"$d/switches"
+    t=$(cat "$d/switch-to" 9>&-)
+    rm -f "$d/switch-to" 9>&-
+    ln -sfn "$t" ../.switch 9>&- && mv -T ../.switch ../current 9>&-
+    echo "$(date +%s.%N 9>&-) $SUP_SERVICE $SUP_VERSION switched current to $t" >>"$d/switches"
     exit 0
   fi
   kill -0 $s 2>/dev/null || exit 4
@@ -67,8 +82,8 @@ fn body(kind: Kind) -> String {
         Kind::Good => GOOD,
         Kind::Crash => "exit 3",
         Kind::Hang => "exec sleep 100000",
-        Kind::Flaky => "echo >&3\nexec 3>&-\nsleep 0.02\nexit 3",
-        Kind::Slow => "echo >&3\nexec 3>&-\nsleep 0.15\nexit 3",
+        Kind::Flaky => "echo >&3\nexec 3>&-\nsleep 0.02 9>&-\nexit 3",
+        Kind::Slow => "echo >&3\nexec 3>&-\nsleep 0.15 9>&-\nexit 3",
     };
     format!("{PROLOGUE}{tail}")
 }
@@ -158,12 +173,15 @@ impl Node {
             "tool = \"agent\"\ncommand = [\"bin/agent\"]\nready = \"fd:3\"\nready_timeout = \"{}ms\"\n\
              restart_delay = \"10ms\"\ncrash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\n\
              probation = \"{}ms\"\nstop_timeout = \"{}ms\"\nlog = \"null\"\n\
-             env = {{ COMBO_DIR = \"{}\", COMBO_VAR = \"{}\" }}\n",
+             env = {{ COMBO_DIR = \"{}\", COMBO_VAR = \"{}\", COMBO_KILL_MODE = \"{}\" }}\n\
+             kill_mode = \"{}\"\n",
             self.seq.ready_timeout_ms,
             self.seq.probation_ms,
             self.seq.stop_timeout_ms,
             self.sb.dir.display(),
-            self.var
+            self.var,
+            self.seq.kill_mode,
+            self.seq.kill_mode
         )
     }
 
@@ -781,6 +799,63 @@ impl Node {
         self.settle();
         self.term();
         self.check_dups();
+        self.check_sessions();
+    }
+
+    /// The pids noted in `file` (sessions or workers) that are still alive sleeps.
+    fn noted_alive(&self, file: &str) -> (Vec<i32>, Vec<i32>) {
+        let text = fs::read_to_string(self.sb.path(file)).unwrap_or_default();
+        let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        pids.into_iter().partition(|&p| {
+            sup::proc::stat(p).is_some_and(|st| st.state != 'Z')
+                && fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep")
+        })
+    }
+
+    /// After supd's exit: under "group" and "main" every session a good version started
+    /// is alive (supd never ended one: not at a stop, a restart, a crash, a kill -9 of
+    /// supd and a new one, a reexec, a rollback); under "cgroup" (with cgroups: as root)
+    /// none is, within a bound.
+    fn check_sessions(&mut self) {
+        let (alive, gone) = self.noted_alive("sessions");
+        match self.seq.kill_mode {
+            "group" | "main" if !gone.is_empty() => self.violate(
+                "SESSIONS",
+                format!(
+                    "sessions {gone:?} were ended under kill_mode = \"{}\" ({} of them live)",
+                    self.seq.kill_mode,
+                    alive.len()
+                ),
+                None,
+            ),
+            "cgroup" if nix::unistd::geteuid().is_root() => {
+                // Killed by supd, perhaps not dead yet: each one's pidfd is readable once
+                // it has exited.
+                let end = std::time::Instant::now() + Duration::from_secs(3);
+                for &pid in &alive {
+                    if let Ok(fd) = sup::sys::pidfd_open(pid) {
+                        use std::os::fd::AsFd;
+                        let left = end.saturating_duration_since(std::time::Instant::now());
+                        let ms = nix::poll::PollTimeout::try_from(left.as_millis() as i32)
+                            .unwrap_or(nix::poll::PollTimeout::ZERO);
+                        let mut p = [nix::poll::PollFd::new(
+                            fd.as_fd(),
+                            nix::poll::PollFlags::POLLIN,
+                        )];
+                        let _ = nix::poll::poll(&mut p, ms);
+                    }
+                }
+                let left = self.noted_alive("sessions").0;
+                if !left.is_empty() {
+                    self.violate(
+                        "SESSIONS",
+                        format!("sessions {left:?} outlived supd under kill_mode = \"cgroup\""),
+                        None,
+                    );
+                }
+            }
+            _ => {}
+        }
     }
 
     pub fn final_versions(&self) -> String {
@@ -797,6 +872,15 @@ impl Drop for Node {
         // supd by its pid (TERM, then KILL), then what its records name: Sandbox's drop.
         // What a killed supd left and no new one ended: by the lock files' holders.
         self.kill_child();
+        // What kill_mode left by design: the sessions and "main"'s workers, by pid.
+        for file in ["sessions", "workers"] {
+            for pid in self.noted_alive(file).0 {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
         for svc in ["agent", "engine"] {
             let holder =
                 fs::read_to_string(self.sb.path(&format!("holder.{svc}"))).unwrap_or_default();

@@ -154,6 +154,10 @@ pub struct Sequence {
     /// supd's stderr is a one-page pipe read only now and then (a stalled journald or
     /// console, issue 23): what supd cannot write waits or is counted, never waited for.
     pub stalled_stderr: bool,
+    /// The services' `kill_mode` (issue 24): a good version also starts a "session" (a
+    /// `setsid sleep`, as sshd's sessions), which "group" and "main" never end and
+    /// "cgroup" always does; under "main" its worker is left at each end of a run.
+    pub kill_mode: &'static str,
     pub steps: Vec<Step>,
 }
 
@@ -178,6 +182,7 @@ impl fmt::Display for Sequence {
                 "  (supd's stderr: a one-page pipe read only now and then)"
             )?;
         }
+        writeln!(f, "  (kill_mode = \"{}\")", self.kill_mode)?;
         for (i, s) in self.steps.iter().enumerate() {
             writeln!(f, "  {:>2}. {s}", i + 1)?;
         }
@@ -294,6 +299,7 @@ pub fn generate(seed: u64, lo: u64, hi: u64, lease: bool) -> Sequence {
     }
     // Drawn last, so the steps of a seed are those it drew before this parameter was.
     let stalled_stderr = rng.chance(33);
+    let kill_mode = ["cgroup", "cgroup", "group", "main"][rng.range(0, 4) as usize];
     Sequence {
         seed,
         probation_ms,
@@ -301,6 +307,7 @@ pub fn generate(seed: u64, lo: u64, hi: u64, lease: bool) -> Sequence {
         stop_timeout_ms,
         lease,
         stalled_stderr,
+        kill_mode,
         steps,
     }
 }
