@@ -102,6 +102,7 @@ const SERVICE_KEYS: &[&str] = &[
     "reload_signal",
     "watchdog",
     "health",
+    "runtime_dir",
 ];
 const HEALTH_KEYS: &[&str] = &[
     "command",
@@ -591,6 +592,7 @@ fn read_service(
                 d => svc.watchdog = d.or(svc.watchdog),
             },
             "health" => svc.health = read_health(ctx, v, f).map(Box::new),
+            "runtime_dir" => svc.runtime_dir = ctx.parsed(v, f, super::runtime_dir::parse),
             "instances" => match ctx
                 .integer(v, f)
                 .map(|count| super::instances::count(&n, count))

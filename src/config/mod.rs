@@ -8,6 +8,7 @@
 mod instances;
 mod load;
 mod read;
+pub mod runtime_dir;
 mod walk;
 
 pub use load::{load, load_supd_only, load_text, ConfigError};
@@ -232,6 +233,9 @@ pub struct ServiceConfig {
     /// `health = { ... }`: a check supd runs itself (boxed: most services have none).
     #[serde(default)]
     pub health: Option<Box<HealthConfig>>,
+    /// `runtime_dir = "NAME"`: /run/NAME, made at each start and given to `user`.
+    #[serde(default)]
+    pub runtime_dir: Option<String>,
 }
 
 /// `health = { command | tcp | http, interval, timeout, failures, start_delay }`.
@@ -352,6 +356,7 @@ impl ServiceConfig {
             instance: None,
             watchdog: None,
             health: None,
+            runtime_dir: None,
         }
     }
 }

@@ -243,7 +243,7 @@ impl Supervisor {
             stdout: sys::Io::Null,
             stderr: sys::Io::Inherit,
             creds: None,
-            give: None,
+            give: Vec::new(),
             ready_fd: None,
             tuning: Default::default(),
             own_pid_env: None,
