@@ -146,6 +146,37 @@ pub fn plan(
     })
 }
 
+/// Makes `runtime_dir = "NAME"`'s `/run/NAME` for a start: a directory of mode 0755 and
+/// supd's own (root's) until the child gives it to the service's user (`SpawnSpec::give`)
+/// before it drops root. One that exists keeps what it holds: the directory is not
+/// removed when the service stops (only a reboot empties /run), and each start sets its
+/// mode and owner again. A file or a symbolic link in its place fails the start.
+pub fn make_runtime_dir(name: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let dir = Path::new(crate::config::runtime_dir::RUN).join(name);
+    let fail = |e: &dyn std::fmt::Display| format!("runtime_dir {}: {e}", dir.display());
+    match std::fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(fail(&"exists and is not a directory")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(fail(&format!("cannot make it: {e}"))),
+            }
+        }
+        Err(e) => return Err(fail(&e)),
+    }
+    // A user's service gets it from its child; anyone else's is supd's (a directory a
+    // previous config gave to another user is taken back).
+    let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+    nix::unistd::chown(&dir, Some(uid), Some(gid))
+        .map_err(|e| fail(&format!("cannot take it back: {e}")))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| fail(&format!("cannot set its mode: {e}")))?;
+    Ok(dir)
+}
+
 fn set_var(env: &mut Vec<(String, String)>, k: String, v: String) {
     env.retain(|(name, _)| *name != k);
     env.push((k, v));

@@ -488,6 +488,14 @@ impl Supervisor {
         if let Err(why) = self.ensure_notify(name, None) {
             return self.apply(name, Event::SpawnFailed(why), now);
         }
+        // Made by supd at each start (`runtime_dir`), given to the user by the child too.
+        let run_dir = match self.slots.get(name).and_then(|s| s.cfg.runtime_dir.clone()) {
+            Some(d) => match launch::make_runtime_dir(&d) {
+                Ok(dir) => Some(dir),
+                Err(why) => return self.apply(name, Event::SpawnFailed(why), now),
+            },
+            None => None,
+        };
         let give = plan
             .creds
             .as_ref()
@@ -497,7 +505,10 @@ impl Supervisor {
                     .get(name)
                     .and_then(|s| s.notify.as_ref())
                     .map(|n| n.path.clone())
-            });
+            })
+            .into_iter()
+            .chain(run_dir)
+            .collect();
         let mut plan = plan;
         if let Some(term) = self
             .slots

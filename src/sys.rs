@@ -267,8 +267,9 @@ pub struct SpawnSpec {
     pub creds: Option<Account>,
     /// The write end of the readiness pipe and the fd number it must have in the child.
     pub ready_fd: Option<(RawFd, i32)>,
-    /// A file the child gives to its user before it drops root (its notify socket).
-    pub give: Option<std::path::PathBuf>,
+    /// Files the child gives to its user before it drops root (its notify socket, its
+    /// runtime directory).
+    pub give: Vec<std::path::PathBuf>,
     /// umask, nice and resource limits.
     pub tuning: Tuning,
     /// An environment variable the child sets to its own pid (`WATCHDOG_PID`).
@@ -326,7 +327,7 @@ impl SpawnSpec {
             stdout: Io::Inherit,
             stderr: Io::Inherit,
             creds: None,
-            give: None,
+            give: Vec::new(),
             ready_fd: Some((fd, 3)),
             tuning: Default::default(),
             own_pid_env: None,
@@ -800,8 +801,8 @@ struct ChildPlan {
     ready: Option<(OwnedFd, i32)>,
     user: Option<CString>,
     group: Option<CString>,
-    /// A file to give to the user (before root is dropped).
-    give: Option<CString>,
+    /// Files to give to the user (before root is dropped).
+    give: Vec<CString>,
     /// `env` sets HOME already (else the user's home directory is added).
     has_home: bool,
     /// `NAME=` of a variable set to the child's own pid.
@@ -849,9 +850,10 @@ fn plan_message(p: &ChildPlan, go: RawFd, report: RawFd) -> (Vec<u8>, Vec<RawFd>
     }
     w.opt_int(p.ready.as_ref().map(|(_, n)| i64::from(*n)));
     fds.extend(p.ready.as_ref().map(|(f, _)| f.as_raw_fd()));
-    for c in [&p.user, &p.group, &p.give] {
+    for c in [&p.user, &p.group] {
         w.opt_bytes(c.as_ref().map(|c| c.as_bytes()));
     }
+    w.list(&p.give);
     w.int(i64::from(p.has_home));
     w.opt_bytes(p.own_pid_env.as_ref().map(|s| s.as_bytes()));
     w.opt_int(p.dies_with.map(i64::from));
@@ -895,7 +897,7 @@ fn plan_from(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<(ChildPlan, OwnedFd, O
     };
     let user = r.opt_cstring()?;
     let group = r.opt_cstring()?;
-    let give = r.opt_cstring()?;
+    let give = r.list()?;
     let has_home = r.int()? != 0;
     let own_pid_env = match r.opt_bytes()? {
         Some(b) => Some(String::from_utf8(b.to_vec()).map_err(|_| bad())?),
@@ -1140,10 +1142,9 @@ impl ChildPlan {
                 Some(g) => Some(cstring(g)?),
                 None => None,
             },
-            give: match &spec.give {
-                Some(p) => Some(cstring(&p.to_string_lossy())?),
-                None => None,
-            },
+            give: (spec.give.iter())
+                .map(|p| cstring(&p.to_string_lossy()))
+                .collect::<io::Result<_>>()?,
             has_home: spec.env.iter().any(|(k, _)| k == "HOME"),
             own_pid_env: spec.own_pid_env.as_ref().map(|k| format!("{k}=")),
             dies_with: spec
@@ -1323,8 +1324,10 @@ fn child_main(
                 .collect();
             envp = with_home.as_ptr();
         }
-        if let (Some(file), Some(uid)) = (&p.give, ids.uid) {
-            libc::chown(file.as_ptr(), uid, ids.gid.unwrap_or(u32::MAX));
+        if let Some(uid) = ids.uid {
+            for file in &p.give {
+                libc::chown(file.as_ptr(), uid, ids.gid.unwrap_or(u32::MAX));
+            }
         }
         if let Some(gid) = ids.gid {
             if libc::setgroups(ids.groups.len(), ids.groups.as_ptr()) < 0 || libc::setgid(gid) < 0 {
@@ -2093,7 +2096,7 @@ mod tests {
                 group: Some("web".into()),
             }),
             ready_fd: Some((ready_w.as_raw_fd(), 5)),
-            give: Some("/run/n.sock".into()),
+            give: vec!["/run/n.sock".into(), "/run/redis".into()],
             tuning: Tuning {
                 umask: Some(0o027),
                 nice: Some(-3),

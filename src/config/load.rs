@@ -103,6 +103,7 @@ const SERVICE_KEYS: &[&str] = &[
     "watchdog",
     "health",
     "kill_mode",
+    "runtime_dir",
 ];
 const HEALTH_KEYS: &[&str] = &[
     "command",
@@ -604,6 +605,7 @@ fn read_service(
                     ],
                 ),
             ),
+            "runtime_dir" => svc.runtime_dir = ctx.parsed(v, f, super::runtime_dir::parse),
             "instances" => match ctx
                 .integer(v, f)
                 .map(|count| super::instances::count(&n, count))

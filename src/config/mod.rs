@@ -8,6 +8,7 @@
 mod instances;
 mod load;
 mod read;
+pub mod runtime_dir;
 mod walk;
 
 pub use load::{load, load_supd_only, load_text, ConfigError};
@@ -248,6 +249,9 @@ pub struct ServiceConfig {
     /// `kill_mode`: what a stop, a restart, a crash and a new supd end.
     #[serde(default)]
     pub kill_mode: KillMode,
+    /// `runtime_dir = "NAME"`: /run/NAME, made at each start and given to `user`.
+    #[serde(default)]
+    pub runtime_dir: Option<String>,
 }
 
 /// `health = { command | tcp | http, interval, timeout, failures, start_delay }`.
@@ -369,6 +373,7 @@ impl ServiceConfig {
             watchdog: None,
             health: None,
             kill_mode: KillMode::Cgroup,
+            runtime_dir: None,
         }
     }
 }

@@ -398,7 +398,7 @@ impl Supervisor {
             stderr: Io::Null,
             creds: plan.creds,
             ready_fd: None,
-            give: None,
+            give: Vec::new(),
             tuning: plan.tuning,
             own_pid_env: None,
             dies_with_supd: true,

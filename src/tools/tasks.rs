@@ -297,7 +297,7 @@ impl Supervisor {
             stdout,
             stderr: sys::Io::Inherit,
             creds: None,
-            give: None,
+            give: Vec::new(),
             ready_fd: None,
             tuning: Default::default(),
             own_pid_env: None,
