@@ -118,6 +118,8 @@ fn main() -> ExitCode {
 /// `--check`: every error, then 0 or 1.
 fn check(path: &std::path::Path) -> ExitCode {
     match config::load(path) {
+        // Then the lint: what would fail every start (programs, users, env_files, cwd).
+        Ok(cfg) if !config::lint::report(&cfg, path) => ExitCode::from(1),
         Ok(cfg) => {
             println!(
                 "{}: ok ({} services, {} files)",
