@@ -209,3 +209,22 @@ fn a_mistake_in_an_included_table_of_instances_is_said_once_in_its_file() {
     );
     assert!(err.ends_with("sup.toml: 1 error\n"), "{err}");
 }
+
+// A reexec checks its new program with `--check --handoff-format N`: that check is
+// whether the new program reads this config and its handoff, not the lint. A service
+// that cannot start (its program gone) must not keep supd from replacing itself, and
+// nothing there may wait on the user database.
+#[test]
+fn a_reexec_is_not_refused_for_what_the_lint_finds() {
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n\
+         [service.b]\ncommand = [\"/nonexistent/sup-lint/b\"]\nautostart = false\n",
+    );
+    let (code, _, err) = check(&sb);
+    assert_eq!(code, Some(1), "the lint finds b's program missing: {err}");
+    sb.start();
+    let pid = sb.wait_state("a", "running")["pid"].clone();
+    sb.reexec();
+    assert_eq!(sb.wait_state("a", "running")["pid"], pid);
+}
