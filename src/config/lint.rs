@@ -465,11 +465,18 @@ fn program_problem(
         // Many services run one program: each path looked at once for each user.
         let verdict = runs
             .entry((c, who.uid, who.gids.clone()))
-            .or_insert_with_key(|(c, _, _)| {
-                std::fs::metadata(c).ok().map(|_| {
+            .or_insert_with_key(|(c, _, _)| match std::fs::metadata(c) {
+                Ok(_) => Some(
                     access::stat_chain(c, access::owner_names)
-                        .and_then(|chain| access::check(&chain, who, Want::Exec))
-                })
+                        .and_then(|chain| access::check(&chain, who, Want::Exec)),
+                ),
+                // As execvp: these are not there; anything else refuses.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => None,
+                Err(e) => Some(Err(format!(
+                    "{}: {e}, to the user running --check (run it as supd's user)",
+                    c.display()
+                ))),
             });
         match verdict {
             None => {}
