@@ -123,12 +123,12 @@ fn places(files: &[PathBuf]) -> Places {
             else {
                 continue;
             };
-            for (name, def) in services.iter() {
-                let name = name.get_ref().as_ref();
+            for (table, def) in services.iter() {
+                let name = table.get_ref().as_ref();
                 let DeValue::Table(keys) = def.get_ref() else {
                     continue;
                 };
-                put(name, String::new(), def.span().start);
+                put(name, String::new(), table.span().start);
                 for (k, v) in keys.iter() {
                     let k_name = k.get_ref().to_string();
                     match (k_name.as_str(), v.get_ref()) {
