@@ -321,7 +321,7 @@ fn supctl_exit_codes_and_table() {
         .args(["-s", "/nonexistent/sup.sock", "status"])
         .output()
         .expect("run");
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(4));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("cannot reach supd at /nonexistent/sup.sock")
     );

@@ -105,7 +105,7 @@ fn check_prints_one_line_per_error_and_refuses_a_lease_declared_twice() {
         [
             format!("{main}:8:10: service.evil\\nsup.toml:1:1: forged: a service name is letters, digits, '-', '_', '.' or '@', not starting with '.'"),
             format!("{main}:13:10: service.b.after: no service named 'x\\ny'"),
-            format!("{main}:14:1: service.b.k\\u{{1b}}[2J: unknown key (expected one of: tool, command, cwd, env, user, group, restart, success_codes, restart_delay, restart_delay_max, stable_after, crash_loop, on_crash_loop, cooldown, probation, regression_window, ready, ready_timeout, stop_signal, stop_timeout, after, autostart, log, log_max_size, log_keep, log_stderr, leader_only, umask, nice, instances, limits, env_file, reload_signal, watchdog, health)"),
+            format!("{main}:14:1: service.b.k\\u{{1b}}[2J: unknown key (not a key of this table: sup.toml(5) lists them)"),
             format!("{more}:1:8: lease.engine: lease 'engine' is already defined at {main}:16:8"),
             format!("{main}: 4 errors"),
         ],

@@ -421,7 +421,7 @@ fn supctl_gives_up_on_a_silent_supd() {
     let _silent = std::os::unix::net::UnixListener::bind(&sb.socket).expect("bind");
     let t = Instant::now();
     let out = sb.supctl(&["--timeout", "1s", "status"]);
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("did not answer within 1s"),
         "{}",

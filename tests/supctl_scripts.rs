@@ -166,8 +166,60 @@ fn errors_are_json_with_json() {
         .args(["--json", "-s", "/nonexistent/sup.sock", "status"])
         .output()
         .expect("run supctl");
-    assert_eq!(code(&out), Some(3));
+    assert_eq!(code(&out), Some(4));
     assert_eq!(err(&out)["error"]["kind"], "unreachable");
+    assert_eq!(err(&out)["exit"], 4);
+}
+
+// see: issue 24, item 6 — `supctl status` exited 3 both when supd could not be reached
+// and when a service was not up; and 0 while supd ran with config errors.
+#[test]
+fn unreachable_is_4_for_every_command_and_config_errors_are_5() {
+    let mut sb = Sandbox::new();
+    let gone = sb.path("gone.sock").display().to_string();
+    for args in [
+        &["status"][..],
+        &["status", "a"],
+        &["--json", "status"],
+        &["stop", "a"],
+        &["reload"],
+        &["hello"],
+    ] {
+        let out = Command::new(SUPCTL)
+            .arg("-s")
+            .arg(&gone)
+            .args(args)
+            .output()
+            .expect("run supctl");
+        assert_eq!(code(&out), Some(4), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("cannot reach supd"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    // supd up, its config broken: nothing named is down, yet not all is well.
+    sb.config("[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart = \"maybe\"\n");
+    sb.start();
+    for args in [&["status"][..], &["--json", "status"]] {
+        let out = sb.supctl(args);
+        assert_eq!(code(&out), Some(5), "{args:?}: {}", stderr(&out));
+    }
+    assert!(stderr(&sb.supctl(&["status"])).contains("config"));
+    assert_eq!(
+        code(&sb.supctl(&["status", "a"])),
+        Some(1),
+        "no such service"
+    );
+    sleepers(&sb, &["a", "b"]);
+    assert_eq!(code(&sb.supctl(&["reload"])), Some(0));
+    sb.wait_state("a", "running");
+    sb.wait_state("b", "running");
+    assert_eq!(code(&sb.supctl(&["status"])), Some(0));
+    // A service not up says so (3) over the config's errors (5).
+    assert_eq!(code(&sb.supctl(&["stop", "b"])), Some(0));
+    assert_eq!(code(&sb.supctl(&["status", "a"])), Some(0));
+    assert_eq!(code(&sb.supctl(&["status"])), Some(3));
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! supctl: args → one request → print the answer → exit code.
-//! Exit codes: 0 success, 1 failed or refused, 2 usage, 3 cannot reach supd.
+//! Exit codes: 0 success, 1 failed or refused, 2 usage, 3 `status`: a service is not
+//! up, 4 cannot reach supd, 5 `status`: all is up but supd runs with config errors.
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -30,7 +31,8 @@ use versions::print_versions;
 const USAGE: &str = "usage: supctl [-s SOCKET] [--json] [--timeout DURATION] COMMAND [ARGS]
 
 commands:
-  status [SERVICE...]         state of each service; exit 3 if one is not up
+  status [SERVICE...]         state of each service; exit 3 if one is not up,
+                              5 if supd runs with config errors
   start SERVICE...            admin up; answers once up, or why not (exit 1);
                               'all' names every service; in 'after' order
   stop SERVICE...             admin down (stays down across restarts of supd);
@@ -70,6 +72,8 @@ enum Failure {
     Unreachable(String),
     /// `status`: a named service is not up (exit 3, as LSB and supervisorctl do).
     NotUp(Vec<String>),
+    /// `status`: all is up, but supd runs with config errors (exit 5).
+    ConfigErrors,
     /// Whoever reads our output is gone (`supctl status | head -1`): nothing to say.
     OutputClosed,
 }
@@ -85,10 +89,16 @@ fn main() -> ExitCode {
             }
             return ExitCode::from(3);
         }
+        Err(Failure::ConfigErrors) => {
+            if !json {
+                note("supctl: all is up, but supd runs with config errors (above); `supd --check` shows them");
+            }
+            return ExitCode::from(5);
+        }
         Err(Failure::Usage(m)) => (2, "usage".to_string(), m, false),
         Err(Failure::Refused(m)) => (1, "failed".to_string(), m, false),
         Err(Failure::Denied(kind, m)) => (1, kind, m, true),
-        Err(Failure::Unreachable(m)) => (3, "unreachable".to_string(), m, false),
+        Err(Failure::Unreachable(m)) => (4, "unreachable".to_string(), m, false),
     };
     if json {
         let line = json!({"ok": false, "exit": code, "error": {"kind": kind, "message": message}});
@@ -222,11 +232,23 @@ fn run() -> Result<(), Failure> {
             .filter(|s| !is_up(s))
             .map(|s| s["name"].as_str().unwrap_or("?").to_string())
             .collect();
-        if !down.is_empty() {
-            return Err(Failure::NotUp(down));
-        }
+        let listed = |key: &str| data[key].as_array().is_some_and(|a| !a.is_empty());
+        return status_outcome(down, listed("config_errors") || listed("broken_files"));
     }
     Ok(())
+}
+
+/// `status`'s exit: 3 when a service is not up (as LSB and supervisorctl say it), else 5
+/// when supd runs with config errors (a broken file: its services may not run as
+/// written), else 0.
+fn status_outcome(down: Vec<String>, config_errors: bool) -> Result<(), Failure> {
+    if !down.is_empty() {
+        Err(Failure::NotUp(down))
+    } else if config_errors {
+        Err(Failure::ConfigErrors)
+    } else {
+        Ok(())
+    }
 }
 
 /// A line from supd.
@@ -812,13 +834,17 @@ struct StatusData {
     services: Vec<ServiceStatus>,
     #[serde(default)]
     config_errors: Vec<String>,
+    /// The files that do not load (a newer supd): counted as config errors.
+    #[serde(default)]
+    broken_files: Vec<Value>,
     #[serde(default)]
     tools: std::collections::BTreeMap<String, Value>,
     #[serde(default)]
     down_error: Option<String>,
 }
 
-/// `status` without `--json`: the table, notes on stderr, exit 3 if one is not up.
+/// `status` without `--json`: the table, notes on stderr, exit 3 if one is not up, 5 if
+/// supd runs with config errors.
 fn show_status(d: &StatusData) -> Result<(), Failure> {
     let (mut o, mut err) = (String::new(), String::new());
     status_text(&mut o, &mut err, d);
@@ -826,15 +852,20 @@ fn show_status(d: &StatusData) -> Result<(), Failure> {
     if !err.is_empty() {
         note(err.trim_end());
     }
+    show_status_outcome(d)
+}
+
+/// [`status_outcome`] of `status`'s data.
+fn show_status_outcome(d: &StatusData) -> Result<(), Failure> {
     let down: Vec<String> = (d.services.iter())
         // Up as supd says; from a supd too old to say, running.
         .filter(|s| !s.up && s.state != "running")
         .map(|s| s.name.clone())
         .collect();
-    if !down.is_empty() {
-        return Err(Failure::NotUp(down));
-    }
-    Ok(())
+    status_outcome(
+        down,
+        !d.config_errors.is_empty() || !d.broken_files.is_empty(),
+    )
 }
 
 /// The table of `status`, and its notes for stderr.

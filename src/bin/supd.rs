@@ -102,7 +102,8 @@ fn main() -> ExitCode {
             eprintln!("supd: {e}");
             return ExitCode::from(1);
         }
-        return check(&args.config);
+        // A reexec's check of its new program is not the operator's lint.
+        return check(&args.config, args.handoff_format.is_none());
     }
     sup::logging::init_supd();
     let signals = match signals {
@@ -153,8 +154,10 @@ fn handshake(path: &std::path::Path, nonce: &str, format: Option<u32>) -> ExitCo
 }
 
 /// `--check`: every error, then 0 or 1.
-fn check(path: &std::path::Path) -> ExitCode {
+fn check(path: &std::path::Path, lint: bool) -> ExitCode {
     match config::load(path) {
+        // Then the lint: what would fail every start (programs, users, env_files, cwd).
+        Ok(cfg) if lint && !config::lint::report(&cfg, path) => ExitCode::from(1),
         Ok(cfg) => {
             println!(
                 "{}: ok ({} services, {} files)",

@@ -2,10 +2,11 @@
 //!
 //! [`load`] reads a file and its includes and returns either a whole [`Config`] or every
 //! error found, each with `file:line:column`. Nothing here starts or touches anything:
-//! user names, tool directories and programs are looked up when a service starts, so a
-//! config may name things that do not exist yet.
+//! user names, tool directories and programs are looked up when a service starts; only
+//! `supd --check` looks them up beforehand ([`lint`]).
 
 mod instances;
+pub mod lint;
 mod load;
 mod read;
 pub mod runtime_dir;

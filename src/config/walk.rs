@@ -180,14 +180,62 @@ impl<'a> FileCtx<'a> {
         Some(self.dir().join(s))
     }
 
-    /// Reports a key that this table does not have.
+    /// Reports a key that this table does not have: the nearest known one when one is
+    /// near enough to be a slip (`comand`, `stop-timeout`), else the known keys when
+    /// they are few; a table of many (a service's) points to sup.toml(5) instead.
     pub fn unknown(&mut self, span: Range<usize>, key: &str, known: &[&str]) {
-        self.err(
-            span,
-            key,
-            format!("unknown key (expected one of: {})", known.join(", ")),
-        );
+        let name = key.rsplit('.').next().unwrap_or(key);
+        let message = match nearest(name, known) {
+            Some(near) => format!("unknown key; did you mean `{near}`?"),
+            None if known.len() <= MAX_LISTED => {
+                format!("unknown key (expected one of: {})", known.join(", "))
+            }
+            None => "unknown key (not a key of this table: sup.toml(5) lists them)".into(),
+        };
+        self.err(span, key, message);
     }
+}
+
+/// A table with at most this many keys lists them for an unknown key nothing is near.
+const MAX_LISTED: usize = 15;
+
+/// The known name nearest `name` by edit distance (case and `-` for `_` forgiven), when
+/// it is near enough to be a slip: at most 1 edit for a name of up to 4 characters, 2
+/// up to 8, else 3. The first known one among equals.
+pub fn nearest<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
+    let norm = name.to_ascii_lowercase().replace('-', "_");
+    let limit = match norm.chars().count() {
+        0..=4 => 1,
+        5..=8 => 2,
+        _ => 3,
+    };
+    known
+        .iter()
+        .map(|k| (distance(&norm, k), *k))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// The optimal string alignment distance: insertions, deletions, substitutions and
+/// swaps of two neighbours, one edit each.
+fn distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // Rows i-2, i-1 and i of the table.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
+    let mut last: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut row = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            row[j] = (last[j] + 1).min(row[j - 1] + 1).min(last[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                row[j] = row[j].min(before[j - 2] + 1);
+            }
+        }
+        before = std::mem::replace(&mut last, row);
+    }
+    last[b.len()]
 }
 
 /// Where each line of a text starts, so that a position is found by binary search:
@@ -241,5 +289,58 @@ mod tests {
         assert_eq!(lines.line_col(text, 10), (2, 4));
         assert_eq!(lines.line_col(text, 999), (3, 1));
         assert_eq!(Lines::new("").line_col("", 0), (1, 1));
+    }
+
+    // see: issue 24, item 4 — an unknown key listed all 34 keys instead of the nearest.
+    #[test]
+    fn the_nearest_key_is_named_only_when_near_enough() {
+        let keys = [
+            "command",
+            "cwd",
+            "user",
+            "group",
+            "stop_timeout",
+            "stop_signal",
+        ];
+        assert_eq!(nearest("comand", &keys), Some("command"));
+        assert_eq!(
+            nearest("comamnd", &keys),
+            Some("command"),
+            "a swap is one edit"
+        );
+        assert_eq!(nearest("Command", &keys), Some("command"));
+        assert_eq!(nearest("stop-timeout", &keys), Some("stop_timeout"));
+        assert_eq!(nearest("stop_timout", &keys), Some("stop_timeout"));
+        assert_eq!(nearest("usr", &keys), Some("user"));
+        assert_eq!(
+            nearest("uid", &keys),
+            None,
+            "two edits is too far for a short name"
+        );
+        assert_eq!(nearest("frobnicate", &keys), None);
+        assert_eq!(nearest("", &keys), None);
+        assert_eq!(distance("abc", "abc"), 0);
+        assert_eq!(distance("", "abc"), 3);
+        assert_eq!(distance("ca", "abc"), 3);
+    }
+
+    #[test]
+    fn an_unknown_key_says_the_nearest_else_lists_a_short_table() {
+        let mut errors = Vec::new();
+        let mut ctx = FileCtx::new(Path::new("x.toml"), "k = 1\n", &mut errors);
+        ctx.unknown(0..1, "service.a.comand", &["tool", "command"]);
+        ctx.unknown(0..1, "service.a.health.bogus", &["tcp", "http"]);
+        let many: Vec<String> = (0..20).map(|i| format!("key{i:02}long")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        ctx.unknown(0..1, "service.a.zzz", &many);
+        let said: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(
+            said,
+            [
+                "unknown key; did you mean `command`?",
+                "unknown key (expected one of: tcp, http)",
+                "unknown key (not a key of this table: sup.toml(5) lists them)",
+            ]
+        );
     }
 }

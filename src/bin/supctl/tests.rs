@@ -72,3 +72,27 @@ fn every_event_kind_reads_the_same_way() {
     )
     .starts_with("18:20:01.123 a running"));
 }
+
+// see: issue 24, item 6 — `status` exited 3 for "not up" and for "cannot reach", and 0
+// while supd ran with config errors.
+#[test]
+fn status_exits_3_for_a_service_down_over_5_for_config_errors() {
+    let code = |r: Result<(), Failure>| match r {
+        Ok(()) => 0,
+        Err(Failure::NotUp(_)) => 3,
+        Err(Failure::ConfigErrors) => 5,
+        Err(_) => -1,
+    };
+    assert_eq!(code(status_outcome(vec![], false)), 0);
+    assert_eq!(code(status_outcome(vec![], true)), 5);
+    assert_eq!(code(status_outcome(vec!["a".into()], false)), 3);
+    assert_eq!(code(status_outcome(vec!["a".into()], true)), 3);
+    let d: StatusData =
+        serde_json::from_value(json!({"services": [], "broken_files": [{"file": "x"}]}))
+            .expect("status data");
+    assert_eq!(
+        code(show_status_outcome(&d)),
+        5,
+        "a broken file alone counts"
+    );
+}

@@ -159,7 +159,9 @@ fn every_error_is_reported_at_once_with_its_position() {
         ("[service.a]\ncommand = [\"/a\"]\nsuccess_codes = [300]\n", &["service.a.success_codes: an exit code is from 0 to 255"]),
         ("[service.a]\ncommand = [\"/a\"]\ntool = \"../x\"\n", &["service.a.tool: '../x' is not a tool name"]),
         ("[service.\"a/b\"]\ncommand = [\"/a\"]\n", &["service.a/b: a service name is"]),
-        ("[supd]\nsockett = \"x\"\n", &["sup.toml:2:1: supd.sockett: unknown key (expected one of: socket,"]),
+        ("[supd]\nsockett = \"x\"\n", &["sup.toml:2:1: supd.sockett: unknown key; did you mean `socket`?"]),
+        ("[supd]\nbogus = 1\n", &["sup.toml:2:1: supd.bogus: unknown key (expected one of: socket,"]),
+        ("[service.a]\ncommand = [\"/a\"]\nbogus = 1\n", &["sup.toml:3:1: service.a.bogus: unknown key (not a key of this table: sup.toml(5) lists them)"]),
         ("[daemon]\nx = 1\n", &["sup.toml:1:2: daemon: unknown table"]),
         ("[service.a\ncommand = [\"/a\"]\n", &["sup.toml:1:11: TOML syntax:"]),
         (
