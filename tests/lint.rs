@@ -155,11 +155,14 @@ fn a_good_config_checks_with_its_instances_and_includes_and_a_tool_not_installed
          health = { command = [\"bin/agent\", \"check\"] }\n\
          [service.sleeper]\ncommand = [\"sleep\", \"3600\"]\nuser = \"nobody\"\n\
          [service.later]\ntool = \"later\"\ncommand = [\"bin/later\"]\n\
-         [service.logs]\ncommand = [\"/bin/true\"]\ncwd = \"log\"\n",
+         [service.logs]\ncommand = [\"/bin/true\"]\ncwd = \"log\"\n\
+         [service.rundir]\ncommand = [\"/bin/true\"]\nruntime_dir = \"sup-lint-never-made\"\n\
+         cwd = \"/run/sup-lint-never-made\"\n",
     );
     let (code, out, err) = check(&sb);
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(out.contains("ok (7 services, 2 files)"), "{out}");
+    // A cwd in the service's runtime_dir is made at its start: no error.
+    assert!(out.contains("ok (8 services, 2 files)"), "{out}");
     // A tool with no version installed yet: its services wait for one, no error.
     let line = line_at(&err, &at(&sb, "sup.toml", "tool = \"later\""));
     assert!(

@@ -232,7 +232,12 @@ impl Lint {
                 }
             }
         }
-        if let Some(cwd) = svc.cwd.as_ref().filter(|c| !made_by_supd(c, supd)) {
+        // A cwd in the service's own runtime_dir is made at each start too.
+        let own_run =
+            (svc.runtime_dir.as_ref()).map(|n| Path::new(super::runtime_dir::RUN).join(n));
+        if let Some(cwd) = (svc.cwd.as_ref())
+            .filter(|c| !made_by_supd(c, supd) && Some(c.as_path()) != own_run.as_deref())
+        {
             if let Some(why) = dir_problem(cwd, who.as_ref()) {
                 self.say(&table, "cwd", why, false);
             }
