@@ -47,6 +47,10 @@ pub struct Handoff {
     pub lock_fd: Option<RawFd>,
     pub started: Mono,
     pub config_errors: Vec<String>,
+    /// Runs a previous supd left of services of a broken file, kept (`leftovers::Kept`):
+    /// still held back, and ended once their file loads.
+    #[serde(default)]
+    pub kept: Vec<crate::leftovers::Kept>,
     pub services: Vec<ServiceState>,
     pub grants: Vec<GrantState>,
     #[serde(default)]
@@ -329,6 +333,7 @@ impl Supervisor {
             lock_fd,
             started: self.started,
             config_errors: self.config_errors.clone(),
+            kept: self.kept.clone(),
             services,
             grants,
             system: self.system,
@@ -504,7 +509,9 @@ impl Supervisor {
     /// Takes over the state of a previous image (after `Supervisor::new` from the config).
     pub fn restore(&mut self, h: Handoff) {
         self.started = h.started;
-        self.config_errors = h.config_errors;
+        // The config's errors are those of the config as this image read it (the
+        // broken files stand in by their copies as at any start), not the last image's.
+        self.kept = h.kept;
         for s in h.services {
             let notify = s
                 .notify

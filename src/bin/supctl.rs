@@ -813,6 +813,10 @@ struct StatusData {
     #[serde(default)]
     config_errors: Vec<String>,
     #[serde(default)]
+    broken_files: Vec<Value>,
+    #[serde(default)]
+    left_running: Vec<Value>,
+    #[serde(default)]
     tools: std::collections::BTreeMap<String, Value>,
     #[serde(default)]
     down_error: Option<String>,
@@ -840,6 +844,7 @@ fn show_status(d: &StatusData) -> Result<(), Failure> {
 /// The table of `status`, and its notes for stderr.
 fn status_text(o: &mut String, err: &mut String, d: &StatusData) {
     print_status(o, &d.services);
+    broken_text(err, d);
     if !d.config_errors.is_empty() {
         outln!(
             err,
@@ -861,6 +866,31 @@ fn status_text(o: &mut String, err: &mut String, d: &StatusData) {
     }
     if let Some(e) = &d.down_error {
         outln!(err, "\nstop/start marks: {e}; supd retries");
+    }
+}
+
+/// The config files that do not load, what stands for each, and the runs kept of
+/// services of theirs.
+fn broken_text(err: &mut String, d: &StatusData) {
+    for b in &d.broken_files {
+        let stands = match b["using"].as_str() {
+            Some("last good copy") => "its last good copy runs",
+            _ => "nothing of it runs",
+        };
+        outln!(
+            err,
+            "\n{} does not load: {stands}\n  {}",
+            b["file"].as_str().unwrap_or("?"),
+            b["error"].as_str().unwrap_or("?")
+        );
+    }
+    for k in &d.left_running {
+        outln!(
+            err,
+            "\nkept running, unsupervised, from a previous supd: {} (pid {})",
+            k["service"].as_str().unwrap_or("?"),
+            k["pid"]
+        );
     }
 }
 

@@ -6,6 +6,7 @@
 //! config may name things that do not exist yet.
 
 mod instances;
+pub mod lastgood;
 mod load;
 mod read;
 mod walk;
