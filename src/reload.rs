@@ -13,7 +13,9 @@
 //! running one may have read the files before the edit that prompted it). Only a reload
 //! changes a slot's definition, so the difference computed at the fork still holds when
 //! it is applied; each name is checked again against the slots all the same.
-//! When the fork fails, the config is read in the loop, as before.
+//! When the fork fails, the config is read in the loop, as before. A config that loads
+//! has the last good copies of its files refreshed by whoever read it
+//! (`config/lastgood.rs`).
 
 use crate::config::{self, Config, LeaseConfig, ServiceConfig, SupdConfig};
 use crate::protocol::{Error, ErrorKind};

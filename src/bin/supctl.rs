@@ -848,7 +848,7 @@ fn status_text(o: &mut String, err: &mut String, d: &StatusData) {
     if !d.config_errors.is_empty() {
         outln!(
             err,
-            "\nthe config has errors; supd runs without it until a reload succeeds:"
+            "\nthe config has errors; until a reload succeeds, supd runs without what is broken:"
         );
         for e in &d.config_errors {
             outln!(err, "  {e}");
