@@ -644,6 +644,17 @@ mod tests {
     }
 
     #[test]
+    fn a_cleanup_of_kept_runs_holds_back_only_their_services() {
+        let mut c = cleanup(Vec::new());
+        assert!(
+            c.holds("svc") && c.holds("other"),
+            "a start's holds every service"
+        );
+        c.only = true;
+        assert!(c.holds("svc") && !c.holds("other"));
+    }
+
+    #[test]
     fn nothing_to_await_is_over_at_the_first_look_not_at_the_deadline() {
         let mut c = cleanup(Vec::new());
         c.plan_recheck(Mono(0), true);

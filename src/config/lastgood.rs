@@ -419,6 +419,40 @@ mod tests {
     }
 
     #[test]
+    fn copies_are_named_by_the_escaped_path_and_kept_durably_when_they_change() {
+        assert_eq!(
+            copy_name(Path::new("/etc/sup/services.d/a%b.toml")).as_deref(),
+            Some("%2Fetc%2Fsup%2Fservices.d%2Fa%25b.toml")
+        );
+        assert_eq!(
+            copy_name(&PathBuf::from(format!("/{}", "x".repeat(300)))),
+            None
+        );
+        let d = dir("keep");
+        let (a, b) = (d.join("a.toml"), d.join("b.toml"));
+        keep(
+            &d,
+            &[(a.clone(), "1".into()), (b.clone(), "2".into())],
+            true,
+        );
+        let copy =
+            |f: &Path| std::fs::read_to_string(d.join(DIR).join(copy_name(f).expect("name")));
+        assert_eq!(
+            (copy(&a).ok(), copy(&b).ok()),
+            (Some("1".into()), Some("2".into()))
+        );
+        // A partial keep refreshes and forgets nothing else; a whole one forgets b.
+        keep(&d, &[(a.clone(), "3".into())], false);
+        assert_eq!(
+            (copy(&a).ok(), copy(&b).ok()),
+            (Some("3".into()), Some("2".into()))
+        );
+        keep(&d, &[(a.clone(), "3".into())], true);
+        assert!(copy(&b).is_err());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
     fn an_unreadable_drop_in_is_its_own_error() {
         let d = dir("unreadable");
         write(&d, "sup.toml", &main_file(&d));
