@@ -26,9 +26,12 @@ enum Outcome {
 /// order of their names, as that tree's keys came out (sorted).
 #[derive(Serialize)]
 struct StatusAnswer<'a> {
+    broken_files: &'a [crate::config::lastgood::BrokenFile],
     cleanup: Option<Value>,
     config_errors: &'a [String],
     down_error: Option<&'a str>,
+    /// Runs of services of a broken file that a previous supd left, kept.
+    left_running: Vec<Value>,
     services: Statuses<'a>,
     supd: Value,
     tools: serde_json::Map<String, Value>,
@@ -115,6 +118,10 @@ impl Supervisor {
                     self.named(service, services)?.0
                 };
                 let answer = StatusAnswer {
+                    broken_files: &self.broken_files,
+                    left_running: (self.kept.iter().filter(|k| k.alive()))
+                        .map(|k| json!({"service": k.service, "pid": k.pid}))
+                        .collect(),
                     cleanup: self.cleanup.as_ref().map(|c| {
                         json!({
                             "services": c.services,

@@ -29,8 +29,11 @@ use std::time::Duration;
 /// (`ServiceState::health`): an older image would drop them, so it is refused one.
 /// 5: grant boards (`Handoff::boards`). 6: the ending of what a killed supd left, when
 /// it is still under way (`Handoff::leftovers`): an older image would start the held
-/// services beside what is left of them, so it is refused one.
-pub const FORMAT: u32 = 6;
+/// services beside what is left of them, so it is refused one. 7: the runs of a broken
+/// file's services kept from a killed supd (`Handoff::kept`): an older image would
+/// forget them and a later reload start a second instance beside one, so it is refused
+/// one. (Also the kill_mode of each run, `ServiceState`, read with a default.)
+pub const FORMAT: u32 = 7;
 
 /// Everything a new image needs.
 #[derive(Debug, Serialize, Deserialize)]
@@ -47,6 +50,10 @@ pub struct Handoff {
     pub lock_fd: Option<RawFd>,
     pub started: Mono,
     pub config_errors: Vec<String>,
+    /// Runs a previous supd left of services of a broken file, kept (`leftovers::Kept`):
+    /// still held back, and ended once their file loads.
+    #[serde(default)]
+    pub kept: Vec<crate::leftovers::Kept>,
     pub services: Vec<ServiceState>,
     pub grants: Vec<GrantState>,
     #[serde(default)]
@@ -329,6 +336,7 @@ impl Supervisor {
             lock_fd,
             started: self.started,
             config_errors: self.config_errors.clone(),
+            kept: self.kept.clone(),
             services,
             grants,
             system: self.system,
@@ -501,7 +509,9 @@ impl Supervisor {
     /// Takes over the state of a previous image (after `Supervisor::new` from the config).
     pub fn restore(&mut self, h: Handoff) {
         self.started = h.started;
-        self.config_errors = h.config_errors;
+        // The config's errors are those of the config as this image read it (the
+        // broken files stand in by their copies as at any start), not the last image's.
+        self.kept = h.kept;
         for s in h.services {
             let notify = s
                 .notify

@@ -9,6 +9,7 @@
 //! [`DEADLINE`]). Exit status alone proved nothing: `supctl reexec --binary /bin/true`
 //! used to be accepted, and supd exec'd into it and was gone.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How long the program has to answer (it reads a config; a loaded machine is slow).
@@ -48,15 +49,27 @@ pub fn answer(nonce: &str) -> String {
     format!("supd handoff {} {nonce}", crate::handoff::FORMAT)
 }
 
+/// The line that follows the answer for each file the program would not run as it
+/// is: `broken copy PATH` (its last good copy stands in) or `broken nothing PATH`.
+pub fn broken_line(has_copy: bool, file: &Path) -> String {
+    let using = if has_copy { "copy" } else { "nothing" };
+    format!("broken {using} {}", file.display())
+}
+
 /// Whether `out` (the program's standard output) answers the handshake `nonce` for
 /// handoff `format`: its first line must be `supd handoff F NONCE` with F ≥ `format`.
-pub fn verify(out: &[u8], nonce: &str, format: u32) -> Result<(), String> {
+/// Then the files it would run nothing of (`broken nothing PATH` lines).
+pub fn verify(out: &[u8], nonce: &str, format: u32) -> Result<Vec<PathBuf>, String> {
     let text = String::from_utf8_lossy(out);
-    let first = text.lines().next().unwrap_or("").trim_end();
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("").trim_end();
     let words: Vec<&str> = first.split(' ').collect();
     match words.as_slice() {
         ["supd", "handoff", f, n] if *n == nonce => match f.parse::<u32>() {
-            Ok(f) if f >= format => Ok(()),
+            Ok(f) if f >= format => Ok(lines
+                .filter_map(|l| l.strip_prefix("broken nothing "))
+                .map(PathBuf::from)
+                .collect()),
             _ => Err(format!(
                 "it reads handoff format {f}, not {format}: it is older than the running supd"
             )),
@@ -66,6 +79,25 @@ pub fn verify(out: &[u8], nonce: &str, format: u32) -> Result<(), String> {
             "it answered {:?} to the handshake, not \"supd handoff {format} …\": it is not a supd that reads this one's handoff",
             first.chars().take(80).collect::<String>()
         )),
+    }
+}
+
+/// Why a program whose handshake named `nothing` (the files it would run nothing of)
+/// must not take over from a supd that runs nothing only of `running_nothing`: it would
+/// end the services of a file the running one runs (from the file or its copy). A file
+/// broken since the last reload is no reason: its copy, what runs now, stands in.
+pub fn weigh(nothing: &[PathBuf], running_nothing: &[&Path]) -> Result<(), String> {
+    let lost: Vec<String> = (nothing.iter())
+        .filter(|f| !running_nothing.contains(&f.as_path()))
+        .map(|f| f.display().to_string())
+        .collect();
+    if lost.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "it cannot read {} (nor a last good copy), which the running supd runs: its services would stop (its errors are in supd's log)",
+            lost.join(", ")
+        ))
     }
 }
 
@@ -90,5 +122,24 @@ mod tests {
         assert!(verify(old.as_bytes(), &n, 6).unwrap_err().contains("older"));
         // Two calls give two nonces.
         assert_ne!(nonce(), nonce());
+    }
+
+    #[test]
+    fn files_it_would_run_nothing_of_are_weighed_against_the_running_supd() {
+        let n = nonce();
+        let out = format!(
+            "{}\n{}\n{}\n",
+            answer(&n),
+            broken_line(true, Path::new("/etc/sup/services.d/a.toml")),
+            broken_line(false, Path::new("/etc/sup/services.d/b c.toml"))
+        );
+        let nothing = verify(out.as_bytes(), &n, 1).expect("answered");
+        assert_eq!(nothing, vec![PathBuf::from("/etc/sup/services.d/b c.toml")]);
+        // The running supd runs nothing of it either: no loss.
+        assert!(weigh(&nothing, &[Path::new("/etc/sup/services.d/b c.toml")]).is_ok());
+        // It runs it: the new program would stop its services.
+        let why = weigh(&nothing, &[]).unwrap_err();
+        assert!(why.contains("b c.toml") && why.contains("would stop"), "{why}");
+        assert!(weigh(&[], &[]).is_ok());
     }
 }

@@ -60,6 +60,8 @@ pub struct Cleanup {
     members: Vec<Member>,
     /// When the current phase gives up waiting.
     pub deadline: Mono,
+    /// Begun for these services alone ([`Cleanup::begin_only`]): it holds no other.
+    only: bool,
     /// KILL rounds so far (0: still in the TERM grace).
     kills: u32,
     /// Without pidfds: when to look at the members again, and the step after that.
@@ -79,6 +81,8 @@ pub struct Carried {
     began: Mono,
     deadline: Mono,
     kills: u32,
+    #[serde(default)]
+    only: bool,
 }
 
 /// KILL rounds 5 s apart before supd says what outlives them and backs off
@@ -91,16 +95,18 @@ const RECHECK_MAX: Duration = Duration::from_secs(1);
 impl Cleanup {
     /// Looks for what a previous supd of `state_dir` left and sends it TERM; `None` when
     /// nothing is left (the records are cleared). `narrow`: the services whose
-    /// `kill_mode` is not `"cgroup"`, with it.
+    /// `kill_mode` is not `"cgroup"`, with it. What `spare` names is left alone, records
+    /// and all: a service of a config file that does not load (see [`spared`]).
     pub fn begin(
         state_dir: &Path,
         grace: Duration,
         narrow: Vec<(String, KillMode)>,
         now: Mono,
+        spare: &dyn Fn(&str) -> bool,
     ) -> Option<Cleanup> {
         let recs: Vec<PidRecord> = records::read_pids(state_dir)
             .into_iter()
-            .filter(|r| r.pid > 1)
+            .filter(|r| r.pid > 1 && !spare(&r.service))
             .collect();
         let cgroups: Vec<PathBuf> = cgroup::left_by_previous(state_dir)
             .into_iter()
@@ -111,6 +117,7 @@ impl Cleanup {
                     .iter()
                     .any(|(n, _)| own_cgroup_of(d) == Some(n.as_str()))
             })
+            .filter(|d| !spare(&cgroup_service(d)))
             .filter(|d| {
                 let busy = cgroup::populated(d);
                 if !busy {
@@ -121,7 +128,11 @@ impl Cleanup {
             .collect();
         let found = remnants(&recs, &cgroups, &narrow);
         if found.is_empty() {
-            records::clear_pids(state_dir);
+            for r in records::read_pids(state_dir) {
+                if !spare(&r.service) {
+                    clear_records(state_dir, &r.service);
+                }
+            }
             return None;
         }
         let mut services: Vec<String> = found.iter().map(|(_, s)| s.clone()).collect();
@@ -146,9 +157,26 @@ impl Cleanup {
             members,
             deadline: now.plus(grace),
             kills: 0,
+            only: false,
             recheck: None,
         };
         c.plan_recheck(now, true);
+        Some(c)
+    }
+
+    /// [`Cleanup::begin`] for the runs of `services` alone, while the others run: those
+    /// a previous supd left that were kept while their file did not load, now that it
+    /// does (or that no file is broken any more). It holds back only them.
+    pub fn begin_only(
+        state_dir: &Path,
+        services: &[String],
+        grace: Duration,
+        narrow: Vec<(String, KillMode)>,
+        now: Mono,
+    ) -> Option<Cleanup> {
+        let spare = |s: &str| !services.iter().any(|n| n == s);
+        let mut c = Cleanup::begin(state_dir, grace, narrow, now, &spare)?;
+        c.only = true;
         Some(c)
     }
 
@@ -164,6 +192,7 @@ impl Cleanup {
             began: self.began,
             deadline: self.deadline,
             kills: self.kills,
+            only: self.only,
         }
     }
 
@@ -188,6 +217,7 @@ impl Cleanup {
             members: Vec::new(),
             deadline: c.deadline,
             kills: c.kills,
+            only: c.only,
             recheck: None,
         };
         let found = remnants(&cleanup.recs, &cleanup.cgroups, &cleanup.narrow);
@@ -252,7 +282,8 @@ impl Cleanup {
     /// looks of those phases); past them, only those with something still left (that
     /// outlived SIGKILL: frozen, in uninterruptible sleep), so that the others start.
     pub fn holds(&self, service: &str) -> bool {
-        !self.is_over() && (!self.past_rounds() || self.services.iter().any(|s| s == service))
+        let mine = || self.services.iter().any(|s| s == service);
+        !self.is_over() && (!(self.past_rounds() || self.only) || mine())
     }
 
     /// Whether nothing is left: every service is released.
@@ -403,6 +434,58 @@ impl Cleanup {
     }
 }
 
+/// A run a previous supd left of a service whose config file does not load: kept
+/// running, unsupervised, and said in the log and `status`; ended (then started anew,
+/// if it is defined) once its file loads, or no file is broken any more.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kept {
+    pub service: String,
+    /// The first of its processes (its leader while it lives), with its start time.
+    pub pid: i32,
+    pub start_time: u64,
+}
+
+impl Kept {
+    /// Whether it still runs.
+    pub fn alive(&self) -> bool {
+        crate::proc::is_same(self.pid, self.start_time)
+    }
+}
+
+/// What a previous supd left of the services `spare` names, kept (its records too).
+pub fn spared(state_dir: &Path, spare: &dyn Fn(&str) -> bool) -> Vec<Kept> {
+    let recs: Vec<PidRecord> = (records::read_pids(state_dir).into_iter())
+        .filter(|r| r.pid > 1 && spare(&r.service))
+        .collect();
+    let cgroups: Vec<PathBuf> = (cgroup::left_by_previous(state_dir).into_iter())
+        .filter(|d| spare(&cgroup_service(d)))
+        .collect();
+    let mut kept: Vec<Kept> = Vec::new();
+    for (pid, service) in remnants(&recs, &cgroups, &[]) {
+        let leader = recs.iter().any(|r| r.pid == pid && r.service == service);
+        let Some(stat) = crate::proc::stat(pid) else {
+            continue;
+        };
+        match kept.iter_mut().find(|k| k.service == service) {
+            Some(k) if leader => (k.pid, k.start_time) = (pid, stat.start_time),
+            Some(_) => {}
+            None => kept.push(Kept {
+                service,
+                pid,
+                start_time: stat.start_time,
+            }),
+        }
+    }
+    for k in &kept {
+        log::warn!(
+            "{}: a run of it left by a previous supd is kept (pid {}): its config file does not load, so supd neither supervises nor ends it until it does",
+            k.service,
+            k.pid
+        );
+    }
+    kept
+}
+
 /// Clears the records of `service` (its run's and its check command's) that are there.
 fn clear_records(state_dir: &Path, service: &str) {
     let there = |sub: &str| state_dir.join(sub).join(service).exists();
@@ -549,6 +632,7 @@ mod tests {
             members,
             deadline: Mono(0).plus(Duration::from_secs(10)),
             kills: 0,
+            only: false,
             recheck: None,
         }
     }
@@ -602,6 +686,17 @@ mod tests {
         }]);
         c.plan_recheck(Mono(0), true);
         assert_eq!((c.recheck, c.wake()), (None, c.deadline));
+    }
+
+    #[test]
+    fn a_cleanup_of_kept_runs_holds_back_only_their_services() {
+        let mut c = cleanup(Vec::new());
+        assert!(
+            c.holds("svc") && c.holds("other"),
+            "a start's holds every service"
+        );
+        c.only = true;
+        assert!(c.holds("svc") && !c.holds("other"));
     }
 
     #[test]

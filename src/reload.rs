@@ -13,7 +13,9 @@
 //! running one may have read the files before the edit that prompted it). Only a reload
 //! changes a slot's definition, so the difference computed at the fork still holds when
 //! it is applied; each name is checked again against the slots all the same.
-//! When the fork fails, the config is read in the loop, as before.
+//! When the fork fails, the config is read in the loop, as before. A config that loads
+//! has the last good copies of its files refreshed by whoever read it
+//! (`config/lastgood.rs`).
 
 use crate::config::{self, Config, LeaseConfig, ServiceConfig, SupdConfig};
 use crate::protocol::{Error, ErrorKind};
@@ -92,7 +94,7 @@ impl Supervisor {
             }
             Err(e) => {
                 log::warn!("cannot fork a reader of the config ({e}): reading it in the loop");
-                let result = match config::load(&self.config_path) {
+                let result = match config::lastgood::load_and_keep(&self.config_path) {
                     Ok(cfg) => Ok(self.delta(cfg)),
                     Err(errs) => Err(errs.iter().map(ToString::to_string).collect()),
                 };
@@ -115,10 +117,11 @@ impl Supervisor {
     /// In the helper: the config read, compared, and written to `out`; the exit status.
     fn read_in_helper(&self, out: OwnedFd) -> i32 {
         crate::failpoint::reload_gate(&self.cfg.supd.state_dir);
-        let result: Result<Delta, Vec<String>> = match config::load(&self.config_path) {
-            Ok(cfg) => Ok(self.delta(cfg)),
-            Err(errs) => Err(errs.iter().map(ToString::to_string).collect()),
-        };
+        let result: Result<Delta, Vec<String>> =
+            match config::lastgood::load_and_keep(&self.config_path) {
+                Ok(cfg) => Ok(self.delta(cfg)),
+                Err(errs) => Err(errs.iter().map(ToString::to_string).collect()),
+            };
         let mut out = std::io::BufWriter::new(File::from(out));
         match serde_json::to_writer(&mut out, &result).map(|()| out.flush()) {
             Ok(Ok(())) => 0,
@@ -277,6 +280,8 @@ impl Supervisor {
         self.cfg.leases = delta.leases;
         self.cfg.files = delta.files;
         self.config_errors.clear();
+        self.broken_files.clear();
+        self.end_kept(now);
         log::info!(
             "reloaded {}: added {added:?}, removed {removed:?}, changed {changed:?}",
             self.config_path.display()

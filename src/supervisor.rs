@@ -153,6 +153,11 @@ pub struct Supervisor {
     pub config_path: PathBuf,
     /// Errors of the config at start or of the last failed reload, for `status`.
     pub config_errors: Vec<String>,
+    /// The files that did not load at start, with what stands for each (`lastgood.rs`).
+    pub broken_files: Vec<crate::config::lastgood::BrokenFile>,
+    /// Runs a previous supd left of services of a file that does not load: kept, each
+    /// service held back until its run is ended (`held.rs`: `end_kept`).
+    pub kept: Vec<crate::leftovers::Kept>,
     pub slots: Slots,
     /// The services' fds, in one epoll set kept in step with the touched slots.
     pub fdset: FdSet,
@@ -266,6 +271,8 @@ impl Supervisor {
             cfg,
             config_path,
             config_errors: Vec::new(),
+            broken_files: Vec::new(),
+            kept: Vec::new(),
             slots: Slots::default(),
             fdset,
             timers: Timers::default(),
@@ -807,6 +814,12 @@ impl Supervisor {
             missing.push(c.holder(&slot.cfg.name, now).map_or_else(
                 || "what a previous supd left to end".into(),
                 |h| h.what(now),
+            ));
+        }
+        if let Some(k) = self.kept.iter().find(|k| k.service == slot.cfg.name) {
+            missing.push(format!(
+                "the run a previous supd left (pid {}) to end",
+                k.pid
             ));
         }
         if slot.forking.is_some() {

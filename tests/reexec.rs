@@ -274,7 +274,7 @@ fn an_older_supd_refuses_a_newer_handoff() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("reads handoff formats 1 to 6, not 99"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reads handoff formats 1 to 7, not 99"));
     let out = Command::new(SUPD)
         .args([
             "--handshake",
@@ -291,13 +291,13 @@ fn an_older_supd_refuses_a_newer_handoff() {
     let sb = Sandbox::new();
     sb.config("");
     let out = Command::new(SUPD)
-        .args(["--handshake", "n0nce", "--handoff-format", "6", "-c"])
+        .args(["--handshake", "n0nce", "--handoff-format", "7", "-c"])
         .arg(sb.path("sup.toml"))
         .output()
         .expect("run");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "supd handoff 6 n0nce\n"
+        "supd handoff 7 n0nce\n"
     );
 }
 

@@ -838,6 +838,8 @@ struct StatusData {
     #[serde(default)]
     broken_files: Vec<Value>,
     #[serde(default)]
+    left_running: Vec<Value>,
+    #[serde(default)]
     tools: std::collections::BTreeMap<String, Value>,
     #[serde(default)]
     down_error: Option<String>,
@@ -871,10 +873,11 @@ fn show_status_outcome(d: &StatusData) -> Result<(), Failure> {
 /// The table of `status`, and its notes for stderr.
 fn status_text(o: &mut String, err: &mut String, d: &StatusData) {
     print_status(o, &d.services);
+    broken_text(err, d);
     if !d.config_errors.is_empty() {
         outln!(
             err,
-            "\nthe config has errors; supd runs without it until a reload succeeds:"
+            "\nthe config has errors; until a reload succeeds, supd runs without what is broken:"
         );
         for e in &d.config_errors {
             outln!(err, "  {e}");
@@ -892,6 +895,31 @@ fn status_text(o: &mut String, err: &mut String, d: &StatusData) {
     }
     if let Some(e) = &d.down_error {
         outln!(err, "\nstop/start marks: {e}; supd retries");
+    }
+}
+
+/// The config files that do not load, what stands for each, and the runs kept of
+/// services of theirs.
+fn broken_text(err: &mut String, d: &StatusData) {
+    for b in &d.broken_files {
+        let stands = match b["using"].as_str() {
+            Some("last good copy") => "its last good copy runs",
+            _ => "nothing of it runs",
+        };
+        outln!(
+            err,
+            "\n{} does not load: {stands}\n  {}",
+            b["file"].as_str().unwrap_or("?"),
+            b["error"].as_str().unwrap_or("?")
+        );
+    }
+    for k in &d.left_running {
+        outln!(
+            err,
+            "\nkept running, unsupervised, from a previous supd: {} (pid {})",
+            k["service"].as_str().unwrap_or("?"),
+            k["pid"]
+        );
     }
 }
 

@@ -127,8 +127,9 @@ fn main() -> ExitCode {
 }
 
 /// `--handshake NONCE`: the answer `reexec` waits for (handshake.rs), when this
-/// program reads the running supd's handoff format and its config; else why not, on
-/// stderr, and 1.
+/// program reads the running supd's handoff format, then the files of the config it
+/// would not run as they are (a broken file: its last good copy or nothing, as at any
+/// start), which the running supd weighs; else why not, on stderr, and 1.
 fn handshake(path: &std::path::Path, nonce: &str, format: Option<u32>) -> ExitCode {
     let Some(format) = format else {
         eprintln!("supd: --handshake needs --handoff-format");
@@ -138,18 +139,14 @@ fn handshake(path: &std::path::Path, nonce: &str, format: Option<u32>) -> ExitCo
         eprintln!("supd: {e}");
         return ExitCode::from(1);
     }
-    if let Err(errs) = config::load(path) {
-        for e in &errs {
-            eprintln!("{e}");
-        }
-        eprintln!(
-            "{}: {} error(s): not taking over",
-            path.display(),
-            errs.len()
-        );
-        return ExitCode::from(1);
+    let loaded = sup::config::lastgood::load_at_start(path);
+    for e in &loaded.errors {
+        eprintln!("{e}");
     }
     println!("{}", sup::handshake::answer(nonce));
+    for b in &loaded.broken {
+        println!("{}", sup::handshake::broken_line(b.has_copy(), &b.file));
+    }
     ExitCode::SUCCESS
 }
 
@@ -201,7 +198,8 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
         .map(|h| h.config_path.clone())
         .unwrap_or(args.config);
     let path = std::path::absolute(&path).unwrap_or(path);
-    let (cfg, errors) = load_config(&path);
+    let loaded = load_config(&path);
+    let cfg = loaded.cfg;
     // The system's init never exits on its own: it waits for a state lock it cannot take.
     let init = std::process::id() == 1 && (args.system || cfg.supd.mode == config::Mode::System);
     let (server, notify, lock) = match &handoff {
@@ -211,6 +209,16 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     // What a killed predecessor left is ended by the loop, which serves meanwhile; no
     // service starts until it is gone. (A reexec hands over its own running services.)
     let carried = handoff.as_mut().and_then(|h| h.leftovers.take());
+    // The copies of the files that loaded as they are, refreshed now that the state
+    // lock is held.
+    sup::config::lastgood::keep(&cfg.supd.state_dir, &loaded.good, loaded.broken.is_empty());
+    // A file with nothing to stand for it may have defined any service left running
+    // that the config does not have: such a run is kept, never ended for its file's
+    // sake (a service of a file whose last good copy stands in is ended and started
+    // anew, as any other).
+    let unknown = |s: &str| !cfg.services.contains_key(s);
+    let spare = |s: &str| loaded.broken.iter().any(|b| !b.has_copy()) && unknown(s);
+    let mut kept = Vec::new();
     let cleanup = if let Some(c) = carried {
         sup::leftovers::Cleanup::resume(&cfg.supd.state_dir, c, sup::time::Mono::now())
     } else if handoff.is_none() {
@@ -220,11 +228,13 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
             .map(|s| s.stop_timeout)
             .max()
             .unwrap_or(std::time::Duration::from_secs(10));
+        kept = sup::leftovers::spared(&cfg.supd.state_dir, &spare);
         let narrow = (cfg.services.values())
             .filter(|s| s.kill_mode != config::KillMode::Cgroup)
             .map(|s| (s.name.clone(), s.kill_mode))
             .collect();
-        sup::leftovers::Cleanup::begin(&cfg.supd.state_dir, grace, narrow, sup::time::Mono::now())
+        let now = sup::time::Mono::now();
+        sup::leftovers::Cleanup::begin(&cfg.supd.state_dir, grace, narrow, now, &spare)
     } else {
         None
     };
@@ -247,7 +257,9 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
         .map_err(|e| format!("cannot make the epoll set of the services' fds: {e}"))?;
     let handed_over = handoff.is_some();
     let mut sup = Supervisor::new(cfg, path, server, notify, signals, fdset, handed_over);
-    sup.config_errors = errors;
+    sup.config_errors = loaded.errors.iter().map(ToString::to_string).collect();
+    sup.broken_files = loaded.broken;
+    sup.kept = kept;
     // Only a handoff without a lock leaves none here: the services already run, so it is
     // said, and taken again at the next change of state_dir.
     sup.lock_lost = lock.is_none();
@@ -276,6 +288,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     }
     if let Some(h) = handoff {
         sup.restore(h);
+        sup.end_kept(sup::time::Mono::now());
     }
     tell_service_manager();
     let code = run_loop(&mut sup);
@@ -334,28 +347,26 @@ fn run_loop(sup: &mut Supervisor) -> i32 {
     }
 }
 
-/// The config, or none with its errors (supd stays up until a reload brings a good one).
-fn load_config(path: &std::path::Path) -> (Config, Vec<String>) {
-    match config::load(path) {
-        Ok(c) => (c, Vec::new()),
-        Err(errs) => {
-            let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
-            for m in &msgs {
-                log::error!("{m}");
-            }
-            log::error!("starting with no services until a reload brings a valid config");
-            let supd = config::load_supd_only(path).unwrap_or_default();
-            (
-                Config {
-                    supd,
-                    services: Default::default(),
-                    leases: Default::default(),
-                    files: vec![path.to_path_buf()],
-                },
-                msgs,
-            )
+/// The config: of a file that does not load, its last good copy or nothing
+/// (`config/lastgood.rs`); supd stays up whatever is broken.
+fn load_config(path: &std::path::Path) -> sup::config::lastgood::Loaded {
+    let loaded = sup::config::lastgood::load_at_start(path);
+    for e in &loaded.errors {
+        log::error!("{e}");
+    }
+    for b in &loaded.broken {
+        match b.has_copy() {
+            true => log::error!(
+                "{} does not load: its last good copy stands in for it until a reload brings a valid config",
+                b.file.display()
+            ),
+            false => log::error!(
+                "{} does not load and never did here: nothing of it runs until a reload brings a valid config",
+                b.file.display()
+            ),
         }
     }
+    loaded
 }
 
 type Edges = (

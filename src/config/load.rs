@@ -117,6 +117,21 @@ const HEALTH_KEYS: &[&str] = &[
 
 /// Reads `path` and every file it includes. Returns the config, or every error found.
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+    load_from(path, &mut |p| read::read_config_file(p), false)
+}
+
+/// The text of a file of the config, or why it is not read (`lastgood.rs` gives a
+/// broken file's last good copy, or nothing, in its place).
+pub(super) type TextOf<'a> = dyn FnMut(&Path) -> Result<String, String> + 'a;
+
+/// [`load`] with each file's text from `text_of`; with `main_supd_only`, the main file
+/// stands for its `[supd]` table alone, each valid key of it kept (its own errors are
+/// not this load's: `lastgood.rs` has them).
+pub(super) fn load_from(
+    path: &Path,
+    text_of: &mut TextOf,
+    main_supd_only: bool,
+) -> Result<Config, Vec<ConfigError>> {
     let path = absolute(path);
     let mut errors = Vec::new();
     let mut cfg = Config {
@@ -133,11 +148,22 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
         line: 0,
         column: 0,
     };
-    read_file(&path, &main_file, &mut cfg, &mut seen, &mut errors);
+    let mut source = Source {
+        text_of,
+        main_supd_only,
+    };
+    read_file(
+        &path,
+        &main_file,
+        &mut source,
+        &mut cfg,
+        &mut seen,
+        &mut errors,
+    );
     for (pattern, at) in std::mem::take(&mut seen.includes) {
         for file in glob(&pattern) {
             cfg.files.push(file.clone());
-            read_file(&file, &at, &mut cfg, &mut seen, &mut errors);
+            read_file(&file, &at, &mut source, &mut cfg, &mut seen, &mut errors);
         }
     }
     check_whole(&cfg, &seen.services, &mut errors);
@@ -248,17 +274,24 @@ fn absolute(path: &Path) -> PathBuf {
     }
 }
 
+/// Where [`load_from`] takes the files' texts.
+struct Source<'a, 'b> {
+    text_of: &'a mut TextOf<'b>,
+    main_supd_only: bool,
+}
+
 /// Reads one file: the main one (`by.line == 0`) or one that `by`, an include pattern,
 /// matched. A file that cannot be read is an error at that pattern, naming the file.
 fn read_file(
     path: &Path,
     by: &Place,
+    source: &mut Source,
     cfg: &mut Config,
     seen: &mut Seen,
     errors: &mut Vec<ConfigError>,
 ) {
     let main = by.line == 0;
-    let text = match read::read_config_file(path) {
+    let text = match (source.text_of)(path) {
         Ok(t) => t,
         Err(why) => {
             errors.push(if main {
@@ -281,7 +314,21 @@ fn read_file(
             return;
         }
     };
+    if main && source.main_supd_only {
+        return supd_only(path, &text, &mut cfg.supd, &mut seen.includes);
+    }
     read_text(path, &text, main, cfg, seen, errors);
+}
+
+/// The `[supd]` table of a main file that does not load, each valid key of it kept and
+/// each bad one at its default (a TOML syntax error keeps what parsed before it).
+fn supd_only(path: &Path, text: &str, supd: &mut SupdConfig, includes: &mut Vec<(PathBuf, Place)>) {
+    let (doc, _) = DeTable::parse_recoverable(text);
+    let mut errors = Vec::new();
+    let mut ctx = FileCtx::new(path, text, &mut errors);
+    if let Some((_, v)) = doc.get_ref().iter().find(|(k, _)| k.get_ref() == "supd") {
+        read_supd(&mut ctx, v, supd, includes);
+    }
 }
 
 /// One file's text, read into `cfg`.
@@ -1165,20 +1212,13 @@ fn wildcard(p: &[u8], s: &[u8]) -> bool {
 #[cfg(test)]
 mod tests;
 
-/// The `[supd]` table alone, when the main file can be read and that table is valid:
-/// where a supd whose config has errors elsewhere should listen.
+/// The `[supd]` table alone, when the main file can be read: each valid key of it, each
+/// bad one at its default (a file whose `[supd]` has errors still names where supd
+/// keeps its state and serves).
 pub fn load_supd_only(path: &Path) -> Option<SupdConfig> {
     let path = absolute(path);
     let text = read::read_config_file(&path).ok()?;
-    let (doc, syntax) = DeTable::parse_recoverable(&text);
-    if !syntax.is_empty() {
-        return None;
-    }
-    let mut errors = Vec::new();
-    let mut ctx = FileCtx::new(&path, &text, &mut errors);
     let mut supd = SupdConfig::default();
-    if let Some((_, v)) = doc.get_ref().iter().find(|(k, _)| k.get_ref() == "supd") {
-        read_supd(&mut ctx, v, &mut supd, &mut Vec::new());
-    }
-    errors.is_empty().then_some(supd)
+    supd_only(&path, &text, &mut supd, &mut Vec::new());
+    Some(supd)
 }

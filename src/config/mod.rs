@@ -7,6 +7,7 @@
 
 mod instances;
 pub mod lint;
+pub mod lastgood;
 mod load;
 mod read;
 pub mod runtime_dir;

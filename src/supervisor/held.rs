@@ -75,7 +75,49 @@ impl Supervisor {
         }
         if over {
             self.cleanup = None;
+            self.end_kept(now);
         }
+    }
+
+    /// Ends the kept runs (`kept`) whose service is defined again, or all of them once
+    /// no file is broken: through a cleanup of their own, which holds back only them
+    /// (after the one under way, if any). Its service then starts anew, as after a kill
+    /// of supd: never beside its old run.
+    pub fn end_kept(&mut self, now: Mono) {
+        if self.cleanup.is_some() || self.kept.is_empty() {
+            return;
+        }
+        let all = self.broken_files.is_empty();
+        let (ending, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.kept)
+            .into_iter()
+            .partition(|k| all || self.slots.get(&k.service).is_some_and(|s| !s.removed));
+        self.kept = kept;
+        if ending.is_empty() {
+            return;
+        }
+        let names: Vec<String> = ending.into_iter().map(|k| k.service).collect();
+        log::warn!(
+            "ending what a previous supd left of {}: {}",
+            names.join(", "),
+            if all {
+                "no config file is broken any more"
+            } else {
+                "its config file loads now"
+            }
+        );
+        let grace = (names.iter())
+            .filter_map(|n| self.slots.get(n).map(|s| s.cfg.stop_timeout))
+            .max()
+            .unwrap_or(Duration::from_secs(10));
+        let state_dir = self.cfg.supd.state_dir.clone();
+        // Each run ended as its service's kill_mode says (a kept sshd's sessions live on).
+        let narrow = (names.iter())
+            .filter_map(|n| self.slots.get(n).map(|s| (n.clone(), s.cfg.kill_mode)))
+            .filter(|(_, m)| *m != crate::config::KillMode::Cgroup)
+            .collect();
+        self.cleanup =
+            crate::leftovers::Cleanup::begin_only(&state_dir, &names, grace, narrow, now);
+        self.recheck_pending = true;
     }
 
     /// `stop` of `names` once no stop among them is under way any more, though not all

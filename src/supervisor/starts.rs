@@ -135,6 +135,7 @@ impl Supervisor {
             && s.forking.is_none()
             && self.shutdown.is_none()
             && !self.cleanup.as_ref().is_some_and(|c| c.holds(name))
+            && !self.kept.iter().any(|k| k.service == *name)
             && !held()
             && self.deps_ready(&s.cfg)
             && lease_held()

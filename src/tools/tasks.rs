@@ -433,7 +433,15 @@ impl Supervisor {
                     let _ = (&*answer)
                         .take(crate::handshake::MAX_ANSWER as u64)
                         .read_to_end(&mut out);
-                    crate::handshake::verify(&out, &nonce, crate::handoff::FORMAT)
+                    crate::handshake::verify(&out, &nonce, crate::handoff::FORMAT).and_then(
+                        |nothing| {
+                            let running: Vec<&std::path::Path> = (self.broken_files.iter())
+                                .filter(|b| !b.has_copy())
+                                .map(|b| b.file.as_path())
+                                .collect();
+                            crate::handshake::weigh(&nothing, &running)
+                        },
+                    )
                 };
                 self.finish_reexec(binary, client, id, verdict, now)
             }
