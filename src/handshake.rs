@@ -139,7 +139,10 @@ mod tests {
         assert!(weigh(&nothing, &[Path::new("/etc/sup/services.d/b c.toml")]).is_ok());
         // It runs it: the new program would stop its services.
         let why = weigh(&nothing, &[]).unwrap_err();
-        assert!(why.contains("b c.toml") && why.contains("would stop"), "{why}");
+        assert!(
+            why.contains("b c.toml") && why.contains("would stop"),
+            "{why}"
+        );
         assert!(weigh(&[], &[]).is_ok());
     }
 }

@@ -266,3 +266,59 @@ fn a_bad_key_in_supd_keeps_the_other_keys() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+// see: issue 24 item 5 × item 1 — `reexec` (a package upgrade's) is not refused for a
+// broken file the running supd also runs nothing of, nor for one broken since the last
+// reload (its copy stands in, as at any start); a program that would run nothing of a
+// file the running supd runs is refused.
+#[test]
+fn a_broken_file_does_not_stop_a_reexec_but_a_program_that_would_lose_one_is_refused() {
+    let mut sb = Sandbox::new();
+    sb.config_with(INCLUDE, "");
+    drop_in(&sb, "good.toml", &sleeper("g1", sb.tag));
+    drop_in(&sb, "later.toml", &sleeper("l1", sb.tag));
+    drop_in(
+        &sb,
+        "bad.toml",
+        "[service.b]\ncommand = [\"/bin/sleep\", \"1\"\n",
+    );
+    sb.start();
+    sb.wait_state("g1", "running");
+    sb.wait_state("l1", "running");
+    let g1 = pid_of(&sb.status("g1"));
+    // later.toml broken after it loaded (no reload since): its copy stands in.
+    drop_in(&sb, "later.toml", "[service.l1\n");
+    let out = sb.supctl(&["reexec"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        pid_of(&sb.status("g1")),
+        g1,
+        "g1 kept its pid across the reexec"
+    );
+    sb.wait_state("l1", "running");
+    // A program that answers, but would run nothing of good.toml: refused.
+    let good = sb.path("services.d/good.toml");
+    let losing = sb.script(
+        "losing-supd",
+        &format!(
+            "echo \"supd handoff 7 $2\"\necho \"broken nothing {}\"\nexit 0",
+            good.display()
+        ),
+    );
+    let out = sb.supctl(&["reexec", "--binary", &losing]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("good.toml") && err.contains("would stop"),
+        "{err}"
+    );
+    // One that runs nothing only of what the running supd runs nothing of would be
+    // taken (not exec'd here: it is a script); the real one was, above.
+    assert_eq!(pid_of(&sb.status("g1")), g1);
+}

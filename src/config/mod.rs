@@ -6,8 +6,8 @@
 //! `supd --check` looks them up beforehand ([`lint`]).
 
 mod instances;
-pub mod lint;
 pub mod lastgood;
+pub mod lint;
 mod load;
 mod read;
 pub mod runtime_dir;
