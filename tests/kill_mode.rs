@@ -317,3 +317,38 @@ fn with_kill_mode_main_a_success_exit_leaves_the_rest_running() {
     let _kept = Survivors(vec![left]);
     assert!(alive(left));
 }
+
+/// A one-shot (`ready = "exited"`) whose program does its work and exits 0 while
+/// something it started incidentally is still there (gpg starting gpg-agent, ssh's
+/// ControlPersist master): its exit is its contract, so it is a success, not a
+/// daemonizing failure, and what it started is ended with its run as before. A
+/// service that waits for it (`after`) starts.
+#[test]
+fn a_one_shot_that_exits_0_leaving_a_helper_is_a_success() {
+    let cases: &[bool] = if is_root() { &[true, false] } else { &[false] };
+    for cgroups in cases {
+        let mut sb = Sandbox::new();
+        let secs = format!("{}", 900_000 + sb.tag);
+        let setup = sb.script("setup", &format!("sleep {secs} &\nexit 0"));
+        let supd = if *cgroups { "" } else { "cgroups = \"off\"" };
+        sb.config_with(
+            supd,
+            &format!(
+                "[service.setup]\ncommand = [\"{setup}\"]\nready = \"exited\"\n\
+                 restart = \"on-failure\"\nrestart_delay = \"1h\"\nrestart_delay_max = \"1h\"\n\n\
+                 [service.app]\ncommand = [\"sleep\", \"3600\"]\nafter = [\"setup\"]\n"
+            ),
+        );
+        sb.start();
+        let s = sb.wait_state("app", "running");
+        let setup = sb.status("setup");
+        assert_eq!(
+            setup["state"], "exited",
+            "cgroups {cgroups}: the one-shot did its work: {setup}\n{s}"
+        );
+        wait_gone(
+            &["sleep", &secs],
+            &format!("cgroups {cgroups}: what the one-shot left is ended with its run"),
+        );
+    }
+}
