@@ -352,3 +352,80 @@ fn a_one_shot_that_exits_0_leaving_a_helper_is_a_success() {
         );
     }
 }
+
+/// A reexec while a stop waits out its stop_timeout (every process ignores SIGTERM):
+/// the new image finishes the stop with the run's kill_mode, ending what it says and
+/// nothing more.
+#[test]
+fn a_reexec_in_the_middle_of_a_stop_ends_what_the_mode_says() {
+    let cases: Vec<(&str, bool)> = ["main", "group", "cgroup"]
+        .into_iter()
+        .flat_map(|m| {
+            let c: &[bool] = if is_root() { &[true, false] } else { &[false] };
+            c.iter().map(move |c| (m, *c))
+        })
+        .collect();
+    for (mode, cgroups) in cases {
+        let mut sb = Sandbox::new();
+        let mut kept = Survivors(Vec::new());
+        service(&sb, mode, cgroups);
+        let svc = sb.path("svc");
+        let body = std::fs::read_to_string(&svc).expect("the script");
+        std::fs::write(&svc, body.replacen('\n', "\ntrap '' TERM\n", 1)).expect("write");
+        sb.start();
+        let main = pid_of(&sb.wait_state("sshd", "running"));
+        let run = children(&sb);
+        let mut c = sb.client();
+        c.send_raw(b"{\"cmd\":\"stop\",\"service\":\"sshd\",\"id\":1}\n");
+        sb.wait_state("sshd", "stopping");
+        let out = sb.supctl(&["reexec"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        sb.wait_state("sshd", "stopped");
+        assert!(
+            !alive(main),
+            "{mode}, cgroups {cgroups}: the main process was ended"
+        );
+        check(&sb, "a reexec mid-stop", mode, cgroups, run, &mut kept);
+    }
+}
+
+/// A new supd ends what a killed one left as the run's kill_mode said when it started,
+/// not as the config says now (as a reload stops the old run as it was started): an
+/// operator who changes kill_mode and restarts supd rather than reloading loses no ssh
+/// session (main, then cgroup) and keeps no old worker beside the new run forever
+/// (cgroup, then main: nothing would end it).
+#[test]
+fn a_new_supd_ends_a_run_as_its_kill_mode_was_when_it_started() {
+    if !needs_root() {
+        return;
+    }
+    for (old, new) in [("cgroup", "main"), ("main", "cgroup"), ("group", "main")] {
+        let mut sb = Sandbox::new();
+        let mut kept = Survivors(Vec::new());
+        service(&sb, old, true);
+        sb.start();
+        let main = pid_of(&sb.wait_state("sshd", "running"));
+        let run = children(&sb);
+        sb.stop_supd(Signal::SIGKILL);
+        service(&sb, new, true);
+        sb.start();
+        new_run(&sb, main);
+        assert!(
+            wait_exit(main, DEADLINE).is_some() && !alive(main),
+            "{old} then {new}: the new supd ends the main process the killed one left"
+        );
+        check(
+            &sb,
+            &format!("a new supd, the config changed to {new}"),
+            old,
+            true,
+            run,
+            &mut kept,
+        );
+    }
+}
