@@ -19,6 +19,18 @@ pub fn reason(exit: Exit, left: u32, command: &[String]) -> String {
     )
 }
 
+/// The reason given for a one-shot (`ready = "exited"`) whose leader exited with
+/// `exit` (a success code) leaving `left` other processes: its exit is its contract, a
+/// success; what it left is ended with its run, and said so.
+pub fn ended(exit: Exit, left: u32) -> String {
+    let what = if left == 1 {
+        "1 other process of its run was".to_string()
+    } else {
+        format!("{left} other processes of its run were")
+    };
+    format!("{exit}; {what} still there, and ended with it")
+}
+
 /// The fix in one line for the program `command` runs: its foreground flag or setting.
 pub fn fix(command: &[String]) -> String {
     let program = command.first().map(String::as_str).unwrap_or_default();
@@ -99,5 +111,9 @@ mod tests {
              file, or `--daemonize no` in `command`)"
         );
         assert!(reason(Exit::Code(0), 3, &[]).contains("3 other processes"));
+        assert_eq!(
+            ended(Exit::Code(0), 1),
+            "exited with code 0; 1 other process of its run was still there, and ended with it"
+        );
     }
 }

@@ -125,7 +125,7 @@ impl Supervisor {
             // is unknown: 0 records the pid alone, which a later supd never takes for a
             // process with a start time (it then leaves that pid alone).
             let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
-            pid_file.set(Some((pid, start_time))).map_err(|e| {
+            pid_file.set_run(pid, start_time, kill_mode).map_err(|e| {
                 format!(
                     "cannot record its pid in {}: {e}; not started (a service never runs unrecorded)",
                     state_dir.display()

@@ -391,6 +391,7 @@ impl Supervisor {
         client: u64,
         id: serde_json::Value,
         handshake: Result<(), String>,
+        program: &std::fs::File,
         now: Mono,
     ) {
         let refusal = if let Err(why) = handshake {
@@ -410,7 +411,7 @@ impl Supervisor {
             let answer = serde_json::json!({"reexec": binary, "pid": std::process::id()});
             self.unpark(client, &id, Ok(answer), now);
             // Held stops and restarts go over in the handoff, in their order.
-            let why = self.exec_handoff(&binary);
+            let why = self.exec_handoff(&binary, Some(program));
             log::error!("reexec: {why}; supd keeps running");
             return;
         };
@@ -418,9 +419,11 @@ impl Supervisor {
         self.unpark(client, &id, Err(refusal), now);
     }
 
-    /// Execs `binary` with the handoff. Returns only on failure, with everything as it
-    /// was (the fds close-on-exec again, the handoff file removed).
-    pub fn exec_handoff(&mut self, binary: &Path) -> String {
+    /// Execs `binary` with the handoff (through `opened`, the file that answered the
+    /// handshake, when there was one: `handshake::exec_opened`). Returns only on
+    /// failure, with everything as it was (the fds close-on-exec again, the handoff
+    /// file removed).
+    pub fn exec_handoff(&mut self, binary: &Path, opened: Option<&std::fs::File>) -> String {
         let path = self.cfg.supd.state_dir.join("handoff.json");
         // Children asked for and not released are not handed over: they exit unrun, and
         // their services, still pending, are started by the new image.
@@ -497,7 +500,10 @@ impl Supervisor {
                 h.services.len()
             );
             crate::failpoint::stop_at("reexec-stops-before-exec");
-            failure = Some(crate::sys::exec(&args));
+            failure = Some(match opened {
+                Some(f) => crate::handshake::exec_opened(f, &args),
+                None => crate::sys::exec(&args),
+            });
         }
         for fd in kept {
             let _ = crate::sys::keep_across_exec(&fd, false);

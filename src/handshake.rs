@@ -9,6 +9,10 @@
 //! [`DEADLINE`]). Exit status alone proved nothing: `supctl reexec --binary /bin/true`
 //! used to be accepted, and supd exec'd into it and was gone.
 
+use nix::errno::Errno;
+use nix::fcntl::AtFlags;
+use std::fs::File;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -99,6 +103,64 @@ pub fn weigh(nothing: &[PathBuf], running_nothing: &[&Path]) -> Result<(), Strin
             lost.join(", ")
         ))
     }
+}
+
+/// The program a handshake runs, opened before it runs (`O_PATH`): the file that
+/// answers is the file executed. Its path may name another file by the end of the
+/// handshake (a package upgrade or a deploy renaming a new file over it, a symlink
+/// moved): that is refused ([`same_file`]), and the exec goes through this fd
+/// ([`exec_opened`]), so what the path names meanwhile is never what runs.
+pub fn open(binary: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(binary)
+}
+
+/// Whether `binary` still names the file `opened` (held open since before the
+/// handshake, so its inode number cannot have gone to another file).
+pub fn same_file(opened: &File, binary: &Path) -> Result<(), String> {
+    let was = opened.metadata().map_err(|e| e.to_string())?;
+    match std::fs::metadata(binary) {
+        Ok(now) if (now.dev(), now.ino()) == (was.dev(), was.ino()) => Ok(()),
+        Ok(_) => Err(
+            "its path changed during the handshake (another file was put there): the program that answered is not the one that would run; ask again"
+                .into(),
+        ),
+        Err(e) => Err(format!("its path changed during the handshake ({e})")),
+    }
+}
+
+/// Replaces this process's image with the program `opened` (argv as given, the
+/// environment kept), through the fd: not the path, which may name another file by
+/// now. A script cannot run so (its interpreter would be given a path to an fd closed
+/// by the exec), nor can anything on a kernel without `execveat` (before 3.19): then
+/// by `argv[0]`, while it still names the same file. Returns only on failure.
+pub fn exec_opened(opened: &File, argv: &[String]) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |b: &[u8]| std::ffi::CString::new(b.to_vec());
+    let args: Result<Vec<_>, _> = argv.iter().map(|a| c(a.as_bytes())).collect();
+    let env: Result<Vec<_>, _> = std::env::vars_os()
+        .map(|(k, v)| c(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
+        .collect();
+    let (Ok(args), Ok(env)) = (args, env) else {
+        return "bad program name, arguments or environment".into();
+    };
+    let Some(program) = argv.first() else {
+        return "no program".into();
+    };
+    let empty = std::ffi::CString::default();
+    let e = match nix::unistd::execveat(opened, &empty, &args, &env, AtFlags::AT_EMPTY_PATH) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    if !matches!(e, Errno::ENOENT | Errno::ENOSYS) {
+        return format!("cannot execute {program}: {}", e.desc());
+    }
+    if let Err(why) = same_file(opened, Path::new(program)) {
+        return format!("not executing {program}: {why}");
+    }
+    crate::sys::exec(argv)
 }
 
 #[cfg(test)]

@@ -21,7 +21,10 @@
 //! counted as left: with `"group"`, its recorded process group (not its session nor the
 //! rest of its cgroup); with `"main"`, the recorded main process alone, while it is that
 //! very process (its start time): what it started (sshd's sessions) is never ended, even
-//! in its cgroup, which keeps it. A service no longer in the config counts whole.
+//! in its cgroup, which keeps it. A service no longer in the config counts whole. But a
+//! run recorded with the `kill_mode` it started under is ended as that says, whatever
+//! the config says now, or whether it has the service (as a reload stops the old run
+//! as it was started).
 //!
 //! A process that cannot die (in uninterruptible sleep on a hung file system, held by a
 //! cgroup freezer) is waited for as long as it lives: the KILL is sent again on a
@@ -108,6 +111,17 @@ impl Cleanup {
             .into_iter()
             .filter(|r| r.pid > 1 && !spare(&r.service))
             .collect();
+        // A run is ended as the kill_mode it started under says (its record's), not as
+        // the config says now: the config's for a service without a run recorded so.
+        let mut narrow = narrow;
+        for r in &recs {
+            if let Some(mode) = r.mode {
+                narrow.retain(|(n, _)| *n != r.service);
+                if mode != KillMode::Cgroup {
+                    narrow.push((r.service.clone(), mode));
+                }
+            }
+        }
         let cgroups: Vec<PathBuf> = cgroup::left_by_previous(state_dir)
             .into_iter()
             // What is in the cgroup of a service of a narrower `kill_mode` is not ended
@@ -205,6 +219,7 @@ impl Cleanup {
                 service,
                 pid,
                 start_time,
+                mode: None,
             })
             .collect();
         let mut cleanup = Cleanup {

@@ -8,6 +8,7 @@
 //! they change on every restart and a temp file and rename would double its cost. They
 //! are opened for each write and closed: supd holds no fd per service.
 
+use crate::config::KillMode;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::fs::{self, File};
@@ -22,6 +23,9 @@ pub struct PidRecord {
     pub pid: i32,
     /// Start time from /proc (clock ticks since boot): guards against pid reuse.
     pub start_time: u64,
+    /// The `kill_mode` the run started under (a third word; none in a record of an
+    /// older supd, or a check's): a later supd ends what it left as that says.
+    pub mode: Option<KillMode>,
 }
 
 /// The directory of pid records: one small file per service.
@@ -97,18 +101,28 @@ impl PidFile {
     /// removed (not its directory: `is_current` tells the caller to open it anew); none
     /// is cleared by doing nothing where there is no file.
     pub fn set(&self, pid: Option<(i32, u64)>) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
         let text = match pid {
             Some((pid, start)) => format!("{pid} {start}"),
             None => String::new(),
         };
+        self.write(pid.is_some(), &text)
+    }
+
+    /// Records a service's run: its pid and start time, and the `kill_mode` it started
+    /// under.
+    pub fn set_run(&self, pid: i32, start: u64, mode: KillMode) -> io::Result<()> {
+        self.write(true, &format!("{pid} {start} {}", mode_word(mode)))
+    }
+
+    fn write(&self, some: bool, text: &str) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
         let mut rec = [b' '; RECORD_LEN];
         rec[..text.len().min(RECORD_LEN - 1)]
             .copy_from_slice(&text.as_bytes()[..text.len().min(RECORD_LEN - 1)]);
         rec[RECORD_LEN - 1] = b'\n';
-        match self.file(pid.is_some()) {
+        match self.file(some) {
             Ok(f) => f.write_all_at(&rec, 0),
-            Err(e) if pid.is_none() && e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) if !some && e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -170,11 +184,26 @@ fn read_dir_pids(dir: &Path) -> Vec<PidRecord> {
                 service,
                 pid,
                 start_time,
+                mode: words.next().and_then(word_mode),
             }),
             _ => log::warn!("{} is corrupt; ignoring it", entry.path().display()),
         }
     }
     out
+}
+
+fn mode_word(mode: KillMode) -> &'static str {
+    match mode {
+        KillMode::Cgroup => "cgroup",
+        KillMode::Group => "group",
+        KillMode::Main => "main",
+    }
+}
+
+fn word_mode(word: &str) -> Option<KillMode> {
+    [KillMode::Cgroup, KillMode::Group, KillMode::Main]
+        .into_iter()
+        .find(|m| mode_word(*m) == word)
 }
 
 /// Forgets every record (after their processes were ended).
@@ -273,18 +302,26 @@ mod tests {
             .set(Some((1234567, 99999999)))
             .expect("set");
         a.set(Some((43, 8))).expect("set");
+        PidFile::open(&dir, "c")
+            .expect("open")
+            .set_run(9, 10, KillMode::Main)
+            .expect("set");
+        assert_eq!(read_pids(&dir)[0].mode, Some(KillMode::Main));
+        let _ = std::fs::remove_file(dir.join("pids").join("c"));
         assert_eq!(
             read_pids(&dir),
             vec![
                 PidRecord {
                     service: "a".into(),
                     pid: 43,
-                    start_time: 8
+                    start_time: 8,
+                    mode: None
                 },
                 PidRecord {
                     service: "b".into(),
                     pid: 1234567,
-                    start_time: 99999999
+                    start_time: 99999999,
+                    mode: None
                 }
             ]
         );

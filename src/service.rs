@@ -320,6 +320,12 @@ impl Service {
                     return self.step(cfg, Event::Exited(exit), now);
                 }
                 self.exited(exit);
+                if cfg.ready == Ready::Exited {
+                    // A one-shot's exit is its contract: what it started on the way (gpg
+                    // starting gpg-agent) is ended with its run, and it did its work.
+                    let why = crate::daemonize::ended(exit, left);
+                    return self.settle(cfg, false, why, now);
+                }
                 let why = crate::daemonize::reason(exit, left, &cfg.command);
                 self.settle(cfg, true, why, now)
             }

@@ -317,3 +317,115 @@ fn with_kill_mode_main_a_success_exit_leaves_the_rest_running() {
     let _kept = Survivors(vec![left]);
     assert!(alive(left));
 }
+
+/// A one-shot (`ready = "exited"`) whose program does its work and exits 0 while
+/// something it started incidentally is still there (gpg starting gpg-agent, ssh's
+/// ControlPersist master): its exit is its contract, so it is a success, not a
+/// daemonizing failure, and what it started is ended with its run as before. A
+/// service that waits for it (`after`) starts.
+#[test]
+fn a_one_shot_that_exits_0_leaving_a_helper_is_a_success() {
+    let cases: &[bool] = if is_root() { &[true, false] } else { &[false] };
+    for cgroups in cases {
+        let mut sb = Sandbox::new();
+        let secs = format!("{}", 900_000 + sb.tag);
+        let setup = sb.script("setup", &format!("sleep {secs} &\nexit 0"));
+        let supd = if *cgroups { "" } else { "cgroups = \"off\"" };
+        sb.config_with(
+            supd,
+            &format!(
+                "[service.setup]\ncommand = [\"{setup}\"]\nready = \"exited\"\n\
+                 restart = \"on-failure\"\nrestart_delay = \"1h\"\nrestart_delay_max = \"1h\"\n\n\
+                 [service.app]\ncommand = [\"sleep\", \"3600\"]\nafter = [\"setup\"]\n"
+            ),
+        );
+        sb.start();
+        let s = sb.wait_state("app", "running");
+        let setup = sb.status("setup");
+        assert_eq!(
+            setup["state"], "exited",
+            "cgroups {cgroups}: the one-shot did its work: {setup}\n{s}"
+        );
+        wait_gone(
+            &["sleep", &secs],
+            &format!("cgroups {cgroups}: what the one-shot left is ended with its run"),
+        );
+    }
+}
+
+/// A reexec while a stop waits out its stop_timeout (every process ignores SIGTERM):
+/// the new image finishes the stop with the run's kill_mode, ending what it says and
+/// nothing more.
+#[test]
+fn a_reexec_in_the_middle_of_a_stop_ends_what_the_mode_says() {
+    let cases: Vec<(&str, bool)> = ["main", "group", "cgroup"]
+        .into_iter()
+        .flat_map(|m| {
+            let c: &[bool] = if is_root() { &[true, false] } else { &[false] };
+            c.iter().map(move |c| (m, *c))
+        })
+        .collect();
+    for (mode, cgroups) in cases {
+        let mut sb = Sandbox::new();
+        let mut kept = Survivors(Vec::new());
+        service(&sb, mode, cgroups);
+        let svc = sb.path("svc");
+        let body = std::fs::read_to_string(&svc).expect("the script");
+        std::fs::write(&svc, body.replacen('\n', "\ntrap '' TERM\n", 1)).expect("write");
+        sb.start();
+        let main = pid_of(&sb.wait_state("sshd", "running"));
+        let run = children(&sb);
+        let mut c = sb.client();
+        c.send_raw(b"{\"cmd\":\"stop\",\"service\":\"sshd\",\"id\":1}\n");
+        sb.wait_state("sshd", "stopping");
+        let out = sb.supctl(&["reexec"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        sb.wait_state("sshd", "stopped");
+        assert!(
+            !alive(main),
+            "{mode}, cgroups {cgroups}: the main process was ended"
+        );
+        check(&sb, "a reexec mid-stop", mode, cgroups, run, &mut kept);
+    }
+}
+
+/// A new supd ends what a killed one left as the run's kill_mode said when it started,
+/// not as the config says now (as a reload stops the old run as it was started): an
+/// operator who changes kill_mode and restarts supd rather than reloading loses no ssh
+/// session (main, then cgroup) and keeps no old worker beside the new run forever
+/// (cgroup, then main: nothing would end it).
+#[test]
+fn a_new_supd_ends_a_run_as_its_kill_mode_was_when_it_started() {
+    if !needs_root() {
+        return;
+    }
+    for (old, new) in [("cgroup", "main"), ("main", "cgroup"), ("group", "main")] {
+        let mut sb = Sandbox::new();
+        let mut kept = Survivors(Vec::new());
+        service(&sb, old, true);
+        sb.start();
+        let main = pid_of(&sb.wait_state("sshd", "running"));
+        let run = children(&sb);
+        sb.stop_supd(Signal::SIGKILL);
+        service(&sb, new, true);
+        sb.start();
+        new_run(&sb, main);
+        assert!(
+            wait_exit(main, DEADLINE).is_some() && !alive(main),
+            "{old} then {new}: the new supd ends the main process the killed one left"
+        );
+        check(
+            &sb,
+            &format!("a new supd, the config changed to {new}"),
+            old,
+            true,
+            run,
+            &mut kept,
+        );
+    }
+}

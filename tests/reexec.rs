@@ -346,3 +346,55 @@ fn as_pid_1_a_panic_reexecutes_supd_and_the_services_stay_supervised() {
     }
     panic_case(true);
 }
+
+// The program that answered the handshake is the program executed: a path that names
+// another file by the end of the handshake (a file renamed over it by a package
+// upgrade or a deploy, a symlink moved) is refused, never executed unchecked. Here the
+// program at `current` renames `other` over its own path while it answers; before,
+// supd executed `other`, which had answered nothing (here it execs supd too, so that
+// the test's supd survives the defect).
+#[test]
+fn a_program_replaced_during_the_handshake_is_not_executed() {
+    let mut sb = Sandbox::new();
+    sb.config("[service.steady]\ncommand = [\"sleep\", \"3600\"]\n");
+    sb.start();
+    let steady = sb.wait_state("steady", "running")["pid"].clone();
+    let current = sb.path("current");
+    let marker = sb.path("other-ran");
+    let other = sb.script(
+        "other",
+        &format!("echo ran >> {}\nexec {SUPD} \"$@\"", marker.display()),
+    );
+    let answering = sb.script(
+        "answering",
+        &format!(
+            "cp {other} {current}.tmp && mv -f {current}.tmp {current}\nexec {SUPD} \"$@\"",
+            current = current.display()
+        ),
+    );
+    std::fs::rename(&answering, &current).expect("the program in place");
+    let out = sb.supctl(&["reexec", "--binary", &current.to_string_lossy()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    // Served by whichever image runs now (the exec follows the answer at once).
+    assert_eq!(sb.status("steady")["pid"], steady);
+    assert!(
+        !marker.exists(),
+        "supd executed a program that never answered the handshake\n{err}\n{}",
+        sb.supd_log()
+    );
+    assert_eq!(out.status.code(), Some(1), "{err}\n{}", sb.supd_log());
+    assert!(
+        err.contains("changed during the handshake") && err.contains("supd keeps running"),
+        "{err}"
+    );
+    // Asked again, what the path names now answers and is executed.
+    let out = sb.supctl(&["reexec", "--binary", &current.to_string_lossy()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sb.status("steady")["pid"], steady);
+    common::files::wait_file(&marker, |t| t.lines().count() == 2);
+}

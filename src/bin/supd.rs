@@ -340,7 +340,7 @@ fn run_loop(sup: &mut Supervisor) -> i32 {
                     "supd panicked; re-executing {} with its state",
                     program.display()
                 );
-                let why = sup.exec_handoff(&program);
+                let why = sup.exec_handoff(&program, None);
                 log::error!("re-executing after a panic failed: {why}; going on in this image");
             }
         }

@@ -591,3 +591,23 @@ fn a_success_exit_leaving_processes_behind_is_a_daemonized_failure() {
         c.policy.crash_loop.restarts
     );
 }
+
+#[test]
+fn a_one_shot_that_exits_0_leaving_others_is_a_success() {
+    let mut c = cfg();
+    c.ready = Ready::Exited;
+    c.policy.restart = RestartMode::OnFailure;
+    let mut s = in_state(State::Starting);
+    s.step(&c, Event::Daemonized(Exit::Code(0), 1), at(50));
+    assert_eq!(s.state, State::Exited, "its exit is its contract");
+    let why = s.reason.clone().unwrap_or_default();
+    assert!(
+        !why.contains("forked") && why.contains("ended with it"),
+        "{why}"
+    );
+    assert_eq!(s.history.streak, 0, "not counted as a failure");
+    // A failing code stays the failure it was.
+    let mut s = in_state(State::Starting);
+    s.step(&c, Event::Daemonized(Exit::Code(1), 1), at(50));
+    assert_eq!(s.state, State::Backoff);
+}

@@ -205,7 +205,9 @@ impl Supervisor {
     pub(crate) fn rewrite_pid_records(&mut self) {
         let state_dir = self.cfg.supd.state_dir.clone();
         for slot in self.slots.values_mut() {
-            let Some((pid, start)) = slot.instance.as_ref().map(|i| (i.pid, i.start_time)) else {
+            let Some((pid, start, mode)) =
+                (slot.instance.as_ref()).map(|i| (i.pid, i.start_time, i.mode()))
+            else {
                 continue;
             };
             if slot.pid_file.as_ref().is_some_and(PidFile::is_current) {
@@ -213,7 +215,7 @@ impl Supervisor {
             }
             let name = slot.cfg.name.clone();
             let written = pid_file_of(slot, &state_dir)
-                .and_then(|f| f.set(Some((pid, start))).map_err(|e| e.to_string()));
+                .and_then(|f| f.set_run(pid, start, mode).map_err(|e| e.to_string()));
             match written {
                 Ok(()) => log::info!("{name}: its pid record is written again"),
                 Err(e) => log::error!("{name}: cannot write its pid record again: {e}"),

@@ -58,6 +58,9 @@ pub enum Task {
         by: Mono,
         /// It was killed at `by`.
         timed_out: bool,
+        /// The program, opened before it ran: the file that answers is the file
+        /// executed (`handshake::open`).
+        program: Rc<File>,
     },
 }
 
@@ -230,6 +233,7 @@ impl Supervisor {
                 binary.display()
             ))
         };
+        let program = crate::handshake::open(&binary).map_err(|e| cannot(e.to_string()))?;
         let (read, write) = answer_pipe().map_err(|e| cannot(e.to_string()))?;
         let pid = self
             .spawn_helper(&binary.to_string_lossy(), args, sys::Io::Fd(write))
@@ -244,6 +248,7 @@ impl Supervisor {
                 answer: Rc::new(read),
                 by: now.plus(crate::handshake::deadline()),
                 timed_out: false,
+                program: Rc::new(program),
             },
         );
         if let Some(c) = self.server.clients.get_mut(&client) {
@@ -417,6 +422,7 @@ impl Supervisor {
                 nonce,
                 answer,
                 timed_out,
+                program,
                 ..
             } => {
                 let verdict = if timed_out {
@@ -433,17 +439,17 @@ impl Supervisor {
                     let _ = (&*answer)
                         .take(crate::handshake::MAX_ANSWER as u64)
                         .read_to_end(&mut out);
-                    crate::handshake::verify(&out, &nonce, crate::handoff::FORMAT).and_then(
-                        |nothing| {
+                    crate::handshake::verify(&out, &nonce, crate::handoff::FORMAT)
+                        .and_then(|nothing| {
                             let running: Vec<&std::path::Path> = (self.broken_files.iter())
                                 .filter(|b| !b.has_copy())
                                 .map(|b| b.file.as_path())
                                 .collect();
                             crate::handshake::weigh(&nothing, &running)
-                        },
-                    )
+                        })
+                        .and_then(|()| crate::handshake::same_file(&program, &binary))
                 };
-                self.finish_reexec(binary, client, id, verdict, now)
+                self.finish_reexec(binary, client, id, verdict, &program, now)
             }
         }
     }
