@@ -322,3 +322,56 @@ fn a_broken_file_does_not_stop_a_reexec_but_a_program_that_would_lose_one_is_ref
     // taken (not exec'd here: it is a script); the real one was, above.
     assert_eq!(pid_of(&sb.status("g1")), g1);
 }
+
+/// The copy of `file` (a name under the sandbox) in state/last-good.
+fn copy_of(sb: &Sandbox, file: &str) -> std::path::PathBuf {
+    let name = sb
+        .path(file)
+        .to_string_lossy()
+        .replace('%', "%25")
+        .replace('/', "%2F");
+    sb.path("state/last-good").join(name)
+}
+
+// Adversary: a service moved out of a file into another while the first is broken: the
+// good file that defines it now runs it, not the broken file's stale copy.
+#[test]
+fn a_service_moved_into_a_good_file_runs_from_it_not_from_a_broken_files_copy() {
+    let mut sb = Sandbox::new();
+    sb.config_with(INCLUDE, "");
+    drop_in(
+        &sb,
+        "a.toml",
+        &(sleeper("x", sb.tag) + &sleeper("y", sb.tag)),
+    );
+    sb.start();
+    sb.wait_state("x", "running");
+    sb.stop_supd(Signal::SIGTERM);
+    assert!(copy_of(&sb, "services.d/a.toml").exists());
+    // x moves to b.toml (read after a.toml), with a new argument; a.toml is broken.
+    drop_in(&sb, "a.toml", "[service.y\n");
+    drop_in(
+        &sb,
+        "b.toml",
+        &(sleeper("x", sb.tag + 1) + &sleeper("z", sb.tag)),
+    );
+    sb.start();
+    sb.wait_state("z", "running");
+    let x = sb.wait_state("x", "running");
+    let tag = (sb.tag + 1).to_string();
+    assert_eq!(
+        processes_with_cmdline(&["/bin/sleep", &tag]),
+        vec![pid_of(&x)],
+        "x as b.toml defines it\n{}",
+        sb.supd_log()
+    );
+    let st = sb.ok(json!({"cmd": "status"}));
+    let files: Vec<&str> = (st["broken_files"].as_array().expect("broken_files").iter())
+        .filter_map(|b| b["file"].as_str())
+        .collect();
+    assert!(
+        files.iter().all(|f| !f.ends_with("b.toml")),
+        "b.toml loads: it is not broken: {st}"
+    );
+    broken(&st, &sb, "services.d/a.toml");
+}

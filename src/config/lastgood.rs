@@ -87,6 +87,7 @@ pub fn load_at_start(path: &Path) -> Loaded {
         }
         let mut moved = false;
         for (file, errs) in by_file {
+            let file = c.culprit(&file);
             moved |= c.step_back(&file, errs);
         }
         if !moved || rounds > 3 * (c.order.len() + 2) {
@@ -230,6 +231,31 @@ impl Compose {
             (Using::Nothing, t) if file == self.main => Ok(t.unwrap_or_default()),
             (Using::Nothing, _) => Ok(String::new()),
         }
+    }
+
+    /// The file to set back for errors found in `file`: a file as it is yields to a
+    /// copy that stands in for another (a service moved out of a broken file is defined
+    /// by the file it is in now, not by the stale copy); else `file` itself.
+    fn culprit(&mut self, file: &Path) -> PathBuf {
+        if self.using(file) != Using::AsIs {
+            return file.to_path_buf();
+        }
+        let copies: Vec<PathBuf> = (self.using.iter())
+            .filter(|(_, u)| **u == Using::Copy)
+            .map(|(f, _)| f.clone())
+            .collect();
+        for other in copies {
+            self.using.insert(other.clone(), Using::Nothing);
+            let clears = match self.attempt() {
+                Ok(_) => true,
+                Err(errs) => errs.iter().all(|e| e.file != file),
+            };
+            self.using.insert(other.clone(), Using::Copy);
+            if clears {
+                return other;
+            }
+        }
+        file.to_path_buf()
     }
 
     /// Sets `file` one step back; false when it is at nothing already.
