@@ -375,3 +375,32 @@ fn a_service_moved_into_a_good_file_runs_from_it_not_from_a_broken_files_copy() 
     );
     broken(&st, &sb, "services.d/a.toml");
 }
+
+// Adversary: a copy corrupted on disk (a power cut, a bad sector, a hand edit) is not
+// run as it is: the file then has nothing standing for it, and the log says its copy
+// does not load rather than that it never loaded.
+#[test]
+fn a_corrupt_last_good_copy_runs_nothing_and_is_said() {
+    let mut sb = Sandbox::new();
+    sb.config_with(INCLUDE, "");
+    drop_in(&sb, "good.toml", &sleeper("g", sb.tag));
+    drop_in(&sb, "bad.toml", &sleeper("b", sb.tag));
+    sb.start();
+    sb.wait_state("b", "running");
+    sb.stop_supd(Signal::SIGTERM);
+    drop_in(&sb, "bad.toml", "[service.b\n");
+    let copy = copy_of(&sb, "services.d/bad.toml");
+    let text = fs::read_to_string(&copy).expect("the copy");
+    // Cut mid-way, in the command's array.
+    fs::write(&copy, &text[..text.find('"').expect("a quote") + 3]).expect("cut the copy");
+    sb.start();
+    sb.wait_state("g", "running");
+    let st = sb.ok(json!({"cmd": "status"}));
+    assert_eq!(st["services"].as_array().map(Vec::len), Some(1), "{st}");
+    assert_eq!(broken(&st, &sb, "services.d/bad.toml")["using"], "nothing");
+    let log = sb.supd_log();
+    assert!(
+        !log.contains("never did here") && log.contains("last good copy does not load"),
+        "{log}"
+    );
+}

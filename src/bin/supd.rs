@@ -360,10 +360,16 @@ fn load_config(path: &std::path::Path) -> sup::config::lastgood::Loaded {
                 "{} does not load: its last good copy stands in for it until a reload brings a valid config",
                 b.file.display()
             ),
-            false => log::error!(
-                "{} does not load and never did here: nothing of it runs until a reload brings a valid config",
-                b.file.display()
-            ),
+            false => match loaded.unusable_copies.iter().find(|(f, _)| *f == b.file) {
+                Some((_, why)) => log::error!(
+                    "{} does not load, and its last good copy does not load either ({why}): nothing of it runs until a reload brings a valid config",
+                    b.file.display()
+                ),
+                None => log::error!(
+                    "{} does not load and never did here: nothing of it runs until a reload brings a valid config",
+                    b.file.display()
+                ),
+            },
         }
     }
     loaded

@@ -56,6 +56,9 @@ pub struct Loaded {
     pub broken: Vec<BrokenFile>,
     /// The files used as they are, with their text: their copies to refresh ([`keep`]).
     pub good: Vec<(PathBuf, String)>,
+    /// The broken files with nothing standing for them though a copy is kept (it is
+    /// corrupt, or clashes with the files as they are now), with the copy's first error.
+    pub unusable_copies: Vec<(PathBuf, String)>,
 }
 
 /// The config at start: the whole of it when it loads, else composed as the module
@@ -70,6 +73,7 @@ pub fn load_at_start(path: &Path) -> Loaded {
         texts: BTreeMap::new(),
         using: BTreeMap::new(),
         errors: BTreeMap::new(),
+        copy_errors: BTreeMap::new(),
         order: Vec::new(),
     };
     let mut result = c.attempt();
@@ -183,6 +187,8 @@ struct Compose {
     using: BTreeMap<PathBuf, Using>,
     /// The errors of each file set back, as it is (the first found).
     errors: BTreeMap<PathBuf, Vec<ConfigError>>,
+    /// The first error of each copy set back.
+    copy_errors: BTreeMap<PathBuf, String>,
     /// The files in the order they were first read.
     order: Vec<PathBuf>,
 }
@@ -262,7 +268,12 @@ impl Compose {
     fn step_back(&mut self, file: &Path, errs: Vec<ConfigError>) -> bool {
         let next = match self.using(file) {
             Using::AsIs if self.copy(file).is_some() => Using::Copy,
-            Using::AsIs | Using::Copy => Using::Nothing,
+            Using::AsIs => Using::Nothing,
+            Using::Copy => {
+                let first = errs.first().map_or_else(String::new, ToString::to_string);
+                self.copy_errors.insert(file.to_path_buf(), first);
+                Using::Nothing
+            }
             Using::Nothing => return false,
         };
         self.using.insert(file.to_path_buf(), next);
@@ -344,11 +355,22 @@ impl Compose {
             .filter(|f| self.using(f) == Using::AsIs)
             .filter_map(|f| Some((f.clone(), self.texts.get(f)?.clone().ok()?)))
             .collect();
+        let unusable_copies = (broken.iter())
+            .filter(|b| !b.has_copy())
+            .filter_map(|b| {
+                let why = self.copy_errors.get(&b.file).cloned().or_else(|| {
+                    self.copy(&b.file)
+                        .map(|_| "it clashes with the files as they are".to_string())
+                })?;
+                Some((b.file.clone(), why))
+            })
+            .collect();
         Loaded {
             cfg,
             errors,
             broken,
             good,
+            unusable_copies,
         }
     }
 }
