@@ -231,3 +231,20 @@ fn a_reexec_is_not_refused_for_what_the_lint_finds() {
     sb.reexec();
     assert_eq!(sb.wait_state("a", "running")["pid"], pid);
 }
+
+// Adversary: a tool whose `current` names a version that is gone (removed by hand, a
+// half-finished prune) is said as such, at `tool`, not as a program missing from it.
+#[test]
+fn a_dangling_current_is_said_as_a_version_not_installed() {
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.path("tools/agent")).expect("mkdir");
+    std::os::unix::fs::symlink("9.9.9", sb.path("tools/agent/current")).expect("ln");
+    sb.config("[service.agent]\ntool = \"agent\"\ncommand = [\"bin/agent\"]\n");
+    let (code, _, stderr) = check(&sb);
+    assert_eq!(code, Some(1), "{stderr}");
+    let line = line_at(&stderr, &at(&sb, "sup.toml", "tool = "));
+    assert!(
+        line.contains("service.agent.tool") && line.contains("9.9.9 is not installed"),
+        "{line}"
+    );
+}

@@ -259,6 +259,20 @@ impl Lint {
                 return;
             }
         };
+        // `current` names a version that is not there (removed by hand, a prune cut
+        // short): every start fails, for want of the version rather than of a program.
+        if let (Some(tool), Some(v)) = (svc.tool.as_deref(), plan.version.as_deref()) {
+            let dir = supd.tools_dir.join(tool).join(v);
+            if !dir.is_dir() {
+                let message = format!(
+                    "{} names version {v}, but version {v} is not installed ({} does not exist): install it (supctl install), or point current at an installed version",
+                    supd.tools_dir.join(tool).join("current").display(),
+                    dir.display()
+                );
+                self.say(&table, "tool", message, false);
+                return;
+            }
+        }
         let Some(who) = who else {
             return; // its user or group is unknown: said above
         };
