@@ -404,3 +404,95 @@ fn a_corrupt_last_good_copy_runs_nothing_and_is_said() {
         "{log}"
     );
 }
+
+// Adversary: supd killed twice while a run of a broken file's service is kept: the
+// third supd, with the file mended, still ends that run before starting the service.
+#[test]
+fn a_kept_run_survives_two_kills_of_supd_and_is_ended_before_its_mended_service_starts() {
+    let mut sb = Sandbox::new();
+    sb.config_with(INCLUDE, "");
+    drop_in(&sb, "good.toml", &sleeper("g", sb.tag));
+    drop_in(&sb, "lost.toml", &sleeper("l", sb.tag));
+    sb.start();
+    let l = pid_of(&sb.wait_state("l", "running"));
+    sb.stop_supd(Signal::SIGKILL);
+    drop_in(&sb, "lost.toml", "[service.l\n");
+    fs::remove_file(copy_of(&sb, "services.d/lost.toml")).expect("rm copy");
+    sb.start();
+    sb.wait_state("g", "running");
+    let st = sb.ok(json!({"cmd": "status"}));
+    assert_eq!(
+        st["left_running"],
+        json!([{"service": "l", "pid": l}]),
+        "{st}"
+    );
+    sb.stop_supd(Signal::SIGKILL);
+    // Mended, and a fresh start.
+    drop_in(&sb, "lost.toml", &sleeper("l", sb.tag));
+    sb.start();
+    let l2 = pid_of(&sb.wait_state("l", "running"));
+    assert!(
+        l2 != l && !alive(l),
+        "the kept run ended\n{}",
+        sb.supd_log()
+    );
+    let tag = sb.tag.to_string();
+    assert_eq!(processes_with_cmdline(&["/bin/sleep", &tag]).len(), 2);
+}
+
+// Adversary: a real `supctl reexec` while a run is kept: the new image keeps it, and
+// the mended file's reload ends it before its service starts, once.
+#[test]
+fn a_reexec_while_a_run_is_kept_hands_it_over_and_the_mend_ends_it_first() {
+    let mut sb = Sandbox::new();
+    sb.config_with(INCLUDE, "");
+    drop_in(&sb, "good.toml", &sleeper("g", sb.tag));
+    drop_in(&sb, "lost.toml", &sleeper("l", sb.tag));
+    sb.start();
+    let l = pid_of(&sb.wait_state("l", "running"));
+    sb.stop_supd(Signal::SIGKILL);
+    drop_in(&sb, "lost.toml", "[service.l\n");
+    fs::remove_file(copy_of(&sb, "services.d/lost.toml")).expect("rm copy");
+    sb.start();
+    sb.wait_state("g", "running");
+    sb.reexec();
+    let st = sb.ok(json!({"cmd": "status"}));
+    assert_eq!(
+        st["left_running"],
+        json!([{"service": "l", "pid": l}]),
+        "{st}"
+    );
+    drop_in(&sb, "lost.toml", &sleeper("l", sb.tag));
+    sb.ok(json!({"cmd": "reload"}));
+    let l2 = pid_of(&sb.wait_state("l", "running"));
+    assert!(
+        l2 != l && !alive(l),
+        "the kept run ended\n{}",
+        sb.supd_log()
+    );
+    let tag = sb.tag.to_string();
+    assert_eq!(processes_with_cmdline(&["/bin/sleep", &tag]).len(), 2);
+}
+
+// Adversary: a drop-in deleted (not broken) while another is broken: its copy, still
+// kept, does not bring its services back at the next start.
+#[test]
+fn a_deleted_drop_in_is_not_resurrected_from_its_copy() {
+    let mut sb = Sandbox::new();
+    sb.config_with(INCLUDE, "");
+    drop_in(&sb, "gone.toml", &sleeper("d", sb.tag));
+    drop_in(&sb, "good.toml", &sleeper("g", sb.tag));
+    sb.start();
+    sb.wait_state("d", "running");
+    sb.stop_supd(Signal::SIGTERM);
+    fs::remove_file(sb.path("services.d/gone.toml")).expect("rm");
+    drop_in(&sb, "bad.toml", "[service.b\n");
+    sb.start();
+    sb.wait_state("g", "running");
+    let st = sb.ok(json!({"cmd": "status"}));
+    assert_eq!(st["services"].as_array().map(Vec::len), Some(1), "{st}");
+    sb.stop_supd(Signal::SIGTERM);
+    sb.start();
+    let st = sb.ok(json!({"cmd": "status"}));
+    assert_eq!(st["services"].as_array().map(Vec::len), Some(1), "{st}");
+}
