@@ -378,13 +378,7 @@ fn a_reexec_in_the_middle_of_a_stop_ends_what_the_mode_says() {
         let mut c = sb.client();
         c.send_raw(b"{\"cmd\":\"stop\",\"service\":\"sshd\",\"id\":1}\n");
         sb.wait_state("sshd", "stopping");
-        let out = sb.supctl(&["reexec"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        sb.reexec();
         sb.wait_state("sshd", "stopped");
         assert!(
             !alive(main),
