@@ -87,10 +87,13 @@ fn broken_text(err: &mut String, d: &StatusData) {
         };
         outln!(
             err,
-            "\n{} does not load: {stands}\n  {}",
-            b["file"].as_str().unwrap_or("?"),
-            b["error"].as_str().unwrap_or("?")
+            "\n{} does not load: {stands}",
+            b["file"].as_str().unwrap_or("?")
         );
+        // Its errors, each, follow with the config's (not said twice).
+        if d.config_errors.is_empty() {
+            outln!(err, "  {}", b["error"].as_str().unwrap_or("?"));
+        }
     }
     for k in &d.left_running {
         outln!(
