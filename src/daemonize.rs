@@ -1,13 +1,11 @@
 //! A main process that exited with a success code while other processes of its run
 //! remained has daemonized (forked into the background, its parent exiting): what
 //! `status` and the log say of it, with the fix for the programs that do it most.
-//! Pure: the name of the program and a count in, words out.
-
-use crate::service::Exit;
+//! Pure: the exit (as it is said), the name of the program and a count in, words out.
 
 /// The reason given for a run whose leader exited with `exit` (a success code)
 /// leaving `left` other processes of its run: it names the daemonizing and the fix.
-pub fn reason(exit: Exit, left: u32, command: &[String]) -> String {
+pub fn reason(exit: impl std::fmt::Display, left: u32, command: &[String]) -> String {
     let what = if left == 1 {
         "1 other process".to_string()
     } else {
@@ -22,7 +20,7 @@ pub fn reason(exit: Exit, left: u32, command: &[String]) -> String {
 /// The reason given for a one-shot (`ready = "exited"`) whose leader exited with
 /// `exit` (a success code) leaving `left` other processes: its exit is its contract, a
 /// success; what it left is ended with its run, and said so.
-pub fn ended(exit: Exit, left: u32) -> String {
+pub fn ended(exit: impl std::fmt::Display, left: u32) -> String {
     let what = if left == 1 {
         "1 other process of its run was".to_string()
     } else {
@@ -103,16 +101,16 @@ mod tests {
 
     #[test]
     fn the_reason_says_it_forked_and_how_many_remained() {
-        let r = reason(Exit::Code(0), 1, &cmd(&["redis-server"]));
+        let r = reason("exited with code 0", 1, &cmd(&["redis-server"]));
         assert_eq!(
             r,
             "exited with code 0 while 1 other process of its run remained: it forked into the \
              background: run it in the foreground (redis-server: `daemonize no` in its config \
              file, or `--daemonize no` in `command`)"
         );
-        assert!(reason(Exit::Code(0), 3, &[]).contains("3 other processes"));
+        assert!(reason("exited with code 0", 3, &[]).contains("3 other processes"));
         assert_eq!(
-            ended(Exit::Code(0), 1),
+            ended("exited with code 0", 1),
             "exited with code 0; 1 other process of its run was still there, and ended with it"
         );
     }

@@ -48,9 +48,9 @@ pub fn nonce() -> String {
     )
 }
 
-/// The line a program that reads handoffs of this supd's format answers.
-pub fn answer(nonce: &str) -> String {
-    format!("supd handoff {} {nonce}", crate::handoff::FORMAT)
+/// The line a program that reads handoffs of `format` (its newest) answers.
+pub fn answer(nonce: &str, format: u32) -> String {
+    format!("supd handoff {format} {nonce}")
 }
 
 /// The line that follows the answer for each file the program would not run as it
@@ -170,15 +170,15 @@ mod tests {
     #[test]
     fn only_the_answer_with_the_nonce_passes() {
         let n = nonce();
-        assert!(verify(answer(&n).as_bytes(), &n, crate::handoff::FORMAT).is_ok());
-        assert!(verify(format!("{}\nmore\n", answer(&n)).as_bytes(), &n, 1).is_ok());
+        assert!(verify(answer(&n, 7).as_bytes(), &n, 7).is_ok());
+        assert!(verify(format!("{}\nmore\n", answer(&n, 7)).as_bytes(), &n, 1).is_ok());
         // Nothing at all (/bin/true).
         assert!(verify(b"", &n, 1).unwrap_err().contains("did not answer"));
         // Its arguments echoed (/bin/echo).
         let echoed = format!("--handshake {n} --handoff-format 6 -c /etc/sup/sup.toml\n");
         assert!(verify(echoed.as_bytes(), &n, 6).is_err());
         // Another nonce (an answer meant for another supd).
-        assert!(verify(answer("other").as_bytes(), &n, 1).is_err());
+        assert!(verify(answer("other", 7).as_bytes(), &n, 1).is_err());
         // An older format.
         let old = format!("supd handoff 3 {n}");
         assert!(verify(old.as_bytes(), &n, 6).unwrap_err().contains("older"));
@@ -191,7 +191,7 @@ mod tests {
         let n = nonce();
         let out = format!(
             "{}\n{}\n{}\n",
-            answer(&n),
+            answer(&n, 7),
             broken_line(true, Path::new("/etc/sup/services.d/a.toml")),
             broken_line(false, Path::new("/etc/sup/services.d/b c.toml"))
         );

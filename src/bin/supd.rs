@@ -143,7 +143,7 @@ fn handshake(path: &std::path::Path, nonce: &str, format: Option<u32>) -> ExitCo
     for e in &loaded.errors {
         eprintln!("{e}");
     }
-    println!("{}", sup::handshake::answer(nonce));
+    println!("{}", sup::handshake::answer(nonce, sup::handoff::FORMAT));
     for b in &loaded.broken {
         println!("{}", sup::handshake::broken_line(b.has_copy(), &b.file));
     }
