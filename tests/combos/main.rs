@@ -275,6 +275,7 @@ fn fixed_sequences() {
         lease: false,
         stalled_stderr: false,
         kill_mode: "cgroup",
+        broken_file: false,
         steps: vec![
             step(Action::Install(good("1.1.0")), Then::Wait(0)),
             step(
@@ -324,6 +325,9 @@ fn fixed_sequences() {
         // Its supd's stderr stalls: a reexec, a reload and a self-switch beside it.
         stalled_stderr: true,
         kill_mode: "group",
+        // Its services' file broken on disk: the kill -9 and the restarts of supd run
+        // its last good copy.
+        broken_file: true,
         steps: vec![
             step(Action::Install(good("1.1.0")), Then::Wait(0)),
             step(

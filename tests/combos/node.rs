@@ -106,6 +106,8 @@ pub struct Node {
     processed: usize,
     collector: Option<Collector>,
     var: u32,
+    /// services.d/agent.toml is broken on disk now (`broken_file`).
+    broken_on_disk: std::cell::Cell<bool>,
     term: u64,
     lease_held: bool,
     /// The step under way (1-based; 0: the prologue), for the violations' report.
@@ -136,6 +138,7 @@ impl Node {
             processed: 0,
             collector: None,
             var: 0,
+            broken_on_disk: std::cell::Cell::new(false),
             term: 0,
             lease_held: false,
             step: 0,
@@ -185,19 +188,58 @@ impl Node {
         )
     }
 
+    /// sup.toml (supd's table, the lease) and services.d/agent.toml (the services).
     fn write_config(&self) {
-        let mut text = format!(
+        let mut main = format!(
             "[supd]\nsocket = \"sup.sock\"\nstate_dir = \"state\"\nlog_dir = \"log\"\ntools_dir = \"tools\"\n\
-             shutdown_timeout = \"{SHUTDOWN_TIMEOUT_MS}ms\"\n\n[service.agent]\n{}",
-            self.service_keys()
+             shutdown_timeout = \"{SHUTDOWN_TIMEOUT_MS}ms\"\ninclude = [\"services.d/*.toml\"]\n"
         );
+        let mut services = format!("[service.agent]\n{}", self.service_keys());
         if self.seq.lease {
-            text += &format!(
-                "\n[lease.engine]\ntool = \"agent\"\n\n[service.engine]\n{}leader_only = \"engine\"\n",
+            main += "\n[lease.engine]\ntool = \"agent\"\n";
+            services += &format!(
+                "\n[service.engine]\n{}leader_only = \"engine\"\n",
                 self.service_keys()
             );
         }
-        fs::write(self.sb.path("sup.toml"), text).expect("write config");
+        fs::create_dir_all(self.sb.path("services.d")).expect("mkdir services.d");
+        self.broken_on_disk.set(false);
+        fs::write(self.sb.path("services.d/agent.toml"), services).expect("write services");
+        fs::write(self.sb.path("sup.toml"), main).expect("write config");
+    }
+
+    /// With `broken_file`: the services' file broken on disk (a typo, as an operator's
+    /// edit not yet reloaded), once supd has read it.
+    fn break_file(&self) {
+        if self.seq.broken_file {
+            fs::write(self.sb.path("services.d/agent.toml"), "[service.agent\n")
+                .expect("break the services' file");
+            self.broken_on_disk.set(true);
+        }
+    }
+
+    /// With `broken_file`, after a start: the services run from the file's last good
+    /// copy, and status says the file is broken.
+    fn check_broken_file(&mut self) {
+        if !self.broken_on_disk.get() {
+            return;
+        }
+        let st = self.sb.request(json!({"cmd": "status"}));
+        let d = &st["data"];
+        let file = self.sb.path("services.d/agent.toml");
+        let named = (d["broken_files"].as_array().into_iter().flatten()).any(|b| {
+            b["file"] == file.to_string_lossy().as_ref() && b["using"] == "last good copy"
+        });
+        let has_agent =
+            (d["services"].as_array().into_iter().flatten()).any(|s| s["name"] == "agent");
+        self.count("starts with a broken file checked");
+        if !named || !has_agent {
+            self.violate(
+                "BROKEN",
+                format!("a new supd with services.d/agent.toml broken: its last good copy must run and status say so: {st}"),
+                None,
+            );
+        }
     }
 
     // ---- supd ----
@@ -247,6 +289,7 @@ impl Node {
         }
         self.watch();
         self.model.up(unix_ms());
+        self.check_broken_file();
         true
     }
 
@@ -626,7 +669,9 @@ impl Node {
             manifest_irreversible: false,
         });
         self.upgrade("1.0.0", false, false);
-        self.settle()
+        let ok = self.settle();
+        self.break_file();
+        ok
     }
 
     fn install(&mut self, v: &Version) {
@@ -746,6 +791,23 @@ impl Node {
                     String::from_utf8_lossy(&out.stderr).trim()
                 ));
                 self.count("reexecs");
+                // Refused only while something cannot be carried (busy: try again),
+                // never for the services' file broken on disk (its copy runs).
+                let err = String::from_utf8_lossy(&out.stderr).into_owned();
+                if !out.status.success() && !err.contains("try again") {
+                    self.violate(
+                        "REEXEC",
+                        format!(
+                            "reexec refused{}: {err}",
+                            if self.broken_on_disk.get() {
+                                " with services.d/agent.toml broken on disk"
+                            } else {
+                                ""
+                            }
+                        ),
+                        None,
+                    );
+                }
                 self.retire();
                 self.model.blind(t0, t1, "reexec");
                 self.watch();
@@ -757,6 +819,7 @@ impl Node {
                 self.write_config();
                 let a = self.sb.request(json!({"cmd": "reload"}));
                 self.note(format!("reload: {}", answer(&a)));
+                self.break_file();
             }
             Action::LeaseGrant { valid_ms } => self.grant(*valid_ms),
             Action::LeaseRelease => {

@@ -158,6 +158,10 @@ pub struct Sequence {
     /// `setsid sleep`, as sshd's sessions), which "group" and "main" never end and
     /// "cgroup" always does; under "main" its worker is left at each end of a run.
     pub kill_mode: &'static str,
+    /// The services' file (services.d/agent.toml) is broken on disk but for each
+    /// reload, which writes it whole, reads it and breaks it again (issue 24): every
+    /// new supd and every reexec runs its last good copy, and says so.
+    pub broken_file: bool,
     pub steps: Vec<Step>,
 }
 
@@ -183,6 +187,12 @@ impl fmt::Display for Sequence {
             )?;
         }
         writeln!(f, "  (kill_mode = \"{}\")", self.kill_mode)?;
+        if self.broken_file {
+            writeln!(
+                f,
+                "  (services.d/agent.toml broken on disk but for each reload)"
+            )?;
+        }
         for (i, s) in self.steps.iter().enumerate() {
             writeln!(f, "  {:>2}. {s}", i + 1)?;
         }
@@ -300,6 +310,7 @@ pub fn generate(seed: u64, lo: u64, hi: u64, lease: bool) -> Sequence {
     // Drawn last, so the steps of a seed are those it drew before this parameter was.
     let stalled_stderr = rng.chance(33);
     let kill_mode = ["cgroup", "cgroup", "group", "main"][rng.range(0, 4) as usize];
+    let broken_file = rng.chance(33);
     Sequence {
         seed,
         probation_ms,
@@ -308,6 +319,7 @@ pub fn generate(seed: u64, lo: u64, hi: u64, lease: bool) -> Sequence {
         lease,
         stalled_stderr,
         kill_mode,
+        broken_file,
         steps,
     }
 }
