@@ -1,12 +1,14 @@
 //! The model-based combination test of issue 21: random sequences of installs, upgrades
 //! (perhaps `--force`, `--irreversible`), self-switches, crashes, kill -9 and clean
 //! restarts of supd, reexec, reloads and lease grants and releases (a third of them with
-//! supd's stderr a pipe read only now and then), against a real supd
+//! supd's stderr a pipe read only now and then, a third with the services' file broken
+//! on disk but for each reload, each with a `kill_mode` drawn), against a real supd
 //! with one versioned tool `agent`; after each settled step the invariants of
 //! `model.rs` (no commit without a probation run, rollback to the last committed
 //! version, irreversible never rolled back, bad marks kept, `current` agrees with the
 //! record) and of the harness (at most one instance, supd exits on SIGTERM within its
-//! bound). Run it with
+//! bound, sessions kept or ended as `kill_mode` says, a broken file's copy run by every
+//! new supd, a reexec refused only as busy). Run it with
 //!
 //! ```sh
 //! cargo test --release --test combos -- --ignored --nocapture --test-threads=1
