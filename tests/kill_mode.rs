@@ -74,15 +74,19 @@ fn children(sb: &Sandbox) -> (i32, i32) {
 /// Waits (with the deadline) until the service runs with another main process than
 /// `old`; returns the new one.
 fn new_run(sb: &Sandbox, old: i32) -> i32 {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let s = sb.status("sshd");
-        if s["state"] == "running" && s["pid"].as_i64().is_some_and(|p| p as i32 != old) {
-            return pid_of(&s);
-        }
-        assert!(Instant::now() < end, "no new run\n{}", sb.supd_log());
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    // The stream first, then a look: a change between the two is in the stream.
+    let mut w = sb.watch();
+    let s = sb.status("sshd");
+    if s["state"] == "running" && s["pid"].as_i64().is_some_and(|p| p as i32 != old) {
+        return pid_of(&s);
     }
+    let e = w.until(sb, |e| {
+        e["event"] == "state"
+            && e["service"] == "sshd"
+            && e["to"] == "running"
+            && e["pid"].as_i64().is_some_and(|p| p as i32 != old)
+    });
+    pid_of(&e)
 }
 
 /// What a mode ends: (the session child, the group member).
@@ -238,6 +242,8 @@ fn signal_reaches_the_main_process_alone_with_kill_mode_main() {
     let end = Instant::now() + DEADLINE;
     while !stopped(main) {
         assert!(Instant::now() < end, "the main process was not stopped");
+        // A process stopped by a signal makes no event anyone but its parent can wait
+        // on: the pace of the look.
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert!(!stopped(member), "the group member was signalled too");
