@@ -405,10 +405,9 @@ fn a_corrupt_last_good_copy_runs_nothing_and_is_said() {
     );
 }
 
-// Adversary: supd killed twice while a run of a broken file's service is kept: the
-// third supd, with the file mended, still ends that run before starting the service.
-#[test]
-fn a_kept_run_survives_two_kills_of_supd_and_is_ended_before_its_mended_service_starts() {
+/// good.toml and lost.toml run; supd is killed; lost.toml is broken and its copy gone;
+/// a new supd runs good.toml and keeps lost.toml's run. The sandbox, and that run's pid.
+fn kept_after_a_kill() -> (Sandbox, i32) {
     let mut sb = Sandbox::new();
     sb.config_with(INCLUDE, "");
     drop_in(&sb, "good.toml", &sleeper("g", sb.tag));
@@ -420,16 +419,12 @@ fn a_kept_run_survives_two_kills_of_supd_and_is_ended_before_its_mended_service_
     fs::remove_file(copy_of(&sb, "services.d/lost.toml")).expect("rm copy");
     sb.start();
     sb.wait_state("g", "running");
-    let st = sb.ok(json!({"cmd": "status"}));
-    assert_eq!(
-        st["left_running"],
-        json!([{"service": "l", "pid": l}]),
-        "{st}"
-    );
-    sb.stop_supd(Signal::SIGKILL);
-    // Mended, and a fresh start.
-    drop_in(&sb, "lost.toml", &sleeper("l", sb.tag));
-    sb.start();
+    (sb, l)
+}
+
+/// Once lost.toml is mended and read, its service runs anew and the kept run `l` is
+/// gone: two sleeps in all, never three.
+fn mended_ends_the_kept_run(sb: &Sandbox, l: i32) {
     let l2 = pid_of(&sb.wait_state("l", "running"));
     assert!(
         l2 != l && !alive(l),
@@ -440,21 +435,29 @@ fn a_kept_run_survives_two_kills_of_supd_and_is_ended_before_its_mended_service_
     assert_eq!(processes_with_cmdline(&["/bin/sleep", &tag]).len(), 2);
 }
 
+// Adversary: supd killed twice while a run of a broken file's service is kept: the
+// third supd, with the file mended, still ends that run before starting the service.
+#[test]
+fn a_kept_run_survives_two_kills_of_supd_and_is_ended_before_its_mended_service_starts() {
+    let (mut sb, l) = kept_after_a_kill();
+    let st = sb.ok(json!({"cmd": "status"}));
+    assert_eq!(
+        st["left_running"],
+        json!([{"service": "l", "pid": l}]),
+        "{st}"
+    );
+    sb.stop_supd(Signal::SIGKILL);
+    // Mended, and a fresh start.
+    drop_in(&sb, "lost.toml", &sleeper("l", sb.tag));
+    sb.start();
+    mended_ends_the_kept_run(&sb, l);
+}
+
 // Adversary: a real `supctl reexec` while a run is kept: the new image keeps it, and
 // the mended file's reload ends it before its service starts, once.
 #[test]
 fn a_reexec_while_a_run_is_kept_hands_it_over_and_the_mend_ends_it_first() {
-    let mut sb = Sandbox::new();
-    sb.config_with(INCLUDE, "");
-    drop_in(&sb, "good.toml", &sleeper("g", sb.tag));
-    drop_in(&sb, "lost.toml", &sleeper("l", sb.tag));
-    sb.start();
-    let l = pid_of(&sb.wait_state("l", "running"));
-    sb.stop_supd(Signal::SIGKILL);
-    drop_in(&sb, "lost.toml", "[service.l\n");
-    fs::remove_file(copy_of(&sb, "services.d/lost.toml")).expect("rm copy");
-    sb.start();
-    sb.wait_state("g", "running");
+    let (sb, l) = kept_after_a_kill();
     sb.reexec();
     let st = sb.ok(json!({"cmd": "status"}));
     assert_eq!(
@@ -464,14 +467,7 @@ fn a_reexec_while_a_run_is_kept_hands_it_over_and_the_mend_ends_it_first() {
     );
     drop_in(&sb, "lost.toml", &sleeper("l", sb.tag));
     sb.ok(json!({"cmd": "reload"}));
-    let l2 = pid_of(&sb.wait_state("l", "running"));
-    assert!(
-        l2 != l && !alive(l),
-        "the kept run ended\n{}",
-        sb.supd_log()
-    );
-    let tag = sb.tag.to_string();
-    assert_eq!(processes_with_cmdline(&["/bin/sleep", &tag]).len(), 2);
+    mended_ends_the_kept_run(&sb, l);
 }
 
 // Adversary: a drop-in deleted (not broken) while another is broken: its copy, still
