@@ -229,10 +229,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
             .max()
             .unwrap_or(std::time::Duration::from_secs(10));
         kept = sup::leftovers::spared(&cfg.supd.state_dir, &spare);
-        let narrow = (cfg.services.values())
-            .filter(|s| s.kill_mode != config::KillMode::Cgroup)
-            .map(|s| (s.name.clone(), s.kill_mode))
-            .collect();
+        let narrow = cfg.narrow_kill_modes();
         let now = sup::time::Mono::now();
         sup::leftovers::Cleanup::begin(&cfg.supd.state_dir, grace, narrow, now, &spare)
     } else {

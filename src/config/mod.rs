@@ -41,6 +41,17 @@ pub struct Config {
     pub files: Vec<PathBuf>,
 }
 
+impl Config {
+    /// The services whose `kill_mode` is narrower than `"cgroup"`, with it: what ending
+    /// a killed supd's leftovers must not reach past (`leftovers::Cleanup`).
+    pub fn narrow_kill_modes(&self) -> Vec<(String, KillMode)> {
+        (self.services.values())
+            .filter(|s| s.kill_mode != KillMode::Cgroup)
+            .map(|s| (s.name.clone(), s.kill_mode))
+            .collect()
+    }
+}
+
 /// Whether supd is a container's init or a whole system's (see supd(8)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Mode {

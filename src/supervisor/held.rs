@@ -110,11 +110,9 @@ impl Supervisor {
             .max()
             .unwrap_or(Duration::from_secs(10));
         let state_dir = self.cfg.supd.state_dir.clone();
-        // Each run ended as its service's kill_mode says (a kept sshd's sessions live on).
-        let narrow = (names.iter())
-            .filter_map(|n| self.slots.get(n).map(|s| (n.clone(), s.cfg.kill_mode)))
-            .filter(|(_, m)| *m != crate::config::KillMode::Cgroup)
-            .collect();
+        // Each run ended as its service's kill_mode says (a kept sshd's sessions live on;
+        // a run's recorded mode wins over the config's).
+        let narrow = self.cfg.narrow_kill_modes();
         self.cleanup =
             crate::leftovers::Cleanup::begin_only(&state_dir, &names, grace, narrow, now);
         self.recheck_pending = true;
