@@ -53,6 +53,19 @@ const MAX_REQUEST: usize = 1 << 20;
 /// answer to its call, or for any answer while the queue holds requests.
 const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
+/// [`ANSWER_WITHIN`], or for tests `SUP_SPAWNER_ANSWER_MS` (as `SUP_HANDSHAKE_DEADLINE_MS`,
+/// nobody sets it in production): a test that freezes the spawner and acts meanwhile
+/// needs more than 2 s on a loaded machine.
+fn answer_within() -> Duration {
+    static D: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *D.get_or_init(|| {
+        std::env::var("SUP_SPAWNER_ANSWER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(ANSWER_WITHIN, Duration::from_millis)
+    })
+}
+
 /// Requests on the queue at most: a burst of starts waits in supd beyond it (where a
 /// stop or a reload can still change its mind) rather than in the socket.
 const QUEUE_MAX: usize = 64;
@@ -197,7 +210,7 @@ pub fn deadline() -> Option<Mono> {
         return Some(Mono(0));
     }
     match &s.state {
-        State::Up(l) if !l.waiting.is_empty() => Some(l.moved.plus(ANSWER_WITHIN)),
+        State::Up(l) if !l.waiting.is_empty() => Some(l.moved.plus(answer_within())),
         _ => None,
     }
 }
@@ -240,10 +253,10 @@ pub fn answers(now: Mono) -> Vec<(Ticket, Option<io::Result<i32>>)> {
                 }
             }
         }
-        if gone.is_none() && !link.waiting.is_empty() && now >= link.moved.plus(ANSWER_WITHIN) {
+        if gone.is_none() && !link.waiting.is_empty() && now >= link.moved.plus(answer_within()) {
             gone = Some(format!(
                 "did not answer within {}",
-                crate::time::Human(ANSWER_WITHIN)
+                crate::time::Human(answer_within())
             ));
         }
         if let Some(why) = gone {
@@ -366,7 +379,10 @@ fn kill(pidfd: Option<&OwnedFd>, pid: i32, start_time: u64) {
 
 /// Both sockets time out: a hung spawner never holds supd longer than that.
 fn time_out(sock: &OwnedFd) -> Result<(), String> {
-    let within = nix::sys::time::TimeVal::new(ANSWER_WITHIN.as_secs() as _, 0);
+    let within = nix::sys::time::TimeVal::new(
+        answer_within().as_secs() as _,
+        answer_within().subsec_micros() as _,
+    );
     setsockopt(sock, sockopt::ReceiveTimeout, &within).map_err(|e| format!("setsockopt: {e}"))?;
     setsockopt(sock, sockopt::SendTimeout, &within).map_err(|e| format!("setsockopt: {e}"))?;
     // Room for a large plan in one message (root may pass the system's maximum).
