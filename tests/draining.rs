@@ -91,7 +91,7 @@ fn a_run_killed_whole_from_outside_ends_at_once() {
     ));
     sb.start();
     let mut w = sb.watch();
-    let mut worst = std::time::Duration::ZERO;
+    let mut took = Vec::new();
     for round in 0..40 {
         let st = sb.wait_state("one", "running");
         let pid = pid_of(&st);
@@ -107,16 +107,25 @@ fn a_run_killed_whole_from_outside_ends_at_once() {
                 Instant::now() < end,
                 "round {round}: its children never came"
             );
+            // A look every millisecond (nothing tells of a fork): a spin here would take
+            // a core from supd and the shell on a 2-core machine.
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let t0 = Instant::now();
         let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
         w.until(&sb, |e| {
             e["event"] == "state" && e["service"] == "one" && e["from"] == "running"
         });
-        worst = worst.max(t0.elapsed());
+        took.push(t0.elapsed());
     }
+    // Left to the owed scan, a run ends up to a second late, half the rounds over 500 ms;
+    // a loaded machine delays a few.
+    let slow = took
+        .iter()
+        .filter(|t| **t > std::time::Duration::from_millis(500))
+        .count();
     assert!(
-        worst < std::time::Duration::from_millis(800),
-        "a run killed whole was seen to end after {worst:?}"
+        slow <= 4,
+        "{slow} of 40 runs killed whole were seen to end over 500 ms later: {took:?}"
     );
 }

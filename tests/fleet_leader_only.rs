@@ -76,5 +76,6 @@ fn i21_a_leader_only_version_that_exits_at_once_halts_on_the_canary() {
     c.wait("a committed 1.0.0 member leads", committed_leads);
     let t0 = std::time::Instant::now();
     c.wait("3 T", |_| t0.elapsed() >= Duration::from_secs(3));
-    assert!(committed_leads(&c), "{}", c.status_text());
+    // (Waited for: a tick late on a loaded machine may restart the holder's engine.)
+    c.wait("a committed 1.0.0 member still leads", committed_leads);
 }

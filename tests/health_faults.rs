@@ -153,16 +153,18 @@ fn rude_http_servers_fail_with_their_reason_and_supd_answers_meanwhile() {
     sb.config(&services);
     sb.start();
     let end = Instant::now() + DEADLINE;
+    // A supd that waited on its checks would answer nearly every look after a silent
+    // server's 600 ms; a loaded machine delays a few.
+    let (mut looks, mut slow) = (0, Vec::new());
     for (i, (m, want)) in modes.iter().enumerate() {
         let want = want.replace("PORT", &ports[i]);
         loop {
             let t = Instant::now();
             let st = sb.status(&format!("h-{m}"));
-            assert!(
-                t.elapsed() < Duration::from_millis(500),
-                "status took {:?}",
-                t.elapsed()
-            );
+            looks += 1;
+            if t.elapsed() >= Duration::from_millis(500) {
+                slow.push(t.elapsed());
+            }
             let done = if want.is_empty() {
                 st["health"] == "healthy"
             } else {
@@ -182,6 +184,11 @@ fn rude_http_servers_fail_with_their_reason_and_supd_answers_meanwhile() {
     }
     let _ = srv.kill();
     let _ = srv.wait();
+    assert!(
+        slow.len() <= 3,
+        "{} of {looks} status answers took 500 ms or more: {slow:?}",
+        slow.len()
+    );
 }
 
 /// A check command whose program leaves a daemon behind (a helper that double-forks

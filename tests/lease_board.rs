@@ -154,7 +154,9 @@ fn a_new_term_with_an_earlier_end_moves_the_guards_end() {
 fn each_guard_reads_the_board_of_its_own_lease() {
     let sb = started(&[("a1", "alpha"), ("a2", "alpha"), ("b1", "beta")]);
     let grace = GRACE;
-    sb.ok(grant("alpha", 1, Duration::from_secs(1), grace));
+    // alpha long enough for the three starts on a loaded machine; its renewals below
+    // bring its end in.
+    sb.ok(grant("alpha", 1, Duration::from_secs(60), grace));
     sb.ok(grant("beta", 7, Duration::from_secs(20), grace));
     let a1 = pid_of(&sb.wait_state("a1", "running"));
     let a2 = pid_of(&sb.wait_state("a2", "running"));
@@ -174,7 +176,7 @@ fn each_guard_reads_the_board_of_its_own_lease() {
     assert!(alive(a2), "a2 was killed though its lease was renewed");
     assert!(alive(b1), "b1 was killed before its lease's end");
     let _frozen = Frozen::new(sb.supd_pid());
-    let late = renewed + Duration::from_millis(1300 + 700);
+    let late = renewed + Duration::from_millis(1300) + SLACK;
     assert!(gone_by(a1, late), "a1 outlived alpha's grant");
     assert!(gone_by(a2, late), "a2 outlived alpha's grant");
     assert!(
@@ -294,7 +296,9 @@ fn a_reload_that_moves_a_service_to_another_lease_moves_its_guard() {
     let sb = started(&[("engine", "alpha"), ("keep", "beta")]);
     let grace = GRACE;
     sb.ok(grant("alpha", 1, Duration::from_secs(60), grace));
-    sb.ok(grant("beta", 1, Duration::from_secs(2), grace));
+    // Long enough for the reload and the new start on a loaded machine; the renewal
+    // below brings its end in.
+    sb.ok(grant("beta", 1, Duration::from_secs(60), grace));
     let old = pid_of(&sb.wait_state("engine", "running"));
     sb.wait_state("keep", "running");
     config_with_leases(&sb, &["alpha"], &[("engine", "beta"), ("keep", "beta")]);
@@ -310,7 +314,7 @@ fn a_reload_that_moves_a_service_to_another_lease_moves_its_guard() {
     sb.ok(grant("alpha", 1, Duration::from_secs(60), grace));
     sb.ok(grant("beta", 1, Duration::from_secs(2), grace));
     let _frozen = Frozen::new(sb.supd_pid());
-    let late = renewed + Duration::from_millis(2300 + 700);
+    let late = renewed + Duration::from_millis(2300) + SLACK;
     assert!(
         gone_by(new, late),
         "the moved service outlived its new lease's grant"
@@ -450,7 +454,7 @@ fn a_zero_kill_grace_ends_the_run_at_the_grants_end() {
         "killed before the grant's end"
     );
     assert!(
-        gone_by(engine, granted + valid_for + Duration::from_millis(700)),
+        gone_by(engine, granted + valid_for + SLACK),
         "the engine outlived its grant"
     );
 }

@@ -16,7 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const TTL: &str = "1s";
+// A store call may take T/3: at 3 s, a loaded machine's first call on a fresh https
+// connection (and what is left of it after a dead and a hung endpoint had their shares)
+// is not cut short into a lost tick, which these tests count as a failure.
+const TTL: &str = "3s";
 
 fn have_openssl() -> bool {
     let ok = Command::new("openssl")
@@ -416,7 +419,7 @@ fn several_endpoints_a_dead_and_a_hung_one_first_still_lead_within_a_tick_or_two
         "{logs}"
     );
     assert!(
-        took < ttl + ttl * 2 / 3 + Duration::from_secs(1),
+        took < ttl * 2 + Duration::from_secs(2),
         "leading took {took:?}\n{logs}"
     );
     let out = status(&store, &[]);

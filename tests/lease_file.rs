@@ -70,8 +70,9 @@ fn i11_a_lease_without_a_tool_elects_exactly_one_of_three_nodes() {
     };
     let mut c = Cluster::with(&["0.0.0", "0.0.0", "0.0.0"], None, TTL, opts);
     let first = c.wait_any_leader();
+    let log_before = c.engine_log();
     ttls(&c, 3);
-    assert_eq!(c.running_engines(), std::slice::from_ref(&first));
+    c.assert_kept(&first, &log_before);
     let st = c.status_text();
     assert!(st.contains(&format!("leader: {first} (-)")), "{st}");
     assert_eq!(st.matches("eligible").count(), 3, "{st}");
@@ -110,8 +111,9 @@ fn i11_a_wall_clock_step_ends_no_store_lease() {
             ("SUP_TEST_CLOCK_OFFSET_MS", std::ffi::OsStr::new("1500")),
         ],
     );
+    let log_before = c.engine_log();
     ttls(&c, 4);
-    assert_eq!(c.running_engines(), ["n1"], "{}", c.status_text());
+    c.assert_kept("n1", &log_before);
     assert!(
         c.status_text().contains("member n2"),
         "n2 campaigns: {}",
@@ -136,8 +138,9 @@ fn i13_leadership_leaves_a_node_whose_leader_only_service_turned_unhealthy() {
 /// waits on it. n2 is upgraded to `v2` (which stays up, or exits at once: `crash`).
 fn leader_only_pair(crash: bool) -> (Cluster, Instant) {
     let c = leader_only_nodes("1h");
+    let log_before = c.engine_log();
     ttls(&c, 2);
-    assert_eq!(c.running_engines(), ["n1"], "{}", c.status_text());
+    c.assert_kept("n1", &log_before);
     assert_eq!(agent(&c, "n1"), ("running".into(), "1.0.0".into()));
     assert_eq!(agent(&c, "n2").0, "stopped", "held down: n2 does not lead");
     let n2 = c.node("n2");
@@ -212,8 +215,9 @@ fn i21_a_leader_only_upgrade_on_a_follower_gets_the_lease_on_trial() {
         (serde_json::json!("probation"), serde_json::json!("2.0.0")),
         "{v}"
     );
+    let log_before = c.engine_log();
     ttls(&c, 3);
-    assert_eq!(c.running_engines(), ["n2"], "{}", c.status_text());
+    c.assert_kept("n2", &log_before);
     assert_eq!(agent(&c, "n1").0, "stopped");
 }
 
@@ -246,7 +250,8 @@ fn i21_a_failed_trial_rolls_back_and_leadership_stays_with_a_committed_member() 
     };
     c.wait("a committed 1.0.0 member leads", committed_leads);
     ttls(&c, 3);
-    assert!(committed_leads(&c), "{}", c.status_text());
+    // (Waited for: a tick late on a loaded machine may restart the holder's engine.)
+    c.wait("a committed 1.0.0 member still leads", committed_leads);
     let st = c.status_text();
     assert!(!st.contains("on trial"), "{st}");
     assert!(st.contains("member n2: 1.0.0 (committed"), "{st}");
@@ -265,8 +270,9 @@ fn i21_a_trial_lost_is_not_offered_again() {
     c.wait("n2 back, in probation", |c| {
         c.status_text().contains("member n2: 2.0.0 (in probation")
     });
+    let log_before = c.engine_log();
     ttls(&c, 4);
-    assert_eq!(c.running_engines(), ["n1"], "{}", c.status_text());
+    c.assert_kept("n1", &log_before);
     let v = versions(&c, "n2");
     assert_eq!(v["phase"], "probation", "{v}");
     assert!(
@@ -303,8 +309,9 @@ fn i21_each_node_of_a_roll_leads_once_on_trial_and_commits() {
         assert_eq!(agent(&c, node), ("running".into(), version.into()));
     }
     // Both committed: the holder keeps the lease.
+    let log_before = c.engine_log();
     ttls(&c, 3);
-    assert_eq!(c.running_engines(), ["n2"], "{}", c.status_text());
+    c.assert_kept("n2", &log_before);
 }
 
 // Issue 22 -------------------------------------------------------------------------

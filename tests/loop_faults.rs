@@ -29,30 +29,32 @@ fn cpu_of(pid: i32) -> (u64, u64) {
 }
 
 /// Over a second in which nothing happens, `pid` (supd) uses under 50 ms of CPU and
-/// hardly wakes. The second is the measurement itself, not a wait for an event.
+/// hardly wakes. The second is the measurement itself, not a wait for an event. Up to
+/// three seconds are looked at, and one idle second is enough: the end of what a
+/// scenario set going (an owed scan within a second, the log writer, a late reap) may
+/// spill into the first on a loaded machine, while a spinning loop fails all three.
 fn assert_idle(sb: &Sandbox, pid: i32, what: &str) {
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
         .unwrap_or(100) as u64;
-    let (t0, v0) = cpu_of(pid);
-    assert!(
-        wait_exit(pid, Duration::from_secs(1)).is_none(),
-        "{what}: supd exited\n{}",
-        sb.supd_log()
-    );
-    let (t1, v1) = cpu_of(pid);
-    let ms = (t1 - t0) * 1000 / hz;
-    assert!(
-        ms < 50,
-        "{what}: supd used {ms} ms of CPU in a second of idleness ({} wake-ups)\n{}",
-        v1 - v0,
-        tail(&sb.supd_log())
-    );
-    assert!(
-        v1 - v0 <= 5,
-        "{what}: supd woke {} times in a second of idleness\n{}",
-        v1 - v0,
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (t0, v0) = cpu_of(pid);
+        assert!(
+            wait_exit(pid, Duration::from_secs(1)).is_none(),
+            "{what}: supd exited\n{}",
+            sb.supd_log()
+        );
+        let (t1, v1) = cpu_of(pid);
+        let ms = (t1 - t0) * 1000 / hz;
+        if ms < 50 && v1 - v0 <= 5 {
+            return;
+        }
+        seen.push((ms, v1 - v0));
+    }
+    panic!(
+        "{what}: supd was not idle in any of three seconds of idleness (ms of CPU, wake-ups): {seen:?}\n{}",
         tail(&sb.supd_log())
     );
 }

@@ -57,8 +57,9 @@ fn flood_helper() {
     let n: usize = std::env::var("SUP_FLOOD_N").expect("N").parse().expect("N");
     let start = Instant::now();
     let mut c = UnixStream::connect(&socket).expect("connect");
-    // One deadline for everything: a supd blocked on its stderr fails in 15 s.
-    let end = start + Duration::from_secs(15);
+    // A deadline per batch: a supd blocked on its stderr answers no batch, and fails in
+    // 15 s; a loaded machine may take long over all of them.
+    let mut end = start + Duration::from_secs(15);
     c.set_write_timeout(Some(Duration::from_secs(15)))
         .expect("timeout");
     let mut reader = BufReader::new(c.try_clone().expect("dup"));
@@ -98,6 +99,7 @@ fn flood_helper() {
         if answered < sent {
             break;
         }
+        end = Instant::now() + Duration::from_secs(15);
     }
     println!(
         "FLOOD answered {answered} in {}",
@@ -152,7 +154,9 @@ fn still_serves(sb: &Sandbox) {
     let t = Instant::now();
     let before = sb.status("crasher")["restarts"].as_u64().expect("restarts");
     let took = t.elapsed();
-    assert!(took < Duration::from_secs(2), "status took {took:?}");
+    // A blocked supd never answers (the client gives up at DEADLINE); this is room for a
+    // loaded machine.
+    assert!(took < DEADLINE / 2, "status took {took:?}");
     // The crashing service is restarted on (each run lasts 50 ms).
     let mut w = sb.watch();
     for _ in 0..3 {
@@ -171,7 +175,7 @@ fn still_serves(sb: &Sandbox) {
             "supctl {cmd} web: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(took < Duration::from_secs(5), "supctl {cmd} took {took:?}");
+        assert!(took < DEADLINE / 2, "supctl {cmd} took {took:?}");
     }
 }
 

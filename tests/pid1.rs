@@ -147,11 +147,15 @@ fn as_pid_1_sigpwr_stops_the_services_and_exits_0() {
     let svc = sb.script(
         "svc.sh",
         &format!(
-            "trap ': > {}; exit 0' TERM\n/bin/sleep 3600 &\nwait",
+            "trap ': > {}; exit 0' TERM\necho >&3\n/bin/sleep 3600 &\nwait",
             marker.display()
         ),
     );
-    sb.config(&format!("[service.svc]\ncommand = [\"{svc}\"]\n"));
+    // Ready once its trap is set: a TERM before it (a loaded machine's slow shell) would
+    // end it without the marker.
+    sb.config(&format!(
+        "[service.svc]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\n"
+    ));
     let mut cmd = Command::new("unshare");
     cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child", SUPD]);
     sb.start_with(cmd, &["-c"]);

@@ -161,14 +161,19 @@ fn a_large_reload_does_not_stall_the_loop_and_a_reload_asked_meanwhile_reads_aga
     second.send_raw(b"{\"id\": 2, \"cmd\": \"reload\"}\n");
 
     let mut pinger: Client = sb.client();
-    let (mut answered, mut longest) = (0, Duration::ZERO);
+    let mut times = Vec::new();
     while !done.load(Ordering::SeqCst) {
         let t = Instant::now();
         let a = pinger.call(json!({"cmd": "hello"}));
         assert_eq!(a["ok"], true, "{a}");
-        longest = longest.max(t.elapsed());
-        answered += 1;
+        times.push(t.elapsed());
     }
+    let answered = times.len();
+    let longest = times.iter().max().copied().unwrap_or_default();
+    let slow = times
+        .iter()
+        .filter(|t| **t > Duration::from_millis(250))
+        .count();
     let first = answer.join().expect("reader thread").expect("an answer");
     assert_eq!(first["ok"], true, "{first}");
     assert_eq!(first["data"]["changed"], json!([]), "{first}");
@@ -190,10 +195,16 @@ fn a_large_reload_does_not_stall_the_loop_and_a_reload_asked_meanwhile_reads_aga
     eprintln!("{answered} hellos answered during the reload, the longest in {longest:?}");
     // Read in the loop, the reload kept every hello waiting for about a second (a debug
     // build on a busy machine); read by a helper, the loop answers in milliseconds.
-    assert!(answered >= 2, "the loop answered nothing during the reload");
+    // (A hello takes well under a millisecond, the helper's read of 10,000 services far
+    // longer; a read in the loop answers one hello before it and one after.) One or two
+    // hellos may wait on a loaded machine; a read in the loop holds them all.
     assert!(
-        longest < Duration::from_millis(250),
-        "a hello waited {longest:?} during the reload"
+        answered >= 10,
+        "the loop answered {answered} hellos during the reload: {times:?}"
+    );
+    assert!(
+        slow <= 2,
+        "{slow} hellos of {answered} waited over 250 ms during the reload (the longest {longest:?})"
     );
     let _ = std::io::stderr().flush();
 }

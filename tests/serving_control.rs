@@ -335,7 +335,8 @@ fn stalled_and_greedy_clients_lock_nobody_out_and_idle_ones_are_dropped() {
         );
     }
     eprintln!("the longest status while 100 clients stalled: {longest:?}");
-    assert!(longest < Duration::from_secs(3), "{longest:?}");
+    // Held behind the stalled, it would wait their 10 s idle drop.
+    assert!(longest < Duration::from_secs(6), "{longest:?}");
 
     // The stalled are refused beyond the shared slots (56, 16 of them watching), and
     // the others are dropped once idle for 10s.

@@ -100,24 +100,31 @@ crash_loop = { restarts = 100000, window = "1s" }
     let mut w = sb.watch();
     let restarts = 30;
     let begun = Instant::now();
-    let mut longest = Duration::ZERO;
+    let mut times = Vec::new();
     for _ in 0..restarts {
         w.state(&sb, "crash", "running");
         let (a, took) = timed_status(&sb);
         assert_eq!(a["ok"], true, "{a}");
-        longest = longest.max(took);
+        times.push(took);
     }
+    let longest = times.iter().max().copied().unwrap_or_default();
     let window = begun.elapsed();
     eprintln!(
         "{restarts} restarts in {window:?} while the log file hung; longest status answer {longest:?}"
     );
+    // A supd blocked opening the FIFO answers none (timed_status gives up after 5 s); a
+    // loaded machine delays a few.
+    let slow = times
+        .iter()
+        .filter(|t| **t > Duration::from_millis(500))
+        .count();
     assert!(
-        longest < Duration::from_millis(100),
-        "a status answer took {longest:?} while the log file hung"
+        slow <= 3,
+        "{slow} of {restarts} status answers took over 500 ms while the log file hung: {times:?}"
     );
-    // 30 restarts 10 ms apart; generous for a loaded machine.
+    // 30 restarts 10 ms apart: a blocked supd makes none; generous for a loaded machine.
     assert!(
-        window < Duration::from_secs(10),
+        window < Duration::from_secs(30),
         "{restarts} restarts took {window:?}"
     );
     // The writer was hung all along: nothing of crash's reached its file.

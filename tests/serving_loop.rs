@@ -29,7 +29,13 @@ fn a_start_that_fails_at_once_with_zero_delay_does_not_spin() {
         .expect("pid") as i32;
     let mut w = sb.watch();
     let begun = Instant::now();
-    let slowest = (0..20).map(|_| status_time(&sb)).max().unwrap_or_default();
+    let times: Vec<Duration> = (0..20).map(|_| status_time(&sb)).collect();
+    let slowest = times.iter().max().copied().unwrap_or_default();
+    // A spinning loop makes every answer slow; a loaded machine delays one or two.
+    let slow = times
+        .iter()
+        .filter(|t| **t > Duration::from_millis(500))
+        .count();
     kill(Pid::from_raw(first), Signal::SIGKILL).expect("kill other");
     let killed = Instant::now();
     let again = w.until(&sb, |e| {
@@ -51,13 +57,12 @@ fn a_start_that_fails_at_once_with_zero_delay_does_not_spin() {
         "slowest status {slowest:?}; other restarted in {restart:?} ({again}); spin tried {attempts} times in {window:?}"
     );
     assert!(
-        slowest < Duration::from_millis(500),
-        "status took {slowest:?}"
+        slow <= 2,
+        "{slow} of 20 status answers took over 500 ms: {times:?}"
     );
-    assert!(
-        restart < Duration::from_millis(500),
-        "restart took {restart:?}"
-    );
+    // A restart queued behind the spin would wait for ever; 3 s is a loaded machine's
+    // fork and exec with room to spare.
+    assert!(restart < Duration::from_secs(3), "restart took {restart:?}");
     // At most one try per 100 ms, plus the first.
     let bound = window.as_millis() as u64 / 100 + 5;
     assert!(
@@ -145,7 +150,8 @@ fn a_user_database_that_hangs_holds_back_only_the_start_that_needs_it() {
     let first = sb.wait_state("other", "running")["pid"]
         .as_i64()
         .expect("pid") as i32;
-    let slowest = (0..20).map(|_| status_time(&sb)).max().unwrap_or_default();
+    let times: Vec<Duration> = (0..20).map(|_| status_time(&sb)).collect();
+    let slowest = times.iter().max().copied().unwrap_or_default();
     let mut w = sb.watch();
     kill(Pid::from_raw(first), Signal::SIGKILL).expect("kill other");
     w.until(&sb, |e| {
@@ -153,9 +159,15 @@ fn a_user_database_that_hangs_holds_back_only_the_start_that_needs_it() {
     });
     let stuck = sb.status("as_user");
     eprintln!("slowest status {slowest:?} while the user database hung; {stuck}");
+    // A supd blocked in the lookup would answer none of them until the FIFO is written;
+    // a loaded machine delays one or two.
+    let slow = times
+        .iter()
+        .filter(|t| **t > Duration::from_millis(500))
+        .count();
     assert!(
-        slowest < Duration::from_millis(100),
-        "status took {slowest:?}"
+        slow <= 2,
+        "{slow} of 20 status answers took over 500 ms: {times:?}"
     );
     assert_eq!(
         stuck["state"], "starting",
@@ -188,7 +200,8 @@ fn a_user_database_that_hangs_holds_back_only_the_start_that_needs_it() {
         "supd did not answer another uid's client: {}",
         String::from_utf8_lossy(&other.stderr)
     );
-    assert!(t.elapsed() < Duration::from_secs(2));
+    // `--timeout 5s` fails a supd that does not answer; this bounds the two execs too.
+    assert!(t.elapsed() < Duration::from_secs(5));
     // Release the lookup: the files database is empty now, and the next source (or
     // none) answers; the start goes on, or fails with the reason, at once.
     drop(

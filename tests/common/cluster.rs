@@ -260,6 +260,29 @@ impl Cluster {
         });
     }
 
+    /// The engines' start log so far (a line "NODE TERM" per start of any node's engine).
+    pub fn engine_log(&self) -> String {
+        std::fs::read_to_string(self.shared.join("engine.log")).unwrap_or_default()
+    }
+
+    /// `node` kept the lease since `log_before` (an [`Cluster::engine_log`]): its engine
+    /// runs (waited for: at T of about 1 s, a tick late by T/6 on a loaded machine lets a
+    /// grant run out and the engine start again on the same node), and no other node's
+    /// engine started meanwhile.
+    pub fn assert_kept(&self, node: &str, log_before: &str) {
+        self.wait_leader(node);
+        let after = self.engine_log();
+        let elsewhere: Vec<&str> = after[log_before.len().min(after.len())..]
+            .lines()
+            .filter(|l| l.split_whitespace().next() != Some(node))
+            .collect();
+        assert!(
+            after.starts_with(log_before) && elsewhere.is_empty(),
+            "the engine was started elsewhere than on {node}: {elsewhere:?} (log before {log_before:?}, after {after:?})\n{}",
+            self.logs()
+        );
+    }
+
     /// Waits until the engine runs on exactly one node; returns it.
     pub fn wait_any_leader(&self) -> String {
         self.wait("one leader", |c| c.running_engines().len() == 1);
