@@ -38,6 +38,25 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, for reading a name back ([`ErrorKind::from_name`]).
+    const ALL: [ErrorKind; 9] = [
+        ErrorKind::BadRequest,
+        ErrorKind::UnknownCommand,
+        ErrorKind::UnknownService,
+        ErrorKind::PermissionDenied,
+        ErrorKind::Failed,
+        ErrorKind::InvalidConfig,
+        ErrorKind::UnknownTool,
+        ErrorKind::UnknownLease,
+        ErrorKind::Busy,
+    ];
+
+    /// The kind an answer names; `None` for a name this build does not know (a newer
+    /// supd's), which a client decides nothing on.
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorKind::BadRequest => "bad-request",
@@ -527,6 +546,28 @@ mod tests {
                 "the typed answer's keys come in the order a Value's did"
             );
         }
+    }
+
+    /// Each kind's name reads back as that kind. The match has no `_` arm: a new kind
+    /// does not compile here until it is named, and so added to `ALL` as well.
+    #[test]
+    fn every_error_kind_reads_back_from_its_name() {
+        for k in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from_name(k.as_str()), Some(k));
+        }
+        let in_all = |k: ErrorKind| match k {
+            ErrorKind::BadRequest
+            | ErrorKind::UnknownCommand
+            | ErrorKind::UnknownService
+            | ErrorKind::PermissionDenied
+            | ErrorKind::Failed
+            | ErrorKind::InvalidConfig
+            | ErrorKind::UnknownTool
+            | ErrorKind::UnknownLease
+            | ErrorKind::Busy => ErrorKind::ALL.contains(&k),
+        };
+        assert!(ErrorKind::ALL.into_iter().all(in_all));
+        assert_eq!(ErrorKind::from_name("error"), None);
     }
 
     #[test]

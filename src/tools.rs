@@ -11,18 +11,25 @@
 //! next start. An operator's change that cannot be written is refused ("nothing
 //! changed"); supd's own (a rollback, a commit, a self-switch, the fix at start) waits
 //! in a visible state and is retried with a growing delay, with nothing switched.
+//!
+//! The parts: `load.rs` a tool's record at start, `start.rs` the check before a tool's
+//! service starts (a self-switch, a bad version switched back), `probation.rs` the watch
+//! over a new version, `tasks.rs` and `copy.rs` the helpers that install and prune.
 
 mod copy;
+mod load;
 mod probation;
+mod start;
 mod tasks;
 
+pub use start::StartGo;
 pub use tasks::Task;
 
 use crate::failpoint;
 use crate::protocol::{Error, ErrorKind};
 use crate::supervisor::{unix_ms, Supervisor};
 use crate::time::{Clocks, Human, Mono};
-use crate::upgrade::{self, Change, Fix, Phase, Record, Request, StartCheck};
+use crate::upgrade::{self, Change, Phase, Record, Request};
 use crate::versions;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -164,17 +171,6 @@ pub fn errno_text(e: &std::io::Error) -> String {
     }
 }
 
-/// Whether a start of a tool's service goes on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StartGo {
-    /// On the version planned.
-    AsPlanned,
-    /// `current` was switched back from a bad version: plan again (once).
-    Replan,
-    /// Not now, for this reason (a change of the tool must be made first).
-    Held(String),
-}
-
 fn failed(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::Failed, msg)
 }
@@ -184,116 +180,6 @@ fn bad_request(msg: impl Into<String>) -> Error {
 }
 
 impl Supervisor {
-    /// Loads and puts right the record of every tool a service names. `handed_over`:
-    /// this image took over from another by `reexec`, which wrote its probations just
-    /// before the exec; they go on as they were, the exec's moment not lost.
-    pub fn load_tools(&mut self, now: Mono, handed_over: bool) {
-        let tools: BTreeSet<String> = self
-            .slots
-            .values()
-            .filter_map(|s| s.cfg.tool.clone())
-            .collect();
-        // Records where older supds kept them move first: every configured or installed
-        // tool's (one installed later is moved at its first use, in `load_tool`).
-        let installed = versions::installed_tools(&self.cfg.supd.tools_dir);
-        for t in tools.iter().chain(&installed) {
-            self.migrate_record(t);
-        }
-        for t in tools {
-            self.load_tool(&t, handed_over, now);
-        }
-    }
-
-    /// The tool's state, loaded on first use: the record as it is on disk is held, then
-    /// what `reconcile` and `resume` decide is carried out like any other change (the
-    /// record written before the link is touched).
-    pub fn ensure_tool(&mut self, tool: &str, now: Mono) {
-        self.load_tool(tool, false, now)
-    }
-
-    fn load_tool(&mut self, tool: &str, handed_over: bool, now: Mono) {
-        if self.tools.contains_key(tool) {
-            return;
-        }
-        let configured = self
-            .slots
-            .values()
-            .any(|s| s.cfg.tool.as_deref() == Some(tool));
-        if configured || versions::tool_dir(&self.cfg.supd.tools_dir, tool).is_dir() {
-            self.migrate_record(tool);
-        }
-        let (tools_dir, state_dir) = (&self.cfg.supd.tools_dir, &self.cfg.supd.state_dir);
-        let (record, record_error) = match versions::load_record(state_dir, tool) {
-            Ok(r) => (r.unwrap_or_default(), None),
-            Err(e) => {
-                log::error!(
-                    "{tool}: {e}; it is kept aside, and supd goes on from what `current` names"
-                );
-                versions::set_aside(state_dir, tool);
-                (Record::default(), Some(e))
-            }
-        };
-        let clocks = Clocks::now();
-        let link = versions::current(tools_dir, tool);
-        let (fixed, fix) = upgrade::reconcile(&record, link.as_deref(), &clocks);
-        let fixed = if handed_over {
-            upgrade::resume_handed_over(&fixed, &clocks)
-        } else {
-            upgrade::resume(&fixed, &clocks)
-        };
-        let switch = match fix {
-            Fix::SwitchTo(v) => {
-                log::warn!("{tool}: finishing an interrupted switch of current to {v}");
-                Some(v)
-            }
-            Fix::Nothing => None,
-        };
-        // A probation (or a regression window) of this boot goes on with the crashes
-        // counted before: its services' histories are taken up where they were.
-        if upgrade::watched(&fixed, &clocks) {
-            for (name, h) in &fixed.histories {
-                if let Some(slot) = self.slots.get_mut(name) {
-                    if slot.cfg.tool.as_deref() == Some(tool) && slot.svc.history.recent.is_empty()
-                    {
-                        slot.svc.history = h.clone();
-                    }
-                }
-            }
-        }
-        self.tools.insert(
-            tool.to_string(),
-            ToolState {
-                record,
-                record_error,
-                ..ToolState::default()
-            },
-        );
-        let change = Change {
-            record: fixed,
-            switch,
-            restart: false,
-            except: None,
-        };
-        self.change_or_retry(tool, change, Op::Load, now);
-    }
-
-    /// Moves the tool's record from where an older supd kept it, saying so.
-    fn migrate_record(&self, tool: &str) {
-        let dir = &self.cfg.supd.state_dir;
-        match versions::migrate_record(dir, tool) {
-            Ok(true) => log::info!(
-                "{tool}: its record moved to {}",
-                versions::record_path(dir, tool).display()
-            ),
-            Ok(false) => {}
-            Err(e) => log::error!(
-                "{tool}: cannot move its record to {}: {}; the old one is left where it is",
-                versions::record_path(dir, tool).display(),
-                errno_text(&e)
-            ),
-        }
-    }
-
     /// The executor: carries out `change` in order (record, link, restart), stopping at
     /// the first failure. The record is held once it is durable; the probation's timer
     /// follows the record.
@@ -728,131 +614,6 @@ impl Supervisor {
                 Err(failed(format!("{e}; nothing changed")))
             }
         }
-    }
-
-    /// A service of `tool` is about to start on `version`: a tool that switched its own
-    /// `current` gets an upgrade with probation; one that switched to a bad version is
-    /// switched back before anything of it runs. While a change of supd's own waits for
-    /// its record, a start goes on only on the version that change names; a version it
-    /// cannot vouch for waits with it (the service is held, `Failed` with the reason,
-    /// and started once the change is made).
-    pub fn check_start(&mut self, tool: &str, name: &str, version: &str, now: Mono) -> StartGo {
-        self.ensure_tool(tool, now);
-        if let Some(p) = &self.tools[tool].pending {
-            let r = &p.change.record;
-            let vouched = r.current.as_deref() == Some(version) && !r.bad.contains_key(version);
-            if vouched {
-                return StartGo::AsPlanned;
-            }
-            let why = format!(
-                "tool {tool}: {} waits ({}); {version} does not run meanwhile",
-                p.op.describe(r),
-                p.error
-            );
-            return self.hold(tool, name, why);
-        }
-        let held = self.tools[tool].record.clone();
-        let mut switch = upgrade::SelfSwitch {
-            probation: self.probation_of(tool),
-            manifest_irreversible: false,
-        };
-        let clocks = Clocks::now();
-        let (mut new, check) = upgrade::on_start(&held, version, &switch, &clocks);
-        if check == StartCheck::SelfUpgrade {
-            // Only a self-switch reads the version's manifest (not every start).
-            let vdir = versions::tool_dir(&self.cfg.supd.tools_dir, tool).join(version);
-            switch.manifest_irreversible = versions::irreversible(&vdir).unwrap_or_else(|e| {
-                // Unreadable: taken as irreversible (the safe side: never rolled back).
-                log::warn!("{tool}: {e}: {version} is taken as not revertible");
-                true
-            });
-            if switch.manifest_irreversible {
-                new = upgrade::on_start(&held, version, &switch, &clocks).0;
-            }
-        }
-        match check {
-            StartCheck::Expected => {
-                if new != held {
-                    self.change_or_retry(tool, Change::record(new), Op::Load, now);
-                }
-                StartGo::AsPlanned
-            }
-            StartCheck::SwitchedBack => {
-                log::warn!(
-                    "{tool}: {}",
-                    new.reason.as_deref().unwrap_or("switched back by the tool")
-                );
-                if self.change_or_retry(tool, Change::record(new), Op::Load, now) {
-                    self.emit_upgrade(tool);
-                }
-                StartGo::AsPlanned
-            }
-            StartCheck::SelfUpgrade => {
-                let change = Change {
-                    record: new,
-                    switch: None,
-                    restart: true,
-                    except: Some(name.to_string()),
-                };
-                let op = Op::SelfUpgrade {
-                    version: version.to_string(),
-                };
-                if self.change_or_retry(tool, change, op, now) {
-                    // A new version owes nothing to the old one's crashes: the service
-                    // starting it is left out of `restart_tool`'s reset, so it is here.
-                    if let Some(slot) = self.slots.get_mut(name) {
-                        slot.svc.history.reset();
-                    }
-                    StartGo::AsPlanned
-                } else {
-                    // Its probation could not be recorded: it does not run unrecorded.
-                    let why = self.pending_error(tool);
-                    self.hold(
-                        tool,
-                        name,
-                        format!("tool {tool}: the probation of {version} cannot be recorded ({why}); it does not run meanwhile"),
-                    )
-                }
-            }
-            StartCheck::SwitchBack(to) => {
-                let change = Change {
-                    record: new,
-                    switch: Some(to.clone()),
-                    restart: false,
-                    except: None,
-                };
-                let op = Op::SwitchBack {
-                    version: version.to_string(),
-                    to: to.clone(),
-                };
-                if self.change_or_retry(tool, change, op, now) {
-                    StartGo::Replan
-                } else {
-                    let why = self.pending_error(tool);
-                    self.hold(
-                        tool,
-                        name,
-                        format!("tool {tool}: current names {version}, which is marked bad, and cannot be switched back to {to} ({why}); nothing of {tool} runs until it can"),
-                    )
-                }
-            }
-        }
-    }
-
-    /// Why the tool's change waits ("cannot write record ...: ENOSPC ...").
-    fn pending_error(&self, tool: &str) -> String {
-        (self.tools.get(tool).and_then(|t| t.pending.as_ref()))
-            .map(|p| p.error.clone())
-            .unwrap_or_default()
-    }
-
-    /// A start that must wait for a change of the tool: noted, so the change's end
-    /// starts it; the caller fails the start with `why`.
-    fn hold(&mut self, tool: &str, name: &str, why: String) -> StartGo {
-        if let Some(t) = self.tools.get_mut(tool) {
-            t.held.insert(name.to_string());
-        }
-        StartGo::Held(why)
     }
 
     /// `rollback TOOL [VERSION] [--force]`.

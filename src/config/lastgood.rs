@@ -14,7 +14,8 @@
 //! it stands for its `[supd]` table alone, each valid key kept and each bad one at its
 //! default, with its `include`s: the included files that load still run.
 
-use super::load::{load_from, ConfigError};
+use super::error::ConfigError;
+use super::load::load_from;
 use super::{read, Config, SupdConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

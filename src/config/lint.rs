@@ -13,7 +13,7 @@
 //! This reads the user and group databases (`getpwnam`): it runs only in `supd --check`,
 //! a process of its own, never in supd's loop.
 
-use super::load::ConfigError;
+use super::error::ConfigError;
 use super::read;
 use super::walk::Lines;
 use super::{Check, Config, ServiceConfig, SupdConfig};

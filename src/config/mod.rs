@@ -5,15 +5,23 @@
 //! user names, tool directories and programs are looked up when a service starts; only
 //! `supd --check` looks them up beforehand ([`lint`]).
 
+mod checks;
+mod error;
+mod health_table;
+mod include;
 mod instances;
 pub mod lastgood;
+mod lease_table;
 pub mod lint;
 mod load;
 mod read;
 pub mod runtime_dir;
+mod service_table;
+mod supd_table;
 mod walk;
 
-pub use load::{load, load_supd_only, load_text, ConfigError};
+pub use error::ConfigError;
+pub use load::{load, load_supd_only, load_text};
 pub use read::{read_env_file, MAX_ENV_FILE_SIZE, MAX_FILE_SIZE};
 
 use nix::sys::signal::Signal;

@@ -1,7 +1,8 @@
 //! Reading typed values out of one parsed TOML file, collecting every error with its
 //! position instead of stopping at the first.
 
-use super::load::ConfigError;
+use super::error::ConfigError;
+use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,6 +10,27 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 pub type Value<'i> = Spanned<DeValue<'i>>;
+
+/// A position in a file.
+#[derive(Clone)]
+pub struct Place {
+    pub file: PathBuf,
+    pub line: usize,
+    pub column: usize,
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.file.display(), self.line, self.column)
+    }
+}
+
+/// Puts a value read without error into its slot; a bad one leaves the default.
+pub fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *slot = v;
+    }
+}
 
 /// One file being read: its name, its text, and where its errors go.
 pub struct FileCtx<'a> {

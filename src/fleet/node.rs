@@ -15,6 +15,7 @@ use super::record::{prefix, Halt, Mark, Phase, Slot, Status, Target, Transfer};
 use super::rule::{decide, Action, Fetch, Installed, Local, LocalPhase, Peer, View};
 use crate::lease::node::{Supd, SupdError};
 use crate::lease::store::{Cond, LeaseId, Store, StoreError};
+use crate::protocol::ErrorKind;
 use crate::time::{Boot, Human};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -769,12 +770,23 @@ fn last_result(l: &Local) -> Option<String> {
 /// refusal because the version is current already is told apart by supd's record, not
 /// by the answer: `FleetNode::is_current`.)
 fn is_refusal(e: &SupdError) -> bool {
-    match e {
-        SupdError::Refused { kind, .. } => matches!(
-            kind.as_str(),
-            "failed" | "unknown-tool" | "permission-denied" | "bad-request"
-        ),
-        SupdError::Unreachable(_) => false,
+    let SupdError::Refused {
+        kind: Some(kind), ..
+    } = e
+    else {
+        // Not there, or a kind this build does not know: nothing to decide on.
+        return false;
+    };
+    match kind {
+        ErrorKind::Failed
+        | ErrorKind::UnknownTool
+        | ErrorKind::PermissionDenied
+        | ErrorKind::BadRequest => true,
+        ErrorKind::Busy
+        | ErrorKind::UnknownCommand
+        | ErrorKind::UnknownService
+        | ErrorKind::InvalidConfig
+        | ErrorKind::UnknownLease => false,
     }
 }
 
@@ -818,7 +830,8 @@ mod tests {
 
     fn refused(kind: &str, message: &str) -> SupdError {
         SupdError::Refused {
-            kind: kind.into(),
+            kind: ErrorKind::from_name(kind),
+            name: kind.into(),
             message: message.into(),
         }
     }

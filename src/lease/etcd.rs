@@ -49,6 +49,22 @@ fn err(e: impl std::fmt::Display) -> StoreError {
     StoreError(e.to_string())
 }
 
+/// Why a call gave no answer to use: etcd refused it, with the HTTP status that a caller
+/// tells one refusal from another by (a revoke's 404: the lease is gone already), or no
+/// endpoint answered.
+enum CallError {
+    Refused { status: u16, error: StoreError },
+    Failed(StoreError),
+}
+
+impl From<CallError> for StoreError {
+    fn from(e: CallError) -> StoreError {
+        match e {
+            CallError::Refused { error, .. } | CallError::Failed(error) => error,
+        }
+    }
+}
+
 impl EtcdStore {
     /// `URL[,URL...]`, each `http://HOST:PORT` or `https://HOST:PORT`, reached with
     /// `opts`. Every call gives up after `timeout`, whichever endpoints it tries.
@@ -132,6 +148,11 @@ impl EtcdStore {
     /// A write whose request may have reached etcd is not sent again (its answer is
     /// lost, not its effect); the next call starts at the next endpoint.
     fn call(&self, path: &str, body: Value) -> Result<Value, StoreError> {
+        self.ask(path, body).map_err(StoreError::from)
+    }
+
+    /// [`Self::call`], with etcd's refusal told apart by its status.
+    fn ask(&self, path: &str, body: Value) -> Result<Value, CallError> {
         let deadline = Instant::now() + self.timeout;
         let n = self.endpoints.len();
         let first = self.conn().current % n;
@@ -166,24 +187,26 @@ impl EtcdStore {
                     self.conn().current = i;
                     return Ok(v);
                 }
-                Err(Fail::Answer(status, e)) if status < 500 => return Err(e),
-                Err(Fail::Answer(_, e)) => (e.0, true),
+                Err(Fail::Answer { status, error, .. }) if status < 500 => {
+                    return Err(CallError::Refused { status, error })
+                }
+                Err(Fail::Answer { error, .. }) => (error.0, true),
                 Err(Fail::Unsent(e)) => (e, false),
                 Err(Fail::Lost(e)) => (e, true),
             };
             failures.push(e);
             if maybe_done && !repeatable {
                 self.conn().current = (i + 1) % n;
-                return Err(err(failures.join("; ")));
+                return Err(CallError::Failed(err(failures.join("; "))));
             }
         }
         self.conn().current = (first + 1) % n;
         let within = crate::time::Human(self.timeout);
-        Err(err(match failures.len() {
+        Err(CallError::Failed(err(match failures.len() {
             0 => format!("no etcd endpoint answered within {within}"),
             1 => failures.remove(0),
             _ => format!("no etcd endpoint answered: {}", failures.join("; ")),
-        }))
+        })))
     }
 
     fn compare(key: &str, cond: Cond) -> Value {
@@ -241,11 +264,11 @@ impl Store for EtcdStore {
     }
 
     fn revoke(&mut self, id: LeaseId) -> Result<(), StoreError> {
-        match self.call("lease/revoke", json!({"ID": id.to_string()})) {
+        match self.ask("lease/revoke", json!({"ID": id.to_string()})) {
             Ok(_) => Ok(()),
             // Already gone: what a revoke wants.
-            Err(e) if e.0.contains(": 404:") => Ok(()),
-            Err(e) => Err(e),
+            Err(CallError::Refused { status: 404, .. }) => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 

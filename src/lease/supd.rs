@@ -2,6 +2,7 @@
 //! apart, with their stable kind), and a step-down's `lease-release`, whose answer (the
 //! services exited) is awaited beside the node's ticks.
 
+use crate::protocol::ErrorKind;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -13,14 +14,20 @@ use std::time::Duration;
 /// or its answer did not come back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SupdError {
-    Refused { kind: String, message: String },
+    /// `kind` is `None` for a kind this build does not know (a newer supd's); `name` is
+    /// the kind as supd named it, shown.
+    Refused {
+        kind: Option<ErrorKind>,
+        name: String,
+        message: String,
+    },
     Unreachable(String),
 }
 
 impl std::fmt::Display for SupdError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SupdError::Refused { kind, message } => write!(f, "{kind}: {message}"),
+            SupdError::Refused { name, message, .. } => write!(f, "{name}: {message}"),
             SupdError::Unreachable(why) => f.write_str(why),
         }
     }
@@ -31,7 +38,7 @@ impl std::fmt::Display for SupdError {
 enum Fail {
     Gone(String),
     Io(String),
-    Refused { kind: String, message: String },
+    Refused { name: String, message: String },
 }
 
 /// A connection to supd, opened again when it breaks.
@@ -80,7 +87,11 @@ impl Supd {
                 self.conn = None;
                 SupdError::Unreachable(why)
             }
-            Fail::Refused { kind, message } => SupdError::Refused { kind, message },
+            Fail::Refused { name, message } => SupdError::Refused {
+                kind: ErrorKind::from_name(&name),
+                name,
+                message,
+            },
         }
     }
 
@@ -109,7 +120,7 @@ impl Supd {
             Ok(v["data"].clone())
         } else {
             Err(Fail::Refused {
-                kind: v["error"]["kind"].as_str().unwrap_or("error").to_string(),
+                name: v["error"]["kind"].as_str().unwrap_or("error").to_string(),
                 message: v["error"]["message"].as_str().unwrap_or("").to_string(),
             })
         }

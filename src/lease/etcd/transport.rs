@@ -29,8 +29,15 @@ pub(super) struct Conn {
 
 /// Why one endpoint gave no answer to use.
 pub(super) enum Fail {
-    /// etcd answered with an error (HTTP status, its message): said as it is.
-    Answer(u16, StoreError),
+    /// etcd answered with an error: its HTTP status, its own words (`said`: what the
+    /// callers that must tell one refusal from another read, as etcd gives no finer
+    /// code), and the error as the operator reads it (the URL, the status, the words and
+    /// a hint).
+    Answer {
+        status: u16,
+        said: String,
+        error: StoreError,
+    },
     /// The request never reached etcd (refused, unreachable, no TLS session): any other
     /// endpoint may be asked.
     Unsent(String),
@@ -67,9 +74,9 @@ impl EtcdStore {
             None => self.authenticate(base, auth, connect, deadline)?,
         };
         match self.post(base, path, body, Some(&token), connect, deadline) {
-            Err(Fail::Answer(_, e)) if token_refused(&e.0) => {
+            Err(Fail::Answer { said, error, .. }) if token_refused(&said) => {
                 log::info!(
-                    "{base}: etcd no longer takes this node's token ({e}); authenticating again"
+                    "{base}: etcd no longer takes this node's token ({error}); authenticating again"
                 );
                 self.conn().token = None;
                 let token = self.authenticate(base, auth, connect, deadline)?;
@@ -90,7 +97,11 @@ impl EtcdStore {
         deadline: Instant,
     ) -> Result<String, Fail> {
         let password =
-            read_password(&auth.password_file, &auth.user).map_err(|e| Fail::Answer(400, e))?;
+            read_password(&auth.password_file, &auth.user).map_err(|error| Fail::Answer {
+                status: 400,
+                said: String::new(),
+                error,
+            })?;
         let body = json!({"name": auth.user, "password": password});
         let token = match self.post(base, "auth/authenticate", &body, None, connect, deadline) {
             Ok(v) => match v["token"].as_str() {
@@ -102,14 +113,15 @@ impl EtcdStore {
                     )))
                 }
             },
-            Err(Fail::Answer(_, e)) if e.0.contains("authentication is not enabled") => {
+            Err(Fail::Answer { said, .. }) if said.contains("authentication is not enabled") => {
                 log::info!("{base}: etcd's authentication is off; --user is not used");
                 String::new()
             }
-            Err(Fail::Answer(status, e)) if e.0.contains("authentication failed") => {
-                return Err(Fail::Answer(
+            Err(Fail::Answer { status, said, .. }) if said.contains("authentication failed") => {
+                return Err(Fail::Answer {
                     status,
-                    err(format!(
+                    said,
+                    error: err(format!(
                         "{base}: etcd refused user '{}': wrong user name or password (the \
                          password is read from {}); check --user and --password-file \
                          (etcdctl user passwd {} changes it)",
@@ -117,11 +129,13 @@ impl EtcdStore {
                         auth.password_file.display(),
                         auth.user
                     )),
-                ))
+                })
             }
             // The call itself was not sent: another endpoint may be asked.
             Err(Fail::Lost(e)) => return Err(Fail::Unsent(e)),
-            Err(Fail::Answer(status, e)) if status >= 500 => return Err(Fail::Unsent(e.0)),
+            Err(Fail::Answer { status, error, .. }) if status >= 500 => {
+                return Err(Fail::Unsent(error.0))
+            }
             Err(e) => return Err(e),
         };
         self.conn().token = Some(token.clone());
@@ -167,10 +181,11 @@ impl EtcdStore {
         let v: Value = match serde_json::from_str(first) {
             Ok(v) => v,
             Err(_) if status >= 400 => {
-                return Err(Fail::Answer(
+                return Err(Fail::Answer {
                     status,
-                    err(format!("{url}: {status}: {first}")),
-                ))
+                    said: first.to_string(),
+                    error: err(format!("{url}: {status}: {first}")),
+                })
             }
             Err(e) => {
                 return Err(Fail::Lost(format!(
@@ -183,10 +198,11 @@ impl EtcdStore {
                 .as_str()
                 .or(v["error"].as_str())
                 .unwrap_or(first);
-            return Err(Fail::Answer(
+            return Err(Fail::Answer {
                 status,
-                err(format!("{url}: {status}: {said}{}", self.hint(said))),
-            ));
+                said: said.to_string(),
+                error: err(format!("{url}: {status}: {said}{}", self.hint(said))),
+            });
         }
         Ok(v)
     }

@@ -1,0 +1,458 @@
+//! A `[service.NAME]` table: each of its keys, and the checks that need several keys of
+//! one service. The `health` key's table is in `health_table.rs`; the checks across
+//! services in `checks.rs`.
+
+use super::health_table::read_health;
+use super::lease_table::tool_name;
+use super::walk::{set, FileCtx, Value};
+use super::*;
+use std::path::PathBuf;
+use toml::Spanned;
+
+const SERVICE_KEYS: &[&str] = &[
+    "tool",
+    "command",
+    "cwd",
+    "env",
+    "user",
+    "group",
+    "restart",
+    "success_codes",
+    "restart_delay",
+    "restart_delay_max",
+    "stable_after",
+    "crash_loop",
+    "on_crash_loop",
+    "cooldown",
+    "probation",
+    "regression_window",
+    "ready",
+    "ready_timeout",
+    "stop_signal",
+    "stop_timeout",
+    "after",
+    "autostart",
+    "log",
+    "log_max_size",
+    "log_keep",
+    "log_stderr",
+    "leader_only",
+    "umask",
+    "nice",
+    "instances",
+    "limits",
+    "env_file",
+    "reload_signal",
+    "watchdog",
+    "health",
+    "kill_mode",
+    "runtime_dir",
+];
+
+/// Where a service was defined, for errors found after all files are read.
+#[derive(Clone)]
+pub(super) struct Origin {
+    pub(super) file: PathBuf,
+    pub(super) line: usize,
+    pub(super) column: usize,
+    pub(super) after: Vec<(String, usize, usize)>,
+    pub(super) leader_only: Option<(String, usize, usize)>,
+    /// `instances = N`: checked, 1 unless written.
+    pub(super) instances: u32,
+}
+
+pub(super) fn read_service(
+    ctx: &mut FileCtx,
+    name: &Spanned<std::borrow::Cow<str>>,
+    def: &Value,
+    cfg: &mut Config,
+    origin: &mut BTreeMap<String, Origin>,
+) {
+    let n = name.get_ref().to_string();
+    let prefix = format!("service.{n}");
+    let (line, column) = ctx.pos(name.span().start);
+    if !valid_name(&n) {
+        ctx.err(
+            name.span(),
+            &prefix,
+            "a service name is letters, digits, '-', '_', '.' or '@', not starting with '.'",
+        );
+        return;
+    }
+    if let Some(first) = origin.get(&n) {
+        let msg = format!(
+            "service '{n}' is already defined at {}:{}:{}",
+            first.file.display(),
+            first.line,
+            first.column
+        );
+        ctx.err(name.span(), &prefix, msg);
+        return;
+    }
+    let Some(table) = ctx.table(def, &prefix) else {
+        return;
+    };
+    let mut svc = ServiceConfig::new(&n, Vec::new(), ctx.dir());
+    let mut org = Origin {
+        file: ctx.path.to_path_buf(),
+        line,
+        column,
+        after: Vec::new(),
+        leader_only: None,
+        instances: 1,
+    };
+    let mut saw_command = false;
+    for (key, v) in table.iter() {
+        let k = key.get_ref().as_ref();
+        let full = format!("{prefix}.{k}");
+        let f = full.as_str();
+        let p = &mut svc.policy;
+        match k {
+            "tool" => svc.tool = ctx.parsed(v, f, tool_name),
+            "command" => {
+                saw_command = true;
+                if let Some(argv) = ctx.strings(v, f) {
+                    if argv.first().is_none_or(|a| a.is_empty()) {
+                        ctx.err(
+                            v.span(),
+                            f,
+                            "expected a non-empty array whose first item is the program",
+                        );
+                    }
+                    svc.command = argv;
+                }
+            }
+            "cwd" => svc.cwd = ctx.path(v, f),
+            "env" => svc.env = read_env(ctx, v, f),
+            "user" => svc.user = ctx.string(v, f),
+            "group" => svc.group = ctx.string(v, f),
+            "restart" => set(
+                &mut p.restart,
+                ctx.choice(
+                    v,
+                    f,
+                    &[
+                        ("always", RestartMode::Always),
+                        ("on-failure", RestartMode::OnFailure),
+                        ("never", RestartMode::Never),
+                    ],
+                ),
+            ),
+            "success_codes" => set(&mut p.success_codes, read_codes(ctx, v, f)),
+            "restart_delay" => set(&mut p.restart_delay, ctx.duration(v, f)),
+            "restart_delay_max" => set(&mut p.restart_delay_max, ctx.duration(v, f)),
+            "stable_after" => set(&mut p.stable_after, ctx.duration(v, f)),
+            "crash_loop" => set(&mut p.crash_loop, read_crash_loop(ctx, v, f)),
+            "on_crash_loop" => set(
+                &mut p.on_crash_loop,
+                ctx.choice(
+                    v,
+                    f,
+                    &[
+                        ("cooldown", OnCrashLoop::Cooldown),
+                        ("stop", OnCrashLoop::Stop),
+                        ("shutdown", OnCrashLoop::Shutdown),
+                    ],
+                ),
+            ),
+            "cooldown" => set(&mut p.cooldown, ctx.duration(v, f)),
+            "probation" => set(&mut svc.probation, ctx.duration(v, f)),
+            "regression_window" => set(&mut svc.regression_window, ctx.duration(v, f)),
+            "ready" => set(&mut svc.ready, ctx.parsed(v, f, parse_ready)),
+            "ready_timeout" => set(&mut svc.ready_timeout, ctx.duration(v, f)),
+            "stop_signal" => set(&mut svc.stop_signal, ctx.parsed(v, f, parse_signal)),
+            "stop_timeout" => set(&mut svc.stop_timeout, ctx.duration(v, f)),
+            "reload_signal" => set(&mut svc.reload_signal, ctx.parsed(v, f, parse_signal)),
+            "after" => {
+                if let Some(items) = ctx.array(v, f) {
+                    for item in items {
+                        if let Some(s) = ctx.string(item, f) {
+                            let (l, c) = ctx.pos(item.span().start);
+                            org.after.push((s.clone(), l, c));
+                            svc.after.push(s);
+                        }
+                    }
+                }
+            }
+            "autostart" => set(&mut svc.autostart, ctx.boolean(v, f)),
+            "log" => set(
+                &mut svc.log,
+                ctx.choice(
+                    v,
+                    f,
+                    &[
+                        ("file", LogMode::File),
+                        ("inherit", LogMode::Inherit),
+                        ("null", LogMode::Null),
+                    ],
+                ),
+            ),
+            "log_max_size" => set(
+                &mut svc.log_max_size,
+                ctx.parsed(v, f, crate::time::parse_size),
+            ),
+            "log_keep" => match ctx.integer(v, f) {
+                Some(n) if (0..=1000).contains(&n) => svc.log_keep = n as u32,
+                Some(_) => ctx.err(v.span(), f, "expected a number of files from 0 to 1000"),
+                None => {}
+            },
+            "log_stderr" => set(
+                &mut svc.log_stderr,
+                ctx.choice(
+                    v,
+                    f,
+                    &[("marked", LogStderr::Marked), ("merged", LogStderr::Merged)],
+                ),
+            ),
+            "leader_only" => {
+                if let Some(s) = ctx.string(v, f) {
+                    let (l, c) = ctx.pos(v.span().start);
+                    org.leader_only = Some((s.clone(), l, c));
+                    svc.leader_only = Some(s);
+                }
+            }
+            "umask" => svc.umask = ctx.parsed(v, f, parse_umask),
+            "nice" => match ctx.integer(v, f) {
+                Some(n) if (-20..=19).contains(&n) => svc.nice = Some(n as i32),
+                Some(_) => ctx.err(v.span(), f, "expected a nice value from -20 to 19"),
+                None => {}
+            },
+            "limits" => svc.limits = read_limits(ctx, v, f),
+            "watchdog" => match ctx.duration(v, f) {
+                Some(d) if d.is_zero() => ctx.err(
+                    v.span(),
+                    f,
+                    "expected a duration longer than 0, such as \"30s\" (leave it out for none)",
+                ),
+                d => svc.watchdog = d.or(svc.watchdog),
+            },
+            "health" => svc.health = read_health(ctx, v, f).map(Box::new),
+            "kill_mode" => set(
+                &mut svc.kill_mode,
+                ctx.choice(
+                    v,
+                    f,
+                    &[
+                        ("cgroup", KillMode::Cgroup),
+                        ("group", KillMode::Group),
+                        ("main", KillMode::Main),
+                    ],
+                ),
+            ),
+            "runtime_dir" => svc.runtime_dir = ctx.parsed(v, f, super::runtime_dir::parse),
+            "instances" => match ctx
+                .integer(v, f)
+                .map(|count| super::instances::count(&n, count))
+            {
+                Some(Ok(count)) => org.instances = count,
+                Some(Err(why)) => ctx.err(v.span(), f, why),
+                None => {}
+            },
+            "env_file" => {
+                for item in ctx.array(v, f).unwrap_or(&[]) {
+                    let Some(s) = ctx.string(item, f) else {
+                        continue;
+                    };
+                    let (optional, path) = match s.strip_prefix('-') {
+                        Some(rest) => (true, rest),
+                        None => (false, s.as_str()),
+                    };
+                    if path.is_empty() || path.contains('\0') {
+                        ctx.err(
+                            item.span(),
+                            f,
+                            "expected a file name, such as \"/etc/default/agent\" (a leading '-' makes it optional)",
+                        );
+                        continue;
+                    }
+                    let path = ctx.dir().join(path);
+                    svc.env_file.push(EnvFile { path, optional });
+                }
+            }
+            _ => ctx.unknown(key.span(), f, SERVICE_KEYS),
+        }
+    }
+    if org.instances == 1 {
+        if let Err(why) = super::instances::check_plain_name(&n) {
+            ctx.err(name.span(), &prefix, why);
+        }
+    }
+    if !saw_command {
+        ctx.err(
+            name.span(),
+            &format!("{prefix}.command"),
+            "missing: every service needs a command, such as [\"/usr/bin/agent\", \"--flag\"]",
+        );
+    }
+    check_service(ctx, def, &prefix, &svc);
+    origin.insert(n.clone(), org);
+    cfg.services.insert(n, svc);
+}
+
+/// Checks that need several keys of one service.
+fn check_service(ctx: &mut FileCtx, def: &Value, prefix: &str, svc: &ServiceConfig) {
+    let p = &svc.policy;
+    if p.restart_delay_max < p.restart_delay {
+        ctx.err(
+            def.span(),
+            &format!("{prefix}.restart_delay_max"),
+            "must not be shorter than restart_delay",
+        );
+    }
+    if svc.ready == Ready::Exited && p.restart == RestartMode::Always {
+        ctx.err(
+            def.span(),
+            &format!("{prefix}.ready"),
+            "ready = \"exited\" is for one-shot tasks: set restart = \"never\" or \"on-failure\"",
+        );
+    }
+    if let (Some(cmd), None) = (svc.command.first(), &svc.tool) {
+        if !cmd.starts_with('/') && cmd.contains('/') && !svc.base_dir.join(cmd).exists() {
+            // Not an error: the program may be installed later. It is reported at start.
+            log::debug!("{prefix}: {cmd} does not exist yet");
+        }
+    }
+}
+
+fn read_env(ctx: &mut FileCtx, v: &Value, key: &str) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    let Some(table) = ctx.table(v, key) else {
+        return env;
+    };
+    for (name, value) in table.iter() {
+        let n = name.get_ref().to_string();
+        let full = format!("{key}.{n}");
+        if n.is_empty() || n.contains('=') || n.contains('\0') {
+            ctx.err(
+                name.span(),
+                &full,
+                "an environment variable's name must not be empty or hold '='",
+            );
+            continue;
+        }
+        if let Some(s) = ctx.string(value, &full) {
+            env.insert(n, s);
+        }
+    }
+    env
+}
+
+fn read_codes(ctx: &mut FileCtx, v: &Value, key: &str) -> Option<Vec<i32>> {
+    let items = ctx.array(v, key)?;
+    let mut codes = Vec::new();
+    for item in items {
+        match ctx.integer(item, key) {
+            Some(n) if (0..=255).contains(&n) => codes.push(n as i32),
+            Some(_) => ctx.err(item.span(), key, "an exit code is from 0 to 255"),
+            None => {}
+        }
+    }
+    Some(codes)
+}
+
+fn read_crash_loop(ctx: &mut FileCtx, v: &Value, key: &str) -> Option<CrashLoop> {
+    let table = ctx.table(v, key)?;
+    let mut cl = Policy::default().crash_loop;
+    for (k, item) in table.iter() {
+        let full = format!("{key}.{}", k.get_ref());
+        match k.get_ref().as_ref() {
+            "restarts" => match ctx.integer(item, &full) {
+                Some(n) if (1..=100_000).contains(&n) => cl.restarts = n as u32,
+                Some(_) => ctx.err(
+                    item.span(),
+                    &full,
+                    "expected a number of restarts from 1 to 100000",
+                ),
+                None => {}
+            },
+            "window" => set(&mut cl.window, ctx.duration(item, &full)),
+            _ => ctx.unknown(k.span(), &full, &["restarts", "window"]),
+        }
+    }
+    Some(cl)
+}
+
+/// `umask = "027"`: an octal string of at most four digits, up to 0777.
+fn parse_umask(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s, 8) {
+        Ok(n) if n <= 0o777 && !s.is_empty() && s.len() <= 4 && !s.starts_with('+') => Ok(n),
+        _ => Err(format!(
+            "'{s}' is not a umask: expected an octal string such as \"027\" (0 to 0777)"
+        )),
+    }
+}
+
+/// `limits = { nofile = 65536, core = "0:unlimited" }`.
+fn read_limits(ctx: &mut FileCtx, v: &Value, key: &str) -> Vec<Rlimit> {
+    let mut out = Vec::new();
+    let Some(table) = ctx.table(v, key) else {
+        return out;
+    };
+    for (k, item) in table.iter() {
+        let name = k.get_ref().to_string();
+        let full = format!("{key}.{name}");
+        if !LIMIT_NAMES.contains(&name.as_str()) {
+            ctx.unknown(k.span(), &full, LIMIT_NAMES);
+            continue;
+        }
+        let value = match item.get_ref() {
+            toml::de::DeValue::Integer(_) => match ctx.integer(item, &full) {
+                Some(n) if n >= 0 => Ok((Some(n as u64), Some(n as u64))),
+                Some(_) => Err("a limit is not negative".to_string()),
+                None => continue,
+            },
+            _ => match ctx.string(item, &full) {
+                Some(s) => parse_limit(&s),
+                None => continue,
+            },
+        };
+        match value {
+            Ok((soft, hard)) => out.push(Rlimit { name, soft, hard }),
+            Err(why) => ctx.err(item.span(), &full, why),
+        }
+    }
+    out
+}
+
+/// "unlimited", "N", or "SOFT:HARD" with each a number or "unlimited"; soft <= hard.
+fn parse_limit(s: &str) -> Result<(Option<u64>, Option<u64>), String> {
+    let one = |t: &str| -> Result<Option<u64>, ()> {
+        match t.trim() {
+            "unlimited" | "infinity" => Ok(None),
+            n => n.parse::<u64>().map(Some).map_err(|_| ()),
+        }
+    };
+    let expected = || {
+        format!(
+            "'{s}': expected a number, \"unlimited\", or \"SOFT:HARD\" (such as \"1024:65536\")"
+        )
+    };
+    let (soft, hard) = match s.split_once(':') {
+        Some((a, b)) => (
+            one(a).map_err(|_| expected())?,
+            one(b).map_err(|_| expected())?,
+        ),
+        None => {
+            let v = one(s).map_err(|_| expected())?;
+            (v, v)
+        }
+    };
+    match (soft, hard) {
+        (None, Some(_)) => Err(format!("'{s}': the soft limit is above the hard one")),
+        (Some(a), Some(b)) if a > b => Err(format!("'{s}': the soft limit is above the hard one")),
+        _ => Ok((soft, hard)),
+    }
+}
+
+fn parse_ready(s: &str) -> Result<Ready, String> {
+    match s {
+        "started" => Ok(Ready::Started),
+        "notify" => Ok(Ready::Notify),
+        "exited" => Ok(Ready::Exited),
+        _ => match s.strip_prefix("fd:").map(str::parse::<i32>) {
+            Some(Ok(n)) if (3..=1023).contains(&n) => Ok(Ready::Fd(n)),
+            Some(_) => Err(format!("'{s}': the fd of \"fd:N\" is a number from 3 to 1023 (0 to 2 are the standard streams)")),
+            None => Err(format!("'{s}' is not one of \"started\", \"notify\", \"fd:N\", \"exited\"")),
+        },
+    }
+}
