@@ -673,7 +673,15 @@ fn a_service_its_cgroup_refuses_is_ended_as_without_cgroups() {
     );
     let member = member_outside_the_group(&sb, leader);
     sb.ok(serde_json::json!({"cmd": "stop", "service": "one"}));
-    assert!(!alive(member), "stop ends it");
+    // (Looked at with a short wait: twice in full runs under load, never alone, the
+    // member was seen alive just after the answer. What it was then is printed.)
+    let seen = sup::proc::stat(member);
+    assert!(
+        wait_exit(member, std::time::Duration::from_secs(2)).is_some() || !alive(member),
+        "stop ends it: {seen:?} at the answer, {:?} now\n{}",
+        sup::proc::stat(member),
+        sb.supd_log()
+    );
     wait_file(&sb.path("supd.stderr"), |t| {
         t.contains("cannot move it into")
     });
