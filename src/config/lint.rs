@@ -19,6 +19,7 @@ use super::walk::Lines;
 use super::{Check, Config, ServiceConfig, SupdConfig};
 use crate::access::{self, Want, Who};
 use crate::launch::{self, NotLaunched, Plan};
+use crate::sys::acl;
 use nix::unistd::{Gid, Group, Uid, User};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
@@ -444,7 +445,7 @@ fn dir_problem(cwd: &Path, who: Option<&Who>) -> Option<String> {
             "{shown} is not a directory: cwd names the directory the service starts in"
         )),
         Ok(_) => who.and_then(|who| {
-            access::stat_chain(cwd, access::owner_names)
+            acl::stat_chain(cwd, acl::owner_names)
                 .and_then(|chain| access::check(&chain, who, Want::Enter))
                 .err()
         }),
@@ -486,7 +487,7 @@ fn program_problem(
             .entry((c, who.uid, who.gids.clone()))
             .or_insert_with_key(|(c, _, _)| match std::fs::metadata(c) {
                 Ok(_) => Some(
-                    access::stat_chain(c, access::owner_names)
+                    acl::stat_chain(c, acl::owner_names)
                         .and_then(|chain| access::check(&chain, who, Want::Exec)),
                 ),
                 // As execvp: these are not there; anything else refuses.

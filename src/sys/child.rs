@@ -403,7 +403,7 @@ fn child_main(
         if libc::chdir(p.cwd.as_ptr()) < 0 {
             let errno = errno_now();
             if let (libc::EACCES, Some(who)) = (errno, &who) {
-                let found = crate::access::diagnose(cwd, cwd, who, crate::access::Want::Enter);
+                let found = super::acl::diagnose(cwd, cwd, who, crate::access::Want::Enter);
                 fail_found(report, STAGE_CWD, errno, found);
             }
             fail_with(report, STAGE_CWD, errno);
@@ -428,7 +428,7 @@ fn child_main(
             // As its user, what on the way refuses it (names of owners looked up here,
             // in the child, never in supd).
             let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
-            let found = crate::access::diagnose(path, cwd, who, crate::access::Want::Exec);
+            let found = super::acl::diagnose(path, cwd, who, crate::access::Want::Exec);
             fail_found(report, STAGE_EXEC, errno, found);
         }
         fail_with(report, STAGE_EXEC, errno)
