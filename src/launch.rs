@@ -8,8 +8,9 @@ use crate::config::{Ready, ServiceConfig, SupdConfig};
 use crate::sys::{Account, Tuning};
 use std::path::{Path, PathBuf};
 
-/// The PATH a service gets unless its `env` sets one.
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// The PATH a service gets unless its `env` sets one (kept with the spawn plan, whose
+/// child looks a bare program name up in it).
+pub use crate::sys::plan::DEFAULT_PATH;
 
 /// A start that cannot happen, and whether retrying could help at once.
 #[derive(Debug, PartialEq, Eq)]

@@ -8,6 +8,10 @@ use super::raw::cstring;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+/// The PATH a service gets unless its `env` sets one, and the one a bare program name is
+/// looked up in without a PATH of its own (`launch` gives it to every service).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// Who the child runs as: names, looked up by the child itself after the fork (supd is
 /// single-threaded, so its forked child may allocate and read the user database), so a
 /// database that hangs holds back that child alone.
@@ -76,7 +80,7 @@ impl SpawnSpec {
     /// the default PATH and supd's log settings, `/` for its directory, supd's stdout
     /// and stderr, and `fd` as its fd 3.
     pub fn own_helper(program: &std::path::Path, args: Vec<String>, fd: RawFd) -> SpawnSpec {
-        let mut env = vec![("PATH".into(), crate::launch::DEFAULT_PATH.into())];
+        let mut env = vec![("PATH".into(), DEFAULT_PATH.into())];
         for k in ["SUP_LOG", "RUST_LOG"] {
             if let Ok(v) = std::env::var(k) {
                 env.push((k.to_string(), v));
@@ -371,7 +375,7 @@ impl ChildPlan {
             .rev()
             .find(|(k, _)| k == "PATH")
             .map(|(_, v)| v.as_str())
-            .unwrap_or(crate::launch::DEFAULT_PATH);
+            .unwrap_or(DEFAULT_PATH);
         let candidates = candidates(&spec.program, path)?;
         let io_fd = |io: Io, write: bool| -> io::Result<Option<OwnedFd>> {
             let fd = match io {
