@@ -309,7 +309,7 @@ mod tests {
     fn refusals_say_why() {
         let dir = std::env::temp_dir();
         let mut c = ServiceConfig::new("a", vec!["/bin/true".into()], "/".into());
-        // Users and directories are the child's to look up (see sys::spawn_service):
+        // Users and directories are the child's to look up (see spawner::spawn_service):
         // the plan only names them.
         c.user = Some("no-such-user-sup".into());
         c.cwd = Some("/nonexistent/dir".into());

@@ -612,9 +612,11 @@ impl Supervisor {
             ready: ready.map(|(r, w, _)| (r, w)),
             pending,
         };
-        match sys::begin_service(spec) {
-            Ok(sys::Begun::Forked(pid, pending)) => self.release_child(forking(pending), pid, now),
-            Ok(sys::Begun::Asked(ticket, pending)) => {
+        match crate::spawner::begin_service(spec) {
+            Ok(crate::spawner::Begun::Forked(pid, pending)) => {
+                self.release_child(forking(pending), pid, now)
+            }
+            Ok(crate::spawner::Begun::Asked(ticket, pending)) => {
                 slot.forking = Some(ticket);
                 self.forks.insert(ticket, forking(pending));
             }

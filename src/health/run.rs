@@ -441,7 +441,7 @@ impl Supervisor {
             }
         });
         let spec = SpawnSpec { join, ..spec };
-        let (pid, exec) = sys::spawn_service(spec, |pid| {
+        let (pid, exec) = crate::spawner::spawn_service(spec, |pid| {
             let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
             if let Some(Err(e)) = record.map(|r| r.set(Some((pid, start_time)))) {
                 log::warn!(

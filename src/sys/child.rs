@@ -15,37 +15,18 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
-/// Forks and execs `spec` with nothing to do in between, and waits for the exec
-/// (helpers: copies, deletes, checks; programs of supd's own on local disks).
-pub fn spawn(spec: SpawnSpec) -> Result<i32, String> {
-    spawn_and_wait(spec, false)
-}
-
-/// Forks `spec`; the child gets its own session and process group, then waits until
-/// `admit(pid)` has run in the parent (it writes the pid record and puts the child in
-/// its cgroup), and only then clears its signal mask, takes its fds, looks up its user,
-/// drops root, enters its directory as its user and execs. So a service's program never
-/// runs before it is recorded: if supd dies before `admit` is done, the child reads
-/// end-of-file
-/// instead of the go-ahead and exits without running anything. An `Err` from `admit`
-/// ends the child the same way. Returns at once after the go-ahead, with the pid and
-/// the `Exec` whose report says how the exec went: nothing the child does after its
-/// release (a user database or a file system that hangs) can stall supd.
-pub fn spawn_service(
-    spec: SpawnSpec,
-    admit: impl FnOnce(i32) -> Result<(), String>,
-) -> Result<(i32, Exec), String> {
-    spawn_through(spec, admit, false)
-}
-
-/// [`spawn`], forked by supd itself: for the spawner, which cannot fork itself.
+/// Forks `spec` here, in supd itself, and waits for its exec's outcome: for the spawner,
+/// which cannot fork itself (everything else is spawned through it: `spawner::spawn`).
 pub fn spawn_direct(spec: SpawnSpec) -> Result<i32, String> {
-    spawn_and_wait(spec, true)
+    let (pid, pending) = Prepared::new(spec)?.fork_here()?;
+    let exec = pending.release_or_reap(pid, |_| Ok(()))?;
+    wait_exec(pid, exec)
 }
 
-/// Spawns `spec` (by supd itself when `direct`) and waits for its exec's outcome.
-fn spawn_and_wait(spec: SpawnSpec, direct: bool) -> Result<i32, String> {
-    let (pid, mut exec) = spawn_through(spec, |_| Ok(()), direct)?;
+/// Waits for the exec of a child released with nothing to do in between (a helper, a
+/// check's command, the spawner): its pid once its program runs; why not, once the
+/// child that could not run it is reaped.
+pub fn wait_exec(pid: i32, mut exec: Exec) -> Result<i32, String> {
     let _ = nix::fcntl::fcntl(
         &exec.report,
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
@@ -59,60 +40,9 @@ fn spawn_and_wait(spec: SpawnSpec, direct: bool) -> Result<i32, String> {
     }
 }
 
-fn spawn_through(
-    spec: SpawnSpec,
-    admit: impl FnOnce(i32) -> Result<(), String>,
-    direct: bool,
-) -> Result<(i32, Exec), String> {
-    let prepared = Prepared::new(spec)?;
-    // Forked by the spawner (a small process: its fork copies little), else here.
-    let asked = match direct {
-        true => None,
-        false => {
-            let (msg, fds) = prepared.message();
-            crate::spawner::fork(&msg, &fds)
-        }
-    };
-    let (pid, pending) = match asked {
-        Some(Ok(pid)) => (pid, prepared.pending()),
-        Some(Err(e)) => return Err(format!("fork: {e}")),
-        None => prepared.fork_here()?,
-    };
-    match pending.release(pid, admit) {
-        Ok(exec) => Ok((pid, exec)),
-        Err(why) => {
-            // It reads end-of-file instead of its go-ahead and exits without running.
-            reap_now(pid);
-            Err(why)
-        }
-    }
-}
-
-/// A service's child as [`begin_service`] left it.
-pub enum Begun {
-    /// Forked by supd itself (there is no spawner): release it now.
-    Forked(i32, Pending),
-    /// Asked of the spawner: its pid comes with the ticket's answer.
-    Asked(crate::spawner::Ticket, Pending),
-}
-
-/// Starts `spec` as [`spawn_service`] does, but without waiting for the spawner's fork:
-/// the child is released with [`Pending::release`] once its pid is known (dropped
-/// instead, it exits without running anything).
-pub fn begin_service(spec: SpawnSpec) -> Result<Begun, String> {
-    let prepared = Prepared::new(spec)?;
-    let (msg, fds) = prepared.message();
-    match crate::spawner::ask(&msg, &fds) {
-        crate::spawner::Asked::Queued(ticket) => Ok(Begun::Asked(ticket, prepared.pending())),
-        crate::spawner::Asked::NoSpawner => {
-            let (pid, pending) = prepared.fork_here()?;
-            Ok(Begun::Forked(pid, pending))
-        }
-    }
-}
-
-/// A child's plan and its pipes, before its fork.
-struct Prepared {
+/// A child's plan and its pipes, before its fork: sent to the spawner
+/// (`Prepared::message`, then `Prepared::pending`), or forked here (`fork_here`).
+pub struct Prepared {
     plan: ChildPlan,
     go_read: OwnedFd,
     report_write: OwnedFd,
@@ -128,7 +58,7 @@ pub struct Pending {
 }
 
 impl Prepared {
-    fn new(spec: SpawnSpec) -> Result<Prepared, String> {
+    pub fn new(spec: SpawnSpec) -> Result<Prepared, String> {
         let rest = Box::new(ExecRest::new(
             spec.program.clone(),
             spec.cwd.to_string_lossy().into_owned(),
@@ -147,8 +77,8 @@ impl Prepared {
         })
     }
 
-    /// The spawner's request.
-    fn message(&self) -> (Vec<u8>, Vec<RawFd>) {
+    /// The spawner's request: the plan's message and the fds it names.
+    pub fn message(&self) -> (Vec<u8>, Vec<RawFd>) {
         plan_message(
             &self.plan,
             self.go_read.as_raw_fd(),
@@ -157,12 +87,12 @@ impl Prepared {
     }
 
     /// The child's side of the pipes is its own (or in a request): supd's copies go.
-    fn pending(self) -> Pending {
+    pub fn pending(self) -> Pending {
         self.pending
     }
 
     /// Forks the child here, in supd.
-    fn fork_here(self) -> Result<(i32, Pending), String> {
+    pub fn fork_here(self) -> Result<(i32, Pending), String> {
         let guards = GUARDS.each_ref().map(|g| g.load(Ordering::Relaxed));
         let mut keep = self.plan.sources();
         keep.extend([self.go_read.as_raw_fd(), self.report_write.as_raw_fd()]);
@@ -213,11 +143,21 @@ impl Pending {
             rest: self.rest,
         })
     }
+
+    /// [`Pending::release`], and a child refused is reaped at once (it exits without
+    /// running anything): for a caller that waits, not the loop that reaps.
+    pub fn release_or_reap(
+        self,
+        pid: i32,
+        admit: impl FnOnce(i32) -> Result<(), String>,
+    ) -> Result<Exec, String> {
+        self.release(pid, admit).inspect_err(|_| reap_now(pid))
+    }
 }
 
 /// Waits for a child that is about to exit (refused, or its exec failed), so that it
 /// leaves no zombie and the supervisor's reaping never sees a pid it did not record.
-fn reap_now(pid: i32) {
+pub fn reap_now(pid: i32) {
     loop {
         match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
             Err(nix::errno::Errno::EINTR) => continue,

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 pub(super) static GUARDS: [AtomicI32; 3] =
     [AtomicI32::new(-1), AtomicI32::new(-1), AtomicI32::new(-1)];
 
-/// Names the fd of the state lock (-1: none), for `spawn` to close in its children.
+/// Names the fd of the state lock (-1: none), for every forked child to close first thing.
 pub fn set_lock_fd(fd: RawFd) {
     GUARDS[0].store(fd, Ordering::Relaxed);
 }

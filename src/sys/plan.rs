@@ -46,7 +46,8 @@ pub enum Io {
     Fd(OwnedFd),
 }
 
-/// Everything `spawn` needs, prepared in the parent.
+/// What the caller asks for: a child to start (`spawner::spawn`, `spawn_service`,
+/// `begin_service`), made into its `ChildPlan` before the fork.
 pub struct SpawnSpec {
     pub program: String,
     pub args: Vec<String>,
