@@ -3,7 +3,7 @@
 //! group, a missing required `env_file`, a missing `cwd`) is an error, at the place of
 //! the key that names it, with what to do.
 //!
-//! The program is found as the launcher finds it at each start (`launch::plan`: inside
+//! The program is found as the launcher finds it at each start (`launch::resolve`: inside
 //! the version `current` names for a versioned service, beside the config file for a
 //! relative path, in the service's `PATH` for a bare name, tried as `execvp` does), so
 //! the lint and the run never disagree. A versioned service whose tool has no version
@@ -18,7 +18,7 @@ use super::read;
 use super::walk::Lines;
 use super::{Check, Config, ServiceConfig, SupdConfig};
 use crate::access::{self, Want, Who};
-use crate::launch::{self, NotLaunched, Plan};
+use crate::launch::{self, Launch, NotLaunched};
 use crate::sys::acl;
 use nix::unistd::{Gid, Group, Uid, User};
 use std::collections::{BTreeMap, BTreeSet};
@@ -243,7 +243,7 @@ impl Lint {
                 self.say(&table, "cwd", why, false);
             }
         }
-        let plan = match launch::plan(&usable, supd, None) {
+        let plan = match launch::resolve(&usable, supd, None) {
             Ok(plan) => plan,
             Err(NotLaunched::NoVersion(_)) => {
                 let tool = svc.tool.clone().unwrap_or_default();
@@ -283,7 +283,7 @@ impl Lint {
         if let Some(Check::Command(argv)) = svc.health.as_ref().map(|h| &h.check) {
             let mut check = usable.clone();
             check.command = argv.clone();
-            if let Ok(plan) = launch::plan(&check, supd, None) {
+            if let Ok(plan) = launch::resolve(&check, supd, None) {
                 if let Some(why) = program_problem(svc, argv, &plan, &who, &mut self.runs) {
                     self.say(&table, "health.command", why, false);
                 }
@@ -459,7 +459,7 @@ fn dir_problem(cwd: &Path, who: Option<&Who>) -> Option<String> {
 fn program_problem(
     svc: &ServiceConfig,
     argv: &[String],
-    plan: &Plan,
+    plan: &Launch,
     who: &Who,
     runs: &mut Runs,
 ) -> Option<String> {
@@ -535,8 +535,8 @@ mod tests {
         }
     }
 
-    fn plan_of(svc: &ServiceConfig, supd: &SupdConfig) -> Plan {
-        launch::plan(svc, supd, None).expect("plan")
+    fn plan_of(svc: &ServiceConfig, supd: &SupdConfig) -> Launch {
+        launch::resolve(svc, supd, None).expect("plan")
     }
 
     #[test]

@@ -369,7 +369,7 @@ impl Supervisor {
         let mut cfg = slot.cfg.clone();
         cfg.command = argv.to_vec();
         cfg.ready = Ready::Started;
-        let plan = crate::launch::plan(&cfg, &self.cfg.supd, None).map_err(|e| match e {
+        let plan = crate::launch::resolve(&cfg, &self.cfg.supd, None).map_err(|e| match e {
             crate::launch::NotLaunched::NoVersion(w) | crate::launch::NotLaunched::Failed(w) => {
                 format!("check command: cannot start: {w}")
             }
