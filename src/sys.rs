@@ -1,9 +1,12 @@
 //! The thin edge to the kernel that needs `unsafe`, one file per concern: the spawn plan
 //! (`plan`), the child between fork and exec (`child`), its exec report (`report`), the
 //! dead-man guard (`guard`), fds (`fds`), supd's priority (`scheduling`), processes and
-//! pidfds (`processes`), POSIX ACLs (`acl`), the local time zone (`zone`). What the kernel
-//! lacks is learned once by a probe, with the fallbacks of old kernels. Everything else
-//! uses nix's safe wrappers. Each `unsafe` block says why it is sound.
+//! pidfds (`processes`), POSIX ACLs and the access rule's edge (`acl`), the local time
+//! zone (`zone`); `raw` holds what they share (errno, C strings). The parts import one
+//! another, never this root, which re-exports what callers use; of the crate, `sys`
+//! imports only `access` and `config`. What the kernel lacks is learned once by a
+//! probe, with the fallbacks of old kernels. Everything else uses nix's safe wrappers.
+//! Each `unsafe` block says why it is sound.
 #![allow(unsafe_code)]
 
 pub mod acl;
