@@ -2,12 +2,14 @@
 //! by it, the program itself executable (and readable, for a script). The rule is a pure
 //! function over what `stat` says of each path component and over the user's ids, so
 //! that an upgrade can be refused before anything is switched (a version its user cannot
-//! run would otherwise fail every start and look like a crash loop). The edge stats the
-//! path. supd itself never reads the user database (a slow LDAP or sssd must not stall
-//! its loop): a service's child looks its user up, reports the uid and groups it took
-//! (remembered for `upgrade`'s check), and, refused, says why with `diagnose`, as its user.
+//! run would otherwise fail every start and look like a crash loop). The edge, which
+//! stats the path and reads its ACLs, is `sys::acl` (`stat_chain`). supd itself never
+//! reads the user database (a slow LDAP or sssd must not stall its loop): a service's
+//! child looks its user up, reports the uid and groups it took (remembered for
+//! `upgrade`'s check), and, refused, says why with `sys::acl::diagnose`, as its user.
+//! Plain data and rules only: `sys` builds on this file, and it on nothing of the crate.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// What `stat` says of one component of a path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,7 +126,7 @@ fn describe(n: &Node) -> String {
 }
 
 /// Whether `who` may search every directory of `dirs` (from `/` down).
-fn search(dirs: &[Node], who: &Who) -> Result<(), String> {
+pub fn search(dirs: &[Node], who: &Who) -> Result<(), String> {
     let root = who.uid == 0;
     for d in dirs {
         if !d.is_dir {
@@ -200,85 +202,10 @@ pub fn check(chain: &[Node], who: &Who, want: Want) -> Result<(), String> {
     Ok(())
 }
 
-/// The components of `path` from `/` down, as `stat` sees them (symbolic links resolved
-/// first), each owner said by `owner`. The edge of `check`.
-pub fn stat_chain(path: &Path, owner: fn(u32, u32) -> String) -> Result<Vec<Node>, String> {
-    let real = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut chain = Vec::new();
-    let mut at = PathBuf::new();
-    for part in real.components() {
-        at.push(part);
-        chain.push(node(&at, owner).map_err(|e| format!("{}: {e}", at.display()))?);
-    }
-    Ok(chain)
-}
-
-fn node(at: &Path, owner: fn(u32, u32) -> String) -> std::io::Result<Node> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(at)?;
-    Ok(Node {
-        path: at.to_path_buf(),
-        mode: m.mode() & 0o7777,
-        uid: m.uid(),
-        gid: m.gid(),
-        owner: owner(m.uid(), m.gid()),
-        acl: crate::sys::posix_acl(at).and_then(|b| parse_acl(&b)),
-        is_dir: m.is_dir(),
-        script: m.is_file() && starts_with_shebang(at),
-    })
-}
-
 /// An owner as numbers ("0:0"): what supd says, since it never reads the user
 /// database itself.
 pub fn numeric_owner(uid: u32, gid: u32) -> String {
     format!("{uid}:{gid}")
-}
-
-/// An owner by name ("root:sup"; numbers where a name is unknown). Reads the user
-/// database: only in a service's forked child, never in supd.
-pub fn owner_names(uid: u32, gid: u32) -> String {
-    use nix::unistd::{Gid, Group, Uid, User};
-    let user = User::from_uid(Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map_or(uid.to_string(), |u| u.name);
-    let group = Group::from_gid(Gid::from_raw(gid))
-        .ok()
-        .flatten()
-        .map_or(gid.to_string(), |g| g.name);
-    format!("{user}:{group}")
-}
-
-/// Why `who` was refused `path` (made absolute against `cwd`), told by the service's
-/// child after its `chdir` or `execve` failed with EACCES, as its user, owners named.
-/// As that user, a path below a directory it may not search cannot be resolved or
-/// stated: then the components are stated as far as they can be, and the last one
-/// reached is the directory that refuses. `None` when nothing on the way refuses (a
-/// `noexec` mount, a security module): the caller says what the kernel said.
-pub fn diagnose(path: &Path, cwd: &Path, who: &Who, want: Want) -> Option<String> {
-    let path = cwd.join(path);
-    if let Ok(chain) = stat_chain(&path, owner_names) {
-        return check(&chain, who, want).err();
-    }
-    let mut chain = Vec::new();
-    let mut at = PathBuf::new();
-    for part in path.components() {
-        at.push(part);
-        match node(&at, owner_names) {
-            Ok(n) => chain.push(n),
-            Err(_) => return search(&chain, who).err(),
-        }
-    }
-    check(&chain, who, want).err()
-}
-
-fn starts_with_shebang(p: &Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 2];
-    std::fs::File::open(p)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok()
-        && head == *b"#!"
 }
 
 #[cfg(test)]

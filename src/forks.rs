@@ -1,7 +1,7 @@
 //! Services' children asked of the spawner and not answered yet.
 //!
 //! A service's spawn is two steps: its plan goes to the spawner's queue
-//! (`sys::begin_service`), and when the answer (the child's pid) is read in the loop,
+//! (`spawner::begin_service`), and when the answer (the child's pid) is read in the loop,
 //! the child is recorded and released ([`Supervisor::release_child`]). In between the
 //! service is still pending (`stopped`, wanted up) but marked as forking, so it is not
 //! asked for twice; clients, signals and exits are served meanwhile.

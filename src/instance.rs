@@ -1,7 +1,7 @@
 //! One run of a service at the kernel's edge, from its fork to the exit of its last
 //! process. The promises of "one instance" live here:
 //!
-//! - it is recorded before its program runs (`sys::spawn_service` holds the child until
+//! - it is recorded before its program runs (`spawner::spawn_service` holds the child until
 //!   the supervisor's record is written; the child moved itself into its cgroup before);
 //! - when its leader exits, the whole group (and cgroup) is killed while the leader is
 //!   still an unreaped zombie, so the group's id cannot name anything else meanwhile;

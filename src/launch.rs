@@ -1,15 +1,16 @@
-//! Preparing a service's process: which program (inside the tool's current version or
-//! not), its arguments, environment, directory and who it runs as. The version is
-//! looked up here at each start; the user and the directory are named here and looked
-//! up by the child itself, so that a user database or a file system that hangs holds
-//! back that one start, never supd.
+//! Launching a service: resolving what its start runs (a `Launch`): which program
+//! (inside the tool's current version or not), its arguments, environment, directory
+//! and who it runs as. The version is looked up here at each start; the user and the
+//! directory are named here and looked up by the child itself, so that a user database
+//! or a file system that hangs holds back that one start, never supd.
 
 use crate::config::{Ready, ServiceConfig, SupdConfig};
 use crate::sys::{Account, Tuning};
 use std::path::{Path, PathBuf};
 
-/// The PATH a service gets unless its `env` sets one.
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// The PATH a service gets unless its `env` sets one (kept with the spawn plan, whose
+/// child looks a bare program name up in it).
+pub use crate::sys::plan::DEFAULT_PATH;
 
 /// A start that cannot happen, and whether retrying could help at once.
 #[derive(Debug, PartialEq, Eq)]
@@ -20,9 +21,10 @@ pub enum NotLaunched {
     Failed(String),
 }
 
-/// What to run, resolved.
+/// What a service's start runs, resolved from its config (the spawn plan is made of it:
+/// `sys::plan`).
 #[derive(Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct Launch {
     pub program: String,
     pub args: Vec<String>,
     pub cwd: PathBuf,
@@ -39,11 +41,11 @@ pub struct Plan {
 }
 
 /// Resolves a service's start.
-pub fn plan(
+pub fn resolve(
     cfg: &ServiceConfig,
     supd: &SupdConfig,
     notify_socket: Option<&Path>,
-) -> Result<Plan, NotLaunched> {
+) -> Result<Launch, NotLaunched> {
     let (version, version_dir) = match &cfg.tool {
         Some(tool) => match crate::versions::current(&supd.tools_dir, tool) {
             Some(v) => {
@@ -130,7 +132,7 @@ pub fn plan(
     for (k, v) in &cfg.env {
         set_var(&mut env, k.clone(), v.clone());
     }
-    Ok(Plan {
+    Ok(Launch {
         program,
         args: cfg.command.iter().skip(1).cloned().collect(),
         cwd,
@@ -240,15 +242,18 @@ mod tests {
             vec!["/bin/echo".into(), "hi".into()],
             "/etc/sup".into(),
         );
-        let p = plan(&c, &s, None).expect("plan");
+        let p = resolve(&c, &s, None).expect("plan");
         assert_eq!(
             (p.program.as_str(), p.args.as_slice(), p.cwd.as_path()),
             ("/bin/echo", &["hi".to_string()][..], dir.as_path())
         );
         c.command = vec!["sleep".into()];
-        assert_eq!(plan(&c, &s, None).expect("plan").program, "sleep");
+        assert_eq!(resolve(&c, &s, None).expect("plan").program, "sleep");
         c.command = vec!["bin/x".into()];
-        assert_eq!(plan(&c, &s, None).expect("plan").program, "/etc/sup/bin/x");
+        assert_eq!(
+            resolve(&c, &s, None).expect("plan").program,
+            "/etc/sup/bin/x"
+        );
     }
 
     #[test]
@@ -260,7 +265,7 @@ mod tests {
             ("PATH".to_string(), "/opt/bin".to_string()),
             ("MODE".to_string(), "x".to_string()),
         ]);
-        let p = plan(&c, &supd(&dir), Some(Path::new("/run/n.sock"))).expect("plan");
+        let p = resolve(&c, &supd(&dir), Some(Path::new("/run/n.sock"))).expect("plan");
         let get = |k: &str| p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("PATH"), Some("/opt/bin"));
         assert_eq!(get("MODE"), Some("x"));
@@ -274,7 +279,7 @@ mod tests {
         let dir = std::env::temp_dir();
         let mut c = ServiceConfig::new("w@2", vec!["/bin/true".into()], "/".into());
         let has = |c: &ServiceConfig| {
-            let p = plan(c, &supd(&dir), None).expect("plan");
+            let p = resolve(c, &supd(&dir), None).expect("plan");
             p.env.into_iter().find(|(n, _)| n == "SUP_INSTANCE")
         };
         assert_eq!(has(&c), None, "a plain service has none");
@@ -308,11 +313,11 @@ mod tests {
     fn refusals_say_why() {
         let dir = std::env::temp_dir();
         let mut c = ServiceConfig::new("a", vec!["/bin/true".into()], "/".into());
-        // Users and directories are the child's to look up (see sys::spawn_service):
+        // Users and directories are the child's to look up (see spawner::spawn_service):
         // the plan only names them.
         c.user = Some("no-such-user-sup".into());
         c.cwd = Some("/nonexistent/dir".into());
-        let p = plan(&c, &supd(&dir), None).expect("planned");
+        let p = resolve(&c, &supd(&dir), None).expect("planned");
         assert_eq!(
             p.creds,
             Some(Account {
@@ -324,16 +329,16 @@ mod tests {
         // With no cwd, a user's service starts in `/`, not in the private state_dir.
         c.cwd = None;
         assert_eq!(
-            plan(&c, &supd(&dir), None).expect("planned").cwd,
+            resolve(&c, &supd(&dir), None).expect("planned").cwd,
             Path::new("/")
         );
         c.user = None;
-        assert_eq!(plan(&c, &supd(&dir), None).expect("planned").cwd, dir);
+        assert_eq!(resolve(&c, &supd(&dir), None).expect("planned").cwd, dir);
         c.cwd = None;
         c.tool = Some("agent".into());
         let none = dir.join(format!("sup-launch-{}", std::process::id()));
         assert_eq!(
-            plan(&c, &supd(&none), None),
+            resolve(&c, &supd(&none), None),
             Err(NotLaunched::NoVersion(
                 "no current version of tool 'agent'".into()
             ))
@@ -348,7 +353,7 @@ mod tests {
         std::os::unix::fs::symlink("1.2.0", dir.join("tools/agent/current")).expect("symlink");
         let mut c = ServiceConfig::new("a", vec!["bin/agent".into()], "/".into());
         c.tool = Some("agent".into());
-        let p = plan(&c, &supd(&dir), None).expect("plan");
+        let p = resolve(&c, &supd(&dir), None).expect("plan");
         assert_eq!(p.version.as_deref(), Some("1.2.0"));
         assert_eq!(
             p.program,

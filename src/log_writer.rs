@@ -475,7 +475,7 @@ impl LogWriter {
         // This very image (even when its file was replaced), so it speaks this format.
         let exe = Path::new("/proc/self/exe");
         let program = if exe.exists() { exe } else { &self.program };
-        let pid = crate::sys::spawn(crate::sys::SpawnSpec::own_helper(
+        let pid = crate::spawner::spawn(crate::sys::SpawnSpec::own_helper(
             program,
             vec![ARG.into(), std::process::id().to_string()],
             theirs.as_raw_fd(),

@@ -1,7 +1,7 @@
 //! Signals, read from a signalfd. [`Signals::block`] runs first thing in `main`, before
 //! any child exists: the handled signals are blocked and arrive as readable data in the
 //! one poll. Fault signals (SEGV, BUS, ILL, FPE, ABRT) are left alone. Children get a
-//! clean mask and default dispositions (see `sys::spawn`).
+//! clean mask and default dispositions (see `sys::child`).
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};

@@ -7,9 +7,9 @@
 //! --spawner`): it holds two sockets and a few MiB whatever supd holds, so its forks cost
 //! the same at 10 services or 10,000.
 //!
-//! supd sends it a child's whole plan (`sys::plan_message`: program, arguments,
+//! supd sends it a child's whole plan (`sys::plan`'s message: program, arguments,
 //! environment, user, limits, the fds to give it, and the go-ahead and report pipes of
-//! `sys::spawn_service`) and gets back a pid. The spawner forks with `CLONE_PARENT`, so
+//! [`spawn_service`]) and gets back a pid. The spawner forks with `CLONE_PARENT`, so
 //! the child is supd's own: it moves itself into its cgroup, and supd records it,
 //! releases it and reaps it exactly as one it forked itself. Nothing else changes for
 //! the child.
@@ -28,6 +28,7 @@
 //! supd's own fork), and starts a new spawner on a later spawn (after a second,
 //! doubling up to a minute while it keeps failing).
 
+use crate::sys::{self, child::Prepared, Exec, Pending, SpawnSpec};
 use crate::time::Mono;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{
@@ -138,6 +139,60 @@ pub fn fork(msg: &[u8], fds: &[RawFd]) -> Option<io::Result<i32>> {
         Err(e) => {
             s.down(&format!("did not answer: {e}"), now);
             None
+        }
+    }
+}
+
+/// Forks and execs `spec` with nothing to do in between, and waits for the exec
+/// (helpers: copies, deletes; programs of supd's own on local disks).
+pub fn spawn(spec: SpawnSpec) -> Result<i32, String> {
+    let (pid, exec) = spawn_service(spec, |_| Ok(()))?;
+    sys::child::wait_exec(pid, exec)
+}
+
+/// Forks `spec` (through the spawner, a small process whose fork copies little; by supd
+/// itself when there is none); the child gets its own session and process group, then
+/// waits until `admit(pid)` has run in supd (it writes the pid record), and only then
+/// clears its signal mask, takes its fds, looks up its user, drops root, enters its
+/// directory as its user and execs. So a service's program never runs before it is
+/// recorded: if supd dies before `admit` is done, the child reads end-of-file instead
+/// of the go-ahead and exits without running anything. An `Err` from `admit` ends the
+/// child the same way. Returns at once after the go-ahead, with the pid and the `Exec`
+/// whose report says how the exec went: nothing the child does after its release (a
+/// user database or a file system that hangs) can stall supd.
+pub fn spawn_service(
+    spec: SpawnSpec,
+    admit: impl FnOnce(i32) -> Result<(), String>,
+) -> Result<(i32, Exec), String> {
+    let prepared = Prepared::new(spec)?;
+    let (msg, fds) = prepared.message();
+    let (pid, pending) = match fork(&msg, &fds) {
+        Some(Ok(pid)) => (pid, prepared.pending()),
+        Some(Err(e)) => return Err(format!("fork: {e}")),
+        None => prepared.fork_here()?,
+    };
+    Ok((pid, pending.release_or_reap(pid, admit)?))
+}
+
+/// A service's child as [`begin_service`] left it.
+pub enum Begun {
+    /// Forked by supd itself (there is no spawner): release it now.
+    Forked(i32, Pending),
+    /// Asked of the spawner: its pid comes with the ticket's answer.
+    Asked(Ticket, Pending),
+}
+
+/// Starts `spec` as [`spawn_service`] does, but without waiting for the spawner's fork:
+/// the child is released with [`Pending::release`] once its pid is known (dropped
+/// instead, it exits without running anything).
+pub fn begin_service(spec: SpawnSpec) -> Result<Begun, String> {
+    let prepared = Prepared::new(spec)?;
+    let (msg, fds) = prepared.message();
+    match ask(&msg, &fds) {
+        Asked::Queued(ticket) => Ok(Begun::Asked(ticket, prepared.pending())),
+        Asked::NoSpawner => {
+            let (pid, pending) = prepared.fork_here()?;
+            Ok(Begun::Forked(pid, pending))
         }
     }
 }
@@ -371,7 +426,7 @@ fn end(link: &Link) {
 
 fn kill(pidfd: Option<&OwnedFd>, pid: i32, start_time: u64) {
     let sig = nix::sys::signal::Signal::SIGKILL;
-    let sent = pidfd.is_some_and(|fd| crate::sys::pidfd_send_signal(fd, sig as i32).is_ok());
+    let sent = pidfd.is_some_and(|fd| sys::pidfd_send_signal(fd, sig as i32).is_ok());
     if !sent {
         crate::proc::kill_if_same(pid, start_time, sig);
     }
@@ -408,15 +463,15 @@ fn start(now: Mono) -> Result<Link, String> {
         return Err("/proc/self/exe is missing (no /proc yet)".into());
     }
     // It dies with supd (it has nothing to do without it).
-    let spec = crate::sys::SpawnSpec {
+    let spec = SpawnSpec {
         dies_with_supd: true,
-        ..crate::sys::SpawnSpec::own_helper(exe, vec![ARG.into()], theirs.as_raw_fd())
+        ..SpawnSpec::own_helper(exe, vec![ARG.into()], theirs.as_raw_fd())
     };
-    let pid = crate::sys::spawn_direct(spec)?;
+    let pid = sys::spawn_direct(spec)?;
     drop(theirs);
     // Its children inherit its nice value, which stays while supd's changes.
-    crate::sys::note_spawner_nice(pid);
-    let pidfd = crate::sys::pidfd_open(pid).ok();
+    sys::note_spawner_nice(pid);
+    let pidfd = sys::pidfd_open(pid).ok();
     let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
     let fail = |why: String| {
         kill(pidfd.as_ref(), pid, start_time);
@@ -456,8 +511,8 @@ fn start(now: Mono) -> Result<Link, String> {
 /// until supd closes either socket (supd exited, or re-executed: its ends are
 /// close-on-exec). Returns its exit status.
 pub fn serve() -> u8 {
-    crate::sys::probe_kernel();
-    let sock = match crate::sys::adopt_fd(3) {
+    sys::probe_kernel();
+    let sock = match sys::adopt_fd(3) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("supd {ARG}: no socket on fd 3: {e}");
@@ -537,7 +592,7 @@ fn serve_one(fd: RawFd, queued: bool, buf: &mut [u8], own: &[RawFd]) -> Result<b
     let result = if truncated {
         -i64::from(libc::EMSGSIZE)
     } else {
-        match crate::sys::fork_for_supd(plan, fds, own) {
+        match sys::fork_for_supd(plan, fds, own) {
             Ok(pid) => i64::from(pid),
             Err(e) => -i64::from(e.raw_os_error().unwrap_or(libc::EINVAL)),
         }
@@ -558,7 +613,7 @@ fn receive(fd: RawFd, buf: &mut [u8]) -> nix::Result<Option<(usize, Vec<OwnedFd>
     let mut fds = Vec::new();
     for c in msg.cmsgs()? {
         if let ControlMessageOwned::ScmRights(raw) = c {
-            fds.extend(raw.into_iter().filter_map(|r| crate::sys::adopt_fd(r).ok()));
+            fds.extend(raw.into_iter().filter_map(|r| sys::adopt_fd(r).ok()));
         }
     }
     let truncated = msg

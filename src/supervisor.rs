@@ -461,7 +461,7 @@ impl Supervisor {
         let Some(slot) = self.slots.get(name) else {
             return;
         };
-        let plan = launch::plan(&slot.cfg, &self.cfg.supd, notify_path.as_deref());
+        let plan = launch::resolve(&slot.cfg, &self.cfg.supd, notify_path.as_deref());
         if let (Some(tool), Ok(Some(version))) = (
             slot.cfg.tool.clone(),
             plan.as_ref().map(|p| p.version.clone()),
@@ -470,7 +470,7 @@ impl Supervisor {
                 StartGo::AsPlanned => {}
                 StartGo::Replan => {
                     // `current` was switched back from a bad version: plan again (once).
-                    let again = launch::plan(
+                    let again = launch::resolve(
                         &self.slots[name].cfg,
                         &self.cfg.supd,
                         notify_path.as_deref(),
@@ -483,7 +483,7 @@ impl Supervisor {
         self.spawn_planned(name, plan, now)
     }
 
-    fn spawn_planned(&mut self, name: &str, plan: Result<launch::Plan, NotLaunched>, now: Mono) {
+    fn spawn_planned(&mut self, name: &str, plan: Result<launch::Launch, NotLaunched>, now: Mono) {
         let plan = match plan {
             Ok(p) => p,
             Err(NotLaunched::NoVersion(why)) => {
@@ -612,9 +612,11 @@ impl Supervisor {
             ready: ready.map(|(r, w, _)| (r, w)),
             pending,
         };
-        match sys::begin_service(spec) {
-            Ok(sys::Begun::Forked(pid, pending)) => self.release_child(forking(pending), pid, now),
-            Ok(sys::Begun::Asked(ticket, pending)) => {
+        match crate::spawner::begin_service(spec) {
+            Ok(crate::spawner::Begun::Forked(pid, pending)) => {
+                self.release_child(forking(pending), pid, now)
+            }
+            Ok(crate::spawner::Begun::Asked(ticket, pending)) => {
                 slot.forking = Some(ticket);
                 self.forks.insert(ticket, forking(pending));
             }

@@ -462,7 +462,8 @@ impl Supervisor {
     /// never started is not checked here: its start is then refused for permission,
     /// which rolls the upgrade back and marks no version bad.
     fn not_executable(&self, tool: &str, version: &str) -> Option<String> {
-        use crate::access::{check, numeric_owner, stat_chain, Want};
+        use crate::access::{check, numeric_owner, Want};
+        use crate::sys::acl::stat_chain;
         let dir = versions::tool_dir(&self.cfg.supd.tools_dir, tool).join(version);
         for s in self
             .slots

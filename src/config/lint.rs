@@ -3,7 +3,7 @@
 //! group, a missing required `env_file`, a missing `cwd`) is an error, at the place of
 //! the key that names it, with what to do.
 //!
-//! The program is found as the launcher finds it at each start (`launch::plan`: inside
+//! The program is found as the launcher finds it at each start (`launch::resolve`: inside
 //! the version `current` names for a versioned service, beside the config file for a
 //! relative path, in the service's `PATH` for a bare name, tried as `execvp` does), so
 //! the lint and the run never disagree. A versioned service whose tool has no version
@@ -18,7 +18,8 @@ use super::read;
 use super::walk::Lines;
 use super::{Check, Config, ServiceConfig, SupdConfig};
 use crate::access::{self, Want, Who};
-use crate::launch::{self, NotLaunched, Plan};
+use crate::launch::{self, Launch, NotLaunched};
+use crate::sys::acl;
 use nix::unistd::{Gid, Group, Uid, User};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
@@ -242,7 +243,7 @@ impl Lint {
                 self.say(&table, "cwd", why, false);
             }
         }
-        let plan = match launch::plan(&usable, supd, None) {
+        let plan = match launch::resolve(&usable, supd, None) {
             Ok(plan) => plan,
             Err(NotLaunched::NoVersion(_)) => {
                 let tool = svc.tool.clone().unwrap_or_default();
@@ -282,7 +283,7 @@ impl Lint {
         if let Some(Check::Command(argv)) = svc.health.as_ref().map(|h| &h.check) {
             let mut check = usable.clone();
             check.command = argv.clone();
-            if let Ok(plan) = launch::plan(&check, supd, None) {
+            if let Ok(plan) = launch::resolve(&check, supd, None) {
                 if let Some(why) = program_problem(svc, argv, &plan, &who, &mut self.runs) {
                     self.say(&table, "health.command", why, false);
                 }
@@ -444,7 +445,7 @@ fn dir_problem(cwd: &Path, who: Option<&Who>) -> Option<String> {
             "{shown} is not a directory: cwd names the directory the service starts in"
         )),
         Ok(_) => who.and_then(|who| {
-            access::stat_chain(cwd, access::owner_names)
+            acl::stat_chain(cwd, acl::owner_names)
                 .and_then(|chain| access::check(&chain, who, Want::Enter))
                 .err()
         }),
@@ -458,7 +459,7 @@ fn dir_problem(cwd: &Path, who: Option<&Who>) -> Option<String> {
 fn program_problem(
     svc: &ServiceConfig,
     argv: &[String],
-    plan: &Plan,
+    plan: &Launch,
     who: &Who,
     runs: &mut Runs,
 ) -> Option<String> {
@@ -486,7 +487,7 @@ fn program_problem(
             .entry((c, who.uid, who.gids.clone()))
             .or_insert_with_key(|(c, _, _)| match std::fs::metadata(c) {
                 Ok(_) => Some(
-                    access::stat_chain(c, access::owner_names)
+                    acl::stat_chain(c, acl::owner_names)
                         .and_then(|chain| access::check(&chain, who, Want::Exec)),
                 ),
                 // As execvp: these are not there; anything else refuses.
@@ -534,8 +535,8 @@ mod tests {
         }
     }
 
-    fn plan_of(svc: &ServiceConfig, supd: &SupdConfig) -> Plan {
-        launch::plan(svc, supd, None).expect("plan")
+    fn plan_of(svc: &ServiceConfig, supd: &SupdConfig) -> Launch {
+        launch::resolve(svc, supd, None).expect("plan")
     }
 
     #[test]

@@ -369,7 +369,7 @@ impl Supervisor {
         let mut cfg = slot.cfg.clone();
         cfg.command = argv.to_vec();
         cfg.ready = Ready::Started;
-        let plan = crate::launch::plan(&cfg, &self.cfg.supd, None).map_err(|e| match e {
+        let plan = crate::launch::resolve(&cfg, &self.cfg.supd, None).map_err(|e| match e {
             crate::launch::NotLaunched::NoVersion(w) | crate::launch::NotLaunched::Failed(w) => {
                 format!("check command: cannot start: {w}")
             }
@@ -441,7 +441,7 @@ impl Supervisor {
             }
         });
         let spec = SpawnSpec { join, ..spec };
-        let (pid, exec) = sys::spawn_service(spec, |pid| {
+        let (pid, exec) = crate::spawner::spawn_service(spec, |pid| {
             let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
             if let Some(Err(e)) = record.map(|r| r.set(Some((pid, start_time)))) {
                 log::warn!(

@@ -2,7 +2,8 @@
 //! dead-man pipe and on the grant board's end (a CLOCK_BOOTTIME timer), and the kill.
 //! Raw system calls after fork, as the rest of `sys`.
 
-use super::{close_all_but, errno_now, GUARDS};
+use super::fds::{close_all_but, GUARDS};
+use super::raw::errno_now;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;

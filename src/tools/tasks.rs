@@ -294,7 +294,7 @@ impl Supervisor {
         args: Vec<String>,
         stdout: sys::Io,
     ) -> Result<i32, String> {
-        sys::spawn(SpawnSpec {
+        crate::spawner::spawn(SpawnSpec {
             program: program.into(),
             args,
             env: vec![("PATH".into(), crate::launch::DEFAULT_PATH.into())],

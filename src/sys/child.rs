@@ -1,0 +1,467 @@
+//! The child: its fork (by supd itself, or by the spawner with `CLONE_PARENT`), its hold
+//! until supd has recorded it (`Pending::release`), and its life between fork and exec
+//! (`child_main`: raw system calls only, then its user, its directory, its program).
+
+use super::fds::{close_all_but, pipe_above, GUARDS};
+use super::plan::{plan_from, plan_message, ChildPlan, SpawnSpec};
+use super::raw::errno_now;
+use super::report::{
+    fail, fail_found, fail_with, write_all, write_record, Exec, ExecRest, REPORT_NO_CGROUP,
+    REPORT_TOOK, STAGE_CREDS, STAGE_CWD, STAGE_EXEC, STAGE_FDS, STAGE_LIMIT, STAGE_NICE,
+    STAGE_NO_GROUP, STAGE_NO_USER,
+};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+/// Forks `spec` here, in supd itself, and waits for its exec's outcome: for the spawner,
+/// which cannot fork itself (everything else is spawned through it: `spawner::spawn`).
+pub fn spawn_direct(spec: SpawnSpec) -> Result<i32, String> {
+    let (pid, pending) = Prepared::new(spec)?.fork_here()?;
+    let exec = pending.release_or_reap(pid, |_| Ok(()))?;
+    wait_exec(pid, exec)
+}
+
+/// Waits for the exec of a child released with nothing to do in between (a helper, a
+/// check's command, the spawner): its pid once its program runs; why not, once the
+/// child that could not run it is reaped.
+pub fn wait_exec(pid: i32, mut exec: Exec) -> Result<i32, String> {
+    let _ = nix::fcntl::fcntl(
+        &exec.report,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    );
+    match exec.outcome() {
+        Some(Err(failure)) => {
+            reap_now(pid);
+            Err(failure.why)
+        }
+        _ => Ok(pid),
+    }
+}
+
+/// A child's plan and its pipes, before its fork: sent to the spawner
+/// (`Prepared::message`, then `Prepared::pending`), or forked here (`fork_here`).
+pub struct Prepared {
+    plan: ChildPlan,
+    go_read: OwnedFd,
+    report_write: OwnedFd,
+    pending: Pending,
+}
+
+/// A child forked (or asked for) and held before its program: it waits for the
+/// go-ahead, and exits without running anything if supd drops this instead.
+pub struct Pending {
+    go: OwnedFd,
+    report: OwnedFd,
+    rest: Box<ExecRest>,
+}
+
+impl Prepared {
+    pub fn new(spec: SpawnSpec) -> Result<Prepared, String> {
+        let rest = Box::new(ExecRest::new(
+            spec.program.clone(),
+            spec.cwd.to_string_lossy().into_owned(),
+            spec.creds.clone(),
+            spec.tuning.limits.iter().map(|l| l.name.clone()).collect(),
+        ));
+        let program = spec.program.clone();
+        let plan = ChildPlan::new(spec).map_err(|e| format!("{program}: {e}"))?;
+        let (go_read, go) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
+        let (report, report_write) = pipe_above(plan.floor).map_err(|e| format!("pipe: {e}"))?;
+        Ok(Prepared {
+            plan,
+            go_read,
+            report_write,
+            pending: Pending { go, report, rest },
+        })
+    }
+
+    /// The spawner's request: the plan's message and the fds it names.
+    pub fn message(&self) -> (Vec<u8>, Vec<RawFd>) {
+        plan_message(
+            &self.plan,
+            self.go_read.as_raw_fd(),
+            self.report_write.as_raw_fd(),
+        )
+    }
+
+    /// The child's side of the pipes is its own (or in a request): supd's copies go.
+    pub fn pending(self) -> Pending {
+        self.pending
+    }
+
+    /// Forks the child here, in supd.
+    pub fn fork_here(self) -> Result<(i32, Pending), String> {
+        let guards = GUARDS.each_ref().map(|g| g.load(Ordering::Relaxed));
+        let mut keep = self.plan.sources();
+        keep.extend([self.go_read.as_raw_fd(), self.report_write.as_raw_fd()]);
+        keep.sort_unstable();
+        let own = [self.pending.go.as_raw_fd(), self.pending.report.as_raw_fd()];
+        // SAFETY: supd is single-threaded, so the child holds no lock another thread
+        // could own. The child runs `child_main` only: raw async-signal-safe system
+        // calls on data prepared before the fork (no allocation), then `execve` or
+        // `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(format!("fork: {}", io::Error::last_os_error()));
+        }
+        if pid == 0 {
+            child_main(
+                &self.plan,
+                &guards,
+                &own,
+                &keep,
+                self.go_read.as_raw_fd(),
+                self.report_write.as_raw_fd(),
+            );
+        }
+        Ok((pid, self.pending))
+    }
+}
+
+impl Pending {
+    /// Runs `admit(pid)` (it records the child), then lets the child go on to its
+    /// program. An `Err` from `admit`, or a go-ahead that cannot be written, is
+    /// returned, and the child exits without running anything: it is not reaped here.
+    pub fn release(
+        self,
+        pid: i32,
+        admit: impl FnOnce(i32) -> Result<(), String>,
+    ) -> Result<Exec, String> {
+        admit(pid)?;
+        if let Err(e) = nix::unistd::write(&self.go, &[1]) {
+            return Err(format!("cannot release the child: {e}"));
+        }
+        drop(self.go);
+        let _ = nix::fcntl::fcntl(
+            &self.report,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        );
+        Ok(Exec {
+            report: self.report,
+            rest: self.rest,
+        })
+    }
+
+    /// [`Pending::release`], and a child refused is reaped at once (it exits without
+    /// running anything): for a caller that waits, not the loop that reaps.
+    pub fn release_or_reap(
+        self,
+        pid: i32,
+        admit: impl FnOnce(i32) -> Result<(), String>,
+    ) -> Result<Exec, String> {
+        self.release(pid, admit).inspect_err(|_| reap_now(pid))
+    }
+}
+
+/// Waits for a child that is about to exit (refused, or its exec failed), so that it
+/// leaves no zombie and the supervisor's reaping never sees a pid it did not record.
+pub fn reap_now(pid: i32) {
+    loop {
+        match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return,
+        }
+    }
+}
+
+/// The spawner forks a child of supd (`CLONE_PARENT`: supd is its parent, reaps it and
+/// gets its SIGCHLD) that runs `msg`'s plan, as `spawn_service` would have; `own` are the
+/// spawner's sockets, closed in the child. Returns the child's pid.
+pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: &[RawFd]) -> io::Result<i32> {
+    let (plan, go, report) = plan_from(msg, fds)?;
+    let mut keep = plan.sources();
+    keep.extend([go.as_raw_fd(), report.as_raw_fd()]);
+    keep.sort_unstable();
+    // SAFETY: clone without CLONE_VM is a fork whose child has the spawner's parent
+    // (supd) for its parent; the spawner is single-threaded, so the child holds no lock
+    // another thread could own, and it runs `child_main` only (as a forked child of
+    // supd does) on the plan decoded above, then execs or exits. glibc's fork handlers
+    // are not run: neither the spawner nor the child uses anything they reset.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        child_main(&plan, &[], own, &keep, go.as_raw_fd(), report.as_raw_fd());
+    }
+    Ok(pid as i32)
+}
+
+/// The forked child: runs only async-signal-safe system calls, and never returns. First
+/// it drops every fd it does not need (`keep` is sorted): the guards at once, the
+/// parent's ends of its pipes (else it would never see end-of-file), and the rest, so
+/// that a child still waiting holds nothing of supd's.
+fn child_main(
+    p: &ChildPlan,
+    guards: &[RawFd],
+    own: &[RawFd],
+    keep: &[RawFd],
+    go: RawFd,
+    report: RawFd,
+) -> ! {
+    // SAFETY (whole function): each call is a plain async-signal-safe system call on
+    // integers or on pointers into memory prepared before the fork, which this child's
+    // copy of the address space still holds; the child ends in execve or _exit and never
+    // returns into Rust code of the parent. After its go-ahead it also allocates, reads
+    // the user database and (refused) stats its path: sound because supd has one
+    // thread, so no lock in this copy of it is held by another.
+    unsafe {
+        for &fd in guards.iter().chain(own) {
+            if fd >= 0 {
+                libc::close(fd);
+            }
+        }
+        close_all_but(3, keep);
+        libc::setsid();
+        if let Some(join) = &p.join {
+            join_cgroup(join.as_raw_fd(), report);
+        }
+        // Wait for the parent's go-ahead: end-of-file means supd died or refused.
+        let mut byte = 0u8;
+        loop {
+            let n = libc::read(go, (&mut byte as *mut u8).cast(), 1);
+            if n == 1 {
+                break;
+            }
+            if n < 0 && errno_now() == libc::EINTR {
+                continue;
+            }
+            libc::_exit(127);
+        }
+        // supd ignores SIGPIPE (a gone client is an error, not a death), and as PID 1
+        // SIGTTIN and SIGTTOU; its children get the defaults back. Every other disposition was reset once in supd itself
+        // (`reset_dispositions`), and the mask supd blocks for its signalfd is cleared.
+        for sig in [libc::SIGPIPE, libc::SIGTTIN, libc::SIGTTOU] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        if let Some(limit) = p.nofile.as_ref() {
+            libc::setrlimit(libc::RLIMIT_NOFILE, limit);
+        }
+        for (i, (resource, limit)) in p.limits.iter().enumerate() {
+            if libc::setrlimit(*resource as _, limit) < 0 {
+                fail(report, STAGE_LIMIT + i as u32);
+            }
+        }
+        if let Some(mask) = p.umask {
+            libc::umask(mask);
+        }
+        if let Some(n) = p.nice {
+            if libc::setpriority(libc::PRIO_PROCESS, 0, n) < 0 {
+                fail(report, STAGE_NICE);
+            }
+        }
+        for (target, src) in p.stdio.iter().enumerate() {
+            if let Some(fd) = src {
+                if libc::dup2(fd.as_raw_fd(), target as RawFd) < 0 {
+                    fail(report, STAGE_FDS);
+                }
+            }
+        }
+        if let Some((fd, n)) = &p.ready {
+            if libc::dup2(fd.as_raw_fd(), *n) < 0 {
+                fail(report, STAGE_FDS);
+            }
+        }
+        let ids = account(p, report);
+        let mut envp = p.envp_ptrs.as_ptr();
+        let with_home: Vec<*const libc::c_char>;
+        // Allocating here is sound: supd has one thread, so no lock of the allocator
+        // can be held by another in this copy of it.
+        let own_pid: Option<CString> = p
+            .own_pid_env
+            .as_ref()
+            .and_then(|k| CString::new(format!("{k}{}", libc::getpid())).ok());
+        let home = ids.home.as_ref().filter(|_| !p.has_home);
+        if home.is_some() || own_pid.is_some() {
+            let n = p.envp_ptrs.len() - 1;
+            with_home = p.envp_ptrs[..n]
+                .iter()
+                .copied()
+                .chain(home.map(|h| h.as_ptr()))
+                .chain(own_pid.as_ref().map(|c| c.as_ptr()))
+                .chain([std::ptr::null()])
+                .collect();
+            envp = with_home.as_ptr();
+        }
+        if let Some(uid) = ids.uid {
+            for file in &p.give {
+                libc::chown(file.as_ptr(), uid, ids.gid.unwrap_or(u32::MAX));
+            }
+        }
+        if let Some(gid) = ids.gid {
+            if libc::setgroups(ids.groups.len(), ids.groups.as_ptr()) < 0 || libc::setgid(gid) < 0 {
+                fail(report, STAGE_CREDS);
+            }
+        }
+        if let Some(uid) = ids.uid {
+            if libc::setuid(uid) < 0 {
+                fail(report, STAGE_CREDS);
+            }
+        }
+        // Set after the change of user, which clears it; a supd that died before this
+        // line is seen in the parent pid, which is then no longer its.
+        if let Some(supd) = p.dies_with {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != supd {
+                libc::_exit(127);
+            }
+        }
+        // Who it became, for supd to remember (it never reads the user database).
+        let who = p.user.as_ref().zip(ids.uid).map(|(name, uid)| {
+            let mut gids = ids.groups.clone();
+            gids.extend(ids.gid.filter(|g| !ids.groups.contains(g)));
+            crate::access::Who {
+                name: name.to_string_lossy().into_owned(),
+                uid,
+                gids,
+            }
+        });
+        if let Some(who) = &who {
+            let mut body = Vec::with_capacity(4 * (who.gids.len() + 1));
+            for id in std::iter::once(who.uid).chain(who.gids.iter().copied()) {
+                body.extend_from_slice(&id.to_ne_bytes());
+            }
+            write_record(report, REPORT_TOOK, &body);
+        }
+        // Entered as the service's user: a directory it may not enter is refused here,
+        // not left as a cwd it cannot use.
+        let cwd = std::path::Path::new(std::ffi::OsStr::from_bytes(p.cwd.to_bytes()));
+        if libc::chdir(p.cwd.as_ptr()) < 0 {
+            let errno = errno_now();
+            if let (libc::EACCES, Some(who)) = (errno, &who) {
+                let found = super::acl::diagnose(cwd, cwd, who, crate::access::Want::Enter);
+                fail_found(report, STAGE_CWD, errno, found);
+            }
+            fail_with(report, STAGE_CWD, errno);
+        }
+        // As execvp: the first candidate that runs wins; one that exists but may not be
+        // run (EACCES) is reported over the ones that do not exist.
+        let mut denied = None;
+        let mut errno = libc::ENOENT;
+        for path in &p.candidates {
+            libc::execve(path.as_ptr(), p.argv_ptrs.as_ptr(), envp);
+            errno = errno_now();
+            match errno {
+                libc::EACCES => denied = denied.or(Some(path)),
+                libc::ENOENT | libc::ENOTDIR => {}
+                _ => break,
+            }
+        }
+        if denied.is_some() && (errno == libc::ENOENT || errno == libc::ENOTDIR) {
+            errno = libc::EACCES;
+        }
+        if let (libc::EACCES, Some(path), Some(who)) = (errno, denied, &who) {
+            // As its user, what on the way refuses it (names of owners looked up here,
+            // in the child, never in supd).
+            let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+            let found = super::acl::diagnose(path, cwd, who, crate::access::Want::Exec);
+            fail_found(report, STAGE_EXEC, errno, found);
+        }
+        fail_with(report, STAGE_EXEC, errno)
+    }
+}
+
+/// Who the child becomes, looked up in the child.
+struct Ids {
+    uid: Option<libc::uid_t>,
+    gid: Option<libc::gid_t>,
+    groups: Vec<libc::gid_t>,
+    /// `HOME=` and the user's home directory.
+    home: Option<CString>,
+}
+
+/// Looks up the child's user and group (in the forked child: reads the user database,
+/// allocates; sound because supd has one thread). Reports and exits when one is unknown.
+fn account(p: &ChildPlan, report: RawFd) -> Ids {
+    let mut ids = Ids {
+        uid: None,
+        gid: None,
+        groups: Vec::new(),
+        home: None,
+    };
+    // SAFETY: getpwnam and getgrnam take C strings prepared before the fork and return
+    // pointers into static storage, read at once; getgrouplist writes at most `n`
+    // entries into a buffer of that length.
+    unsafe {
+        if let Some(u) = &p.user {
+            *libc::__errno_location() = 0;
+            let pw = libc::getpwnam(u.as_ptr());
+            if pw.is_null() {
+                fail_with(report, STAGE_NO_USER, errno_now());
+            }
+            ids.uid = Some((*pw).pw_uid);
+            ids.gid = Some((*pw).pw_gid);
+            if !(*pw).pw_dir.is_null() {
+                let dir = std::ffi::CStr::from_ptr((*pw).pw_dir).to_bytes();
+                ids.home = CString::new([b"HOME=".as_slice(), dir].concat()).ok();
+            }
+        }
+        if let Some(g) = &p.group {
+            *libc::__errno_location() = 0;
+            let gr = libc::getgrnam(g.as_ptr());
+            if gr.is_null() {
+                fail_with(report, STAGE_NO_GROUP, errno_now());
+            }
+            ids.gid = Some((*gr).gr_gid);
+        }
+        if let (Some(u), Some(gid)) = (&p.user, ids.gid) {
+            let mut n: libc::c_int = 64;
+            loop {
+                ids.groups = vec![0; n as usize];
+                let before = n;
+                if libc::getgrouplist(u.as_ptr(), gid, ids.groups.as_mut_ptr(), &mut n) >= 0 {
+                    ids.groups.truncate(n as usize);
+                    break;
+                }
+                if n <= before {
+                    n = before * 2;
+                }
+                if n > 65536 {
+                    ids.groups = vec![gid];
+                    break;
+                }
+            }
+        } else if let Some(gid) = ids.gid {
+            ids.groups = vec![gid];
+        }
+    }
+    ids
+}
+
+/// Moves the calling child into the cgroup whose `cgroup.procs` is `procs` ("0" names
+/// the writer), and closes it; a refusal is reported, and the child goes on (no
+/// allocation: it runs before the go-ahead).
+fn join_cgroup(procs: RawFd, report: RawFd) {
+    // SAFETY: writes one byte from a static, then closes an fd this child owns.
+    let n = loop {
+        let n = unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) };
+        if n < 0 && errno_now() == libc::EINTR {
+            continue;
+        }
+        break n;
+    };
+    let errno = if n == 1 { 0 } else { errno_now().max(1) };
+    // SAFETY: `procs` is this child's copy, used no more (its plan is never dropped).
+    unsafe { libc::close(procs) };
+    if errno != 0 {
+        let mut msg = [0u8; 12];
+        msg[..4].copy_from_slice(&REPORT_NO_CGROUP.to_ne_bytes());
+        msg[4..8].copy_from_slice(&4u32.to_ne_bytes());
+        msg[8..].copy_from_slice(&errno.to_ne_bytes());
+        write_all(report, &msg);
+    }
+}
