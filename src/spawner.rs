@@ -63,6 +63,8 @@ fn answer_within() -> Duration {
         std::env::var("SUP_SPAWNER_ANSWER_MS")
             .ok()
             .and_then(|v| v.parse().ok())
+            // 0 would be a socket timeout of none at all: not a bound.
+            .filter(|ms: &u64| *ms > 0)
             .map_or(ANSWER_WITHIN, Duration::from_millis)
     })
 }
