@@ -597,16 +597,16 @@ impl Supervisor {
             State::Stopped if s.svc.want == crate::service::Want::Down => {
                 Some(Err(format!("stopped meanwhile ({})", why())))
             }
-            State::Stopped if self.waits_for_lease(name, now).is_some() => Some(Ok(())),
-            State::Stopped => self.blocked(name, now, 0).map(Err),
+            State::Stopped if self.waits_for_lease(name).is_some() => Some(Ok(())),
+            State::Stopped => self.blocked(name, 0).map(Err),
         }
     }
 
     /// Why a pending service will not start as things are (a service it comes after is
     /// down, failed or waiting out a delay; its lease is not held), if it will not.
-    fn blocked(&self, name: &str, now: Mono, depth: usize) -> Option<String> {
+    fn blocked(&self, name: &str, depth: usize) -> Option<String> {
         let s = self.slots.get(name)?;
-        if let Some(l) = self.waits_for_lease(name, now) {
+        if let Some(l) = self.waits_for_lease(name) {
             return Some(format!("it waits for lease '{l}'"));
         }
         if depth > 64 {
@@ -624,7 +624,7 @@ impl Supervisor {
             match state {
                 State::Starting | State::Stopping => {}
                 State::Stopped if !down => {
-                    if let Some(why) = self.blocked(d, now, depth + 1) {
+                    if let Some(why) = self.blocked(d, depth + 1) {
                         return Some(format!("it comes after {d}, which cannot start: {why}"));
                     }
                 }
@@ -652,13 +652,13 @@ impl Supervisor {
     }
 
     /// The lease a leader-only service waits for, when this node does not hold it.
-    fn waits_for_lease(&self, name: &str, now: Mono) -> Option<&str> {
+    fn waits_for_lease(&self, name: &str) -> Option<&str> {
         self.slots
             .get(name)?
             .cfg
             .leader_only
             .as_deref()
-            .filter(|l| !self.holds(l, now))
+            .filter(|l| !self.leases.holds(l))
     }
 
     /// The answer of `stop`: the statuses, each of those that had to be killed saying so.

@@ -60,7 +60,7 @@ impl Supervisor {
                     self.apply(&name, Event::SpawnFailed(format!("fork: {e}")), now)
                 }
                 Some(Err(_)) => {}
-                Some(Ok(pid)) if ours && self.may_start(&name, now) => {
+                Some(Ok(pid)) if ours && self.may_start(&name) => {
                     self.release_child(f, pid, now)
                 }
                 // Called off meanwhile (`drop_fork`), or no longer to start (what it
@@ -110,7 +110,7 @@ impl Supervisor {
             .clone()
             .filter(|_| kill_mode == crate::config::KillMode::Cgroup);
         let guard_cgroup = guard_cgroup.as_deref();
-        let mut deadman = self.deadman.as_mut().zip(lease);
+        let leases = &mut self.leases;
         let pid_file = match crate::supervisor::pid_file_of(slot, &state_dir) {
             Ok(f) => f,
             Err(why) => return self.apply(&name, Event::SpawnFailed(why), now),
@@ -132,10 +132,10 @@ impl Supervisor {
                 )
             })?;
             crate::failpoint::hit("spawn-after-record");
-            let guard = match deadman.as_mut() {
-                // With a narrower `kill_mode`, the guard ends the leader (and its
-                // group), not what else is in its cgroup.
-                Some((d, lease)) => Some(d.arm(lease, pid, guard_cgroup).map_err(|e| {
+            // With a narrower `kill_mode`, the guard ends the leader (and its group),
+            // not what else is in its cgroup.
+            let guard = match lease.as_deref().and_then(|l| leases.guard(l, pid, guard_cgroup)) {
+                Some(armed) => Some(armed.map_err(|e| {
                     format!("{e}; not started (a leader-only service never runs without it)")
                 })?),
                 None => None,

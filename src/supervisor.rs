@@ -12,6 +12,7 @@ use reap::DRAIN_MAX;
 mod down;
 mod held;
 mod indices;
+mod leases;
 mod shutdown;
 mod starts;
 
@@ -22,7 +23,6 @@ use crate::fdset::FdSet;
 pub use crate::instance::signal_group;
 use crate::instance::Instance;
 use crate::launch::{self, NotLaunched};
-use crate::leases::Grant;
 use crate::log_writer::LogWriter;
 use crate::log_writer::{Dest, OWN_LOG};
 use crate::logs::{Output, READ_MAX};
@@ -201,13 +201,9 @@ pub struct Supervisor {
     pub tools: BTreeMap<String, ToolState>,
     /// Helper processes (installs, prunes), by pid.
     pub tasks: BTreeMap<i32, Task>,
-    /// Leadership granted by sup-lease, by lease.
-    pub grants: BTreeMap<String, Grant>,
-    /// When each service last turned unhealthy, and why: a leader-only one holds its
-    /// node out of its lease for its `cooldown` (`leases.rs`).
-    pub unhealthy_at: BTreeMap<String, (Mono, String)>,
-    /// The dead-man pipe of leader-only services, made at the first such start.
-    pub deadman: Option<crate::deadman::Deadman>,
+    /// The leases part: grants, their timer, the dead-man guards' pipe and boards, the
+    /// health holds (`leases.rs`; carried out on the slots by `supervisor/leases.rs`).
+    pub(crate) leases: crate::leases::Leases,
     /// The state directory's lock, held for the whole life of supd (and its re-executions).
     pub lock: Option<nix::fcntl::Flock<std::fs::File>>,
     /// The process that writes the log files.
@@ -228,9 +224,6 @@ pub struct Supervisor {
     pub lock_lost: bool,
     /// Services whose leader was reaped while other processes of that run remain.
     pub draining: BTreeSet<String>,
-    /// Fires at the earliest grant's end on CLOCK_BOOTTIME (a resume from suspend too);
-    /// `None` until the first grant.
-    pub grant_timer: Option<crate::leases::GrantTimer>,
     /// The control socket could not be bound: when to try again, and the step after.
     pub socket_retry: Option<(Mono, Duration)>,
     /// What a previous supd left, being ended: no service starts until it is over.
@@ -296,9 +289,7 @@ impl Supervisor {
             buf: vec![0; READ_MAX],
             tools: BTreeMap::new(),
             tasks: BTreeMap::new(),
-            grants: BTreeMap::new(),
-            unhealthy_at: BTreeMap::new(),
-            deadman: None,
+            leases: crate::leases::Leases::default(),
             lock: None,
             log_writer: LogWriter::new(
                 std::env::current_exe().unwrap_or_else(|_| "/usr/sbin/supd".into()),
@@ -323,7 +314,6 @@ impl Supervisor {
             drain_retry: None,
             more_to_start: false,
             socket_retry: None,
-            grant_timer: None,
             cleanup: None,
             reload_job: None,
             check_pids: BTreeMap::new(),
@@ -398,7 +388,7 @@ impl Supervisor {
         let mut probation_ended = false;
         for a in actions {
             if let Action::Unhealthy(why) = &a {
-                self.note_unhealthy(name, why, now);
+                self.leases.note_unhealthy(name, why, now);
             }
             match a {
                 Action::Signal(sig) => {
@@ -521,7 +511,7 @@ impl Supervisor {
             .slots
             .get(name)
             .and_then(|s| s.cfg.leader_only.as_deref())
-            .and_then(|l| self.lease_term(l, now))
+            .and_then(|l| self.leases.term(l))
         {
             plan.env.push(("SUP_LEASE_TERM".into(), term.to_string()));
         }
@@ -530,16 +520,13 @@ impl Supervisor {
             .slots
             .get(name)
             .is_some_and(|s| s.cfg.leader_only.is_some());
-        if leader_only && self.deadman.is_none() {
-            match crate::deadman::Deadman::new() {
-                Ok(d) => self.deadman = Some(d),
-                Err(e) => {
-                    return self.apply(
-                        name,
-                        Event::SpawnFailed(format!("cannot make the dead-man pipe: {e}")),
-                        now,
-                    )
-                }
+        if leader_only {
+            if let Err(e) = self.leases.ensure_deadman() {
+                return self.apply(
+                    name,
+                    Event::SpawnFailed(format!("cannot make the dead-man pipe: {e}")),
+                    now,
+                );
             }
         }
         let Some(slot) = self.slots.get_mut(name) else {
@@ -719,7 +706,7 @@ impl Supervisor {
             .chain(self.cleanup.as_ref().map(|c| c.wake()))
             .chain(self.socket_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
-            .chain(self.next_grant_deadline())
+            .chain(self.leases.next_deadline())
             .chain(crate::spawner::deadline())
             .chain(self.handshake_deadline())
             .chain(self.waiters.iter().filter_map(|w| match w.what {
@@ -806,7 +793,7 @@ impl Supervisor {
             .cfg
             .leader_only
             .as_ref()
-            .filter(|l| !self.holds(l, now))
+            .filter(|l| !self.leases.holds(l))
         {
             missing.push(format!("lease '{l}'"));
         }

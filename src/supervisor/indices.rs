@@ -62,7 +62,7 @@ impl Supervisor {
         // at it again.
         if self.shutdown.is_none() && !self.more_to_start {
             let all: BTreeSet<String> = self.pending.clone();
-            let left = self.startable(&all, Mono::now(), &BTreeSet::new(), 1);
+            let left = self.startable(&all, &BTreeSet::new(), 1);
             let carried = !crate::spawner::room() && left.iter().all(|n| self.carry.contains(n));
             assert!(
                 left.is_empty() || carried,

@@ -39,7 +39,7 @@ impl Supervisor {
         loop {
             look.retain(|n| self.pending.contains(n));
             let want = SPAWNS_PER_PASS + 1 - spawned.len();
-            let batch: Vec<String> = self.startable(&look, now, &spawned, want);
+            let batch: Vec<String> = self.startable(&look, &spawned, want);
             if batch.is_empty() {
                 return;
             }
@@ -102,12 +102,11 @@ impl Supervisor {
     pub(super) fn startable(
         &self,
         among: &BTreeSet<String>,
-        now: Mono,
         except: &BTreeSet<String>,
         max: usize,
     ) -> Vec<String> {
         (among.iter())
-            .filter(|n| !except.contains(*n) && self.may_start(n, now))
+            .filter(|n| !except.contains(*n) && self.may_start(n))
             .take(max)
             .cloned()
             .collect()
@@ -115,7 +114,7 @@ impl Supervisor {
 
     /// Whether `name` may be started now: pending, not asked for yet, and what it waits
     /// for is there.
-    pub(crate) fn may_start(&self, name: &str, now: Mono) -> bool {
+    pub(crate) fn may_start(&self, name: &str) -> bool {
         let Some(s) = self.slots.get(name) else {
             return false;
         };
@@ -127,7 +126,7 @@ impl Supervisor {
             s.cfg
                 .leader_only
                 .as_ref()
-                .is_none_or(|l| self.holds(l, now))
+                .is_none_or(|l| self.leases.holds(l))
         };
         s.svc.pending()
             && !s.removed
