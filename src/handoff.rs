@@ -588,7 +588,7 @@ impl Supervisor {
             .collect();
         let leases = self.leases.granted();
         if !leases.is_empty() {
-            self.recheck_pending = true;
+            self.starts.recheck();
         }
         for lease in leases {
             self.post_grant_end(&lease);

@@ -10,6 +10,7 @@ mod reap;
 mod reports;
 use reap::DRAIN_MAX;
 mod down;
+mod forks;
 mod held;
 mod indices;
 mod leases;
@@ -90,7 +91,7 @@ pub struct Slot {
     /// Notify messages refused and not told yet, and when refusals were last told: at
     /// most once a second, so that a flood cannot flood supd's log in turn.
     pub refused: (usize, Option<Mono>),
-    /// Its child asked of the spawner and not answered yet (`forks.rs`).
+    /// Its child asked of the spawner and not answered yet (`supervisor/forks.rs`).
     pub forking: Option<crate::spawner::Ticket>,
 }
 
@@ -163,14 +164,9 @@ pub struct Supervisor {
     pub fdset: FdSet,
     /// Each service's earliest deadline (its machine's, its checks'), as of the last turn.
     pub(crate) timers: Timers,
-    /// The services that may be waiting to start (a superset: each is looked at again).
-    pending: BTreeSet<String>,
-    /// Look at every pending service at the next pass, not only at those touched and
-    /// their dependents: something else than a slot changed (a lease was granted, what a
-    /// previous supd left is gone).
-    pub(crate) recheck_pending: bool,
-    /// What the last pass, cut at its limit, had yet to look at.
-    carry: BTreeSet<String>,
+    /// The starts part: the pending services, what a cut pass left, the children asked
+    /// of the spawner (`starts.rs`; the pass is `supervisor/starts.rs`).
+    pub(crate) starts: crate::starts::Starts,
     /// The services that come `after` each service; `None` once configs changed.
     dependents: Option<BTreeMap<String, Vec<String>>>,
     /// Each tool's services (a probation of it counts only while they run); `None` once
@@ -228,8 +224,6 @@ pub struct Supervisor {
     pub socket_retry: Option<(Mono, Duration)>,
     /// What a previous supd left, being ended: no service starts until it is over.
     pub cleanup: Option<crate::leftovers::Cleanup>,
-    /// The last pass left startable services for the next one, which must come at once.
-    more_to_start: bool,
     /// When to look at `draining` again, and the step after that (a safety net for
     /// members whose exit supd is not told of: SIGCHLD is the usual news).
     drain_retry: Option<(Mono, Duration)>,
@@ -237,8 +231,6 @@ pub struct Supervisor {
     pub reload_job: Option<crate::reload::Job>,
     /// Health check commands under way: pid to service.
     pub check_pids: BTreeMap<i32, String>,
-    /// Services' children asked of the spawner, by ticket (`forks.rs`).
-    pub(crate) forks: BTreeMap<crate::spawner::Ticket, crate::forks::Forking>,
 }
 
 impl Slot {
@@ -269,9 +261,7 @@ impl Supervisor {
             slots: Slots::default(),
             fdset,
             timers: Timers::default(),
-            pending: BTreeSet::new(),
-            recheck_pending: true,
-            carry: BTreeSet::new(),
+            starts: crate::starts::Starts::default(),
             dependents: None,
             tool_index: None,
             scan_owed: None,
@@ -312,12 +302,10 @@ impl Supervisor {
             lock_lost: false,
             draining: BTreeSet::new(),
             drain_retry: None,
-            more_to_start: false,
             socket_retry: None,
             cleanup: None,
             reload_job: None,
             check_pids: BTreeMap::new(),
-            forks: BTreeMap::new(),
         };
         // Moved, not copied: each service's config lives in its slot only (a second
         // copy of every one cost about a kilobyte a service).
@@ -591,7 +579,7 @@ impl Supervisor {
             dies_with_supd: false,
             join,
         };
-        let forking = |pending| crate::forks::Forking {
+        let forking = |pending| crate::starts::Forking {
             name: name.to_string(),
             version: plan.version,
             cgroup: cgroup_dir,
@@ -603,7 +591,7 @@ impl Supervisor {
             Ok(sys::Begun::Forked(pid, pending)) => self.release_child(forking(pending), pid, now),
             Ok(sys::Begun::Asked(ticket, pending)) => {
                 slot.forking = Some(ticket);
-                self.forks.insert(ticket, forking(pending));
+                self.starts.asked(ticket, forking(pending));
             }
             Err(why) => self.apply(name, Event::SpawnFailed(why), now),
         }
@@ -698,7 +686,7 @@ impl Supervisor {
     pub fn next_deadline(&self) -> Option<Mono> {
         let services = self.timers.first().into_iter().chain(self.scan_owed);
         let shutdown = self.shutdown_deadline();
-        let now_if_more = self.more_to_start.then_some(Mono(0));
+        let now_if_more = self.starts.more_to_start().then_some(Mono(0));
         services
             .chain(now_if_more)
             .chain(shutdown)
@@ -727,7 +715,7 @@ impl Supervisor {
             // Nothing starts any more: a pass cut at its limit before the shutdown must
             // not keep asking for the next turn at once (the loop would spin until the
             // last service is down).
-            self.more_to_start = false;
+            self.starts.no_more();
             self.shutdown_step(now);
         } else {
             self.run_queued(now);

@@ -71,7 +71,7 @@ impl Supervisor {
         // the KILL rounds: a start pass looks at them.
         let over = c.is_over();
         if over || c.past_rounds() != was_past || !released.is_empty() {
-            self.recheck_pending = true;
+            self.starts.recheck();
         }
         if over {
             self.cleanup = None;
@@ -115,7 +115,7 @@ impl Supervisor {
         let narrow = self.cfg.narrow_kill_modes();
         self.cleanup =
             crate::leftovers::Cleanup::begin_only(&state_dir, &names, grace, narrow, now);
-        self.recheck_pending = true;
+        self.starts.recheck();
     }
 
     /// `stop` of `names` once no stop among them is under way any more, though not all

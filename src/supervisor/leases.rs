@@ -158,7 +158,7 @@ impl Supervisor {
         };
         // Newly held: its leader-only services may start (a renewal changes nothing).
         if old.is_none() {
-            self.recheck_pending = true;
+            self.starts.recheck();
         }
         if earlier {
             self.replace_guards(lease);

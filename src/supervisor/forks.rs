@@ -1,4 +1,5 @@
-//! Services' children asked of the spawner and not answered yet.
+//! Services' children asked of the spawner and not answered yet: the coordinator's side
+//! (what is kept for each is the starts part's, `starts.rs`).
 //!
 //! A service's spawn is two steps: its plan goes to the spawner's queue
 //! (`sys::begin_service`), and when the answer (the child's pid) is read in the loop,
@@ -12,35 +13,19 @@
 //! without running anything (it is reaped as any unknown child). An answer is taken
 //! only while the service could still be started then, as at its request.
 
+use super::{pid_file_of, Supervisor};
 use crate::instance::Instance;
 use crate::service::Event;
-use crate::supervisor::Supervisor;
+use crate::starts::Forking;
 use crate::sys;
 use crate::time::Mono;
-use std::os::fd::OwnedFd;
-use std::path::PathBuf;
-
-/// What a service's spawn keeps for the child's release.
-pub struct Forking {
-    pub name: String,
-    /// The tool version it runs.
-    pub version: Option<String>,
-    /// The cgroup it moves itself into.
-    pub cgroup: Option<PathBuf>,
-    /// It gets a dead-man guard (leader-only).
-    pub leader_only: bool,
-    /// Its readiness pipe: read end, and supd's copy of the write end (held until the
-    /// child has its own, so that end-of-file means the child closed it).
-    pub ready: Option<(OwnedFd, OwnedFd)>,
-    pub pending: sys::Pending,
-}
 
 impl Supervisor {
     /// Reads the spawner's answers (or learns it is gone) and releases the children
     /// still wanted.
     pub fn on_spawner(&mut self, now: Mono) {
         for (ticket, answer) in crate::spawner::answers(now) {
-            let Some(f) = self.forks.remove(&ticket) else {
+            let Some(f) = self.starts.answered(ticket) else {
                 continue;
             };
             let name = f.name.clone();
@@ -82,7 +67,7 @@ impl Supervisor {
 
     /// Drops every request under way (shutdown, reexec): their children exit unrun.
     pub(crate) fn drop_forks(&mut self) {
-        for f in std::mem::take(&mut self.forks).into_values() {
+        for f in self.starts.take_forks() {
             self.drop_fork(&f.name);
         }
     }
@@ -111,7 +96,7 @@ impl Supervisor {
             .filter(|_| kill_mode == crate::config::KillMode::Cgroup);
         let guard_cgroup = guard_cgroup.as_deref();
         let leases = &mut self.leases;
-        let pid_file = match crate::supervisor::pid_file_of(slot, &state_dir) {
+        let pid_file = match pid_file_of(slot, &state_dir) {
             Ok(f) => f,
             Err(why) => return self.apply(&name, Event::SpawnFailed(why), now),
         };
