@@ -43,7 +43,7 @@ pub fn run(sup: &mut Supervisor) -> i32 {
         sup.settle(now);
         sup.server.tick(now);
         for id in sup.server.reap() {
-            sup.waiters.retain(|w| w.client != id);
+            sup.control.forget_client(id);
         }
         // What this turn logged, for supd's own log file.
         sup.flush_own_log(now);

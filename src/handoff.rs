@@ -11,8 +11,8 @@
 //! the handshake (handshake.rs), that it is a supd that reads this format.
 
 use crate::protocol::{Error, ErrorKind};
-use crate::service::{Event, Service};
-use crate::supervisor::{Queued, Supervisor};
+use crate::service::Service;
+use crate::supervisor::Supervisor;
 use crate::time::Mono;
 use crate::tools::Task;
 use serde::{Deserialize, Serialize};
@@ -74,22 +74,13 @@ pub struct Handoff {
     #[serde(default)]
     pub socket_group: Option<crate::control::SocketGroup>,
     /// Stops and restarts held until the services named with them that come after them
-    /// are down (`stop a b`): carried in their order (format 4).
+    /// are down (`stop a b`): the control part's, carried in their order (format 4).
     #[serde(default)]
-    pub queued: Vec<QueuedState>,
+    pub queued: Vec<crate::control::QueuedState>,
     /// What a killed supd left and the first image was still waiting for (format 6):
     /// the new image holds the same services back until it is gone.
     #[serde(default)]
     pub leftovers: Option<crate::leftovers::Carried>,
-}
-
-/// A held stop or restart (`Supervisor::queued`).
-#[derive(Debug, Serialize, Deserialize)]
-pub struct QueuedState {
-    pub name: String,
-    /// A restart; else a stop.
-    pub restart: bool,
-    pub until_down: Vec<String>,
 }
 
 /// A service's health checks and watchdog for its run under way (format 4): a run
@@ -264,21 +255,7 @@ impl Supervisor {
             state
         });
         let leases = self.leases.handoff(&mut fds);
-        let queued = (self.queued.iter())
-            .filter_map(|q| {
-                let restart = match q.event {
-                    Event::Restart => true,
-                    Event::Stop => false,
-                    // Only stops and restarts are held (`dependents_first`).
-                    _ => return None,
-                };
-                Some(QueuedState {
-                    name: q.name.clone(),
-                    restart,
-                    until_down: q.until_down.clone(),
-                })
-            })
-            .collect();
+        let queued = self.control.handoff();
         let h = Handoff {
             format: FORMAT,
             from: crate::VERSION.into(),
@@ -574,18 +551,8 @@ impl Supervisor {
         if let Some(w) = h.log_writer {
             self.log_writer.adopt(w);
         }
-        self.queued = (h.queued.into_iter())
-            .filter(|q| self.slots.contains_key(&q.name))
-            .map(|q| Queued {
-                name: q.name,
-                event: if q.restart {
-                    Event::Restart
-                } else {
-                    Event::Stop
-                },
-                until_down: q.until_down,
-            })
-            .collect();
+        let slots = &self.slots;
+        self.control = crate::control::Control::from_handoff(h.queued, |n| slots.contains_key(n));
         let leases = self.leases.granted();
         if !leases.is_empty() {
             self.starts.recheck();

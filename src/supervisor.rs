@@ -37,7 +37,7 @@ use crate::sys::{self, Io, SpawnSpec};
 use crate::time::Mono;
 use crate::tools::{StartGo, Task, ToolState};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
@@ -97,46 +97,6 @@ pub struct Slot {
 
 pub use crate::fdset::ServiceFd;
 
-/// What a parked client waits for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WaitFor {
-    /// The services' process groups are gone (`stop`); `many`: answer a list. `running`:
-    /// those that had a process when asked (the answer says which needed SIGKILL).
-    Down {
-        names: Vec<String>,
-        many: bool,
-        running: Vec<String>,
-    },
-    /// The services are up, or it is clear they did not start (`start`, `restart`); at
-    /// `by` at the latest, the answer says which are not up yet.
-    Started {
-        names: Vec<String>,
-        many: bool,
-        by: Mono,
-    },
-    /// The tool's upgrade committed, rolled back or failed (`upgrade --wait`).
-    Upgrade(String),
-    /// Every leader-only service of the lease has exited (`lease-release`), or `by` has
-    /// come: SIGKILL was sent a while ago and what is left of them is wedged.
-    LeaseDown { lease: String, by: Mono },
-}
-
-/// A stop or restart of one of several services, held until the services named with it
-/// that come `after` it are down: dependents stop first, as at shutdown.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Queued {
-    pub name: String,
-    pub event: Event,
-    pub until_down: Vec<String>,
-}
-
-/// An answer owed to a parked client.
-pub struct Waiter {
-    pub client: u64,
-    pub id: Value,
-    pub what: WaitFor,
-}
-
 struct Shutdown {
     deadline: Mono,
     code: i32,
@@ -184,9 +144,9 @@ pub struct Supervisor {
     shutdown: Option<Shutdown>,
     /// Set when the loop must end, with supd's exit status.
     pub exit: Option<i32>,
-    pub waiters: Vec<Waiter>,
-    /// Stops and restarts waiting for the services named with them that come after them.
-    pub queued: Vec<Queued>,
+    /// The control part: answers owed to parked clients, stops and restarts held for
+    /// their dependents (`control/parked.rs`).
+    pub(crate) control: crate::control::Control,
     /// Services an operator stopped: they stay down across restarts of supd.
     pub down: BTreeSet<String>,
     /// The admin-down marks could not be written: when to try again, the delay, and why.
@@ -271,8 +231,7 @@ impl Supervisor {
             signals,
             shutdown: None,
             exit: None,
-            waiters: Vec::new(),
-            queued: Vec::new(),
+            control: crate::control::Control::default(),
             down,
             down_retry: None,
             started: Mono::now(),
@@ -697,10 +656,7 @@ impl Supervisor {
             .chain(self.leases.next_deadline())
             .chain(crate::spawner::deadline())
             .chain(self.handshake_deadline())
-            .chain(self.waiters.iter().filter_map(|w| match w.what {
-                WaitFor::LeaseDown { by, .. } | WaitFor::Started { by, .. } => Some(by),
-                _ => None,
-            }))
+            .chain(self.control.deadlines())
             .min()
     }
 
@@ -711,7 +667,7 @@ impl Supervisor {
         self.sweep_tools();
         self.check_probations(now);
         if self.shutdown.is_some() {
-            self.queued.clear();
+            self.control.clear_held();
             // Nothing starts any more: a pass cut at its limit before the shutdown must
             // not keep asking for the next turn at once (the loop would spin until the
             // last service is down).
@@ -744,12 +700,12 @@ impl Supervisor {
 
     /// Carries out the held stops and restarts whose dependents are down.
     fn run_queued(&mut self, now: Mono) {
-        while let Some(i) = self.queued.iter().position(|q| {
-            q.until_down
-                .iter()
-                .all(|d| self.slots.get(d).is_none_or(|s| s.is_down()))
-        }) {
-            let q = self.queued.remove(i);
+        loop {
+            let slots = &self.slots;
+            let is_down = |d: &str| slots.get(d).is_none_or(|s| s.is_down());
+            let Some(q) = self.control.next_ready(is_down) else {
+                break;
+            };
             // Those it held down (`startable`) are looked at again by this pass.
             for d in &q.until_down {
                 let _ = self.slots.get_mut(d);

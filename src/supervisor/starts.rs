@@ -112,7 +112,7 @@ impl Supervisor {
         // Down for a held stop or restart of a service it comes after (`queued`): it
         // starts again once that one has restarted, not before, or the held one, which
         // waits for all its dependents named with it to be down at once, might never.
-        let held = || (self.queued.iter()).any(|q| q.until_down.iter().any(|d| d == name));
+        let held = || self.control.holds_down(name);
         let lease_held = || {
             s.cfg
                 .leader_only
