@@ -7,6 +7,7 @@
 //! the pid records, so a later supd can end what this one leaves.
 
 mod reap;
+mod reload;
 mod reports;
 use reap::DRAIN_MAX;
 mod down;
