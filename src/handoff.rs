@@ -14,7 +14,7 @@ use crate::protocol::{Error, ErrorKind};
 use crate::service::Service;
 use crate::supervisor::Supervisor;
 use crate::time::Mono;
-use crate::tools::Task;
+use crate::tools::state::Task;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
