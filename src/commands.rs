@@ -3,9 +3,10 @@
 
 use crate::config;
 use crate::control::Access;
+use crate::control::WaitFor;
 use crate::protocol::{self, Command, Error, ErrorKind, Request, SignalArg};
 use crate::service::{Event, State};
-use crate::supervisor::{signal_group, Queued, Supervisor, WaitFor, Waiter};
+use crate::supervisor::{signal_group, Supervisor};
 use crate::time::Mono;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -150,7 +151,7 @@ impl Supervisor {
             Command::Start { service, services } => {
                 let (names, many) = self.named(service, services)?;
                 self.refuse_during_shutdown()?;
-                self.queued.retain(|q| !names.contains(&q.name));
+                let _ = self.control.drop_held(&names);
                 // Each starts once the services it comes `after` are ready (`settle`).
                 for n in &names {
                     let _ = self.set_down(n, false, now);
@@ -521,11 +522,7 @@ impl Supervisor {
     /// service waits (`Supervisor::queued`) until those of `names` that come after it
     /// are down. `after` orders; it links nothing: a service not named is left alone.
     fn dependents_first(&mut self, names: &[String], ev: Event, now: Mono) {
-        let released: Vec<String> = (self.queued.iter())
-            .filter(|q| names.contains(&q.name))
-            .flat_map(|q| q.until_down.iter().cloned())
-            .collect();
-        self.queued.retain(|q| !names.contains(&q.name));
+        let released = self.control.drop_held(names);
         // What the dropped ones held down (`Supervisor::startable`) is looked at again.
         for d in &released {
             let _ = self.slots.get_mut(d);
@@ -539,11 +536,7 @@ impl Supervisor {
             if until_down.is_empty() {
                 self.apply(n, ev.clone(), now);
             } else {
-                self.queued.push(Queued {
-                    name: n.clone(),
-                    event: ev.clone(),
-                    until_down,
-                });
+                self.control.hold(n, ev.clone(), until_down);
             }
         }
     }
@@ -583,7 +576,7 @@ impl Supervisor {
         let Some(s) = self.slots.get(name) else {
             return Some(Err("it was removed by a reload".into()));
         };
-        if self.queued.iter().any(|q| q.name == name) {
+        if self.control.held(name).is_some() {
             return None;
         }
         let why = || {
@@ -597,16 +590,16 @@ impl Supervisor {
             State::Stopped if s.svc.want == crate::service::Want::Down => {
                 Some(Err(format!("stopped meanwhile ({})", why())))
             }
-            State::Stopped if self.waits_for_lease(name, now).is_some() => Some(Ok(())),
-            State::Stopped => self.blocked(name, now, 0).map(Err),
+            State::Stopped if self.waits_for_lease(name).is_some() => Some(Ok(())),
+            State::Stopped => self.blocked(name, 0).map(Err),
         }
     }
 
     /// Why a pending service will not start as things are (a service it comes after is
     /// down, failed or waiting out a delay; its lease is not held), if it will not.
-    fn blocked(&self, name: &str, now: Mono, depth: usize) -> Option<String> {
+    fn blocked(&self, name: &str, depth: usize) -> Option<String> {
         let s = self.slots.get(name)?;
-        if let Some(l) = self.waits_for_lease(name, now) {
+        if let Some(l) = self.waits_for_lease(name) {
             return Some(format!("it waits for lease '{l}'"));
         }
         if depth > 64 {
@@ -624,7 +617,7 @@ impl Supervisor {
             match state {
                 State::Starting | State::Stopping => {}
                 State::Stopped if !down => {
-                    if let Some(why) = self.blocked(d, now, depth + 1) {
+                    if let Some(why) = self.blocked(d, depth + 1) {
                         return Some(format!("it comes after {d}, which cannot start: {why}"));
                     }
                 }
@@ -652,13 +645,13 @@ impl Supervisor {
     }
 
     /// The lease a leader-only service waits for, when this node does not hold it.
-    fn waits_for_lease(&self, name: &str, now: Mono) -> Option<&str> {
+    fn waits_for_lease(&self, name: &str) -> Option<&str> {
         self.slots
             .get(name)?
             .cfg
             .leader_only
             .as_deref()
-            .filter(|l| !self.holds(l, now))
+            .filter(|l| !self.leases.holds(l))
     }
 
     /// The answer of `stop`: the statuses, each of those that had to be killed saying so.
@@ -716,11 +709,7 @@ impl Supervisor {
         if let Some(c) = self.server.clients.get_mut(&client) {
             c.parked = true;
         }
-        self.waiters.push(Waiter {
-            client,
-            id: id.clone(),
-            what,
-        });
+        self.control.park(client, id, what);
         Ok(Outcome::Parked)
     }
 
@@ -747,16 +736,14 @@ impl Supervisor {
     /// Answers the waiters whose service or tool got where they wait for.
     pub fn answer_waiters(&mut self, now: Mono) {
         let mut done = Vec::new();
-        let mut i = 0;
-        while i < self.waiters.len() {
-            match self.settled(&self.waiters[i].what, now) {
-                Some(answer) => {
-                    let w = self.waiters.remove(i);
-                    done.push((w.client, w.id, answer));
-                }
-                None => i += 1,
+        let mut waiting = Vec::new();
+        for w in self.control.take_waiters() {
+            match self.settled(&w.what, now) {
+                Some(answer) => done.push((w.client, w.id, answer)),
+                None => waiting.push(w),
             }
         }
+        self.control.give_back(waiting);
         for (client, id, answer) in done {
             self.unpark(client, &id, answer, now);
         }
@@ -770,7 +757,7 @@ impl Supervisor {
                 many,
                 running,
             } => {
-                let queued = |n: &String| self.queued.iter().any(|q| &q.name == n);
+                let queued = |n: &String| self.control.held(n).is_some();
                 let done = names
                     .iter()
                     .all(|n| !queued(n) && self.slots.get(n).is_none_or(|s| s.is_down()));

@@ -22,6 +22,9 @@
 //!
 //! Which commands a client may use is decided once, at accept, from `SO_PEERCRED`.
 
+mod parked;
+pub use parked::{Control, QueuedState, WaitFor, Waiter};
+
 use crate::protocol::{self, Error, ErrorKind, Request, MAX_REQUEST};
 use crate::time::Mono;
 use nix::sys::socket::{getsockopt, sockopt};

@@ -43,7 +43,7 @@ pub fn run(sup: &mut Supervisor) -> i32 {
         sup.settle(now);
         sup.server.tick(now);
         for id in sup.server.reap() {
-            sup.waiters.retain(|w| w.client != id);
+            sup.control.forget_client(id);
         }
         // What this turn logged, for supd's own log file.
         sup.flush_own_log(now);
@@ -55,7 +55,7 @@ pub fn run(sup: &mut Supervisor) -> i32 {
             .next_deadline()
             .into_iter()
             .chain(sup.server.next_deadline());
-        sup.arm_grant_timer();
+        sup.leases.arm_timer();
         let timeout = timeout_until(deadline.min(), now);
         let ready = match wait(sup, timeout) {
             Ok(r) => r,
@@ -103,7 +103,7 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::StateDir);
         fds.push(PollFd::new(w.fd(), input));
     }
-    if let Some(t) = sup.grant_timer_fd() {
+    if let Some(t) = sup.leases.timer_fd() {
         tokens.push(Token::GrantTimer);
         fds.push(PollFd::new(t, input));
     }
@@ -164,7 +164,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
         Token::LegacyNotify => sup.on_legacy_notify(now),
         Token::StateDir => sup.on_state_dir(),
         Token::Cleanup => sup.cleanup_step(now),
-        Token::GrantTimer => sup.on_grant_timer(),
+        Token::GrantTimer => sup.leases.on_timer(),
         Token::LogReports => sup.on_log_reports(now),
         Token::LogPipe => sup.log_writer.flush(now),
         Token::Reload => sup.on_reload_pipe(now),

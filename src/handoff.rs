@@ -10,12 +10,11 @@
 //! of the same pid, so reaping goes on. The new program proved first, by answering
 //! the handshake (handshake.rs), that it is a supd that reads this format.
 
-use crate::leases::Grant;
 use crate::protocol::{Error, ErrorKind};
-use crate::service::{Event, Service};
-use crate::supervisor::{Queued, Supervisor};
+use crate::service::Service;
+use crate::supervisor::Supervisor;
 use crate::time::Mono;
-use crate::tools::Task;
+use crate::tools::state::Task;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -55,7 +54,11 @@ pub struct Handoff {
     #[serde(default)]
     pub kept: Vec<crate::leftovers::Kept>,
     pub services: Vec<ServiceState>,
-    pub grants: Vec<GrantState>,
+    /// The leases part, whole (`leases::Carried`): its fields stand at the top level,
+    /// as in every format: `grants`, `deadman` (the dead-man pipe), `unhealthy_at`
+    /// (the health holds) and `boards` (format 5: the grant boards).
+    #[serde(flatten)]
+    pub leases: crate::leases::Carried,
     #[serde(default)]
     pub system: bool,
     /// Helpers still running: an install (its client is gone with the old image, but
@@ -66,40 +69,18 @@ pub struct Handoff {
     /// The log writer: its pipes, pid and the lines queued for it.
     #[serde(default)]
     pub log_writer: Option<crate::log_writer::WriterState>,
-    /// The dead-man pipe of leader-only services (read end, write end): kept open, so
-    /// that their guards do not fire across the exec.
-    #[serde(default)]
-    pub deadman: Option<(RawFd, RawFd)>,
     /// `socket_group` as the first image looked it up: the new one takes it rather
     /// than read the user database again.
     #[serde(default)]
     pub socket_group: Option<crate::control::SocketGroup>,
-    /// When each service last turned unhealthy, and why: a leader-only one keeps its
-    /// node out of its lease for its cooldown, across the exec too.
-    #[serde(default)]
-    pub unhealthy_at: std::collections::BTreeMap<String, (Mono, String)>,
     /// Stops and restarts held until the services named with them that come after them
-    /// are down (`stop a b`): carried in their order (format 4).
+    /// are down (`stop a b`): the control part's, carried in their order (format 4).
     #[serde(default)]
-    pub queued: Vec<QueuedState>,
-    /// The grant board of each lease (`deadman.rs`), kept open so that the guards and
-    /// the new image share it (format 5). A supd of an older format hands over none:
-    /// its guards know no grant's end and are armed again.
-    #[serde(default)]
-    pub boards: Option<Vec<(String, RawFd)>>,
+    pub queued: Vec<crate::control::QueuedState>,
     /// What a killed supd left and the first image was still waiting for (format 6):
     /// the new image holds the same services back until it is gone.
     #[serde(default)]
     pub leftovers: Option<crate::leftovers::Carried>,
-}
-
-/// A held stop or restart (`Supervisor::queued`).
-#[derive(Debug, Serialize, Deserialize)]
-pub struct QueuedState {
-    pub name: String,
-    /// A restart; else a stop.
-    pub restart: bool,
-    pub until_down: Vec<String>,
 }
 
 /// A service's health checks and watchdog for its run under way (format 4): a run
@@ -160,20 +141,6 @@ pub struct ServiceState {
     /// Its health checks' and watchdog's state, while they run (format 4).
     #[serde(default)]
     pub health: Option<HealthState>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct GrantState {
-    pub lease: String,
-    pub term: u64,
-    pub holder: String,
-    /// CLOCK_BOOTTIME (a handoff of an older supd had CLOCK_MONOTONIC here, which is
-    /// never later: its grants end early, never late).
-    pub until: crate::time::Boot,
-    /// Twice the kill grace: an older supd reads half of it as the grace.
-    pub valid_for_ms: u64,
-    #[serde(default)]
-    pub kill_grace_ms: Option<u64>,
 }
 
 /// Reads a handoff (and deletes the file: it is used once).
@@ -266,18 +233,6 @@ impl Supervisor {
                 }),
             });
         }
-        let grants = self
-            .grants
-            .iter()
-            .map(|(l, g)| GrantState {
-                lease: l.clone(),
-                term: g.term,
-                holder: g.holder.clone(),
-                until: g.until,
-                valid_for_ms: g.kill_grace.as_millis() as u64 * 2,
-                kill_grace_ms: Some(g.kill_grace.as_millis() as u64),
-            })
-            .collect();
         let tasks = self
             .tasks
             .iter()
@@ -299,34 +254,8 @@ impl Supervisor {
             fds.extend(pipes);
             state
         });
-        let deadman = self.deadman.as_ref().map(|d| {
-            let [r, w] = d.fds();
-            fds.extend([r, w]);
-            (r.as_raw_fd(), w.as_raw_fd())
-        });
-        let boards = (self.deadman.as_ref()).map(|d| {
-            d.boards()
-                .map(|(lease, fd)| {
-                    fds.push(fd);
-                    (lease.to_string(), fd.as_raw_fd())
-                })
-                .collect()
-        });
-        let queued = (self.queued.iter())
-            .filter_map(|q| {
-                let restart = match q.event {
-                    Event::Restart => true,
-                    Event::Stop => false,
-                    // Only stops and restarts are held (`dependents_first`).
-                    _ => return None,
-                };
-                Some(QueuedState {
-                    name: q.name.clone(),
-                    restart,
-                    until_down: q.until_down.clone(),
-                })
-            })
-            .collect();
+        let leases = self.leases.handoff(&mut fds);
+        let queued = self.control.handoff();
         let h = Handoff {
             format: FORMAT,
             from: crate::VERSION.into(),
@@ -338,15 +267,12 @@ impl Supervisor {
             config_errors: self.config_errors.clone(),
             kept: self.kept.clone(),
             services,
-            grants,
+            leases,
             system: self.system,
             tasks,
             log_writer,
             socket_group: self.server.socket_group().cloned(),
-            deadman,
-            unhealthy_at: self.unhealthy_at.clone(),
             queued,
-            boards,
             leftovers: self.cleanup.as_ref().map(|c| c.carry()),
         };
         (h, fds)
@@ -620,44 +546,17 @@ impl Supervisor {
         }
         // Guards of an older image know no grant's end: armed again below, once the
         // grants are back on the boards.
-        let rearm = h.deadman.is_some() && h.boards.is_none();
-        if let Some(fds) = h.deadman {
-            match crate::deadman::Deadman::adopt(fds, h.boards.as_deref().unwrap_or_default()) {
-                Ok(d) => self.deadman = Some(d),
-                Err(e) => log::warn!("the dead-man pipe was not handed over ({e})"),
-            }
-        }
+        let (leases, rearm) = crate::leases::Leases::from_handoff(h.leases);
+        self.leases = leases;
         if let Some(w) = h.log_writer {
             self.log_writer.adopt(w);
         }
-        self.unhealthy_at = h.unhealthy_at;
-        self.queued = (h.queued.into_iter())
-            .filter(|q| self.slots.contains_key(&q.name))
-            .map(|q| Queued {
-                name: q.name,
-                event: if q.restart {
-                    Event::Restart
-                } else {
-                    Event::Stop
-                },
-                until_down: q.until_down,
-            })
-            .collect();
-        for g in h.grants {
-            self.recheck_pending = true;
-            self.grants.insert(
-                g.lease,
-                Grant {
-                    term: g.term,
-                    holder: g.holder,
-                    until: g.until,
-                    kill_grace: Duration::from_millis(
-                        g.kill_grace_ms.unwrap_or(g.valid_for_ms / 2),
-                    ),
-                },
-            );
+        let slots = &self.slots;
+        self.control = crate::control::Control::from_handoff(h.queued, |n| slots.contains_key(n));
+        let leases = self.leases.granted();
+        if !leases.is_empty() {
+            self.starts.recheck();
         }
-        let leases: Vec<String> = self.grants.keys().cloned().collect();
         for lease in leases {
             self.post_grant_end(&lease);
         }
@@ -714,5 +613,24 @@ mod tests {
         );
         assert_eq!(h.services[0].notify, None);
         assert!(check_format(1).is_ok() && check_format(FORMAT).is_ok());
+    }
+
+    #[test]
+    fn the_leases_part_is_carried_whole_under_the_top_level_names_of_every_format() {
+        let v = json!({
+            "format": 7, "from": "0.9.0", "config_path": "/etc/sup/sup.toml",
+            "listener_fd": 3, "lock_fd": null, "started": 0, "config_errors": [],
+            "services": [],
+            "grants": [{"lease": "engine", "term": 4, "holder": "n1", "until": 9_000_000_000u64,
+                        "valid_for_ms": 2000, "kill_grace_ms": 1000}],
+            "deadman": [7, 8], "unhealthy_at": {"web": [5, "health: 3 failures"]},
+            "boards": [["engine", 9]],
+        });
+        let h: Handoff = serde_json::from_value(v.clone()).expect("reads");
+        let back = serde_json::to_value(&h).expect("writes");
+        for key in ["grants", "deadman", "unhealthy_at", "boards"] {
+            assert_eq!(back[key], v[key], "{key} at the top level, as written");
+        }
+        assert!(back.get("leases").is_none(), "no new key: {back}");
     }
 }

@@ -9,12 +9,13 @@
 //! `CLOCK_MONOTONIC`, which stops during suspend: a grant must not outlive a suspend).
 //! An older sup-lease sends only `valid_for`, counted from receipt.
 
+use crate::deadman::Deadman;
 use crate::protocol::{Error, ErrorKind};
-use crate::service::{Event, State, Want};
-use crate::supervisor::{unix_ms, Supervisor};
+use crate::service::State;
 use crate::time::{Boot, Mono};
-use crate::upgrade::Phase;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
 /// How long a `lease-release` waits, after the SIGKILL of its services, for processes
@@ -193,40 +194,69 @@ pub fn check_term(lease: &str, held: Option<(u64, &str)>, term: u64) -> Result<(
     }
 }
 
-impl Supervisor {
-    fn known_lease(&self, lease: &str) -> Result<(), Error> {
-        if self.cfg.leases.contains_key(lease) {
-            Ok(())
-        } else {
-            Err(Error::new(
-                ErrorKind::UnknownLease,
-                format!("no [lease.{lease}] in the config"),
-            ))
-        }
-    }
+/// The leases part: the grants sup-lease gave, the timer that wakes supd at their end,
+/// the dead-man pipe and boards that bound their runs (`deadman.rs`), and when each
+/// service last turned unhealthy (a leader-only one holds its node out of its lease).
+/// Its state is its own: the coordinator (`supervisor/leases.rs`) asks and tells it,
+/// and carries out what it answers (starts, stops, guards to replace).
+#[derive(Default)]
+pub struct Leases {
+    /// Leadership granted by sup-lease, by lease.
+    grants: BTreeMap<String, Grant>,
+    /// Fires at the earliest grant's end on CLOCK_BOOTTIME (a resume from suspend too);
+    /// `None` until the first grant.
+    timer: Option<GrantTimer>,
+    /// When each service last turned unhealthy, and why: a leader-only one holds its
+    /// node out of its lease for its `cooldown`.
+    unhealthy_at: BTreeMap<String, (Mono, String)>,
+    /// The dead-man pipe of leader-only services, made at the first such start.
+    deadman: Option<Deadman>,
+}
 
-    /// The services that run only while this node holds `lease`.
-    pub fn leader_only(&self, lease: &str) -> Vec<String> {
-        self.slots
-            .iter()
-            .filter(|(_, s)| s.cfg.leader_only.as_deref() == Some(lease))
-            .map(|(n, _)| n.clone())
-            .collect()
-    }
+/// What a `lease-grant` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Granted {
+    /// It was over when it arrived: answered, nothing changed.
+    Late,
+    /// Held for `valid_for` from now. `before`: the term of the grant valid until now,
+    /// if any (none: newly held, its services may start; another: a new term).
+    /// `earlier`: its end moved earlier than the guards of its runs read, which must
+    /// be replaced (they sleep until the end they read).
+    Held {
+        before: Option<u64>,
+        valid_for: Duration,
+        earlier: bool,
+    },
+}
 
-    /// Whether this node holds a valid grant for `lease` now (the grant's own clock is
-    /// read: `now` is on CLOCK_MONOTONIC).
-    pub fn holds(&self, lease: &str, _now: Mono) -> bool {
+/// A grant that ran out without renewal.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Expired {
+    pub lease: String,
+    pub term: u64,
+    pub kill_grace: Duration,
+}
+
+impl Leases {
+    /// The grant of `lease`, while it is valid (its own clock is read).
+    fn valid(&self, lease: &str) -> Option<&Grant> {
         let now = Boot::now();
-        self.grants.get(lease).is_some_and(|g| g.until > now)
+        self.grants.get(lease).filter(|g| g.until > now)
     }
 
-    /// Whether a leader-only service of `lease` runs `tool`: its probation proves itself
-    /// only while this node leads, so the candidacy offers the lease on trial.
-    fn runs_leader_only(&self, lease: &str, tool: &str) -> bool {
-        self.leader_only(lease)
-            .iter()
-            .any(|n| self.slots[n].cfg.tool.as_deref() == Some(tool))
+    /// Whether this node holds a valid grant for `lease` now.
+    pub fn holds(&self, lease: &str) -> bool {
+        self.valid(lease).is_some()
+    }
+
+    /// The term a leader-only service starts with, if its lease is held.
+    pub fn term(&self, lease: &str) -> Option<u64> {
+        self.valid(lease).map(|g| g.term)
+    }
+
+    /// The leases granted (valid or not yet expired).
+    pub fn granted(&self) -> Vec<String> {
+        self.grants.keys().cloned().collect()
     }
 
     /// A service turned unhealthy (its check failed `failures` times, or its watchdog
@@ -236,110 +266,20 @@ impl Supervisor {
             .insert(name.to_string(), (now, why.to_string()));
     }
 
-    /// The health of the leader-only services of `lease`, for a candidacy.
-    fn leader_only_health(&self, lease: &str) -> Vec<ServiceHealth> {
-        self.leader_only(lease)
-            .into_iter()
-            .map(|name| {
-                let hold = self.slots[&name].cfg.policy.cooldown;
-                let last = self.unhealthy_at.get(&name);
-                // A verdict about the run under way: a stopped service keeps its last
-                // one, which the hold below speaks for.
-                let up = matches!(
-                    self.slots[&name].svc.state,
-                    State::Starting | State::Running
-                );
-                let unhealthy = up
-                    && self
-                        .health_of(&name)
-                        .is_some_and(|h| h.health == crate::health::Health::Unhealthy);
-                ServiceHealth {
-                    unhealthy,
-                    since: last.map(|(at, _)| *at),
-                    failure: last.map(|(_, why)| why.clone()),
-                    name,
-                    hold,
-                }
-            })
-            .collect()
+    /// When `name` last turned unhealthy, and why.
+    pub fn unhealthy_since(&self, name: &str) -> Option<&(Mono, String)> {
+        self.unhealthy_at.get(name)
     }
 
-    /// `lease-candidacy`: this node's version of the lease's tool, and whether it may lead.
-    /// `healthy` is false (with the `reason`) while a leader-only service of the lease is
-    /// unhealthy, or was so less than its `cooldown` ago ([`health_hold`]); `failing`
-    /// says why one cannot run now (failed, in its crash-loop cooldown, unhealthy:
-    /// [`failing`]), null when none.
-    pub fn candidacy(&mut self, lease: &str, now: Mono) -> Result<Value, Error> {
-        self.known_lease(lease)?;
-        let health = self.leader_only_health(lease);
-        let hold = health_hold(&health, now);
-        let runs: Vec<ServiceRun> = health
-            .iter()
-            .map(|h| ServiceRun {
-                name: h.name.clone(),
-                state: self.slots[&h.name].svc.state,
-                unhealthy: h.unhealthy,
-                reason: self.slots[&h.name].svc.reason.clone(),
-            })
-            .collect();
-        let mut c = self.candidacy_of_tool(lease, now)?;
-        c["healthy"] = json!(hold.is_none());
-        c["reason"] = json!(hold);
-        c["failing"] = json!(failing(&runs));
-        Ok(c)
-    }
-
-    /// The candidacy's version, and whether it is committed, running and irreversible;
-    /// `trial` when the tool waits in a probation that a leader-only service of the lease
-    /// must pass, which only leading lets it run (sup-lease(8), THE RULE).
-    fn candidacy_of_tool(&mut self, lease: &str, now: Mono) -> Result<Value, Error> {
-        let tool = self.cfg.leases[lease].tool.clone();
-        let Some(tool) = tool else {
-            return Ok(
-                json!({"lease": lease, "tool": null, "version": null, "committed": true, "running": true, "irreversible": false}),
-            );
-        };
-        self.ensure_tool(&tool, now);
-        let r = &self.tools[&tool].record;
-        let version = r
-            .current
-            .clone()
-            .or_else(|| crate::versions::current(&self.cfg.supd.tools_dir, &tool));
-        let irreversible = version.as_ref().is_some_and(|v| {
-            r.irreversible.contains(v)
-                || crate::versions::irreversible(
-                    &crate::versions::tool_dir(&self.cfg.supd.tools_dir, &tool).join(v),
-                )
-                .unwrap_or(false)
-        });
-        let services = self.tool_services(&tool);
-        let running = !services.is_empty()
-            && services
-                .iter()
-                .all(|n| self.slots[n].svc.state == State::Running);
-        let in_probation = r.phase == Phase::Probation;
-        Ok(json!({
-            "lease": lease,
-            "tool": tool,
-            "version": version,
-            "committed": !in_probation && version.is_some(),
-            "running": running,
-            "irreversible": irreversible,
-            "trial": in_probation && version.is_some() && self.runs_leader_only(lease, &tool),
-        }))
-    }
-
-    /// `lease-grant`: this node leads until the grant's end, unless granted again. A
-    /// grant that is already over when it arrives is answered and changes nothing.
+    /// `lease-grant`: takes a grant of `term` to `holder` until `ends`, and posts its
+    /// end on the lease's board. A stale term is refused ([`check_term`]).
     pub fn grant(
         &mut self,
         lease: &str,
         holder: &str,
         term: u64,
         ends: GrantEnds,
-        now: Mono,
-    ) -> Result<Value, Error> {
-        self.known_lease(lease)?;
+    ) -> Result<Granted, Error> {
         let held = (self.grants.get(lease)).map(|g| (g.term, g.holder.as_str()));
         check_term(lease, held, term).map_err(|e| {
             log::warn!("{e}");
@@ -349,18 +289,11 @@ impl Supervisor {
         let (until, grace) = ends.read(boot)?;
         if until <= boot {
             log::warn!("lease {lease}: a grant of term {term} arrived after its end; ignored");
-            return Ok(json!({"lease": lease, "term": term, "valid_for_ms": 0}));
+            return Ok(Granted::Late);
         }
-        let d = until.since(boot);
-        let old = self
-            .grants
-            .get(lease)
+        let before = (self.grants.get(lease))
             .filter(|g| g.until > boot)
             .map(|g| g.term);
-        // Newly held: its leader-only services may start (a renewal changes nothing).
-        if old.is_none() {
-            self.recheck_pending = true;
-        }
         self.grants.insert(
             lease.to_string(),
             Grant {
@@ -370,46 +303,24 @@ impl Supervisor {
                 kill_grace: grace,
             },
         );
-        self.post_grant_end(lease);
-        let what = if old == Some(term) {
-            "renewed"
-        } else {
-            "granted"
-        };
-        if what == "granted" {
-            log::info!("lease {lease}: this node leads (term {term}, holder {holder})");
-        }
-        self.emit_lease(lease, what, Some(term), Some(d));
-        for name in self.leader_only(lease) {
-            let slot = &self.slots[&name];
-            if self.down.contains(&name) {
-                continue;
-            }
-            // A new term while running: the services restart with the new fencing token.
-            let stale = old.is_some_and(|t| t != term) && slot.svc.pid.is_some();
-            let ev = if stale { Event::Restart } else { Event::Start };
-            if stale || slot.svc.want == Want::Down || slot.svc.pending() {
-                self.apply(&name, ev, now);
-            }
-        }
-        Ok(json!({"lease": lease, "term": term, "valid_for_ms": d.as_millis() as u64}))
+        Ok(Granted::Held {
+            before,
+            valid_for: until.since(boot),
+            earlier: self.post_grant_end(lease),
+        })
     }
 
-    /// `lease-grant` with `stopping`: time to stop, not to lead. The holder stepped down
-    /// (`lease-release`) and keeps renewing its store lease and its key while the
-    /// leader-only services stop; each renewal moves their guards' end as a grant would,
-    /// so a slow stop is not cut at the last grant's end, and a frozen supd still cannot
-    /// keep them past the last renewal. While a grant is held (no release under way), it
-    /// is refused: it would shorten nothing and start nothing.
+    /// `lease-grant` with `stopping` (see `Supervisor::grant_stopping`): the validity
+    /// from now, and whether the end posted moved earlier (true: replace the guards).
+    /// `down`: every leader-only service of the lease has exited (nothing to post).
     pub fn grant_stopping(
         &mut self,
         lease: &str,
-        term: u64,
         ends: GrantEnds,
-    ) -> Result<Value, Error> {
-        self.known_lease(lease)?;
+        down: bool,
+    ) -> Result<(Duration, bool), Error> {
         let boot = Boot::now();
-        if let Some(g) = self.grants.get(lease).filter(|g| g.until > boot) {
+        if let Some(g) = self.valid(lease) {
             return Err(Error::new(
                 ErrorKind::BadRequest,
                 format!(
@@ -419,150 +330,79 @@ impl Supervisor {
             ));
         }
         let (until, grace) = ends.read(boot)?;
-        if until > boot && !self.leader_only_down(lease) {
-            self.post_end(lease, until.plus(grace));
-        }
-        Ok(json!({"lease": lease, "term": term, "stopping": true,
-                  "valid_for_ms": until.since(boot).as_millis() as u64}))
+        let earlier = until > boot && !down && self.post_end(lease, until.plus(grace));
+        Ok((until.since(boot), earlier))
     }
 
     /// Posts the end of `lease`'s grant (plus its kill grace) on its board, where the
     /// guards of its runs read it (`deadman.rs`): they kill the runs there, whatever
-    /// supd does meanwhile.
-    pub(crate) fn post_grant_end(&mut self, lease: &str) {
-        if let Some(end) = (self.grants.get(lease)).map(|g| g.until.plus(g.kill_grace)) {
-            self.post_end(lease, end);
+    /// supd does meanwhile. True when the end moved earlier: the guards must be replaced.
+    #[must_use]
+    pub fn post_grant_end(&mut self, lease: &str) -> bool {
+        match (self.grants.get(lease)).map(|g| g.until.plus(g.kill_grace)) {
+            Some(end) => self.post_end(lease, end),
+            None => false,
         }
     }
 
-    /// Posts `end` on the board of `lease`.
-    fn post_end(&mut self, lease: &str, end: Boot) {
-        if self.deadman.is_none() {
-            match crate::deadman::Deadman::new() {
-                Ok(d) => self.deadman = Some(d),
-                Err(e) => {
-                    log::error!("cannot make the dead-man pipe: {e}; the leader-only services of {lease} cannot start");
-                    return;
-                }
-            }
+    /// Posts `end` on the board of `lease`; true when it moved earlier.
+    fn post_end(&mut self, lease: &str, end: Boot) -> bool {
+        if let Err(e) = self.ensure_deadman() {
+            log::error!("cannot make the dead-man pipe: {e}; the leader-only services of {lease} cannot start");
+            return false;
         }
         let Some(d) = self.deadman.as_mut() else {
-            return;
+            return false;
         };
         let before = d.posted(lease);
         d.post(lease, end);
         // The guards sleep until the end they read: one moved earlier needs new guards.
-        if before.is_some_and(|b| end < b) {
-            self.replace_guards(lease);
-        }
+        before.is_some_and(|b| end < b)
     }
 
-    /// `lease-release`: stop the leader-only services now; the caller waits for them, until
-    /// the time returned at the most: `RELEASE_GRACE` after the last SIGKILL is due.
-    pub fn release(&mut self, lease: &str, now: Mono) -> Result<Mono, Error> {
-        self.known_lease(lease)?;
-        if let Some(g) = self.grants.remove(lease) {
-            log::info!("lease {lease}: released (term {})", g.term);
-            self.emit_lease(lease, "released", Some(g.term), None);
-        }
-        // A release keeps the key until the services exited: they may stop gracefully.
-        self.stop_leader_only(lease, "lease released", None, now);
-        let kill_at = self
-            .leader_only(lease)
-            .iter()
-            .filter(|n| self.slots[*n].svc.state == State::Stopping)
-            .filter_map(|n| self.slots[n].svc.deadline)
-            .fold(now, Mono::max);
-        Ok(kill_at.plus(RELEASE_GRACE))
+    /// `lease-release`: the grant is dropped; its term, if one was held.
+    pub fn release(&mut self, lease: &str) -> Option<u64> {
+        self.grants.remove(lease).map(|g| g.term)
     }
 
-    /// The answer to a `lease-release` once the leader-only services have exited, or at
-    /// `by` with the pids of what is left: a process SIGKILLed in uninterruptible sleep
-    /// (a hung disk, a frozen cgroup) dies when it wakes, and runs no code of its own
-    /// before; waiting for it would hold the lease on this node forever.
-    pub(crate) fn release_settled(
-        &self,
-        lease: &str,
-        by: Mono,
-        now: Mono,
-    ) -> Option<Result<Value, Error>> {
-        if self.leader_only_down(lease) {
-            return Some(Ok(json!({"lease": lease, "released": true})));
-        }
-        if now < by {
-            return None;
-        }
-        let mut wedged: Vec<i32> = self
-            .leader_only(lease)
-            .iter()
-            .filter_map(|n| self.slots[n].instance.as_ref())
-            .flat_map(|i| i.pids())
-            .collect();
-        wedged.sort_unstable();
-        wedged.dedup();
-        log::warn!("lease {lease}: released with processes killed but not yet gone (uninterruptible sleep): {wedged:?}");
-        Some(Ok(
-            json!({"lease": lease, "released": true, "wedged": wedged}),
-        ))
-    }
-
-    /// Whether every leader-only service of `lease` has exited.
-    pub fn leader_only_down(&self, lease: &str) -> bool {
-        self.leader_only(lease)
-            .iter()
-            .all(|n| self.slots[n].is_down())
-    }
-
-    /// Stops the leader-only services of `lease`; with `hurry`, SIGKILL comes after that
-    /// long at the most, whatever their `stop_timeout`.
-    fn stop_leader_only(&mut self, lease: &str, why: &str, hurry: Option<Duration>, now: Mono) {
-        for name in self.leader_only(lease) {
-            self.apply(&name, Event::Stop, now);
-            if let Some(s) = self.slots.get_mut(&name) {
-                s.svc.reason = Some(format!("{why}; waiting for lease '{lease}'"));
-                if let (Some(h), Some(d)) = (hurry, s.svc.deadline) {
-                    s.svc.deadline = Some(d.min(now.plus(h)));
-                }
-            }
-        }
-    }
-
-    /// Ends the grants whose validity ran out: their services stop.
-    pub fn expire_grants(&mut self, now: Mono) {
+    /// Drops the grants whose validity ran out, and says which.
+    pub fn expire(&mut self) -> Vec<Expired> {
         let boot = Boot::now();
-        let ended: Vec<(String, u64, Duration)> = self
-            .grants
-            .iter()
+        let ended: Vec<String> = (self.grants.iter())
             .filter(|(_, g)| g.until <= boot)
-            .map(|(l, g)| (l.clone(), g.term, g.kill_grace))
+            .map(|(l, _)| l.clone())
             .collect();
-        for (lease, term, grace) in ended {
-            self.grants.remove(&lease);
-            log::warn!("lease {lease}: the grant of term {term} ran out without renewal; stopping its leader-only services");
-            self.emit_lease(&lease, "expired", Some(term), None);
-            // Another node may lead soon: no graceful stop past the kill grace.
-            self.stop_leader_only(&lease, "lease expired", Some(grace), now);
-        }
+        ended
+            .into_iter()
+            .filter_map(|lease| {
+                let g = self.grants.remove(&lease)?;
+                Some(Expired {
+                    lease,
+                    term: g.term,
+                    kill_grace: g.kill_grace,
+                })
+            })
+            .collect()
     }
 
     /// Arms the grant timer at the earliest grant's end, or disarms it: a machine that
     /// resumes from suspend past a grant's end wakes supd at once, where the poll
     /// timeout (CLOCK_MONOTONIC, which stops while suspended) would not.
-    pub fn arm_grant_timer(&mut self) {
+    pub fn arm_timer(&mut self) {
         let end = self.grants.values().map(|g| g.until).min();
         let Some(end) = end else {
-            if let Some(t) = self.grant_timer.as_ref().and_then(GrantTimer::fd) {
+            if let Some(t) = self.timer.as_ref().and_then(GrantTimer::fd) {
                 let _ = t.unset();
             }
             return;
         };
-        let timer = self.grant_timer.get_or_insert_with(GrantTimer::new);
+        let timer = self.timer.get_or_insert_with(GrantTimer::new);
         let (t, at) = match timer {
             GrantTimer::Boot(t) => (t, end.0),
             // The same instant on the wall clock, which runs on through a suspend. A
             // step of the wall clock only moves this wake-up: the grant ends when
-            // CLOCK_BOOTTIME says (`expire_grants`), the poll timeout wakes supd
-            // without a suspend, and every wake-up arms the timer again.
+            // CLOCK_BOOTTIME says (`expire`), the poll timeout wakes supd without a
+            // suspend, and every wake-up arms the timer again.
             GrantTimer::Wall(t) => {
                 let wall = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME)
                     .map(|ts| Duration::from(ts).as_nanos() as u64)
@@ -583,9 +423,8 @@ impl Supervisor {
     }
 
     /// The grant timer's fd, while a grant is held.
-    pub fn grant_timer_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        use std::os::fd::AsFd;
-        self.grant_timer
+    pub fn timer_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.timer
             .as_ref()
             .and_then(GrantTimer::fd)
             .filter(|_| !self.grants.is_empty())
@@ -593,40 +432,140 @@ impl Supervisor {
     }
 
     /// The grant timer fired: clear it (the loop then expires what has ended).
-    pub fn on_grant_timer(&mut self) {
-        if let Some(t) = self.grant_timer.as_ref().and_then(GrantTimer::fd) {
+    pub fn on_timer(&mut self) {
+        if let Some(t) = self.timer.as_ref().and_then(GrantTimer::fd) {
             let mut buf = [0u8; 8];
             let _ = nix::unistd::read(t, &mut buf);
         }
     }
 
     /// The earliest end of a grant, as a CLOCK_MONOTONIC deadline for the poll.
-    pub fn next_grant_deadline(&self) -> Option<Mono> {
+    pub fn next_deadline(&self) -> Option<Mono> {
         let boot = Boot::now();
         let end = self.grants.values().map(|g| g.until).min()?;
         Some(Mono::now().plus(end.since(boot)))
     }
 
-    /// The term a leader-only service starts with, if its lease is held.
-    pub fn lease_term(&self, lease: &str, _now: Mono) -> Option<u64> {
-        let boot = Boot::now();
-        self.grants
-            .get(lease)
-            .filter(|g| g.until > boot)
-            .map(|g| g.term)
+    /// Makes the dead-man pipe if there is none yet (a leader-only run is about to
+    /// start, or one runs unguarded).
+    pub fn ensure_deadman(&mut self) -> std::io::Result<()> {
+        if self.deadman.is_none() {
+            self.deadman = Some(Deadman::new()?);
+        }
+        Ok(())
     }
 
-    fn emit_lease(
+    /// Forks a guard for the run of `lease` led by `pid` (`Deadman::arm`), or `None`
+    /// when there is no dead-man pipe.
+    pub fn guard(
         &mut self,
         lease: &str,
-        what: &str,
-        term: Option<u64>,
-        valid_for: Option<Duration>,
-    ) {
-        let e = json!({"event": "lease", "lease": lease, "what": what, "term": term,
-                       "valid_for_ms": valid_for.map(|d| d.as_millis() as u64), "time": unix_ms()});
-        self.server.broadcast(&crate::protocol::line(e));
+        pid: i32,
+        cgroup: Option<&std::path::Path>,
+    ) -> Option<Result<i32, String>> {
+        (self.deadman.as_mut()).map(|d| d.arm(lease, pid, cgroup))
     }
+
+    /// What this part carries across `reexec`, naming its fds in `fds`.
+    pub fn handoff<'a>(&'a self, fds: &mut Vec<BorrowedFd<'a>>) -> Carried {
+        let grants = (self.grants.iter())
+            .map(|(l, g)| GrantState {
+                lease: l.clone(),
+                term: g.term,
+                holder: g.holder.clone(),
+                until: g.until,
+                valid_for_ms: g.kill_grace.as_millis() as u64 * 2,
+                kill_grace_ms: Some(g.kill_grace.as_millis() as u64),
+            })
+            .collect();
+        let deadman = self.deadman.as_ref().map(|d| {
+            let [r, w] = d.fds();
+            fds.extend([r, w]);
+            (r.as_raw_fd(), w.as_raw_fd())
+        });
+        let boards = (self.deadman.as_ref()).map(|d| {
+            d.boards()
+                .map(|(lease, fd)| {
+                    fds.push(fd);
+                    (lease.to_string(), fd.as_raw_fd())
+                })
+                .collect()
+        });
+        Carried {
+            grants,
+            deadman,
+            unhealthy_at: self.unhealthy_at.clone(),
+            boards,
+        }
+    }
+
+    /// The part a previous image carried, and whether the guards of its runs must be
+    /// armed again (an older image's guards read no board: they know no grant's end).
+    /// The grants' ends are not posted yet: the coordinator posts each
+    /// ([`Leases::post_grant_end`]) and replaces the guards it says.
+    pub fn from_handoff(c: Carried) -> (Leases, bool) {
+        let rearm = c.deadman.is_some() && c.boards.is_none();
+        let deadman = c.deadman.and_then(|fds| {
+            Deadman::adopt(fds, c.boards.as_deref().unwrap_or_default())
+                .map_err(|e| log::warn!("the dead-man pipe was not handed over ({e})"))
+                .ok()
+        });
+        let grants = (c.grants.into_iter())
+            .map(|g| {
+                let grant = Grant {
+                    term: g.term,
+                    holder: g.holder,
+                    until: g.until,
+                    kill_grace: Duration::from_millis(
+                        g.kill_grace_ms.unwrap_or(g.valid_for_ms / 2),
+                    ),
+                };
+                (g.lease, grant)
+            })
+            .collect();
+        let leases = Leases {
+            grants,
+            timer: None,
+            unhealthy_at: c.unhealthy_at,
+            deadman,
+        };
+        (leases, rearm)
+    }
+}
+
+/// What the leases part carries across `reexec`: flattened into the handoff's top
+/// level (`handoff::Handoff`), under the names and shapes of formats 1 to 7.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Carried {
+    grants: Vec<GrantState>,
+    /// The dead-man pipe of leader-only services (read end, write end): kept open, so
+    /// that their guards do not fire across the exec.
+    #[serde(default)]
+    deadman: Option<(RawFd, RawFd)>,
+    /// When each service last turned unhealthy, and why: a leader-only one keeps its
+    /// node out of its lease for its cooldown, across the exec too.
+    #[serde(default)]
+    unhealthy_at: BTreeMap<String, (Mono, String)>,
+    /// The grant board of each lease (`deadman.rs`), kept open so that the guards and
+    /// the new image share it (format 5). A supd of an older format hands over none:
+    /// its guards know no grant's end and are armed again.
+    #[serde(default)]
+    boards: Option<Vec<(String, RawFd)>>,
+}
+
+/// One grant, as the handoff carries it.
+#[derive(Debug, Serialize, Deserialize)]
+struct GrantState {
+    lease: String,
+    term: u64,
+    holder: String,
+    /// CLOCK_BOOTTIME (a handoff of an older supd had CLOCK_MONOTONIC here, which is
+    /// never later: its grants end early, never late).
+    until: Boot,
+    /// Twice the kill grace: an older supd reads half of it as the grace.
+    valid_for_ms: u64,
+    #[serde(default)]
+    kill_grace_ms: Option<u64>,
 }
 
 /// The timer that wakes supd at a grant's end.

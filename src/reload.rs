@@ -17,17 +17,12 @@
 //! has the last good copies of its files refreshed by whoever read it
 //! (`config/lastgood.rs`).
 
-use crate::config::{self, Config, LeaseConfig, ServiceConfig, SupdConfig};
-use crate::protocol::{Error, ErrorKind};
-use crate::service::Event;
-use crate::supervisor::Supervisor;
-use crate::time::Mono;
+use crate::config::{LeaseConfig, ServiceConfig, SupdConfig};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::Read;
 use std::path::PathBuf;
 
 /// The most a helper may write back (the definitions of every service, when all change).
@@ -56,252 +51,75 @@ pub struct Job {
     again: Option<Vec<(u64, Value)>>,
 }
 
+/// A reader's answer, once it ended.
+pub struct Finished {
+    /// The difference, the config's errors, or why the reader failed.
+    pub result: Result<Result<Delta, Vec<String>>, String>,
+    /// The reader, for the message.
+    pub pid: i32,
+    /// Clients answered now.
+    pub waiting: Vec<(u64, Value)>,
+    /// Clients that asked after the fork: another read is for them.
+    pub again: Option<Vec<(u64, Value)>>,
+}
+
 impl Job {
+    /// The reader `pid` writes to `pipe`; `waiting` are answered when it is done.
+    pub fn new(pid: i32, pipe: File, waiting: Vec<(u64, Value)>) -> Job {
+        Job {
+            pid,
+            pipe,
+            answer: Vec::new(),
+            waiting,
+            again: None,
+        }
+    }
+
     /// The pipe the loop polls.
     pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
         self.pipe.as_fd()
     }
-}
 
-impl Supervisor {
-    /// Asks for a reload, answered to `client` (if any: SIGHUP has none) when it is done.
-    pub fn request_reload(&mut self, client: Option<(u64, Value)>, now: Mono) {
-        if let Some(job) = self.reload_job.as_mut() {
-            job.again.get_or_insert_with(Vec::new).extend(client);
-            return;
-        }
-        self.start_reload(client.into_iter().collect(), now);
+    /// The reader's pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
     }
 
-    /// supd is exiting: the reader under way, if any, is dropped; returns its pid, for
-    /// the caller to kill and reap (`end_helpers`).
-    pub(crate) fn end_reload_reader(&mut self) -> Option<i32> {
-        self.reload_job.take().map(|job| job.pid)
+    /// A reload asked for while this one reads: another read follows, for `client`.
+    pub fn ask_again(&mut self, client: Option<(u64, Value)>) {
+        self.again.get_or_insert_with(Vec::new).extend(client);
     }
 
-    fn start_reload(&mut self, waiting: Vec<(u64, Value)>, now: Mono) {
-        match self.fork_reader() {
-            Ok((pid, pipe)) => {
-                log::debug!("reading {} in helper {pid}", self.config_path.display());
-                self.reload_job = Some(Job {
-                    pid,
-                    pipe,
-                    answer: Vec::new(),
-                    waiting,
-                    again: None,
-                });
-            }
-            Err(e) => {
-                log::warn!("cannot fork a reader of the config ({e}): reading it in the loop");
-                let result = match config::lastgood::load_and_keep(&self.config_path) {
-                    Ok(cfg) => Ok(self.delta(cfg)),
-                    Err(errs) => Err(errs.iter().map(ToString::to_string).collect()),
-                };
-                self.finish_reload(result, waiting, now);
-            }
-        }
-    }
-
-    fn fork_reader(&self) -> std::io::Result<(i32, File)> {
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-        nix::fcntl::fcntl(
-            &read,
-            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-        )?;
-        let keep = write.as_raw_fd();
-        let pid = crate::sys::fork_worker(keep, || self.read_in_helper(write))?;
-        Ok((pid, File::from(read)))
-    }
-
-    /// In the helper: the config read, compared, and written to `out`; the exit status.
-    fn read_in_helper(&self, out: OwnedFd) -> i32 {
-        crate::failpoint::reload_gate(&self.cfg.supd.state_dir);
-        let result: Result<Delta, Vec<String>> =
-            match config::lastgood::load_and_keep(&self.config_path) {
-                Ok(cfg) => Ok(self.delta(cfg)),
-                Err(errs) => Err(errs.iter().map(ToString::to_string).collect()),
-            };
-        let mut out = std::io::BufWriter::new(File::from(out));
-        match serde_json::to_writer(&mut out, &result).map(|()| out.flush()) {
-            Ok(Ok(())) => 0,
-            _ => 1,
-        }
-    }
-
-    /// What `cfg` changes, relative to the slots.
-    fn delta(&self, cfg: Config) -> Delta {
-        let removed = self
-            .slots
-            .iter()
-            .filter(|(name, slot)| !slot.removed && !cfg.services.contains_key(*name))
-            .map(|(name, _)| name.clone())
-            .collect();
-        let defs = cfg
-            .services
-            .into_iter()
-            .filter(|(name, def)| {
-                self.slots
-                    .get(name)
-                    .is_none_or(|s| s.removed || s.cfg != *def)
-            })
-            .collect();
-        Delta {
-            supd: cfg.supd,
-            leases: cfg.leases,
-            files: cfg.files,
-            defs,
-            removed,
-        }
-    }
-
-    /// Reads what the helper wrote; once it is all there, applies it.
-    pub fn on_reload_pipe(&mut self, now: Mono) {
-        let Some(job) = self.reload_job.as_mut() else {
-            return;
-        };
+    /// Reads what the reader wrote: `None` while more is to come, else the end (`Ok`
+    /// at end-of-file, or why the answer is cut).
+    pub fn read(&mut self) -> Option<Result<(), String>> {
         let mut chunk = [0u8; 64 << 10];
-        let failed = loop {
-            match job.pipe.read(&mut chunk) {
-                Ok(0) => break None,
-                Ok(n) if job.answer.len() + n > ANSWER_MAX => {
-                    break Some("its answer is too large".to_string())
+        loop {
+            match self.pipe.read(&mut chunk) {
+                Ok(0) => return Some(Ok(())),
+                Ok(n) if self.answer.len() + n > ANSWER_MAX => {
+                    return Some(Err("its answer is too large".to_string()))
                 }
-                Ok(n) => job.answer.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Ok(n) => self.answer.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => break Some(e.to_string()),
+                Err(e) => return Some(Err(e.to_string())),
             }
-        };
-        let Some(job) = self.reload_job.take() else {
-            return;
-        };
-        let result = match failed {
-            Some(why) => Err(why),
-            None => serde_json::from_slice::<Result<Delta, Vec<String>>>(&job.answer)
-                .map_err(|e| format!("its answer is not readable ({e})")),
-        };
-        let result = result.unwrap_or_else(|why| {
-            Err(vec![format!(
-                "{}: cannot reload: the helper reading it (pid {}) failed: {why}",
-                self.config_path.display(),
-                job.pid
-            )])
+        }
+    }
+
+    /// The reader ended (`end`, from [`Job::read`]): its answer, and who waits for it.
+    pub fn finish(self, end: Result<(), String>) -> Finished {
+        let result = end.and_then(|()| {
+            serde_json::from_slice::<Result<Delta, Vec<String>>>(&self.answer)
+                .map_err(|e| format!("its answer is not readable ({e})"))
         });
-        self.finish_reload(result, job.waiting, now);
-        if let Some(waiting) = job.again {
-            self.start_reload(waiting, now);
-        }
-    }
-
-    fn finish_reload(
-        &mut self,
-        result: Result<Delta, Vec<String>>,
-        waiting: Vec<(u64, Value)>,
-        now: Mono,
-    ) {
-        let answer = match result {
-            Ok(_) if self.shutting_down() => {
-                Err(Error::new(ErrorKind::Failed, "supd is shutting down"))
-            }
-            Ok(delta) => Ok(self.apply_reload(delta, now)),
-            Err(msgs) => {
-                for m in &msgs {
-                    log::error!("reload refused: {m}");
-                }
-                Err(Error::new(ErrorKind::InvalidConfig, msgs.join("\n")))
-            }
-        };
-        for (client, id) in waiting {
-            self.unpark(client, &id, answer.clone(), now);
-        }
-    }
-
-    /// Applies a valid config's difference: added services start, removed ones stop,
-    /// changed ones restart.
-    fn apply_reload(&mut self, delta: Delta, now: Mono) -> Value {
-        // A new log_dir is made by the log writer (a hung one must not block supd).
-        self.warn_fixed_settings(&delta.supd);
-        let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
-        for name in &delta.removed {
-            if self.slots.get(name).is_some_and(|s| !s.removed) {
-                if let Some(s) = self.slots.get_mut(name) {
-                    s.removed = true;
-                }
-                self.apply(name, Event::Stop, now);
-                removed.push(name.clone());
-            }
-        }
-        for (name, def) in &delta.defs {
-            // Looked at first, touched only if it changes: a reload costs the loop what
-            // it changes, not the number of services.
-            match self.slots.get(name).map(|s| s.removed || s.cfg != *def) {
-                None => {
-                    self.add_slot(def.clone());
-                    added.push(name.clone());
-                }
-                Some(true) => {
-                    let Some(slot) = self.slots.get_mut(name) else {
-                        continue;
-                    };
-                    let revived = slot.removed;
-                    slot.removed = false;
-                    let running = slot.svc.pid.is_some();
-                    // Stop with the old definition (its stop_signal); start with the new.
-                    if running {
-                        self.apply(name, Event::Restart, now);
-                    }
-                    if let Some(slot) = self.slots.get_mut(name) {
-                        slot.cfg = def.clone();
-                    }
-                    self.forget_dependents();
-                    if revived && def.autostart && !self.down.contains(name) {
-                        self.apply(name, Event::Start, now);
-                    } else if !running {
-                        // Waiting out a backoff or cooldown, or failed: at once.
-                        self.apply(name, Event::Changed, now);
-                    }
-                    changed.push(name.clone());
-                }
-                Some(false) => {}
-            }
-        }
-        let (socket, state_dir) = (
-            self.cfg.supd.socket.clone(),
-            self.cfg.supd.state_dir.clone(),
-        );
-        self.cfg.supd = SupdConfig {
-            socket,
-            state_dir,
-            ..delta.supd
-        };
-        crate::sys::set_own_nice(self.cfg.supd.nice);
-        crate::sys::set_own_realtime(self.cfg.supd.realtime);
-        self.cfg.leases = delta.leases;
-        self.cfg.files = delta.files;
-        self.config_errors.clear();
-        self.broken_files.clear();
-        self.end_kept(now);
-        log::info!(
-            "reloaded {}: added {added:?}, removed {removed:?}, changed {changed:?}",
-            self.config_path.display()
-        );
-        json!({"added": added, "removed": removed, "changed": changed})
-    }
-
-    fn warn_fixed_settings(&self, new: &SupdConfig) {
-        let old = &self.cfg.supd;
-        if new.socket != old.socket {
-            log::warn!(
-                "reload: the socket moves to {} only when supd restarts",
-                new.socket.display()
-            );
-        }
-        if new.state_dir != old.state_dir {
-            log::warn!(
-                "reload: state_dir {} takes effect when supd restarts",
-                new.state_dir.display()
-            );
+        Finished {
+            result,
+            pid: self.pid,
+            waiting: self.waiting,
+            again: self.again,
         }
     }
 }

@@ -6,10 +6,76 @@
 //! date for the touched slots alone: an event costs the same whatever the number of
 //! services. Reads go through `Deref` to the map.
 
-use crate::supervisor::Slot;
+use crate::config::ServiceConfig;
+use crate::instance::Instance;
+use crate::logs::Output;
+use crate::notify::NotifySocket;
+use crate::records::PidFile;
+use crate::service::{Service, State};
+use crate::sys;
 use crate::time::Mono;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
+use std::os::fd::OwnedFd;
+
+/// One configured service and what belongs to it.
+pub struct Slot {
+    /// Its id for as long as it is in [`Slots`], which gives it.
+    pub id: u32,
+    pub cfg: ServiceConfig,
+    pub svc: Service,
+    /// Its output pipes and ring, boxed: a service with `log = "null"` has none.
+    pub output: Option<Box<Output>>,
+    /// Read end of the `fd:N` readiness pipe of the current process.
+    pub ready_pipe: Option<OwnedFd>,
+    /// The tool version the current (or last) process runs.
+    pub version: Option<String>,
+    /// The last `STATUS=` of a notify service.
+    pub status_text: Option<String>,
+    /// The `NOTIFY_SOCKET` of a notify service, made at its first start.
+    pub notify: Option<NotifySocket>,
+    /// Where the current process is recorded, made at the first start (a path: the
+    /// file is opened for each write, never held open).
+    pub(crate) pid_file: Option<PidFile>,
+    /// Where its health check command under way is recorded, made at its first run.
+    pub check_file: Option<PidFile>,
+    /// The current (or finishing) run: from its spawn until its last process is gone.
+    pub instance: Option<Instance>,
+    /// A pidfd of the run's leader (and its pid), until it is reaped: readable when it
+    /// exits, so the exit is found without looking at every child. `None` on kernels
+    /// without pidfds.
+    pub leader: Option<(i32, OwnedFd)>,
+    /// Its child between release and exec: the report says how the exec went.
+    pub exec: Option<sys::Exec>,
+    /// Why its last child could not run its program (given when that child is reaped).
+    pub exec_error: Option<sys::ExecFailure>,
+    /// The uid and groups its last child took as its `user` (with the `group` it was
+    /// configured with), as the child reported them: supd never reads the user
+    /// database itself. `upgrade` checks a new version against them.
+    pub ran_as: Option<Box<(Option<String>, crate::access::Who)>>,
+    /// Removed by a reload: dropped once it is down.
+    pub removed: bool,
+    /// Its health check's state (`health`), kept across its runs for `status`.
+    pub check: crate::health::CheckState,
+    /// The check's run under way.
+    pub probe: Option<crate::health::run::Probe>,
+    /// Its watchdog's deadline (`watchdog`).
+    pub watchdog: crate::health::Watchdog,
+    /// The run (main pid) its checks and watchdog belong to; `None` while it is not up.
+    pub health_pid: Option<i32>,
+    /// Notify messages refused and not told yet, and when refusals were last told: at
+    /// most once a second, so that a flood cannot flood supd's log in turn.
+    pub refused: (usize, Option<Mono>),
+    /// Its child asked of the spawner and not answered yet (`supervisor/forks.rs`).
+    pub forking: Option<crate::spawner::Ticket>,
+}
+
+impl Slot {
+    /// No process of the service is left, and none is being stopped.
+    pub fn is_down(&self) -> bool {
+        self.svc.pid.is_none() && self.instance.is_none() && self.svc.state != State::Stopping
+    }
+}
 
 /// The slots by name, with the names touched since [`Slots::take_touched`].
 #[derive(Default)]

@@ -7,13 +7,19 @@
 //! the pid records, so a later supd can end what this one leaves.
 
 mod reap;
+mod reload;
 mod reports;
 use reap::DRAIN_MAX;
 mod down;
+mod forks;
+mod health;
 mod held;
 mod indices;
+mod leases;
+mod notify;
 mod shutdown;
 mod starts;
+mod statedir;
 
 use crate::cgroup::{self, Cgroups};
 use crate::config::{Config, LogMode, LogStderr, Ready, ServiceConfig};
@@ -22,7 +28,6 @@ use crate::fdset::FdSet;
 pub use crate::instance::signal_group;
 use crate::instance::Instance;
 use crate::launch::{self, NotLaunched};
-use crate::leases::Grant;
 use crate::log_writer::LogWriter;
 use crate::log_writer::{Dest, OWN_LOG};
 use crate::logs::{Output, READ_MAX};
@@ -34,107 +39,16 @@ use crate::signals::Signals;
 use crate::slots::{Slots, Timers};
 use crate::sys::{self, Io, SpawnSpec};
 use crate::time::Mono;
-use crate::tools::{StartGo, Task, ToolState};
+use crate::tools::state::{StartGo, Task, ToolState};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// One configured service and what belongs to it.
-pub struct Slot {
-    /// Its id for as long as it is in [`Slots`], which gives it.
-    pub id: u32,
-    pub cfg: ServiceConfig,
-    pub svc: Service,
-    /// Its output pipes and ring, boxed: a service with `log = "null"` has none.
-    pub output: Option<Box<Output>>,
-    /// Read end of the `fd:N` readiness pipe of the current process.
-    pub ready_pipe: Option<OwnedFd>,
-    /// The tool version the current (or last) process runs.
-    pub version: Option<String>,
-    /// The last `STATUS=` of a notify service.
-    pub status_text: Option<String>,
-    /// The `NOTIFY_SOCKET` of a notify service, made at its first start.
-    pub notify: Option<NotifySocket>,
-    /// Where the current process is recorded, made at the first start (a path: the
-    /// file is opened for each write, never held open).
-    pid_file: Option<PidFile>,
-    /// Where its health check command under way is recorded, made at its first run.
-    pub check_file: Option<PidFile>,
-    /// The current (or finishing) run: from its spawn until its last process is gone.
-    pub instance: Option<Instance>,
-    /// A pidfd of the run's leader (and its pid), until it is reaped: readable when it
-    /// exits, so the exit is found without looking at every child. `None` on kernels
-    /// without pidfds.
-    pub leader: Option<(i32, OwnedFd)>,
-    /// Its child between release and exec: the report says how the exec went.
-    pub exec: Option<sys::Exec>,
-    /// Why its last child could not run its program (given when that child is reaped).
-    pub exec_error: Option<sys::ExecFailure>,
-    /// The uid and groups its last child took as its `user` (with the `group` it was
-    /// configured with), as the child reported them: supd never reads the user
-    /// database itself. `upgrade` checks a new version against them.
-    pub ran_as: Option<Box<(Option<String>, crate::access::Who)>>,
-    /// Removed by a reload: dropped once it is down.
-    pub removed: bool,
-    /// Its health check's state (`health`), kept across its runs for `status`.
-    pub check: crate::health::CheckState,
-    /// The check's run under way.
-    pub probe: Option<crate::health::run::Probe>,
-    /// Its watchdog's deadline (`watchdog`).
-    pub watchdog: crate::health::Watchdog,
-    /// The run (main pid) its checks and watchdog belong to; `None` while it is not up.
-    pub health_pid: Option<i32>,
-    /// Notify messages refused and not told yet, and when refusals were last told: at
-    /// most once a second, so that a flood cannot flood supd's log in turn.
-    pub refused: (usize, Option<Mono>),
-    /// Its child asked of the spawner and not answered yet (`forks.rs`).
-    pub forking: Option<crate::spawner::Ticket>,
-}
-
 pub use crate::fdset::ServiceFd;
-
-/// What a parked client waits for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WaitFor {
-    /// The services' process groups are gone (`stop`); `many`: answer a list. `running`:
-    /// those that had a process when asked (the answer says which needed SIGKILL).
-    Down {
-        names: Vec<String>,
-        many: bool,
-        running: Vec<String>,
-    },
-    /// The services are up, or it is clear they did not start (`start`, `restart`); at
-    /// `by` at the latest, the answer says which are not up yet.
-    Started {
-        names: Vec<String>,
-        many: bool,
-        by: Mono,
-    },
-    /// The tool's upgrade committed, rolled back or failed (`upgrade --wait`).
-    Upgrade(String),
-    /// Every leader-only service of the lease has exited (`lease-release`), or `by` has
-    /// come: SIGKILL was sent a while ago and what is left of them is wedged.
-    LeaseDown { lease: String, by: Mono },
-}
-
-/// A stop or restart of one of several services, held until the services named with it
-/// that come `after` it are down: dependents stop first, as at shutdown.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Queued {
-    pub name: String,
-    pub event: Event,
-    pub until_down: Vec<String>,
-}
-
-/// An answer owed to a parked client.
-pub struct Waiter {
-    pub client: u64,
-    pub id: Value,
-    pub what: WaitFor,
-}
+pub use crate::slots::Slot;
 
 struct Shutdown {
     deadline: Mono,
@@ -163,14 +77,9 @@ pub struct Supervisor {
     pub fdset: FdSet,
     /// Each service's earliest deadline (its machine's, its checks'), as of the last turn.
     pub(crate) timers: Timers,
-    /// The services that may be waiting to start (a superset: each is looked at again).
-    pending: BTreeSet<String>,
-    /// Look at every pending service at the next pass, not only at those touched and
-    /// their dependents: something else than a slot changed (a lease was granted, what a
-    /// previous supd left is gone).
-    pub(crate) recheck_pending: bool,
-    /// What the last pass, cut at its limit, had yet to look at.
-    carry: BTreeSet<String>,
+    /// The starts part: the pending services, what a cut pass left, the children asked
+    /// of the spawner (`starts.rs`; the pass is `supervisor/starts.rs`).
+    pub(crate) starts: crate::starts::Starts,
     /// The services that come `after` each service; `None` once configs changed.
     dependents: Option<BTreeMap<String, Vec<String>>>,
     /// Each tool's services (a probation of it counts only while they run); `None` once
@@ -188,9 +97,9 @@ pub struct Supervisor {
     shutdown: Option<Shutdown>,
     /// Set when the loop must end, with supd's exit status.
     pub exit: Option<i32>,
-    pub waiters: Vec<Waiter>,
-    /// Stops and restarts waiting for the services named with them that come after them.
-    pub queued: Vec<Queued>,
+    /// The control part: answers owed to parked clients, stops and restarts held for
+    /// their dependents (`control/parked.rs`).
+    pub(crate) control: crate::control::Control,
     /// Services an operator stopped: they stay down across restarts of supd.
     pub down: BTreeSet<String>,
     /// The admin-down marks could not be written: when to try again, the delay, and why.
@@ -201,13 +110,9 @@ pub struct Supervisor {
     pub tools: BTreeMap<String, ToolState>,
     /// Helper processes (installs, prunes), by pid.
     pub tasks: BTreeMap<i32, Task>,
-    /// Leadership granted by sup-lease, by lease.
-    pub grants: BTreeMap<String, Grant>,
-    /// When each service last turned unhealthy, and why: a leader-only one holds its
-    /// node out of its lease for its `cooldown` (`leases.rs`).
-    pub unhealthy_at: BTreeMap<String, (Mono, String)>,
-    /// The dead-man pipe of leader-only services, made at the first such start.
-    pub deadman: Option<crate::deadman::Deadman>,
+    /// The leases part: grants, their timer, the dead-man guards' pipe and boards, the
+    /// health holds (`leases.rs`; carried out on the slots by `supervisor/leases.rs`).
+    pub(crate) leases: crate::leases::Leases,
     /// The state directory's lock, held for the whole life of supd (and its re-executions).
     pub lock: Option<nix::fcntl::Flock<std::fs::File>>,
     /// The process that writes the log files.
@@ -228,15 +133,10 @@ pub struct Supervisor {
     pub lock_lost: bool,
     /// Services whose leader was reaped while other processes of that run remain.
     pub draining: BTreeSet<String>,
-    /// Fires at the earliest grant's end on CLOCK_BOOTTIME (a resume from suspend too);
-    /// `None` until the first grant.
-    pub grant_timer: Option<crate::leases::GrantTimer>,
     /// The control socket could not be bound: when to try again, and the step after.
     pub socket_retry: Option<(Mono, Duration)>,
     /// What a previous supd left, being ended: no service starts until it is over.
     pub cleanup: Option<crate::leftovers::Cleanup>,
-    /// The last pass left startable services for the next one, which must come at once.
-    more_to_start: bool,
     /// When to look at `draining` again, and the step after that (a safety net for
     /// members whose exit supd is not told of: SIGCHLD is the usual news).
     drain_retry: Option<(Mono, Duration)>,
@@ -244,15 +144,6 @@ pub struct Supervisor {
     pub reload_job: Option<crate::reload::Job>,
     /// Health check commands under way: pid to service.
     pub check_pids: BTreeMap<i32, String>,
-    /// Services' children asked of the spawner, by ticket (`forks.rs`).
-    pub(crate) forks: BTreeMap<crate::spawner::Ticket, crate::forks::Forking>,
-}
-
-impl Slot {
-    /// No process of the service is left, and none is being stopped.
-    pub fn is_down(&self) -> bool {
-        self.svc.pid.is_none() && self.instance.is_none() && self.svc.state != State::Stopping
-    }
 }
 
 impl Supervisor {
@@ -276,9 +167,7 @@ impl Supervisor {
             slots: Slots::default(),
             fdset,
             timers: Timers::default(),
-            pending: BTreeSet::new(),
-            recheck_pending: true,
-            carry: BTreeSet::new(),
+            starts: crate::starts::Starts::default(),
             dependents: None,
             tool_index: None,
             scan_owed: None,
@@ -288,17 +177,14 @@ impl Supervisor {
             signals,
             shutdown: None,
             exit: None,
-            waiters: Vec::new(),
-            queued: Vec::new(),
+            control: crate::control::Control::default(),
             down,
             down_retry: None,
             started: Mono::now(),
             buf: vec![0; READ_MAX],
             tools: BTreeMap::new(),
             tasks: BTreeMap::new(),
-            grants: BTreeMap::new(),
-            unhealthy_at: BTreeMap::new(),
-            deadman: None,
+            leases: crate::leases::Leases::default(),
             lock: None,
             log_writer: LogWriter::new(
                 std::env::current_exe().unwrap_or_else(|_| "/usr/sbin/supd".into()),
@@ -321,13 +207,10 @@ impl Supervisor {
             lock_lost: false,
             draining: BTreeSet::new(),
             drain_retry: None,
-            more_to_start: false,
             socket_retry: None,
-            grant_timer: None,
             cleanup: None,
             reload_job: None,
             check_pids: BTreeMap::new(),
-            forks: BTreeMap::new(),
         };
         // Moved, not copied: each service's config lives in its slot only (a second
         // copy of every one cost about a kilobyte a service).
@@ -398,7 +281,7 @@ impl Supervisor {
         let mut probation_ended = false;
         for a in actions {
             if let Action::Unhealthy(why) = &a {
-                self.note_unhealthy(name, why, now);
+                self.leases.note_unhealthy(name, why, now);
             }
             match a {
                 Action::Signal(sig) => {
@@ -521,7 +404,7 @@ impl Supervisor {
             .slots
             .get(name)
             .and_then(|s| s.cfg.leader_only.as_deref())
-            .and_then(|l| self.lease_term(l, now))
+            .and_then(|l| self.leases.term(l))
         {
             plan.env.push(("SUP_LEASE_TERM".into(), term.to_string()));
         }
@@ -530,16 +413,13 @@ impl Supervisor {
             .slots
             .get(name)
             .is_some_and(|s| s.cfg.leader_only.is_some());
-        if leader_only && self.deadman.is_none() {
-            match crate::deadman::Deadman::new() {
-                Ok(d) => self.deadman = Some(d),
-                Err(e) => {
-                    return self.apply(
-                        name,
-                        Event::SpawnFailed(format!("cannot make the dead-man pipe: {e}")),
-                        now,
-                    )
-                }
+        if leader_only {
+            if let Err(e) = self.leases.ensure_deadman() {
+                return self.apply(
+                    name,
+                    Event::SpawnFailed(format!("cannot make the dead-man pipe: {e}")),
+                    now,
+                );
             }
         }
         let Some(slot) = self.slots.get_mut(name) else {
@@ -604,7 +484,7 @@ impl Supervisor {
             dies_with_supd: false,
             join,
         };
-        let forking = |pending| crate::forks::Forking {
+        let forking = |pending| crate::starts::Forking {
             name: name.to_string(),
             version: plan.version,
             cgroup: cgroup_dir,
@@ -618,7 +498,7 @@ impl Supervisor {
             }
             Ok(crate::spawner::Begun::Asked(ticket, pending)) => {
                 slot.forking = Some(ticket);
-                self.forks.insert(ticket, forking(pending));
+                self.starts.asked(ticket, forking(pending));
             }
             Err(why) => self.apply(name, Event::SpawnFailed(why), now),
         }
@@ -713,7 +593,7 @@ impl Supervisor {
     pub fn next_deadline(&self) -> Option<Mono> {
         let services = self.timers.first().into_iter().chain(self.scan_owed);
         let shutdown = self.shutdown_deadline();
-        let now_if_more = self.more_to_start.then_some(Mono(0));
+        let now_if_more = self.starts.more_to_start().then_some(Mono(0));
         services
             .chain(now_if_more)
             .chain(shutdown)
@@ -721,13 +601,10 @@ impl Supervisor {
             .chain(self.cleanup.as_ref().map(|c| c.wake()))
             .chain(self.socket_retry.map(|(at, _)| at))
             .chain(self.next_probation_deadline())
-            .chain(self.next_grant_deadline())
+            .chain(self.leases.next_deadline())
             .chain(crate::spawner::deadline())
             .chain(self.handshake_deadline())
-            .chain(self.waiters.iter().filter_map(|w| match w.what {
-                WaitFor::LeaseDown { by, .. } | WaitFor::Started { by, .. } => Some(by),
-                _ => None,
-            }))
+            .chain(self.control.deadlines())
             .min()
     }
 
@@ -738,11 +615,11 @@ impl Supervisor {
         self.sweep_tools();
         self.check_probations(now);
         if self.shutdown.is_some() {
-            self.queued.clear();
+            self.control.clear_held();
             // Nothing starts any more: a pass cut at its limit before the shutdown must
             // not keep asking for the next turn at once (the loop would spin until the
             // last service is down).
-            self.more_to_start = false;
+            self.starts.no_more();
             self.shutdown_step(now);
         } else {
             self.run_queued(now);
@@ -771,12 +648,12 @@ impl Supervisor {
 
     /// Carries out the held stops and restarts whose dependents are down.
     fn run_queued(&mut self, now: Mono) {
-        while let Some(i) = self.queued.iter().position(|q| {
-            q.until_down
-                .iter()
-                .all(|d| self.slots.get(d).is_none_or(|s| s.is_down()))
-        }) {
-            let q = self.queued.remove(i);
+        loop {
+            let slots = &self.slots;
+            let is_down = |d: &str| slots.get(d).is_none_or(|s| s.is_down());
+            let Some(q) = self.control.next_ready(is_down) else {
+                break;
+            };
             // Those it held down (`startable`) are looked at again by this pass.
             for d in &q.until_down {
                 let _ = self.slots.get_mut(d);
@@ -808,7 +685,7 @@ impl Supervisor {
             .cfg
             .leader_only
             .as_ref()
-            .filter(|l| !self.holds(l, now))
+            .filter(|l| !self.leases.holds(l))
         {
             missing.push(format!("lease '{l}'"));
         }

@@ -20,156 +20,22 @@ mod copy;
 mod load;
 mod probation;
 mod start;
+pub mod state;
 mod tasks;
 
-pub use start::StartGo;
-pub use tasks::Task;
+pub use state::{
+    errno_text, Failure, Op, Pending, StartGo, Task, ToolState, RETRY_FIRST, RETRY_MAX,
+};
 
 use crate::failpoint;
 use crate::protocol::{Error, ErrorKind};
 use crate::supervisor::{unix_ms, Supervisor};
 use crate::time::{Clocks, Human, Mono};
-use crate::upgrade::{self, Change, Phase, Record, Request};
+use crate::upgrade::{self, Change, Phase, Request};
 use crate::versions;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::time::Duration;
-
-/// The first wait before a change whose record could not be written is tried again;
-/// it doubles up to [`RETRY_MAX`].
-pub const RETRY_FIRST: Duration = Duration::from_millis(100);
-pub const RETRY_MAX: Duration = Duration::from_secs(10);
-
-/// What supd holds about one tool.
-#[derive(Clone, Debug, Default)]
-pub struct ToolState {
-    /// The record as it is on disk (held only once written).
-    pub record: Record,
-    /// The probation's deadline, while it has not come.
-    pub deadline: Option<Mono>,
-    /// The deadline came: commit as soon as every service of the tool is ready.
-    pub overdue: bool,
-    /// The end of the regression window after a commit, while it has not come.
-    pub window: Option<Mono>,
-    /// Services of the tool whose start waits for a change of `current` that supd could
-    /// not make yet (a switch back from a bad version): started once it is made.
-    pub held: BTreeSet<String>,
-    /// The record could not be read at start (it was set aside).
-    pub record_error: Option<String>,
-    /// A change supd decided but could not write: nothing of it is done; retried.
-    pub pending: Option<Pending>,
-    /// Leftovers of interrupted installs and prunes were looked at.
-    pub swept: bool,
-}
-
-/// A change waiting for its record to be written.
-#[derive(Clone, Debug)]
-pub struct Pending {
-    pub change: Change,
-    pub op: Op,
-    /// "cannot write record ...: ENOSPC (No space left on device)".
-    pub error: String,
-    pub retry_at: Mono,
-    pub delay: Duration,
-}
-
-/// Which change it is: for failpoints, logs and events once it is carried out.
-#[derive(Clone, Debug)]
-pub enum Op {
-    /// Putting the record and the link right at start; resuming a probation.
-    Load,
-    Upgrade,
-    Commit,
-    /// A failed probation's end: roll back to `to` (or stay, `to` = None).
-    Rollback {
-        version: String,
-        to: Option<String>,
-        why: String,
-        /// The version was marked bad (not when its start was refused for want of
-        /// permission).
-        marked: bool,
-    },
-    OpRollback {
-        from: String,
-        to: String,
-    },
-    SelfUpgrade {
-        version: String,
-    },
-    SwitchBack {
-        version: String,
-        to: String,
-    },
-    /// What a watched version's verdict rests on (its services' crash histories, a
-    /// leader-only probation paused or counting again, a regression window's end).
-    Note,
-}
-
-impl Op {
-    /// The failpoint prefix.
-    fn name(&self) -> &'static str {
-        match self {
-            Op::Load => "load",
-            Op::Upgrade => "upgrade",
-            Op::Commit => "commit",
-            Op::Rollback { .. } => "rollback",
-            Op::OpRollback { .. } => "oprollback",
-            Op::SelfUpgrade { .. } => "selfupgrade",
-            Op::SwitchBack { .. } => "switchback",
-            Op::Note => "note",
-        }
-    }
-
-    /// What waits, for `versions` and the log.
-    pub fn describe(&self, r: &Record) -> String {
-        let p = r.proposed.as_deref().unwrap_or("?");
-        match self {
-            Op::Load => "putting the record right at start".into(),
-            Op::Upgrade => format!("the upgrade to {p}"),
-            Op::Commit => format!("the commit of {p}"),
-            Op::Rollback {
-                version,
-                to: Some(to),
-                ..
-            } => format!("the rollback from {version} to {to}"),
-            Op::Rollback { version, .. } => format!("the end of {version}'s probation"),
-            Op::OpRollback { from, to } => format!("the rollback from {from} to {to}"),
-            Op::SelfUpgrade { version } => format!("the probation of {version}"),
-            Op::SwitchBack { version, to } => {
-                format!("switching back from the bad version {version} to {to}")
-            }
-            Op::Note => format!("the probation record of {p}"),
-        }
-    }
-}
-
-/// Why a change stopped (everything before the failed step is done, nothing after).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Failure {
-    /// The record could not be written: nothing was done.
-    Record(String),
-    /// The record is written, `current` could not be switched.
-    Switch(String),
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Record(e) | Failure::Switch(e) => f.write_str(e),
-        }
-    }
-}
-
-/// "ENOSPC (No space left on device)" for an I/O error, its text otherwise.
-pub fn errno_text(e: &std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(n) => {
-            let errno = nix::errno::Errno::from_raw(n);
-            format!("{errno:?} ({})", errno.desc())
-        }
-        None => e.to_string(),
-    }
-}
 
 fn failed(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::Failed, msg)

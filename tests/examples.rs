@@ -145,18 +145,27 @@ fn the_readmes_try_it_block_runs_as_pasted() {
         .ok()
         .and_then(|t| t.trim().parse().ok());
     if let Some(pid) = supd {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         wait_exit(pid, DEADLINE).expect("supd ends on SIGTERM");
     }
     let read = |n: &str| std::fs::read_to_string(sb.path(n)).unwrap_or_default();
     let (stdout, stderr) = (read("out"), read("err"));
-    assert!(finished, "the block did not finish\nstdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        finished,
+        "the block did not finish\nstdout: {stdout}\nstderr: {stderr}"
+    );
     assert!(supd.is_some(), "supd was not started\n{stderr}");
     assert!(
         stdout.starts_with("NAME ") && stdout.contains("\nclock "),
         "stdout: {stdout}\nstderr: {stderr}"
     );
     // 3: `agent` has no version yet, as the README's table shows.
-    assert!(stdout.contains("status exit 3"), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.contains("status exit 3"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
     assert!(!stderr.contains("cannot reach"), "{stderr}");
 }

@@ -71,7 +71,7 @@ impl Supervisor {
         // the KILL rounds: a start pass looks at them.
         let over = c.is_over();
         if over || c.past_rounds() != was_past || !released.is_empty() {
-            self.recheck_pending = true;
+            self.starts.recheck();
         }
         if over {
             self.cleanup = None;
@@ -115,7 +115,7 @@ impl Supervisor {
         let narrow = self.cfg.narrow_kill_modes();
         self.cleanup =
             crate::leftovers::Cleanup::begin_only(&state_dir, &names, grace, narrow, now);
-        self.recheck_pending = true;
+        self.starts.recheck();
     }
 
     /// `stop` of `names` once no stop among them is under way any more, though not all
@@ -123,7 +123,7 @@ impl Supervisor {
     /// such a one (a stop held until services after it are down). `None` while a stop
     /// may still end.
     pub(crate) fn stuck_stops(&self, names: &[String], now: Mono) -> Option<String> {
-        let queued = |n: &String| self.queued.iter().find(|q| &q.name == n);
+        let queued = |n: &String| self.control.held(n);
         let unkillable = |n: &String| {
             self.slots
                 .get(n)
@@ -132,7 +132,7 @@ impl Supervisor {
         // The held stops that wait, however indirectly, for a run that cannot end.
         let mut stuck: Vec<(&String, &String)> = Vec::new();
         loop {
-            let more: Vec<(&String, &String)> = (self.queued.iter())
+            let more: Vec<(&String, &String)> = (self.control.all_held().iter())
                 .filter(|q| !stuck.iter().any(|(n, _)| *n == &q.name))
                 .filter_map(|q| {
                     let d = q

@@ -33,7 +33,7 @@ impl Supervisor {
                 "{name}: its deadline changed without its slot being touched"
             );
             assert!(
-                !slot.svc.pending() || self.pending.contains(name),
+                !slot.svc.pending() || self.starts.is_pending(name),
                 "{name}: pending without its slot being touched"
             );
             let mut want: Vec<_> = (wanted_fds(slot).iter())
@@ -60,10 +60,9 @@ impl Supervisor {
         // Whatever may start was started, unless the pass stopped at its limit, or at a
         // full spawner queue: then the next pass (woken by the spawner's answers) looks
         // at it again.
-        if self.shutdown.is_none() && !self.more_to_start {
-            let all: BTreeSet<String> = self.pending.clone();
-            let left = self.startable(&all, Mono::now(), &BTreeSet::new(), 1);
-            let carried = !crate::spawner::room() && left.iter().all(|n| self.carry.contains(n));
+        if self.shutdown.is_none() && !self.starts.more_to_start() {
+            let left = self.startable(self.starts.pending(), &BTreeSet::new(), 1);
+            let carried = !crate::spawner::room() && left.iter().all(|n| self.starts.carried(n));
             assert!(
                 left.is_empty() || carried,
                 "{left:?}: startable but not started"

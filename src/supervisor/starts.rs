@@ -1,15 +1,16 @@
 //! The start pass: which pending services may start (their `after` ready, their
 //! previous run over, no hold), at most `SPAWNS_PER_PASS` or `PASS_TIME` a pass, looking
-//! only at the touched services and those after them.
+//! only at the touched services and those after them. What it remembers between passes
+//! is the starts part's (`starts.rs`).
 
 use super::*;
+use crate::starts::{pass_is_over, SPAWNS_PER_PASS};
 
 impl Supervisor {
     /// The next pass, at once, looks at every pending service: services became pending
     /// during a pass (a start that restarted others), after it chose what to look at.
     pub(crate) fn look_again_at_every_pending(&mut self) {
-        self.recheck_pending = true;
-        self.more_to_start = true;
+        self.starts.look_again_at_every_pending();
     }
 
     /// Starts what may start, each service at most once, for at most `PASS_TIME` of the
@@ -20,26 +21,22 @@ impl Supervisor {
     pub(super) fn start_some(&mut self, now: Mono) {
         let mut spawned: BTreeSet<String> = BTreeSet::new();
         let began = Mono::now();
-        self.more_to_start = false;
         self.note_pending();
         // Only a change to a slot makes it, or those after it, startable (or a change
         // outside the slots, which asks for a look at all of them).
-        let mut look = if std::mem::take(&mut self.recheck_pending) {
-            self.pending.clone()
-        } else {
+        let (mut look, all) = self.starts.begin_pass();
+        if !all {
             let touched: Vec<String> = self.slots.touched().iter().cloned().collect();
-            let mut look = std::mem::take(&mut self.carry);
             for name in touched {
                 look.extend(self.dependents_of(&name));
                 look.insert(name);
             }
-            look
-        };
+        }
         // Rounds: a service started now may make others (`after` it) startable.
         loop {
-            look.retain(|n| self.pending.contains(n));
+            look.retain(|n| self.starts.is_pending(n));
             let want = SPAWNS_PER_PASS + 1 - spawned.len();
-            let batch: Vec<String> = self.startable(&look, now, &spawned, want);
+            let batch: Vec<String> = self.startable(&look, &spawned, want);
             if batch.is_empty() {
                 return;
             }
@@ -50,9 +47,8 @@ impl Supervisor {
                     // The next pass goes on with what this one looked at: at once, or
                     // when the spawner's queue has room again (its answers wake the
                     // loop).
-                    self.more_to_start = over;
                     look.extend(next);
-                    self.carry = look;
+                    self.starts.cut_pass(over, look);
                     return;
                 }
                 self.spawn(&name, now);
@@ -87,13 +83,8 @@ impl Supervisor {
     /// Brings `pending` up to date with the slots touched so far this turn.
     pub(super) fn note_pending(&mut self) {
         for name in self.slots.touched() {
-            if self.slots.get(name).is_some_and(|s| s.svc.pending()) {
-                if !self.pending.contains(name) {
-                    self.pending.insert(name.clone());
-                }
-            } else {
-                self.pending.remove(name);
-            }
+            let pending = self.slots.get(name).is_some_and(|s| s.svc.pending());
+            self.starts.note(name, pending);
         }
     }
 
@@ -102,12 +93,11 @@ impl Supervisor {
     pub(super) fn startable(
         &self,
         among: &BTreeSet<String>,
-        now: Mono,
         except: &BTreeSet<String>,
         max: usize,
     ) -> Vec<String> {
         (among.iter())
-            .filter(|n| !except.contains(*n) && self.may_start(n, now))
+            .filter(|n| !except.contains(*n) && self.may_start(n))
             .take(max)
             .cloned()
             .collect()
@@ -115,19 +105,19 @@ impl Supervisor {
 
     /// Whether `name` may be started now: pending, not asked for yet, and what it waits
     /// for is there.
-    pub(crate) fn may_start(&self, name: &str, now: Mono) -> bool {
+    pub(crate) fn may_start(&self, name: &str) -> bool {
         let Some(s) = self.slots.get(name) else {
             return false;
         };
         // Down for a held stop or restart of a service it comes after (`queued`): it
         // starts again once that one has restarted, not before, or the held one, which
         // waits for all its dependents named with it to be down at once, might never.
-        let held = || (self.queued.iter()).any(|q| q.until_down.iter().any(|d| d == name));
+        let held = || self.control.holds_down(name);
         let lease_held = || {
             s.cfg
                 .leader_only
                 .as_ref()
-                .is_none_or(|l| self.holds(l, now))
+                .is_none_or(|l| self.leases.holds(l))
         };
         s.svc.pending()
             && !s.removed
@@ -145,34 +135,5 @@ impl Supervisor {
         cfg.after
             .iter()
             .all(|d| self.slots.get(d).is_some_and(|s| s.svc.is_ready(&s.cfg)))
-    }
-}
-
-/// How many services one pass of the loop starts at most.
-pub(super) const SPAWNS_PER_PASS: usize = 64;
-
-/// How long one pass of the loop goes on starting services: a spawn costs a fork of
-/// supd (milliseconds when it is big), and a client or a signal waits behind the pass.
-pub(super) const PASS_TIME: Duration = Duration::from_millis(4);
-
-/// Whether a pass that started `spawned` services in `elapsed` (read only when needed)
-/// must leave the rest to the next: at least one starts in each.
-fn pass_is_over(spawned: usize, elapsed: impl FnOnce() -> Duration) -> bool {
-    spawned >= SPAWNS_PER_PASS || (spawned > 0 && elapsed() >= PASS_TIME)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pass_starts_at_least_one_and_stops_at_its_time_or_count() {
-        let long = || Duration::from_secs(1);
-        let short = || Duration::from_micros(100);
-        assert!(!pass_is_over(0, long), "at least one start in each pass");
-        assert!(pass_is_over(1, long), "a slow spawn ends the pass");
-        assert!(pass_is_over(2, || PASS_TIME));
-        assert!(!pass_is_over(SPAWNS_PER_PASS - 1, short));
-        assert!(pass_is_over(SPAWNS_PER_PASS, short));
     }
 }

@@ -2,22 +2,11 @@
 //! itself gets an upgrade with probation, a bad one is switched back, and a start waits
 //! while a change of supd's own waits for its record.
 
-use super::Op;
+use super::{Op, StartGo};
 use crate::supervisor::Supervisor;
 use crate::time::{Clocks, Mono};
 use crate::upgrade::{self, Change, StartCheck};
 use crate::versions;
-
-/// Whether a start of a tool's service goes on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StartGo {
-    /// On the version planned.
-    AsPlanned,
-    /// `current` was switched back from a bad version: plan again (once).
-    Replan,
-    /// Not now, for this reason (a change of the tool must be made first).
-    Held(String),
-}
 
 impl Supervisor {
     /// A service of `tool` is about to start on `version`: a tool that switched its own

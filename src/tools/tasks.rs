@@ -9,7 +9,7 @@
 //! (`end_helpers`). A `reexec` keeps them: the death signal comes with the end of the
 //! parent's thread, which an exec does not end, and the new image takes them over.
 
-use super::{bad_request, failed};
+use super::{bad_request, failed, Task};
 use crate::protocol::Error;
 use crate::supervisor::{unix_ms, Supervisor};
 use crate::sys::{self, SpawnSpec};
@@ -29,40 +29,6 @@ static SWEPT_ALL: AtomicBool = AtomicBool::new(false);
 
 /// How long supd, exiting, waits for the helpers it killed.
 const HELPER_END_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// A helper process supd waits for.
-#[derive(Clone, Debug)]
-pub enum Task {
-    /// Copying a version in; the client (if it is still there: not after a reexec) is
-    /// answered when it ends.
-    Install {
-        tool: String,
-        version: String,
-        client: Option<(u64, Value)>,
-        /// The read end of the pipe the copy writes why it failed into (not carried
-        /// across a reexec: the answer then gives the exit status alone).
-        why: Option<Rc<File>>,
-    },
-    /// Deleting pruned versions and leftovers.
-    Prune { dirs: Vec<PathBuf> },
-    /// `BINARY --handshake NONCE`, before re-executing into it (handshake.rs).
-    ReexecCheck {
-        binary: PathBuf,
-        client: u64,
-        id: Value,
-        nonce: String,
-        /// The read end of the pipe that is its standard output (non-blocking: read
-        /// once it ended, and a process it left may hold the write end).
-        answer: Rc<File>,
-        /// When it is killed if it has not ended.
-        by: Mono,
-        /// It was killed at `by`.
-        timed_out: bool,
-        /// The program, opened before it ran: the file that answers is the file
-        /// executed (`handshake::open`).
-        program: Rc<File>,
-    },
-}
 
 impl Supervisor {
     /// `install TOOL VERSION DIR`: checks, then a helper copies into a hidden staging

@@ -1,4 +1,5 @@
-//! Services' children asked of the spawner and not answered yet.
+//! Services' children asked of the spawner and not answered yet: the coordinator's side
+//! (what is kept for each is the starts part's, `starts.rs`).
 //!
 //! A service's spawn is two steps: its plan goes to the spawner's queue
 //! (`spawner::begin_service`), and when the answer (the child's pid) is read in the loop,
@@ -12,35 +13,19 @@
 //! without running anything (it is reaped as any unknown child). An answer is taken
 //! only while the service could still be started then, as at its request.
 
+use super::{pid_file_of, Supervisor};
 use crate::instance::Instance;
 use crate::service::Event;
-use crate::supervisor::Supervisor;
+use crate::starts::Forking;
 use crate::sys;
 use crate::time::Mono;
-use std::os::fd::OwnedFd;
-use std::path::PathBuf;
-
-/// What a service's spawn keeps for the child's release.
-pub struct Forking {
-    pub name: String,
-    /// The tool version it runs.
-    pub version: Option<String>,
-    /// The cgroup it moves itself into.
-    pub cgroup: Option<PathBuf>,
-    /// It gets a dead-man guard (leader-only).
-    pub leader_only: bool,
-    /// Its readiness pipe: read end, and supd's copy of the write end (held until the
-    /// child has its own, so that end-of-file means the child closed it).
-    pub ready: Option<(OwnedFd, OwnedFd)>,
-    pub pending: sys::Pending,
-}
 
 impl Supervisor {
     /// Reads the spawner's answers (or learns it is gone) and releases the children
     /// still wanted.
     pub fn on_spawner(&mut self, now: Mono) {
         for (ticket, answer) in crate::spawner::answers(now) {
-            let Some(f) = self.forks.remove(&ticket) else {
+            let Some(f) = self.starts.answered(ticket) else {
                 continue;
             };
             let name = f.name.clone();
@@ -60,7 +45,7 @@ impl Supervisor {
                     self.apply(&name, Event::SpawnFailed(format!("fork: {e}")), now)
                 }
                 Some(Err(_)) => {}
-                Some(Ok(pid)) if ours && self.may_start(&name, now) => {
+                Some(Ok(pid)) if ours && self.may_start(&name) => {
                     self.release_child(f, pid, now)
                 }
                 // Called off meanwhile (`drop_fork`), or no longer to start (what it
@@ -82,7 +67,7 @@ impl Supervisor {
 
     /// Drops every request under way (shutdown, reexec): their children exit unrun.
     pub(crate) fn drop_forks(&mut self) {
-        for f in std::mem::take(&mut self.forks).into_values() {
+        for f in self.starts.take_forks() {
             self.drop_fork(&f.name);
         }
     }
@@ -110,8 +95,8 @@ impl Supervisor {
             .clone()
             .filter(|_| kill_mode == crate::config::KillMode::Cgroup);
         let guard_cgroup = guard_cgroup.as_deref();
-        let mut deadman = self.deadman.as_mut().zip(lease);
-        let pid_file = match crate::supervisor::pid_file_of(slot, &state_dir) {
+        let leases = &mut self.leases;
+        let pid_file = match pid_file_of(slot, &state_dir) {
             Ok(f) => f,
             Err(why) => return self.apply(&name, Event::SpawnFailed(why), now),
         };
@@ -132,10 +117,10 @@ impl Supervisor {
                 )
             })?;
             crate::failpoint::hit("spawn-after-record");
-            let guard = match deadman.as_mut() {
-                // With a narrower `kill_mode`, the guard ends the leader (and its
-                // group), not what else is in its cgroup.
-                Some((d, lease)) => Some(d.arm(lease, pid, guard_cgroup).map_err(|e| {
+            // With a narrower `kill_mode`, the guard ends the leader (and its group),
+            // not what else is in its cgroup.
+            let guard = match lease.as_deref().and_then(|l| leases.guard(l, pid, guard_cgroup)) {
+                Some(armed) => Some(armed.map_err(|e| {
                     format!("{e}; not started (a leader-only service never runs without it)")
                 })?),
                 None => None,

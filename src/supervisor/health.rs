@@ -1,0 +1,379 @@
+//! The coordinator side of health checks and watchdogs (`health.rs`, `health/run.rs`):
+//! each check's runs started, read and ended for its service's run, and what the
+//! verdicts do to the service.
+
+use super::{unix_ms, Supervisor};
+use crate::config::{Check, Ready};
+use crate::health::run::{HealthView, Probe};
+use crate::health::{Change, CheckState, Health};
+use crate::records::PidFile;
+use crate::service::{Event, Exit, State};
+use crate::sys::{Io, SpawnSpec};
+use crate::time::Mono;
+use serde_json::json;
+
+impl Supervisor {
+    /// The health of a service with a `health` check or a `watchdog`, and when it last
+    /// became unhealthy; `None` for an unknown service or one with neither. For the
+    /// lease rule: a leader-only service that is unhealthy makes its node ineligible.
+    pub fn health_of(&self, name: &str) -> Option<HealthView> {
+        let s = self.slots.get(name)?;
+        (s.cfg.health.is_some() || s.cfg.watchdog.is_some()).then_some(HealthView {
+            health: s.check.health,
+            unhealthy_since_ms: s.check.unhealthy_since_ms,
+        })
+    }
+
+    /// Starts the checks and watchdog of services that have just started, ends those of
+    /// services that are no longer up. Runs at each settle, over the slots touched this
+    /// turn: a service's run begins and ends only through a change to its slot.
+    pub fn sync_health(&mut self, now: Mono) {
+        let mut ended = Vec::new();
+        let touched: Vec<String> = self.slots.touched().iter().cloned().collect();
+        for name in touched {
+            let Some(slot) = self.slots.get_mut(&name) else {
+                continue;
+            };
+            // A reload may have taken the check away from a service being restarted.
+            let checked = slot.cfg.health.is_some() || slot.cfg.watchdog.is_some();
+            let up = matches!(slot.svc.state, State::Starting | State::Running);
+            let pid = slot.svc.pid.filter(|_| up && checked);
+            if pid == slot.health_pid {
+                continue;
+            }
+            if let Some(p) = slot.probe.take() {
+                // The run ends with the service's: what it started too (a supd that
+                // exits next would not see it reaped).
+                if let (Probe::Command { .. }, Some(c)) = (&p, self.cgroups.as_ref()) {
+                    crate::cgroup::kill(&c.check_dir(&slot.cfg.name));
+                }
+                p.cancel();
+            }
+            slot.health_pid = pid;
+            match pid {
+                Some(_) => {
+                    match &slot.cfg.health {
+                        Some(h) => slot.check.start(h, now),
+                        // A watchdog alone: unknown until the first ping of this run.
+                        None => slot.check.health = Health::Unknown,
+                    }
+                    if let Some(d) = slot.cfg.watchdog {
+                        slot.watchdog.start(d, now);
+                    }
+                }
+                None => {
+                    slot.check.stop();
+                    slot.watchdog.stop();
+                    ended.push(slot.cfg.name.clone());
+                }
+            }
+        }
+        for name in ended {
+            log::debug!("{name}: its health checks end with its run");
+        }
+    }
+
+    /// Fires what is due: watchdogs missed, runs timed out, runs to start.
+    pub fn fire_health(&mut self, now: Mono) {
+        self.sync_health(now);
+        let due: Vec<String> = (self.timers.due(now).into_iter())
+            .filter(|n| {
+                self.slots.get(n).is_some_and(|s| {
+                    s.health_pid.is_some()
+                        && [s.check.deadline(), s.watchdog.deadline]
+                            .into_iter()
+                            .flatten()
+                            .any(|d| d <= now)
+                })
+            })
+            .collect();
+        for name in due {
+            let Some(slot) = self.slots.get_mut(&name) else {
+                continue;
+            };
+            match slot.cfg.watchdog {
+                Some(d) => {
+                    if let Some(why) = slot.watchdog.expired(d, now) {
+                        self.watchdog_failed(&name, why, now);
+                        continue;
+                    }
+                }
+                None => slot.watchdog.stop(),
+            }
+            let Some(h) = slot.cfg.health.clone() else {
+                slot.check.stop();
+                continue;
+            };
+            if slot.check.timed_out(now) {
+                if let Some(p) = slot.probe.take() {
+                    p.cancel();
+                }
+                self.check_done(&name, Err(CheckState::timeout_reason(&h)), now);
+                continue;
+            }
+            if slot.check.due(now) {
+                slot.check.begin(&h, now);
+                let probe = match &h.check {
+                    Check::Command(argv) => self.spawn_check(&name, argv),
+                    other => Probe::begin_socket(other),
+                };
+                match probe {
+                    Ok(p) => {
+                        if let Some(slot) = self.slots.get_mut(&name) {
+                            slot.probe = Some(p);
+                        }
+                    }
+                    Err(why) => self.check_done(&name, Err(why), now),
+                }
+            }
+        }
+    }
+
+    /// Forks a check command like the service: its user, cwd, env and tool version, a
+    /// process group of its own; its output goes nowhere.
+    fn spawn_check(&mut self, name: &str, argv: &[String]) -> Result<Probe, String> {
+        let slot = self.slots.get(name).ok_or("gone")?;
+        let mut cfg = slot.cfg.clone();
+        cfg.command = argv.to_vec();
+        cfg.ready = Ready::Started;
+        let plan = crate::launch::resolve(&cfg, &self.cfg.supd, None).map_err(|e| match e {
+            crate::launch::NotLaunched::NoVersion(w) | crate::launch::NotLaunched::Failed(w) => {
+                format!("check command: cannot start: {w}")
+            }
+        })?;
+        let mut program = plan.program;
+        // The version the service runs, should `current` have moved since its start.
+        if let (Some(tool), Some(v), Some(a0)) = (&cfg.tool, &slot.version, argv.first()) {
+            if !a0.starts_with('/') && plan.version.as_ref() != Some(v) {
+                program = self
+                    .cfg
+                    .supd
+                    .tools_dir
+                    .join(tool)
+                    .join(v)
+                    .join(a0)
+                    .to_string_lossy()
+                    .into_owned();
+            }
+        }
+        let spec = SpawnSpec {
+            program,
+            args: plan.args,
+            env: plan.env,
+            cwd: plan.cwd,
+            stdout: Io::Null,
+            stderr: Io::Null,
+            creds: plan.creds,
+            ready_fd: None,
+            give: Vec::new(),
+            tuning: plan.tuning,
+            own_pid_env: None,
+            dies_with_supd: true,
+            join: None,
+        };
+        // Recorded before its program runs, as a service is: the command dies with a
+        // killed supd, but what it started would stay; the record lets the next supd
+        // end its process group. A record that cannot be written is said, and the check
+        // runs all the same: it is no service (nothing runs twice), and failing it
+        // would restart a healthy service over a state_dir problem.
+        let state_dir = self.cfg.supd.state_dir.clone();
+        let slot = self.slots.get_mut(name).ok_or("gone")?;
+        if slot.check_file.as_ref().is_some_and(|f| !f.is_current()) {
+            slot.check_file = None;
+        }
+        if slot.check_file.is_none() {
+            match PidFile::open_check(&state_dir, name) {
+                Ok(f) => slot.check_file = Some(f),
+                Err(e) => log::warn!(
+                    "{name}: cannot open the pid record of its check in {}: {e}; it runs unrecorded",
+                    state_dir.display()
+                ),
+            }
+        }
+        let record = slot.check_file.as_ref();
+        // Where supd has cgroups, a cgroup holds what the check starts, even a daemon.
+        // The command moves itself in (`SpawnSpec::join`); a refused move is said when
+        // its report is read.
+        let join = self.cgroups.as_ref().and_then(|c| {
+            let dir = c.check_dir(name);
+            match crate::cgroup::prepare(&dir).and_then(|()| crate::cgroup::procs_file(&dir)) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    log::warn!(
+                        "{name}: cannot use the cgroup of its check {}: {e}; it runs in no cgroup",
+                        dir.display()
+                    );
+                    None
+                }
+            }
+        });
+        let spec = SpawnSpec { join, ..spec };
+        let (pid, exec) = crate::spawner::spawn_service(spec, |pid| {
+            let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
+            if let Some(Err(e)) = record.map(|r| r.set(Some((pid, start_time)))) {
+                log::warn!(
+                    "{name}: cannot record the pid of its check in {}: {e}; it runs unrecorded",
+                    state_dir.display()
+                );
+            }
+            Ok(())
+        })
+        .map_err(|e| format!("check command: cannot start: {e}"))?;
+        self.check_pids.insert(pid, name.to_string());
+        Ok(Probe::Command { pid, exec })
+    }
+
+    /// A check command of `name` is reaped (its group killed): its record is cleared.
+    fn check_unrecorded(&mut self, name: &str) {
+        if let Some(f) = self.slots.get(name).and_then(|s| s.check_file.as_ref()) {
+            if let Err(e) = f.set(None) {
+                log::warn!("{name}: cannot clear the pid record of its check: {e}");
+            }
+        }
+    }
+
+    /// A check command was reaped: its run's outcome, if it is still the service's run.
+    pub fn check_reaped(&mut self, pid: i32, exit: Exit, now: Mono) {
+        let Some(name) = self.check_pids.remove(&pid) else {
+            return;
+        };
+        if !self.check_pids.values().any(|n| *n == name) {
+            self.check_unrecorded(&name);
+        }
+        let Some(slot) = self.slots.get_mut(&name) else {
+            return;
+        };
+        let ours = matches!(&slot.probe, Some(Probe::Command { pid: p, .. }) if *p == pid);
+        if !ours {
+            return; // ended already (timed out, or its service stopped)
+        }
+        let Some(Probe::Command { mut exec, .. }) = slot.probe.take() else {
+            return;
+        };
+        let outcome = exec.outcome();
+        if let Some(e) = exec.cgroup_refused() {
+            log::warn!("{name}: its check ran in no cgroup: {e}");
+        }
+        let result = match (exit, outcome) {
+            (_, Some(Err(f))) => Err(format!("check command: cannot start: {}", f.why)),
+            (Exit::Code(0), _) => Ok(()),
+            (e, _) => Err(format!("check command {e}")),
+        };
+        self.check_done(&name, result, now);
+    }
+
+    /// A socket check's fd is ready.
+    pub fn on_health_fd(&mut self, name: &str, now: Mono) {
+        let Some(outcome) = self
+            .slots
+            .get_mut(name)
+            .and_then(|s| s.probe.as_mut())
+            .and_then(Probe::progress)
+        else {
+            return;
+        };
+        if let Some(p) = self.slots.get_mut(name).and_then(|s| s.probe.take()) {
+            p.cancel();
+        }
+        self.check_done(name, outcome, now);
+    }
+
+    /// A run ended: the rule decides; a verdict is told and acted on.
+    fn check_done(&mut self, name: &str, result: Result<(), String>, now: Mono) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        let Some(h) = slot.cfg.health.as_ref() else {
+            return;
+        };
+        if let Err(why) = &result {
+            log::info!(
+                "{name}: health check failed ({} of {}): {why}",
+                slot.check.failures + 1,
+                h.failures
+            );
+        }
+        let Some(change) = slot.check.finish(h, result, now, unix_ms()) else {
+            return;
+        };
+        self.health_changed(name, &change);
+        if let (Health::Unhealthy, Some(why)) = (change.to, change.reason) {
+            self.apply(name, Event::Unhealthy(why), now);
+        }
+    }
+
+    /// `WATCHDOG=1` from the service: its deadline moves on (a service with a watchdog
+    /// and no check counts as healthy from its first ping).
+    pub fn watchdog_ping(&mut self, name: &str, now: Mono) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        let Some(d) = slot.cfg.watchdog else {
+            return;
+        };
+        slot.watchdog.ping(d, now);
+        if slot.cfg.health.is_none()
+            && slot.health_pid.is_some()
+            && slot.check.health != Health::Healthy
+        {
+            let change = Change {
+                from: slot.check.health,
+                to: Health::Healthy,
+                reason: None,
+            };
+            slot.check.health = Health::Healthy;
+            self.health_changed(name, &change);
+        }
+    }
+
+    /// A missed watchdog or `WATCHDOG=trigger`: a failure of the service.
+    pub fn watchdog_failed(&mut self, name: &str, why: String, now: Mono) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        if slot.health_pid.is_none() {
+            return;
+        }
+        slot.watchdog.stop();
+        let wall = unix_ms();
+        slot.check.last_failure = Some(crate::health::Failure {
+            reason: why.clone(),
+            time_ms: wall,
+        });
+        slot.check.unhealthy_since_ms = Some(wall);
+        let change = Change {
+            from: slot.check.health,
+            to: Health::Unhealthy,
+            reason: Some(why.clone()),
+        };
+        slot.check.health = Health::Unhealthy;
+        self.health_changed(name, &change);
+        self.apply(name, Event::Unhealthy(why), now);
+    }
+
+    fn health_changed(&mut self, name: &str, change: &Change) {
+        match &change.reason {
+            Some(r) => log::warn!(
+                "{name}: {} -> {} ({r})",
+                change.from.as_str(),
+                change.to.as_str()
+            ),
+            None => log::info!(
+                "{name}: health {} -> {}",
+                change.from.as_str(),
+                change.to.as_str()
+            ),
+        }
+        let version = self.slots.get(name).and_then(|s| s.version.clone());
+        let e = json!({
+            "event": "health",
+            "service": name,
+            "from": change.from.as_str(),
+            "to": change.to.as_str(),
+            "reason": change.reason,
+            "version": version,
+            "time": unix_ms(),
+        });
+        self.server.broadcast(&crate::protocol::line(e));
+    }
+}
