@@ -245,8 +245,9 @@ fn a_regression_window_never_outlasts_its_recorded_length() {
     }
     assert!(versions(&sb)["window_in_ms"].is_null(), "{}", versions(&sb));
     fs::write(&fail, "").expect("fail");
-    let out = sb.supctl(&["signal", "agent", "KILL"]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // A kick: a run just started may see the file and exit by itself first (it counts
+    // as running from its exec, before its check); the crash loop comes either way.
+    let _ = sb.supctl(&["signal", "agent", "KILL"]);
     // Its crash loop (the rollback, if any, comes in the same turn).
     w.until(&sb, |e| {
         e["event"] == "state" && e["service"] == "agent" && e["to"] == "cooldown"

@@ -382,8 +382,10 @@ fn i21_9_a_regression_after_the_commit_rolls_back() {
     sb.wait_state("agent", "running");
     let mut w = sb.watch();
     fs::write(&fail, "").expect("fail");
-    let out = sb.supctl(&["signal", "agent", "KILL"]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // A kick: the run may have seen the file and exited by itself already (it counts
+    // as running from its exec, before its check), and then there is nothing to signal.
+    // Each run after it exits at once: the crash loop comes either way.
+    let _ = sb.supctl(&["signal", "agent", "KILL"]);
     let (from, to) = rollback_event(&mut w, &sb);
     assert_eq!((from.as_str(), to.as_str()), ("2.0.0", "1.0.0"));
     let v = versions(&sb);
