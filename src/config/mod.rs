@@ -335,15 +335,9 @@ pub struct EnvFile {
     pub optional: bool,
 }
 
-/// One entry of `limits = { nofile = 65536 }`: soft and hard values, `None` for
-/// "unlimited".
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rlimit {
-    /// One of [`LIMIT_NAMES`].
-    pub name: String,
-    pub soft: Option<u64>,
-    pub hard: Option<u64>,
-}
+/// Defined in sys/plan.rs, which sets the limits in the child, so that file needs
+/// nothing of the config.
+pub use crate::sys::Rlimit;
 
 /// The resources `limits` may name.
 pub const LIMIT_NAMES: &[&str] = &[
