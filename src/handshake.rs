@@ -16,6 +16,22 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The handoff format (handoff.rs) this supd writes and answers the handshake with.
+///
+/// It reads every format up to it. 2: a notify socket
+/// per service (`ServiceState::notify`); format 1 had the one `Handoff::notify`. 3: a
+/// stderr pipe per service (`ServiceState::output_err`): an older image would leave it
+/// unread (and the service blocked on a full pipe), so it is refused one. 4: held stops
+/// and restarts (`Handoff::queued`) and each service's health state
+/// (`ServiceState::health`): an older image would drop them, so it is refused one.
+/// 5: grant boards (`Handoff::boards`). 6: the ending of what a killed supd left, when
+/// it is still under way (`Handoff::leftovers`): an older image would start the held
+/// services beside what is left of them, so it is refused one. 7: the runs of a broken
+/// file's services kept from a killed supd (`Handoff::kept`): an older image would
+/// forget them and a later reload start a second instance beside one, so it is refused
+/// one. (Also the kill_mode of each run, `ServiceState`, read with a default.)
+pub const FORMAT: u32 = 7;
+
 /// How long the program has to answer (it reads a config; a loaded machine is slow).
 pub const DEADLINE: Duration = Duration::from_secs(30);
 

@@ -47,6 +47,7 @@ pub mod statedir;
 pub mod supervisor;
 pub mod sys;
 pub mod time;
+pub mod tool_state;
 pub mod tools;
 pub mod unkillable;
 pub mod upgrade;

@@ -8,12 +8,24 @@
 //! they change on every restart and a temp file and rename would double its cost. They
 //! are opened for each write and closed: supd holds no fd per service.
 
-use crate::config::KillMode;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::Path;
+
+/// `kill_mode` (config): what a stop, a restart, a crash and a new supd end of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KillMode {
+    /// Every process of the run: its cgroup (without cgroups, its process group and
+    /// session).
+    #[default]
+    Cgroup,
+    /// Its process group alone.
+    Group,
+    /// The main process alone: what it started is left running (sshd's sessions).
+    Main,
+}
 
 /// A process supd started.
 #[derive(Clone, Debug, PartialEq, Eq)]

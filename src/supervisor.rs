@@ -39,7 +39,7 @@ use crate::signals::Signals;
 use crate::slots::{Slots, Timers};
 use crate::sys::{self, Io, SpawnSpec};
 use crate::time::Mono;
-use crate::tools::state::{StartGo, Task, ToolState};
+use crate::tool_state::{StartGo, Task, ToolState};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};

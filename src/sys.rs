@@ -4,7 +4,8 @@
 //! pidfds (`processes`), POSIX ACLs and the access rule's edge (`acl`), the local time
 //! zone (`zone`); `raw` holds what they share (errno, C strings). The parts import one
 //! another, never this root, which re-exports what callers use; of the crate, `sys`
-//! imports only `access` and `config`. What the kernel lacks is learned once by a
+//! imports only `access` (a limit's type, `Rlimit`, is defined in `plan` and re-exported
+//! by `config`). What the kernel lacks is learned once by a
 //! probe, with the fallbacks of old kernels. Everything else uses nix's safe wrappers.
 //! Each `unsafe` block says why it is sound.
 #![allow(unsafe_code)]
@@ -27,7 +28,7 @@ pub use fds::{
     raise_nofile, raw, set_dir_lock_fd, set_listener_fd, set_lock_fd,
 };
 pub use guard::{board_end, board_file, board_record, spawn_guard, GuardTarget, BOARD_LEN};
-pub use plan::{Account, Io, SpawnSpec, Tuning};
+pub use plan::{Account, Io, Rlimit, SpawnSpec, Tuning};
 pub use processes::{
     exec, fork_kill_all, fork_worker, ignore_tty_stops, pidfd_open, pidfd_send_signal,
     reset_dispositions,

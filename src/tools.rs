@@ -20,10 +20,13 @@ mod copy;
 mod load;
 mod probation;
 mod start;
-pub mod state;
 mod tasks;
 
-pub use state::{
+/// The types the coordinator holds live a floor below, in tool_state.rs, so that
+/// supervisor.rs names them without importing this file; re-exported so the tools'
+/// files and older paths (`tools::state::Task`) keep working.
+pub use crate::tool_state as state;
+pub use crate::tool_state::{
     errno_text, Failure, Op, Pending, StartGo, Task, ToolState, RETRY_FIRST, RETRY_MAX,
 };
 

@@ -166,18 +166,9 @@ pub enum LogStderr {
     Merged,
 }
 
-/// `kill_mode`: what a stop, a restart, a crash and a new supd end of a run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum KillMode {
-    /// Every process of the run: its cgroup (without cgroups, its process group and
-    /// session).
-    #[default]
-    Cgroup,
-    /// Its process group alone.
-    Group,
-    /// The main process alone: what it started is left running (sshd's sessions).
-    Main,
-}
+/// Defined in records.rs, which writes it into each run's pid record, so that file
+/// needs nothing of the config.
+pub use crate::records::KillMode;
 
 /// `crash_loop = { restarts = N, window = "5m" }`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -344,15 +335,9 @@ pub struct EnvFile {
     pub optional: bool,
 }
 
-/// One entry of `limits = { nofile = 65536 }`: soft and hard values, `None` for
-/// "unlimited".
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rlimit {
-    /// One of [`LIMIT_NAMES`].
-    pub name: String,
-    pub soft: Option<u64>,
-    pub hard: Option<u64>,
-}
+/// Defined in sys/plan.rs, which sets the limits in the child, so that file needs
+/// nothing of the config.
+pub use crate::sys::Rlimit;
 
 /// The resources `limits` may name.
 pub const LIMIT_NAMES: &[&str] = &[

@@ -34,13 +34,13 @@ impl Supervisor {
                 let why = format!(
                     "cannot write the admin-down marks in {}: {}",
                     dir.display(),
-                    crate::tools::state::errno_text(&e)
+                    crate::tool_state::errno_text(&e)
                 );
                 let delay = self
                     .down_retry
                     .as_ref()
-                    .map(|r| r.1.saturating_mul(2).min(crate::tools::state::RETRY_MAX))
-                    .unwrap_or(crate::tools::state::RETRY_FIRST);
+                    .map(|r| r.1.saturating_mul(2).min(crate::tool_state::RETRY_MAX))
+                    .unwrap_or(crate::tool_state::RETRY_FIRST);
                 log::error!("{why}; retrying in {}", crate::time::Human(delay));
                 self.down_retry = Some((now.plus(delay), delay, why.clone()));
                 Err(why)

@@ -5,6 +5,7 @@
 
 use super::fds::{above, dev_null_fd, null_input, unsafe_borrow, CHILD_NOFILE};
 use super::raw::cstring;
+use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -33,7 +34,17 @@ pub struct Tuning {
     pub nice: Option<i32>,
     /// Resource limits, set after supd's original open-files limit is given back (so a
     /// configured `nofile` wins).
-    pub limits: Vec<crate::config::Rlimit>,
+    pub limits: Vec<Rlimit>,
+}
+
+/// One entry of `limits = { nofile = 65536 }`: soft and hard values, `None` for
+/// "unlimited".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rlimit {
+    /// One of `config::LIMIT_NAMES`.
+    pub name: String,
+    pub soft: Option<u64>,
+    pub hard: Option<u64>,
 }
 
 /// Where a child's standard output or error goes.
@@ -468,7 +479,7 @@ impl ChildPlan {
 }
 
 /// A configured limit as `setrlimit` takes it.
-fn resource(l: &crate::config::Rlimit) -> io::Result<(nix::sys::resource::Resource, libc::rlimit)> {
+fn resource(l: &Rlimit) -> io::Result<(nix::sys::resource::Resource, libc::rlimit)> {
     use nix::sys::resource::Resource as R;
     let r = match l.name.as_str() {
         "nofile" => R::RLIMIT_NOFILE,
@@ -543,7 +554,7 @@ mod tests {
             tuning: Tuning {
                 umask: Some(0o027),
                 nice: Some(-3),
-                limits: vec![crate::config::Rlimit {
+                limits: vec![Rlimit {
                     name: "core".into(),
                     soft: Some(0),
                     hard: None,

@@ -189,7 +189,7 @@ impl Supervisor {
             "--handshake".to_string(),
             nonce.clone(),
             "--handoff-format".into(),
-            crate::handoff::FORMAT.to_string(),
+            crate::handshake::FORMAT.to_string(),
             "-c".into(),
             self.config_path.to_string_lossy().into_owned(),
         ];
@@ -405,7 +405,7 @@ impl Supervisor {
                     let _ = (&*answer)
                         .take(crate::handshake::MAX_ANSWER as u64)
                         .read_to_end(&mut out);
-                    crate::handshake::verify(&out, &nonce, crate::handoff::FORMAT)
+                    crate::handshake::verify(&out, &nonce, crate::handshake::FORMAT)
                         .and_then(|nothing| {
                             let running: Vec<&std::path::Path> = (self.broken_files.iter())
                                 .filter(|b| !b.has_copy())

@@ -2,6 +2,9 @@
 //! deadlines, a change waiting to be written), the helper processes it waits for, and
 //! what a start of a tool's service is told. The coordinator holds them
 //! (`Supervisor::tools`, `Supervisor::tasks`); `tools.rs` and its files change them.
+//! Outside `tools/` (which re-exports them as `tools::state`) because the coordinator
+//! sits below `tools.rs`, which adds methods to it: importing `tools` from
+//! `supervisor.rs` would be an import running back up.
 
 use crate::time::Mono;
 use crate::upgrade::{Change, Record};
