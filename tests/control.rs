@@ -451,8 +451,23 @@ fn a_full_disk_costs_lines_not_supervision() {
         assert!(e["line"].as_str().unwrap_or("").ends_with(" spam"), "{e}");
     }
     // The log writer (a process of its own) counts what it drops and says so in its own
-    // time.
-    let st = sb.wait_status("chatty", |st| st["log_dropped"].as_u64().unwrap_or(0) >= 1);
+    // time; no event tells of the count, so it is looked at again at each line the
+    // follower receives (one every 10 ms), within the deadline.
+    let end = std::time::Instant::now() + DEADLINE;
+    let st = loop {
+        let st = sb.status("chatty");
+        if st["log_dropped"].as_u64().unwrap_or(0) >= 1 {
+            break st;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "nothing counted as dropped: {st}"
+        );
+        follower.read().expect("lines still reach followers");
+    };
+    common::files::wait_file(&sb.path("supd.stderr"), |t| {
+        t.contains("dropping its output lines")
+    });
     assert_eq!(st["state"], "running");
     common::files::wait_file(&sb.path("supd.stderr"), |t| {
         t.contains("dropping its output lines")

@@ -83,10 +83,11 @@ fn a_run_killed_whole_from_outside_ends_at_once() {
     let mut sb = Sandbox::new();
     let svc = sb.script(
         "svc",
-        "sleep 3600 &\nsleep 3600 &\nsleep 3600 &\nsleep 3600 &\nwait",
+        "sleep 3600 &\nsleep 3600 &\nsleep 3600 &\nsleep 3600 &\necho >&3\nexec 3>&-\nwait",
     );
+    // Ready once its four children are forked: `running` says they are there.
     sb.config(&format!(
-        "[service.one]\ncommand = [\"{svc}\"]\nrestart_delay = \"0s\"\n\
+        "[service.one]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\nrestart_delay = \"0s\"\n\
          crash_loop = {{ restarts = 100, window = \"1m\" }}\n"
     ));
     sb.start();
@@ -95,22 +96,12 @@ fn a_run_killed_whole_from_outside_ends_at_once() {
     for round in 0..40 {
         let st = sb.wait_state("one", "running");
         let pid = pid_of(&st);
-        // Its children are up (they are what becomes the run's zombies).
-        let end = Instant::now() + DEADLINE;
-        let children = || {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .map(|s| s.split_whitespace().count())
-                .unwrap_or(0)
-        };
-        while children() < 4 {
-            assert!(
-                Instant::now() < end,
-                "round {round}: its children never came"
-            );
-            // A look every millisecond (nothing tells of a fork): a spin here would take
-            // a core from supd and the shell on a 2-core machine.
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        // Its children are up (they are what becomes the run's zombies): forked before
+        // it said it was ready.
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .map(|s| s.split_whitespace().count())
+            .unwrap_or(0);
+        assert_eq!(children, 4, "round {round}: its children");
         let t0 = Instant::now();
         let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
         w.until(&sb, |e| {

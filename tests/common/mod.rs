@@ -279,25 +279,6 @@ impl Sandbox {
         self.status(service)
     }
 
-    /// Waits until the status of `service` satisfies `pred`, for a figure no event tells
-    /// of (a count a helper process reports in its own time): looks every 20 ms, within
-    /// [`DEADLINE`].
-    pub fn wait_status(&self, service: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            let st = self.status(service);
-            if pred(&st) {
-                return st;
-            }
-            assert!(
-                Instant::now() < end,
-                "the status of {service} did not come as expected within {DEADLINE:?}: {st}"
-            );
-            // A look, not a guess: nothing tells of this figure's change.
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
     /// `supctl reexec`, which answers once the new image serves: it must succeed.
     pub fn reexec(&self) {
         let out = self.supctl(&["reexec"]);
