@@ -14,7 +14,6 @@ use crate::protocol::{Error, ErrorKind};
 use crate::service::Service;
 use crate::supervisor::Supervisor;
 use crate::time::Mono;
-use crate::tools::state::Task;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -51,11 +50,13 @@ pub struct Handoff {
     pub leases: crate::leases::Carried,
     #[serde(default)]
     pub system: bool,
-    /// Helpers still running: an install (its client is gone with the old image, but
-    /// the copy finishes and is moved into place) or a deletion. Without them, the new
-    /// image would take a live install's staging directory for a dead one.
-    #[serde(default)]
-    pub tasks: Vec<TaskState>,
+    /// The tools part, whole (`tool_state::Carried`): the helpers still running, an
+    /// install (its client is gone with the old image, but the copy finishes and is
+    /// moved into place) or a deletion, under `tasks` at the top level, as in every
+    /// format. Without them, the new image would take a live install's staging
+    /// directory for a dead one.
+    #[serde(flatten)]
+    pub tools: crate::tool_state::Carried,
     /// The log writer: its pipes, pid and the lines queued for it.
     #[serde(default)]
     pub log_writer: Option<crate::log_writer::WriterState>,
@@ -81,21 +82,6 @@ pub struct HealthState {
     pub pid: i32,
     pub check: crate::health::CheckState,
     pub watchdog: crate::health::Watchdog,
-}
-
-/// A helper process carried across `exec` (it stays a child of the same pid).
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "task", rename_all = "kebab-case")]
-pub enum TaskState {
-    Install {
-        pid: i32,
-        tool: String,
-        version: String,
-    },
-    Prune {
-        pid: i32,
-        dirs: Vec<PathBuf>,
-    },
 }
 
 /// One service's runtime.
@@ -223,23 +209,7 @@ impl Supervisor {
                 }),
             });
         }
-        let tasks = self
-            .tasks
-            .iter()
-            .filter_map(|(&pid, t)| match t {
-                Task::Install { tool, version, .. } => Some(TaskState::Install {
-                    pid,
-                    tool: tool.clone(),
-                    version: version.clone(),
-                }),
-                Task::Prune { dirs } => Some(TaskState::Prune {
-                    pid,
-                    dirs: dirs.clone(),
-                }),
-                // Its client goes with the exec; its end is an orphan's.
-                Task::ReexecCheck { .. } => None,
-            })
-            .collect();
+        let tools = self.tools.handoff();
         let log_writer = self.log_writer.handoff().map(|(state, pipes)| {
             fds.extend(pipes);
             state
@@ -259,7 +229,7 @@ impl Supervisor {
             services,
             leases,
             system: self.system,
-            tasks,
+            tools,
             log_writer,
             socket_group: self.server.socket_group().cloned(),
             queued,
@@ -282,20 +252,8 @@ impl Supervisor {
         if self.reload_job.is_some() {
             return busy("a reload of the config is under way".into());
         }
-        let pending: Vec<&str> = (self.tools.iter())
-            .filter(|(_, t)| t.pending.is_some())
-            .map(|(n, _)| n.as_str())
-            .collect();
-        if !pending.is_empty() {
-            return busy(format!(
-                "a change of {} waits for its record (supd retries writing it)",
-                pending.join(", ")
-            ));
-        }
-        if (self.tasks.values()).any(|t| matches!(t, Task::ReexecCheck { .. })) {
-            return busy("another reexec is under way".into());
-        }
-        None
+        // A change waiting for its record, another reexec's check.
+        self.tools.why_not_reexec().and_then(busy)
     }
 
     /// The new program's handshake ended: supd re-executes into it, unless the
@@ -553,21 +511,7 @@ impl Supervisor {
         if rearm {
             self.rearm_guards();
         }
-        for t in h.tasks {
-            let (pid, task) = match t {
-                TaskState::Install { pid, tool, version } => (
-                    pid,
-                    Task::Install {
-                        tool,
-                        version,
-                        client: None,
-                        why: None,
-                    },
-                ),
-                TaskState::Prune { pid, dirs } => (pid, Task::Prune { dirs }),
-            };
-            self.tasks.insert(pid, task);
-        }
+        self.tools.adopt(h.tools);
         self.arm_unguarded();
         self.check_draining(Mono::now());
         // What exited between the old image's last reap and now told nobody.
@@ -622,5 +566,31 @@ mod tests {
             assert_eq!(back[key], v[key], "{key} at the top level, as written");
         }
         assert!(back.get("leases").is_none(), "no new key: {back}");
+    }
+
+    #[test]
+    fn the_tools_part_is_carried_whole_under_tasks_at_the_top_level() {
+        let v = json!({
+            "format": 7, "from": "0.9.0", "config_path": "/etc/sup/sup.toml",
+            "listener_fd": 3, "lock_fd": null, "started": 0, "config_errors": [],
+            "services": [], "grants": [],
+            "tasks": [{"task": "install", "pid": 40, "tool": "engine", "version": "1.2.0"},
+                      {"task": "prune", "pid": 41, "dirs": ["/var/lib/sup/tools/engine/.prune-1.0.0"]}],
+        });
+        let h: Handoff = serde_json::from_value(v.clone()).expect("reads");
+        assert_eq!(h.tools.tasks.len(), 2);
+        let back = serde_json::to_value(&h).expect("writes");
+        assert_eq!(
+            back["tasks"], v["tasks"],
+            "tasks at the top level, as written"
+        );
+        assert!(back.get("tools").is_none(), "no new key: {back}");
+        let older: Handoff = serde_json::from_value(json!({
+            "format": 1, "from": "0.1.0", "config_path": "/etc/sup/sup.toml",
+            "listener_fd": 3, "lock_fd": null, "started": 0, "config_errors": [],
+            "services": [], "grants": [],
+        }))
+        .expect("a handoff without tasks reads");
+        assert!(older.tools.tasks.is_empty());
     }
 }

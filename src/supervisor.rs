@@ -20,6 +20,7 @@ mod notify;
 mod shutdown;
 mod starts;
 mod statedir;
+mod tools;
 
 use crate::cgroup::{self, Cgroups};
 use crate::config::{Config, LogMode, LogStderr, Ready, ServiceConfig};
@@ -39,7 +40,7 @@ use crate::signals::Signals;
 use crate::slots::{Slots, Timers};
 use crate::sys::{self, Io, SpawnSpec};
 use crate::time::Mono;
-use crate::tool_state::{StartGo, Task, ToolState};
+use crate::tool_state::StartGo;
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -106,10 +107,10 @@ pub struct Supervisor {
     pub down_retry: Option<(Mono, std::time::Duration, String)>,
     pub started: Mono,
     buf: Vec<u8>,
-    /// Versioned tools, by name.
-    pub tools: BTreeMap<String, ToolState>,
-    /// Helper processes (installs, prunes), by pid.
-    pub tasks: BTreeMap<i32, Task>,
+    /// The tools part: each tool's state (record, probation deadlines, a change waiting
+    /// for its record, starts held for it) and the helper processes (`tool_state.rs`;
+    /// carried out on the slots by `supervisor/tools.rs`).
+    pub(crate) tools: crate::tool_state::Tools,
     /// The leases part: grants, their timer, the dead-man guards' pipe and boards, the
     /// health holds (`leases.rs`; carried out on the slots by `supervisor/leases.rs`).
     pub(crate) leases: crate::leases::Leases,
@@ -182,8 +183,7 @@ impl Supervisor {
             down_retry: None,
             started: Mono::now(),
             buf: vec![0; READ_MAX],
-            tools: BTreeMap::new(),
-            tasks: BTreeMap::new(),
+            tools: crate::tool_state::Tools::default(),
             leases: crate::leases::Leases::default(),
             lock: None,
             log_writer: LogWriter::new(

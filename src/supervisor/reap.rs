@@ -23,7 +23,7 @@ impl Supervisor {
         };
         // A watched leader, a check command or a task: found by pid, not by a scan.
         let known = from.is_some_and(|p| {
-            watched(p) || self.check_pids.contains_key(&p) || self.tasks.contains_key(&p)
+            watched(p) || self.check_pids.contains_key(&p) || self.tools.is_task(p)
         });
         if known {
             self.scan_owed.get_or_insert(now.plus(SCAN_OWED));
@@ -31,9 +31,8 @@ impl Supervisor {
             // now: a check command (its timeout runs: found late, it would be taken for
             // timed out) and a helper task (a client waits for it). Their number is
             // that of checks and tasks under way, not of services.
-            let others: Vec<i32> = (self.check_pids.keys())
-                .chain(self.tasks.keys())
-                .copied()
+            let others: Vec<i32> = (self.check_pids.keys().copied())
+                .chain(self.tools.task_pids())
                 .collect();
             for pid in others {
                 self.reap_id(Some(pid), now);
@@ -143,7 +142,7 @@ impl Supervisor {
                 }
             };
             let pid = pid.as_raw();
-            if let Some(task) = self.tasks.remove(&pid) {
+            if let Some(task) = self.tools.take_task(pid) {
                 self.task_done(task, exit, now);
                 continue;
             }

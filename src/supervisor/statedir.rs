@@ -60,7 +60,7 @@ impl Supervisor {
         if let Err(e) = records::write_down(&dir, &self.down) {
             log::error!("cannot write the down marks again: {e}");
         }
-        for (tool, t) in &self.tools {
+        for (tool, t) in self.tools.iter() {
             if let Err(e) = crate::versions::save_record(&dir, tool, &t.record) {
                 log::error!("{tool}: cannot write its record again: {e}");
             }

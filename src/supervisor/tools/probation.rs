@@ -3,10 +3,10 @@
 //! the leader-only probation that counts only while it runs here, the crash histories
 //! a verdict rests on, kept in the record, and the regression window after a commit.
 
-use super::Op;
 use crate::supervisor::{unix_ms, Supervisor};
 use crate::time::{Clocks, Human, Mono};
-use crate::upgrade::{self, Change, Outcome, Phase};
+use crate::tool_state::Op;
+use crate::upgrade::{self, Change};
 
 impl Supervisor {
     /// A service of a tool crash-looped or was not ready in time. In probation, that is
@@ -25,31 +25,8 @@ impl Supervisor {
     }
 
     fn end_probation(&mut self, tool: &str, why: &str, mark: bool, now: Mono) -> bool {
-        let Some(state) = self.tools.get(tool) else {
+        let Some((change, op)) = self.tools.probation_end(tool, why, mark, unix_ms()) else {
             return false;
-        };
-        let in_window = upgrade::window_left(&state.record, &Clocks::now()).is_some();
-        if state.record.phase != Phase::Probation && !(mark && in_window) {
-            return false;
-        }
-        let (new, outcome) = if state.record.phase != Phase::Probation {
-            // In the regression window after its commit: as in probation.
-            upgrade::regressed(&state.record, why, unix_ms())
-        } else if mark {
-            upgrade::probation_failed(&state.record, why, unix_ms())
-        } else {
-            upgrade::probation_refused(&state.record, why)
-        };
-        let version = new.proposed.clone().unwrap_or_default();
-        let (change, to) = match outcome {
-            Outcome::RollBack(to) => (Change::switch(new, &to), Some(to)),
-            Outcome::Stay => (Change::record(new), None),
-        };
-        let op = Op::Rollback {
-            version,
-            to,
-            why: why.to_string(),
-            marked: mark,
         };
         self.change_or_retry(tool, change, op, now);
         true
@@ -66,14 +43,7 @@ impl Supervisor {
         let Some(tool) = slot.cfg.tool.clone() else {
             return;
         };
-        // Cheap first: most events of versioned services come with nothing watched.
-        let Some(t) = self.tools.get(&tool).filter(|t| {
-            t.pending.is_none() && (t.record.phase == Phase::Probation || t.window.is_some())
-        }) else {
-            return;
-        };
-        let Some(new) = upgrade::note_history(&t.record, name, &slot.svc.history, &Clocks::now())
-        else {
+        let Some(new) = self.tools.history_to_note(&tool, name, &slot.svc.history) else {
             return;
         };
         self.change_or_retry(&tool, Change::record(new), Op::Note, now);
@@ -84,22 +54,11 @@ impl Supervisor {
     /// once it does. Only tools in probation are looked at, through the index of their
     /// services.
     fn pause_probations(&mut self, now: Mono) {
-        let in_probation: Vec<String> = self
-            .tools
-            .iter()
-            .filter(|(_, t)| t.record.phase == Phase::Probation && t.pending.is_none())
-            .map(|(n, _)| n.clone())
-            .collect();
+        let in_probation: Vec<String> = self.tools.in_probation();
         for tool in in_probation {
             let counting = self.probation_counts(&tool);
-            let r = &self.tools[&tool].record;
             let clocks = Clocks::now();
-            let new = if counting {
-                upgrade::unpause(r, &clocks)
-            } else {
-                upgrade::pause(r, &clocks)
-            };
-            if let Some(new) = new {
+            if let Some(new) = self.tools.probation_counting(&tool, counting, &clocks) {
                 let left = Human(upgrade::probation_left(&new, &clocks));
                 let v = new.proposed.clone().unwrap_or_default();
                 if counting {
@@ -118,13 +77,7 @@ impl Supervisor {
     /// (a reexec is then refused; a stop goes on, the time since the last note lost).
     pub fn note_probations(&mut self, now: Mono) {
         let clocks = Clocks::now();
-        let due: Vec<(String, crate::upgrade::Record)> = self
-            .tools
-            .iter()
-            .filter(|(_, t)| t.pending.is_none())
-            .map(|(n, t)| (n.clone(), upgrade::noted(&t.record, &clocks)))
-            .filter(|(n, r)| *r != self.tools[n].record)
-            .collect();
+        let due: Vec<(String, crate::upgrade::Record)> = self.tools.notes_due(&clocks);
         for (tool, record) in due {
             self.change_or_retry(&tool, Change::record(record), Op::Note, now);
         }
@@ -165,7 +118,7 @@ impl Supervisor {
         if self.shutting_down() {
             return false;
         }
-        let Some(proposed) = self.tools.get(tool).and_then(|t| t.record.proposed.clone()) else {
+        let Some(proposed) = self.tools.record(tool).and_then(|r| r.proposed.clone()) else {
             return false;
         };
         let mut any = false;
@@ -190,18 +143,11 @@ impl Supervisor {
     pub fn check_probations(&mut self, now: Mono) {
         self.retry_pending(now);
         self.pause_probations(now);
-        let windows_over: Vec<String> = self
-            .tools
-            .iter()
-            .filter(|(_, t)| t.window.is_some_and(|w| w <= now) && t.pending.is_none())
-            .map(|(n, _)| n.clone())
-            .collect();
+        let windows_over: Vec<String> = self.tools.windows_over(now);
         for tool in windows_over {
-            let Some(t) = self.tools.get_mut(&tool) else {
+            let Some(new) = self.tools.end_window(&tool) else {
                 continue;
             };
-            t.window = None;
-            let new = upgrade::window_over(&t.record);
             log::info!(
                 "{tool}: the regression window of {} is over",
                 new.current.as_deref().unwrap_or("?")
@@ -211,17 +157,7 @@ impl Supervisor {
                 self.emit_upgrade(&tool);
             }
         }
-        let due: Vec<String> = self
-            .tools
-            .iter_mut()
-            .filter_map(|(n, t)| {
-                if t.deadline.is_some_and(|d| d <= now) {
-                    t.deadline = None;
-                    t.overdue = true;
-                }
-                (t.overdue && t.pending.is_none()).then(|| n.clone())
-            })
-            .collect();
+        let due: Vec<String> = self.tools.commits_due(now);
         for tool in due {
             // Ready, and healthy where it has a check: a check that has not passed yet
             // holds the commit until it passes, or fails `failures` times (which ends the
@@ -247,15 +183,7 @@ impl Supervisor {
 
     /// The earliest probation deadline or retry of a change waiting for its record.
     pub fn next_probation_deadline(&self) -> Option<Mono> {
-        let retries = self
-            .tools
-            .values()
-            .filter_map(|t| t.pending.as_ref().map(|p| p.retry_at));
-        self.tools
-            .values()
-            .filter_map(|t| t.deadline)
-            .chain(self.tools.values().filter_map(|t| t.window))
-            .chain(retries)
+        (self.tools.next_deadline().into_iter())
             .chain(self.down_retry.as_ref().map(|r| r.0))
             .min()
     }

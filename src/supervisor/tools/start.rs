@@ -2,9 +2,9 @@
 //! itself gets an upgrade with probation, a bad one is switched back, and a start waits
 //! while a change of supd's own waits for its record.
 
-use super::{Op, StartGo};
 use crate::supervisor::Supervisor;
 use crate::time::{Clocks, Mono};
+use crate::tool_state::{Op, StartGo};
 use crate::upgrade::{self, Change, StartCheck};
 use crate::versions;
 
@@ -17,18 +17,8 @@ impl Supervisor {
     /// and started once the change is made).
     pub fn check_start(&mut self, tool: &str, name: &str, version: &str, now: Mono) -> StartGo {
         self.ensure_tool(tool, now);
-        if let Some(p) = &self.tools[tool].pending {
-            let r = &p.change.record;
-            let vouched = r.current.as_deref() == Some(version) && !r.bad.contains_key(version);
-            if vouched {
-                return StartGo::AsPlanned;
-            }
-            let why = format!(
-                "tool {tool}: {} waits ({}); {version} does not run meanwhile",
-                p.op.describe(r),
-                p.error
-            );
-            return self.hold(tool, name, why);
+        if let Some(go) = self.tools.start_while_pending(tool, name, version) {
+            return go;
         }
         let held = self.tools[tool].record.clone();
         let mut switch = upgrade::SelfSwitch {
@@ -85,8 +75,8 @@ impl Supervisor {
                     StartGo::AsPlanned
                 } else {
                     // Its probation could not be recorded: it does not run unrecorded.
-                    let why = self.pending_error(tool);
-                    self.hold(
+                    let why = self.tools.pending_error(tool);
+                    self.tools.hold_start(
                         tool,
                         name,
                         format!("tool {tool}: the probation of {version} cannot be recorded ({why}); it does not run meanwhile"),
@@ -107,8 +97,8 @@ impl Supervisor {
                 if self.change_or_retry(tool, change, op, now) {
                     StartGo::Replan
                 } else {
-                    let why = self.pending_error(tool);
-                    self.hold(
+                    let why = self.tools.pending_error(tool);
+                    self.tools.hold_start(
                         tool,
                         name,
                         format!("tool {tool}: current names {version}, which is marked bad, and cannot be switched back to {to} ({why}); nothing of {tool} runs until it can"),
@@ -116,21 +106,5 @@ impl Supervisor {
                 }
             }
         }
-    }
-
-    /// Why the tool's change waits ("cannot write record ...: ENOSPC ...").
-    fn pending_error(&self, tool: &str) -> String {
-        (self.tools.get(tool).and_then(|t| t.pending.as_ref()))
-            .map(|p| p.error.clone())
-            .unwrap_or_default()
-    }
-
-    /// A start that must wait for a change of the tool: noted, so the change's end
-    /// starts it; the caller fails the start with `why`.
-    fn hold(&mut self, tool: &str, name: &str, why: String) -> StartGo {
-        if let Some(t) = self.tools.get_mut(tool) {
-            t.held.insert(name.to_string());
-        }
-        StartGo::Held(why)
     }
 }

@@ -2,9 +2,9 @@
 //! an older supd kept it moved, an interrupted switch finished, the probation a `reexec`
 //! handed over taken up, all carried out as any other change.
 
-use super::{errno_text, Op, ToolState};
 use crate::supervisor::Supervisor;
 use crate::time::{Clocks, Mono};
+use crate::tool_state::{errno_text, Op, ToolState};
 use crate::upgrade::{self, Change, Fix, Record};
 use crate::versions;
 use std::collections::BTreeSet;
@@ -38,7 +38,7 @@ impl Supervisor {
     }
 
     fn load_tool(&mut self, tool: &str, handed_over: bool, now: Mono) {
-        if self.tools.contains_key(tool) {
+        if self.tools.is_loaded(tool) {
             return;
         }
         let configured = self
@@ -87,7 +87,7 @@ impl Supervisor {
             }
         }
         self.tools.insert(
-            tool.to_string(),
+            tool,
             ToolState {
                 record,
                 record_error,

@@ -1,6 +1,7 @@
 //! A tool's helper processes: installs and prunes copied and deleted by a helper so a
 //! large tree never blocks the loop, the leftovers of interrupted ones swept, and the
-//! `--check` of a binary before `reexec` runs it.
+//! `--check` of a binary before `reexec` runs it. Which helpers run is the tools part's
+//! (`tool_state.rs`); what they run, `tools.rs`'s.
 //!
 //! Every helper dies with supd (`PR_SET_PDEATHSIG`, and a helper whose supd died before
 //! that was set sees another parent and exits): a killed supd leaves none working, and
@@ -9,17 +10,17 @@
 //! (`end_helpers`). A `reexec` keeps them: the death signal comes with the end of the
 //! parent's thread, which an exec does not end, and the new image takes them over.
 
-use super::{bad_request, failed, Task};
+use super::{bad_request, failed};
 use crate::protocol::Error;
 use crate::supervisor::{unix_ms, Supervisor};
 use crate::sys::{self, SpawnSpec};
 use crate::time::Mono;
+use crate::tool_state::Task;
+use crate::tools::{answer_pipe, copy, fork_copy, read_why, reap_by};
 use crate::versions;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,7 +49,7 @@ impl Supervisor {
         if !src.is_absolute() {
             return Err(bad_request(format!("'{dir}' is not an absolute path")));
         }
-        if self.installing(tool, version) {
+        if self.tools.installing(tool, version) {
             return Err(failed(format!(
                 "an install of {tool} {version} is under way; wait for it to end"
             )));
@@ -63,7 +64,7 @@ impl Supervisor {
             );
             self.delete_in_background(tool, vec![old]);
         }
-        let opts = super::copy::Options { allow_special };
+        let opts = copy::Options { allow_special };
         let (pid, why) = match fork_copy(&src, &tmp, opts) {
             Ok(p) => p,
             Err(e) => {
@@ -71,7 +72,7 @@ impl Supervisor {
                 return Err(failed(format!("cannot start the copy: {e}")));
             }
         };
-        self.tasks.insert(
+        self.tools.add_task(
             pid,
             Task::Install {
                 tool: tool.into(),
@@ -86,13 +87,6 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Whether a helper of this supd is copying `version` in.
-    fn installing(&self, tool: &str, version: &str) -> bool {
-        self.tasks.values().any(
-            |t| matches!(t, Task::Install { tool: t, version: v, .. } if t == tool && v == version),
-        )
-    }
-
     /// Deletes hidden directories by a helper (`rm -rf`), never in the loop.
     pub(super) fn delete_in_background(&mut self, tool: &str, dirs: Vec<PathBuf>) {
         if dirs.is_empty() {
@@ -102,7 +96,7 @@ impl Supervisor {
         args.extend(dirs.iter().map(|p| p.to_string_lossy().into_owned()));
         match self.spawn_helper("/bin/rm", args, sys::Io::Null) {
             Ok(pid) => {
-                self.tasks.insert(pid, Task::Prune { dirs });
+                self.tools.add_task(pid, Task::Prune { dirs });
             }
             Err(e) => log::warn!(
                 "{tool}: cannot start rm for {dirs:?}: {e}; they stay hidden until the next start"
@@ -116,15 +110,7 @@ impl Supervisor {
     /// from) is still working on: a live install's staging directory is never touched.
     /// Dead staging is renamed aside at once and deleted by a helper.
     pub fn sweep_tools(&mut self) {
-        let fresh: Vec<String> = self
-            .tools
-            .iter_mut()
-            .filter(|(_, t)| !t.swept)
-            .map(|(n, t)| {
-                t.swept = true;
-                n.clone()
-            })
-            .collect();
+        let fresh: Vec<String> = self.tools.to_sweep();
         let tools_dir = self.cfg.supd.tools_dir.clone();
         // Once per process, every tool's directory: an install of a tool no service
         // names (installed ahead of its config) leaves its staging there too.
@@ -137,23 +123,11 @@ impl Supervisor {
                 .filter_map(|e| e.ok())
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                 .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| versions::check_tool(n).is_ok() && !self.tools.contains_key(n))
+                .filter(|n| versions::check_tool(n).is_ok() && !self.tools.is_loaded(n))
                 .collect()
         };
         for tool in fresh.into_iter().chain(unnamed) {
-            let busy: BTreeSet<PathBuf> = self
-                .tasks
-                .values()
-                .flat_map(|t| match t {
-                    Task::Install {
-                        tool: t, version, ..
-                    } if *t == tool => {
-                        vec![versions::install_tmp(&tools_dir, t, version)]
-                    }
-                    Task::Prune { dirs } => dirs.clone(),
-                    Task::Install { .. } | Task::ReexecCheck { .. } => Vec::new(),
-                })
-                .collect();
+            let busy: BTreeSet<PathBuf> = self.tools.busy_dirs(&tools_dir, &tool);
             let mut doomed = Vec::new();
             for p in versions::leftovers(&tools_dir, &tool) {
                 if busy.contains(&p) {
@@ -204,7 +178,7 @@ impl Supervisor {
         let pid = self
             .spawn_helper(&binary.to_string_lossy(), args, sys::Io::Fd(write))
             .map_err(cannot)?;
-        self.tasks.insert(
+        self.tools.add_task(
             pid,
             Task::ReexecCheck {
                 binary,
@@ -225,32 +199,18 @@ impl Supervisor {
 
     /// When the next handshake that has not ended is cut short.
     pub fn handshake_deadline(&self) -> Option<Mono> {
-        (self.tasks.values())
-            .filter_map(|t| match t {
-                Task::ReexecCheck {
-                    by,
-                    timed_out: false,
-                    ..
-                } => Some(*by),
-                _ => None,
-            })
-            .min()
+        self.tools.handshake_deadline()
     }
 
     /// Kills the handshakes past their deadline (their exit, reaped as any helper's,
     /// refuses the reexec).
     pub fn cut_handshakes(&mut self, now: Mono) {
-        for (pid, t) in self.tasks.iter_mut() {
-            if let Task::ReexecCheck { by, timed_out, .. } = t {
-                if !*timed_out && *by <= now {
-                    *timed_out = true;
-                    // Its own child, not reaped yet: the pid is still its.
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(*pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-            }
+        for pid in self.tools.handshakes_past(now) {
+            // Its own child, not reaped yet: the pid is still its.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 
@@ -287,7 +247,7 @@ impl Supervisor {
     pub fn end_helpers(&mut self) {
         use nix::sys::signal::{kill, Signal};
         let tools_dir = self.cfg.supd.tools_dir.clone();
-        let tasks = std::mem::take(&mut self.tasks);
+        let tasks = self.tools.take_tasks();
         let pids: Vec<i32> = tasks
             .keys()
             .copied()
@@ -417,74 +377,6 @@ impl Supervisor {
                 };
                 self.finish_reexec(binary, client, id, verdict, &program, now)
             }
-        }
-    }
-}
-
-/// Forks the copy of `src` into `tmp`; returns its pid and the pipe it says why it
-/// failed on (one line, within `PIPE_BUF`: the write never blocks).
-fn fork_copy(
-    src: &std::path::Path,
-    tmp: &std::path::Path,
-    opts: super::copy::Options,
-) -> std::io::Result<(i32, File)> {
-    use nix::fcntl::OFlag;
-    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
-    let keep = write.as_raw_fd();
-    let pid = sys::fork_worker(keep, move || match super::copy::copy_tree(src, tmp, opts) {
-        Ok(()) => 0,
-        Err(why) => {
-            let mut line = why.into_bytes();
-            line.truncate(libc::PIPE_BUF - 1);
-            let _ = nix::unistd::write(&write, &line);
-            1
-        }
-    })?;
-    Ok((pid, File::from(read)))
-}
-
-/// The pipe a handshake answers on: the write end its stdout, the read end
-/// non-blocking (a process the program left behind may hold the write end open).
-fn answer_pipe() -> std::io::Result<(File, std::os::fd::OwnedFd)> {
-    use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
-    fcntl(&read, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
-    Ok((File::from(read), write))
-}
-
-/// What a copy that ended wrote on its pipe.
-fn read_why(f: &File) -> Option<String> {
-    let mut buf = Vec::new();
-    let _ = f.take(libc::PIPE_BUF as u64).read_to_end(&mut buf);
-    let s = String::from_utf8_lossy(&buf).trim().to_string();
-    (!s.is_empty()).then_some(s)
-}
-
-/// Reaps `pid` (a child of supd that was sent SIGKILL) by `deadline`; whether it is
-/// gone. A pidfd is waited on where the kernel has them; else the wait is polled.
-fn reap_by(pid: i32, deadline: std::time::Instant) -> bool {
-    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-    let p = nix::unistd::Pid::from_raw(pid);
-    let pidfd = sys::pidfd_open(pid).ok();
-    loop {
-        match waitpid(p, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
-            // Reaped, or not (or no longer) a child: gone either way for supd.
-            Ok(_) | Err(_) => return true,
-        }
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        match &pidfd {
-            Some(fd) => {
-                use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-                use std::os::fd::AsFd;
-                let ms = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
-                    .unwrap_or(PollTimeout::MAX);
-                let _ = poll(&mut [PollFd::new(fd.as_fd(), PollFlags::POLLIN)], ms);
-            }
-            None => std::thread::sleep(left.min(std::time::Duration::from_millis(5))),
         }
     }
 }
