@@ -22,6 +22,7 @@ mod notify;
 mod shutdown;
 mod starts;
 mod statedir;
+mod waiters;
 
 use crate::cgroup::{self, Cgroups};
 use crate::config::{Config, LogMode, LogStderr, Ready, ServiceConfig};
