@@ -65,17 +65,17 @@ pub struct Client {
     stream: UnixStream,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
-    pub access: Access,
-    pub uid: u32,
-    pub pid: i32,
+    access: Access,
+    uid: u32,
+    pid: i32,
     /// Receives `watch` events.
-    pub watching: bool,
+    watching: bool,
     /// Receives the output of this service (`log -f`).
-    pub following: Option<String>,
+    following: Option<String>,
     /// It follows only the lines of stderr kept apart.
-    pub following_stderr: bool,
+    following_stderr: bool,
     /// An answer is owed (a `stop` waiting for the service to end): later requests wait.
-    pub parked: bool,
+    parked: bool,
     /// Close once the write buffer is flushed.
     closing: bool,
     /// The client shut down its writing side: what it sent is all there is.
@@ -90,8 +90,8 @@ pub struct Server {
     listener: UnixListener,
     /// A stand-in for a socket that could not be bound yet.
     stand_in: bool,
-    pub path: PathBuf,
-    pub clients: BTreeMap<u64, Client>,
+    path: PathBuf,
+    clients: BTreeMap<u64, Client>,
     next_id: u64,
     group: Option<SocketGroup>,
     /// Descriptors kept from clients (dups of the listener), given up at the limit.
@@ -101,7 +101,7 @@ pub struct Server {
     /// An episode at the limit was logged; cleared when the backlog is drained again.
     at_limit: bool,
     /// Refused connections and requests, told at most once a second.
-    pub refusals: Tally,
+    refusals: Tally,
 }
 
 /// Refusals told at most once a second, each with how many there were since the last:
@@ -285,6 +285,20 @@ impl Server {
         let mut server = Server::new(listener, path, group.cloned());
         server.stand_in = true;
         Ok(server)
+    }
+
+    /// A server on an abstract address of its own, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Server {
+        use std::os::linux::net::SocketAddrExt;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("sup-test-{}-{n}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+            .expect("an abstract address");
+        let listener = UnixListener::bind_addr(&addr).expect("bound");
+        Server::new(listener, Path::new("/nonexistent/sup.sock"), None)
     }
 
     /// Whether this is a stand-in (`stand_in`): `path` is still to be bound.
@@ -657,9 +671,57 @@ impl Server {
             (*id, c.stream.as_fd(), wants_in, !c.wbuf.is_empty())
         })
     }
+
+    /// A connected client.
+    pub fn client(&self, id: u64) -> Option<&Client> {
+        self.clients.get(&id)
+    }
+
+    /// Notes a refused request: how many refusals to tell now (`Tally::note`).
+    pub fn note_refusal(&mut self, now: Mono) -> Option<u64> {
+        self.refusals.note(now)
+    }
+
+    /// The client receives `watch` events from now on.
+    pub fn watch(&mut self, id: u64) {
+        if let Some(c) = self.clients.get_mut(&id) {
+            c.watching = true;
+        }
+    }
+
+    /// The client receives the output of `service` (`log -f`), its stderr alone if
+    /// `stderr`.
+    pub fn follow(&mut self, id: u64, service: &str, stderr: bool) {
+        if let Some(c) = self.clients.get_mut(&id) {
+            c.following = Some(service.to_string());
+            c.following_stderr = stderr;
+        }
+    }
+
+    /// Whether an answer is owed to the client: while it is, its later requests wait.
+    pub fn set_parked(&mut self, id: u64, parked: bool) {
+        if let Some(c) = self.clients.get_mut(&id) {
+            c.parked = parked;
+        }
+    }
 }
 
 impl Client {
+    /// What the client may do.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// The client's uid, from `SO_PEERCRED`.
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// The client's pid, from `SO_PEERCRED`.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
     /// When this connection is closed if nothing moves: only for one that is not a
     /// stream and is not waiting for an answer.
     fn idle_deadline(&self) -> Option<Mono> {

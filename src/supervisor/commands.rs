@@ -2,12 +2,12 @@
 //! waiter, settled in `waiters.rs` (`stop` and `restart` answer once the service has
 //! done it).
 
+use super::{signal_group, Supervisor};
 use crate::config;
 use crate::control::Access;
 use crate::control::WaitFor;
 use crate::protocol::{self, Command, Error, ErrorKind, Request, SignalArg};
 use crate::service::Event;
-use crate::supervisor::{signal_group, Supervisor};
 use crate::time::Mono;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -62,31 +62,31 @@ impl Supervisor {
     pub fn handle(&mut self, client: u64, req: Result<Request, (Value, Error)>, now: Mono) {
         let (id, command) = match req {
             Ok(r) => (r.id, r.command),
-            Err((id, e)) => return self.server.send(client, &protocol::encode_err(&id, &e)),
+            Err((id, e)) => return self.control.send(client, &protocol::encode_err(&id, &e)),
         };
         if let Err(e) = self.authorize(client, &command) {
-            return self.server.send(client, &protocol::encode_err(&id, &e));
+            return self.control.send(client, &protocol::encode_err(&id, &e));
         }
         match self.run(client, &id, command, now) {
-            Ok(Outcome::Answer(data)) => self.server.send(client, &protocol::encode_ok(&id, data)),
-            Ok(Outcome::Encoded(line)) => self.server.send(client, &line),
+            Ok(Outcome::Answer(data)) => self.control.send(client, &protocol::encode_ok(&id, data)),
+            Ok(Outcome::Encoded(line)) => self.control.send(client, &line),
             Ok(Outcome::Parked) => {}
-            Err(e) => self.server.send(client, &protocol::encode_err(&id, &e)),
+            Err(e) => self.control.send(client, &protocol::encode_err(&id, &e)),
         }
     }
 
     fn authorize(&mut self, client: u64, command: &Command) -> Result<(), Error> {
-        let Some(c) = self.server.clients.get(&client) else {
+        let Some(c) = self.control.client(client) else {
             return Ok(());
         };
-        let refused = match c.access {
+        let refused = match c.access() {
             Access::Full => return Ok(()),
             Access::ReadOnly if command.read_only() => return Ok(()),
-            Access::ReadOnly => format!("uid {} may only read (hello, status, log, watch); '{}' needs root", c.uid, command.name()),
-            Access::None => format!("uid {} is not allowed to use this socket (not root, not supd's user, not in socket_group)", c.uid),
+            Access::ReadOnly => format!("uid {} may only read (hello, status, log, watch); '{}' needs root", c.uid(), command.name()),
+            Access::None => format!("uid {} is not allowed to use this socket (not root, not supd's user, not in socket_group)", c.uid()),
         };
-        let (pid, uid) = (c.pid, c.uid);
-        if let Some(n) = self.server.refusals.note(Mono::now()) {
+        let (pid, uid) = (c.pid(), c.uid());
+        if let Some(n) = self.control.note_refusal(Mono::now()) {
             log::warn!(
                 "refused '{}' from pid {pid} uid {uid}: {refused}{}",
                 command.name(),
@@ -243,17 +243,12 @@ impl Supervisor {
                     .map(|o| o.tail(lines.unwrap_or(10), stderr))
                     .unwrap_or_default();
                 if follow {
-                    if let Some(c) = self.server.clients.get_mut(&client) {
-                        c.following = Some(service.clone());
-                        c.following_stderr = stderr;
-                    }
+                    self.control.follow(client, &service, stderr);
                 }
                 Ok(Outcome::Answer(json!({"service": service, "lines": tail})))
             }
             Command::Watch {} => {
-                if let Some(c) = self.server.clients.get_mut(&client) {
-                    c.watching = true;
-                }
+                self.control.watch(client);
                 Ok(Outcome::Answer(json!({"watching": true})))
             }
             Command::Reload {
@@ -267,9 +262,7 @@ impl Supervisor {
             Command::Reload { service: None } => {
                 self.refuse_during_shutdown()?;
                 // Answered when the config is read (`reload.rs`), outside the loop.
-                if let Some(c) = self.server.clients.get_mut(&client) {
-                    c.parked = true;
-                }
+                self.control.hold_client(client);
                 self.request_reload(Some((client, id.clone())), now);
                 Ok(Outcome::Parked)
             }
@@ -574,16 +567,13 @@ impl Supervisor {
     }
 
     fn park(&mut self, client: u64, id: &Value, what: WaitFor) -> Result<Outcome, Error> {
-        if let Some(c) = self.server.clients.get_mut(&client) {
-            c.parked = true;
-        }
         self.control.park(client, id, what);
         Ok(Outcome::Parked)
     }
 
     /// Handles a client's buffered requests, one at a time, until it is parked.
     pub fn serve(&mut self, client: u64, now: Mono) {
-        while let Some(req) = self.server.next_request(client) {
+        while let Some(req) = self.control.next_request(client) {
             self.handle(client, req, now);
         }
     }

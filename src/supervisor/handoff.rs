@@ -2,9 +2,9 @@
 //! every part and slot written for a new image with the fds it names, what cannot be
 //! carried refused as `busy`, the exec, and the takeover of a previous image's state.
 
+use super::Supervisor;
 use crate::handoff::{Handoff, HealthState, ServiceState, TaskState, FORMAT};
 use crate::protocol::{Error, ErrorKind};
-use crate::supervisor::Supervisor;
 use crate::time::Mono;
 use crate::tools::state::Task;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -14,7 +14,7 @@ use std::time::Duration;
 impl Supervisor {
     /// The handoff of this supervisor, and every fd it names.
     pub fn handoff(&self) -> (Handoff, Vec<BorrowedFd<'_>>) {
-        let mut fds = vec![self.server.fd()];
+        let mut fds = vec![self.control.listener_fd()];
         let notify = self.legacy_notify.as_ref().map(|n| {
             fds.push(n.fd());
             (n.fd().as_raw_fd(), n.path.clone())
@@ -108,7 +108,7 @@ impl Supervisor {
             format: FORMAT,
             from: crate::VERSION.into(),
             config_path: self.config_path.clone(),
-            listener_fd: self.server.fd().as_raw_fd(),
+            listener_fd: self.control.listener_fd().as_raw_fd(),
             notify,
             lock_fd,
             started: self.started,
@@ -119,7 +119,7 @@ impl Supervisor {
             system: self.system,
             tasks,
             log_writer,
-            socket_group: self.server.socket_group().cloned(),
+            socket_group: self.control.socket_group().cloned(),
             queued,
             leftovers: self.cleanup.as_ref().map(|c| c.carry()),
         };
@@ -400,7 +400,8 @@ impl Supervisor {
             self.log_writer.adopt(w);
         }
         let slots = &self.slots;
-        self.control = crate::control::Control::from_handoff(h.queued, |n| slots.contains_key(n));
+        self.control
+            .restore_held(h.queued, |n| slots.contains_key(n));
         let leases = self.leases.granted();
         if !leases.is_empty() {
             self.starts.recheck();

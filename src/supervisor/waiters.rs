@@ -4,11 +4,11 @@
 //! it). The waiters are the control part's (`control/parked.rs`); the commands that park
 //! them are `commands.rs`.
 
+use super::Supervisor;
 use crate::config;
 use crate::control::WaitFor;
 use crate::protocol::{self, Error, ErrorKind};
 use crate::service::State;
-use crate::supervisor::Supervisor;
 use crate::time::Mono;
 use serde_json::{json, Value};
 
@@ -152,10 +152,7 @@ impl Supervisor {
             Ok(data) => protocol::encode_ok(id, data),
             Err(e) => protocol::encode_err(id, &e),
         };
-        self.server.send(client, &bytes);
-        if let Some(c) = self.server.clients.get_mut(&client) {
-            c.parked = false;
-        }
+        self.control.answer_parked(client, &bytes);
         self.serve(client, now);
     }
 
