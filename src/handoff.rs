@@ -9,6 +9,11 @@
 //! new image, so timers resume at their original deadlines; the processes stay children
 //! of the same pid, so reaping goes on. The new program proved first, by answering
 //! the handshake (handshake.rs), that it is a supd that reads this format.
+//!
+//! This file is the format: what is carried ([`Handoff`], each service's
+//! [`ServiceState`]), its serde (older formats still read) and the fds it names. The
+//! coordinator writes it, execs and takes a previous image's over in
+//! `supervisor/handoff.rs`.
 
 use crate::service::Service;
 use crate::time::Mono;
@@ -17,7 +22,7 @@ use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
 /// The format this supd writes. Defined in handshake.rs so the tools' reexec task, which
-/// runs the handshake, names it without importing this file (which imports the tools).
+/// runs the handshake, names it without importing this file.
 pub use crate::handshake::FORMAT;
 
 /// Everything a new image needs.
