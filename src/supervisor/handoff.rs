@@ -6,7 +6,7 @@ use super::Supervisor;
 use crate::handoff::{Handoff, HealthState, ServiceState, TaskState, FORMAT};
 use crate::protocol::{Error, ErrorKind};
 use crate::time::Mono;
-use crate::tools::state::Task;
+use crate::tool_state::Task;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
