@@ -41,10 +41,8 @@ pub fn run(sup: &mut Supervisor) -> i32 {
         let now = Mono::now();
         sup.fire_timers(now);
         sup.settle(now);
-        sup.server.tick(now);
-        for id in sup.server.reap() {
-            sup.control.forget_client(id);
-        }
+        sup.control.tick(now);
+        sup.control.reap_clients();
         // What this turn logged, for supd's own log file.
         sup.flush_own_log(now);
         if let Some(code) = sup.exit {
@@ -54,7 +52,7 @@ pub fn run(sup: &mut Supervisor) -> i32 {
         let deadline = sup
             .next_deadline()
             .into_iter()
-            .chain(sup.server.next_deadline());
+            .chain(sup.control.socket_deadline());
         sup.leases.arm_timer();
         let timeout = timeout_until(deadline.min(), now);
         let ready = match wait(sup, timeout) {
@@ -91,9 +89,9 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
     let mut tokens = vec![Token::Signals];
     let mut fds = vec![PollFd::new(sup.signals.fd(), input)];
     // Out of the set while paused at the open-files limit (readable, it would spin).
-    if sup.server.accepting() {
+    if sup.control.accepting() {
         tokens.push(Token::Listener);
-        fds.push(PollFd::new(sup.server.fd(), input));
+        fds.push(PollFd::new(sup.control.listener_fd(), input));
     }
     if let Some(n) = sup.legacy_notify.as_ref() {
         tokens.push(Token::LegacyNotify);
@@ -127,7 +125,7 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::Spawner);
         fds.push(PollFd::new(q.as_fd(), input));
     }
-    for (id, fd, wants_in, wants_out) in sup.server.client_fds() {
+    for (id, fd, wants_in, wants_out) in sup.control.client_fds() {
         let mut flags = if wants_in { input } else { PollFlags::empty() };
         if wants_out {
             flags |= PollFlags::POLLOUT;
@@ -160,7 +158,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
                 on_signal(sup, sig, from, now);
             }
         }
-        Token::Listener => sup.server.accept(),
+        Token::Listener => sup.control.accept(),
         Token::LegacyNotify => sup.on_legacy_notify(now),
         Token::StateDir => sup.on_state_dir(),
         Token::Cleanup => sup.cleanup_step(now),
@@ -172,10 +170,10 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
         Token::Stderr => crate::logging::flush_stderr(),
         Token::Client(id) => {
             if flags.contains(PollFlags::POLLOUT) {
-                sup.server.flush(id);
+                sup.control.flush(id);
             }
             if flags.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
-                sup.server.read(id);
+                sup.control.read(id);
                 sup.serve(id, now);
             }
         }

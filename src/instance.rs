@@ -46,7 +46,7 @@ pub struct Instance {
     /// What of the run a stop, a crash and the end of the run address (`kill_mode`, as
     /// the config said when it started: a reload that changes it restarts the run, which
     /// is stopped as it was started). `None` in a run handed over by an image that did
-    /// not know it: the config's is taken then (`handoff.rs`).
+    /// not know it: the config's is taken then (`supervisor/handoff.rs`).
     #[serde(default)]
     pub kill_mode: Option<KillMode>,
     /// How many other processes of the run (as `kill_mode` counts them) were there when

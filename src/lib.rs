@@ -11,7 +11,6 @@ pub const VERSION: &str = match option_env!("SUP_BUILD_VERSION") {
 
 pub mod access;
 pub mod cgroup;
-pub mod commands;
 pub mod config;
 pub mod control;
 pub mod daemonize;

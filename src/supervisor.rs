@@ -10,8 +10,10 @@ mod reap;
 mod reload;
 mod reports;
 use reap::DRAIN_MAX;
+mod commands;
 mod down;
 mod forks;
+mod handoff;
 mod health;
 mod held;
 mod indices;
@@ -21,6 +23,7 @@ mod shutdown;
 mod starts;
 mod statedir;
 mod tools;
+mod waiters;
 
 use crate::cgroup::{self, Cgroups};
 use crate::config::{Config, LogMode, LogStderr, Ready, ServiceConfig};
@@ -90,7 +93,6 @@ pub struct Supervisor {
     /// its pidfd may have stood for other exits too.
     scan_owed: Option<Mono>,
     pub(crate) pids: BTreeMap<i32, String>,
-    pub server: Server,
     /// The one socket of a supd from before per-service sockets, handed over by its
     /// `reexec` (the services it started still send there).
     pub legacy_notify: Option<NotifySocket>,
@@ -98,8 +100,8 @@ pub struct Supervisor {
     shutdown: Option<Shutdown>,
     /// Set when the loop must end, with supd's exit status.
     pub exit: Option<i32>,
-    /// The control part: answers owed to parked clients, stops and restarts held for
-    /// their dependents (`control/parked.rs`).
+    /// The control part: the control socket and its clients, answers owed to parked
+    /// clients, stops and restarts held for their dependents (`control.rs`).
     pub(crate) control: crate::control::Control,
     /// Services an operator stopped: they stay down across restarts of supd.
     pub down: BTreeSet<String>,
@@ -173,12 +175,11 @@ impl Supervisor {
             tool_index: None,
             scan_owed: None,
             pids: BTreeMap::new(),
-            server,
             legacy_notify,
             signals,
             shutdown: None,
             exit: None,
-            control: crate::control::Control::default(),
+            control: crate::control::Control::new(server),
             down,
             down_retry: None,
             started: Mono::now(),
@@ -332,7 +333,7 @@ impl Supervisor {
             "reason": reason,
             "time": unix_ms(),
         });
-        self.server.broadcast(&crate::protocol::line(event));
+        self.control.broadcast(&crate::protocol::line(event));
     }
 
     /// Starts a pending service now.
@@ -510,15 +511,15 @@ impl Supervisor {
         let Some((_, step)) = self.socket_retry else {
             return;
         };
-        let path = self.server.path().to_path_buf();
+        let path = self.control.socket_path().to_path_buf();
         // socket_group as looked up at the start: supd's loop never reads the user
         // database.
-        let group = self.server.socket_group().cloned();
+        let group = self.control.socket_group().cloned();
         match Server::bind(&path, group.as_ref()) {
             Ok(server) => {
                 log::info!("serving {} at last", path.display());
                 crate::sys::set_listener_fd(std::os::fd::AsRawFd::as_raw_fd(&server.fd()));
-                self.server = server;
+                self.control.set_server(server);
                 self.socket_retry = None;
             }
             Err(e) => {
@@ -727,7 +728,7 @@ impl Supervisor {
             LogMode::File => {
                 let path = self.cfg.supd.log_dir.join(format!("{name}.log"));
                 let (max, keep) = (slot.cfg.log_max_size, slot.cfg.log_keep);
-                let dest = Dest::file(path, max, keep, self.server.group());
+                let dest = Dest::file(path, max, keep, self.control.group());
                 self.log_writer.send(name, &dest, &lines, Mono::now())
             }
             LogMode::Inherit => {
@@ -743,7 +744,7 @@ impl Supervisor {
         if !sent {
             out.dropped += lines.len() as u64;
         }
-        self.server.broadcast_log(name, &lines);
+        self.control.broadcast_log(name, &lines);
     }
 
     /// Hands what supd logged since the last turn to the log writer, for `[supd]
@@ -757,7 +758,7 @@ impl Supervisor {
             return;
         }
         let s = &self.cfg.supd;
-        let dest = Dest::file(path, s.log_max_size, s.log_keep, self.server.group());
+        let dest = Dest::file(path, s.log_max_size, s.log_keep, self.control.group());
         self.log_writer.send(OWN_LOG, &dest, &lines, now);
     }
 

@@ -253,6 +253,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     let fdset = sup::fdset::FdSet::new()
         .map_err(|e| format!("cannot make the epoll set of the services' fds: {e}"))?;
     let handed_over = handoff.is_some();
+    let stand_in = server.is_stand_in();
     let mut sup = Supervisor::new(cfg, path, server, notify, signals, fdset, handed_over);
     sup.config_errors = loaded.errors.iter().map(ToString::to_string).collect();
     sup.broken_files = loaded.broken;
@@ -262,7 +263,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     sup.lock_lost = lock.is_none();
     sup.lock = lock;
     sup.cgroups = cgroups;
-    if sup.server.is_stand_in() {
+    if stand_in {
         sup.socket_retry = Some((
             sup::time::Mono::now().plus(SOCKET_RETRY_FIRST),
             SOCKET_RETRY_FIRST,

@@ -1,12 +1,14 @@
-//! The control part: the answers owed to parked clients (`stop`, `start`, `restart`,
-//! `upgrade --wait`, `lease-release` answer once what they asked for happened), and the
-//! stops and restarts held until the services named with them that come after them are
-//! down. Its state is its own; the coordinator (`commands.rs`) decides when a waiter is
-//! settled and when a held stop may go, on the slots.
+//! The control part's parked answers: the answers owed to parked clients (`stop`,
+//! `start`, `restart`, `upgrade --wait`, `lease-release` answer once what they asked for
+//! happened), and the stops and restarts held until the services named with them that
+//! come after them are down. The coordinator (`supervisor/waiters.rs`,
+//! `supervisor/commands.rs`) decides when a waiter is settled and when a held stop may
+//! go, on the slots.
 //!
 //! Across `reexec`, the held stops go over in their order ([`Control::handoff`]); the
 //! waiters do not: their clients' connections close with the exec.
 
+use super::Control;
 use crate::service::Event;
 use crate::time::Mono;
 use serde::{Deserialize, Serialize};
@@ -61,19 +63,10 @@ pub struct QueuedState {
     until_down: Vec<String>,
 }
 
-/// The control part.
-#[derive(Default)]
-pub struct Control {
-    /// Answers owed to parked clients, in the order they were parked.
-    waiters: Vec<Waiter>,
-    /// Stops and restarts waiting for the services named with them that come after
-    /// them, in the order they were asked.
-    queued: Vec<Queued>,
-}
-
 impl Control {
-    /// Parks an answer owed to `client`.
+    /// Parks an answer owed to `client`: its later requests wait until it is answered.
     pub fn park(&mut self, client: u64, id: &Value, what: WaitFor) {
+        self.server.set_parked(client, true);
         self.waiters.push(Waiter {
             client,
             id: id.clone(),
@@ -172,10 +165,10 @@ impl Control {
             .collect()
     }
 
-    /// The part a previous image carried: its held stops and restarts of the services
-    /// `known` (the others left with the config).
-    pub fn from_handoff(queued: Vec<QueuedState>, known: impl Fn(&str) -> bool) -> Control {
-        let queued = (queued.into_iter())
+    /// Takes over what a previous image carried: its held stops and restarts of the
+    /// services `known` (the others left with the config).
+    pub fn restore_held(&mut self, queued: Vec<QueuedState>, known: impl Fn(&str) -> bool) {
+        self.queued = (queued.into_iter())
             .filter(|q| known(&q.name))
             .map(|q| Queued {
                 name: q.name,
@@ -187,20 +180,21 @@ impl Control {
                 until_down: q.until_down,
             })
             .collect();
-        Control {
-            waiters: Vec::new(),
-            queued,
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::Server;
+
+    fn control() -> Control {
+        Control::new(Server::for_tests())
+    }
 
     #[test]
     fn held_stops_go_in_order_once_their_dependents_are_down_and_cross_a_reexec() {
-        let mut c = Control::default();
+        let mut c = control();
         c.hold("db", Event::Stop, vec!["web".into()]);
         c.hold("cache", Event::Restart, vec!["web".into(), "api".into()]);
         assert!(c.holds_down("api") && !c.holds_down("db"));
@@ -214,7 +208,8 @@ mod tests {
             "the format 4 shape"
         );
         let back: Vec<QueuedState> = serde_json::from_value(carried).expect("reads");
-        let mut c = Control::from_handoff(back, |n| n != "gone");
+        let mut c = control();
+        c.restore_held(back, |n| n != "gone");
         assert!(c.next_ready(|d| d == "api").is_none(), "web is up");
         let q = c
             .next_ready(|d| d == "web")
@@ -226,7 +221,7 @@ mod tests {
 
     #[test]
     fn waiters_given_back_come_before_those_parked_meanwhile() {
-        let mut c = Control::default();
+        let mut c = control();
         c.park(1, &Value::from(1), WaitFor::Upgrade("a".into()));
         c.park(4, &Value::from(4), WaitFor::Upgrade("d".into()));
         c.forget_client(4);

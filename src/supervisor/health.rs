@@ -374,6 +374,6 @@ impl Supervisor {
             "version": version,
             "time": unix_ms(),
         });
-        self.server.broadcast(&crate::protocol::line(e));
+        self.control.broadcast(&crate::protocol::line(e));
     }
 }

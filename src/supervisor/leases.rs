@@ -311,7 +311,7 @@ impl Supervisor {
     ) {
         let e = json!({"event": "lease", "lease": lease, "what": what, "term": term,
                        "valid_for_ms": valid_for.map(|d| d.as_millis() as u64), "time": unix_ms()});
-        self.server.broadcast(&crate::protocol::line(e));
+        self.control.broadcast(&crate::protocol::line(e));
     }
 
     /// Whether `pid`, just reaped, was a run's guard. A guard that died while its run

@@ -577,11 +577,11 @@ impl Supervisor {
                        "from": r.from, "reason": r.reason, "time": unix_ms(),
                        "pending": t.pending.as_ref().map(|p| p.op.describe(&p.change.record)),
                        "write_error": t.pending.as_ref().map(|p| p.error.clone())});
-        self.server.broadcast(&crate::protocol::line(e));
+        self.control.broadcast(&crate::protocol::line(e));
     }
 
     fn emit_rollback(&mut self, tool: &str, from: &str, to: &str, why: &str) {
         let e = json!({"event": "rollback", "tool": tool, "from": from, "to": to, "reason": why, "time": unix_ms()});
-        self.server.broadcast(&crate::protocol::line(e));
+        self.control.broadcast(&crate::protocol::line(e));
     }
 }

@@ -81,9 +81,7 @@ impl Supervisor {
                 why: Some(Rc::new(why)),
             },
         );
-        if let Some(c) = self.server.clients.get_mut(&client) {
-            c.parked = true;
-        }
+        self.control.hold_client(client);
         Ok(())
     }
 
@@ -191,9 +189,7 @@ impl Supervisor {
                 program: Rc::new(program),
             },
         );
-        if let Some(c) = self.server.clients.get_mut(&client) {
-            c.parked = true;
-        }
+        self.control.hold_client(client);
         Ok(())
     }
 
@@ -331,7 +327,7 @@ impl Supervisor {
                 }
                 let e = json!({"event": "install", "tool": tool, "version": version, "ok": answer.is_ok(),
                                "error": answer.as_ref().err().map(|e| e.message.clone()), "time": unix_ms()});
-                self.server.broadcast(&crate::protocol::line(e));
+                self.control.broadcast(&crate::protocol::line(e));
                 if let Some((client, id)) = client {
                     self.unpark(client, &id, answer, now);
                 }
