@@ -73,16 +73,6 @@ pub struct Handoff {
     pub leftovers: Option<crate::leftovers::Carried>,
 }
 
-/// A service's health checks and watchdog for its run under way (format 4): a run
-/// under way of the check itself was ended by the old image and is made again at once.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct HealthState {
-    /// The run (main pid) they belong to.
-    pub pid: i32,
-    pub check: crate::health::CheckState,
-    pub watchdog: crate::health::Watchdog,
-}
-
 /// A helper process carried across `exec` (it stays a child of the same pid).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "task", rename_all = "kebab-case")]
@@ -104,7 +94,11 @@ pub struct ServiceState {
     pub name: String,
     pub svc: Service,
     pub version: Option<String>,
-    pub status_text: Option<String>,
+    /// Its notify part, whole (`notify::Carried`): its fields stand in the service's
+    /// object, as in every format: `status_text` (the last `STATUS=`) and `notify` (its
+    /// socket and the socket's path, format 2).
+    #[serde(flatten)]
+    pub notify: crate::notify::Carried,
     /// The output pipe's read and write ends, its kept lines and dropped count.
     pub output: Option<(RawFd, RawFd, Vec<String>, u64)>,
     /// The stderr pipe's read and write ends, when stderr is kept apart.
@@ -114,9 +108,6 @@ pub struct ServiceState {
     /// Its current (or finishing) run; handoffs of images before it carried only the pid.
     #[serde(default)]
     pub instance: Option<crate::instance::Instance>,
-    /// Its notify socket and the socket's path (format 2).
-    #[serde(default)]
-    pub notify: Option<(RawFd, PathBuf)>,
     /// The uid and groups its last child took as its user (older images: none).
     #[serde(default)]
     pub ran_as: Option<(Option<String>, crate::access::Who)>,
@@ -128,9 +119,10 @@ pub struct ServiceState {
     /// What this image had read of that report (records before its end).
     #[serde(default)]
     pub exec_read: Vec<u8>,
-    /// Its health checks' and watchdog's state, while they run (format 4).
+    /// Its health checks' and watchdog's state, while they run (format 4): the health
+    /// part's, whole (`health::Carried`).
     #[serde(default)]
-    pub health: Option<HealthState>,
+    pub health: Option<crate::health::Carried>,
 }
 
 /// Reads a handoff (and deletes the file: it is used once).
@@ -157,10 +149,7 @@ impl Supervisor {
     /// The handoff of this supervisor, and every fd it names.
     pub fn handoff(&self) -> (Handoff, Vec<BorrowedFd<'_>>) {
         let mut fds = vec![self.server.fd()];
-        let notify = self.legacy_notify.as_ref().map(|n| {
-            fds.push(n.fd());
-            (n.fd().as_raw_fd(), n.path.clone())
-        });
+        let notify = self.legacy_notify.carry(&mut fds);
         let lock_fd = self.lock.as_ref().map(|l| {
             fds.push(l.as_fd());
             l.as_fd().as_raw_fd()
@@ -191,10 +180,7 @@ impl Supervisor {
                 fds.push(p.as_fd());
                 p.as_raw_fd()
             });
-            let notify = slot.notify.as_ref().map(|n| {
-                fds.push(n.fd());
-                (n.fd().as_raw_fd(), n.path.clone())
-            });
+            let notify = slot.notify.carry(&mut fds);
             let exec = slot.exec.as_ref().map(|e| {
                 fds.push(e.report.as_fd());
                 let (program, cwd) = e.names();
@@ -207,7 +193,6 @@ impl Supervisor {
                 name: name.clone(),
                 svc: slot.svc.clone(),
                 version: slot.version.clone(),
-                status_text: slot.status_text.clone(),
                 ran_as: slot.ran_as.as_deref().cloned(),
                 output,
                 output_err,
@@ -216,11 +201,7 @@ impl Supervisor {
                 notify,
                 exec,
                 exec_read,
-                health: slot.health_pid.map(|pid| HealthState {
-                    pid,
-                    check: slot.check.clone(),
-                    watchdog: slot.watchdog.clone(),
-                }),
+                health: slot.health.carry(),
             });
         }
         let tasks = self
@@ -349,13 +330,7 @@ impl Supervisor {
         // in the new image (`ServiceState::health`), the ended run made again at once.
         let now = Mono::now();
         for slot in self.slots.values_mut() {
-            if let Some(p) = slot.probe.take() {
-                p.cancel();
-            }
-            if slot.check.running() {
-                slot.check.running_until = None;
-                slot.check.next_due = Some(slot.check.next_due.map_or(now, |d| d.min(now)));
-            }
+            slot.health.before_exec(now);
         }
         // What has exited is reaped here, its group killed, by the image that knows it:
         // all of it (a scan cut at its time is made again until it is whole).
@@ -435,15 +410,10 @@ impl Supervisor {
         // broken files stand in by their copies as at any start), not the last image's.
         self.kept = h.kept;
         for s in h.services {
-            let notify = s
-                .notify
-                .and_then(|(fd, path)| match crate::sys::adopt_fd(fd) {
-                    Ok(fd) => Some(crate::notify::NotifySocket::adopt(fd, path)),
-                    Err(e) => {
-                        log::warn!("{}: its notify socket was not handed over ({e})", s.name);
-                        None
-                    }
-                });
+            let (notify, lost) = crate::notify::Inbox::adopt(s.notify);
+            if let Some(e) = lost {
+                log::warn!("{}: its notify socket was not handed over ({e})", s.name);
+            }
             // A service the re-read config no longer has is kept, as a removed one,
             // until it has stopped as any removed service does (stop_timeout, then
             // KILL, its record and its remaining processes awaited).
@@ -487,14 +457,11 @@ impl Supervisor {
             });
             slot.notify = notify;
             slot.version = s.version;
-            slot.status_text = s.status_text;
             slot.ran_as = s.ran_as.map(Box::new);
             // Its checks go on where they were, for the same run (one the config no
             // longer checks is stopped by the next `sync_health`).
-            if let Some(h) = s.health.filter(|h| s.svc.pid == Some(h.pid)) {
-                slot.check = h.check;
-                slot.watchdog = h.watchdog;
-                slot.health_pid = Some(h.pid);
+            if let Some(h) = s.health {
+                slot.health.adopt(h, s.svc.pid);
             }
             // A run of an image that did not know `kill_mode` takes the config's.
             let s_instance = s.instance.map(|mut i| {
@@ -601,8 +568,35 @@ mod tests {
             h.notify,
             Some((4, PathBuf::from("/run/sup/sup.sock.notify")))
         );
-        assert_eq!(h.services[0].notify, None);
+        let back = serde_json::to_value(&h.services[0]).expect("writes");
+        assert_eq!(back["notify"], json!(null), "no socket of its own: {back}");
         assert!(check_format(1).is_ok() && check_format(FORMAT).is_ok());
+    }
+
+    #[test]
+    fn the_notify_and_health_parts_are_carried_under_the_names_of_every_format() {
+        let svc = crate::service::Service::new(crate::service::Want::Up);
+        let check = serde_json::to_value(crate::health::CheckState::default()).expect("check");
+        let watchdog = serde_json::to_value(crate::health::Watchdog::default()).expect("dog");
+        let v = json!({"name": "web", "svc": svc, "version": "1.2", "status_text": "serving",
+                       "output": null, "ready_fd": null, "notify": [9, "/run/sup.sock.notify.d/web"],
+                       "health": {"pid": 42, "check": check, "watchdog": watchdog}});
+        let s: ServiceState = serde_json::from_value(v.clone()).expect("reads");
+        let back = serde_json::to_value(&s).expect("writes");
+        for key in ["status_text", "notify", "health"] {
+            assert_eq!(
+                back[key], v[key],
+                "{key} in the service's object, as written"
+            );
+        }
+        // A service of an image before per-service sockets had neither.
+        let old = json!({"name": "db", "svc": back["svc"], "version": null, "output": null,
+                         "ready_fd": null});
+        let s: ServiceState = serde_json::from_value(old).expect("reads");
+        let back = serde_json::to_value(&s).expect("writes");
+        for key in ["status_text", "notify", "health"] {
+            assert_eq!(back[key], json!(null), "{key}: {back}");
+        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ impl Supervisor {
         };
         // A watched leader, a check command or a task: found by pid, not by a scan.
         let known = from.is_some_and(|p| {
-            watched(p) || self.check_pids.contains_key(&p) || self.tasks.contains_key(&p)
+            watched(p) || self.check_pids.contains(p) || self.tasks.contains_key(&p)
         });
         if known {
             self.scan_owed.get_or_insert(now.plus(SCAN_OWED));
@@ -31,9 +31,8 @@ impl Supervisor {
             // now: a check command (its timeout runs: found late, it would be taken for
             // timed out) and a helper task (a client waits for it). Their number is
             // that of checks and tasks under way, not of services.
-            let others: Vec<i32> = (self.check_pids.keys())
-                .chain(self.tasks.keys())
-                .copied()
+            let others: Vec<i32> = (self.check_pids.pids())
+                .chain(self.tasks.keys().copied())
                 .collect();
             for pid in others {
                 self.reap_id(Some(pid), now);
@@ -106,15 +105,12 @@ impl Supervisor {
                     break;
                 }
             };
-            if let Some(name) = self.check_pids.get(&pid.as_raw()) {
+            if let Some(name) = self.check_pids.name_of(pid.as_raw()) {
                 // What is left of a check goes with it; its zombie still holds the pid,
                 // so the group is the check's own. Its cgroup holds what left the group,
                 // unless another run of the check is in it already.
                 let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
-                let alone = !self
-                    .check_pids
-                    .iter()
-                    .any(|(p, n)| n == name && *p != pid.as_raw());
+                let alone = self.check_pids.alone(pid.as_raw());
                 if let Some(c) = self.cgroups.as_ref().filter(|_| alone) {
                     cgroup::kill(&c.check_dir(name));
                 }
@@ -147,7 +143,7 @@ impl Supervisor {
                 self.task_done(task, exit, now);
                 continue;
             }
-            if self.check_pids.contains_key(&pid) {
+            if self.check_pids.contains(pid) {
                 self.check_reaped(pid, exit, now);
                 continue;
             }
