@@ -482,6 +482,30 @@ mod tests {
     }
 
     #[test]
+    fn refusals_are_told_at_most_once_a_second_with_their_count() {
+        let mut inbox = Inbox::default();
+        let s = |n: u64| Mono(n * 1_000_000);
+        assert_eq!(inbox.refused(1, s(0)), Some(1), "the first at once");
+        assert_eq!(inbox.refused(2, s(500)), None);
+        assert_eq!(inbox.refused(3, s(999)), None);
+        assert_eq!(inbox.refused(1, s(1000)), Some(6), "counted since");
+        assert_eq!(inbox.refused(1, s(1500)), None);
+        assert!(inbox.status_text().is_none() && inbox.drain().is_none());
+        inbox.set_status("warming up".into());
+        let mut fds = Vec::new();
+        let c = inbox.carry(&mut fds);
+        assert!(fds.is_empty(), "no socket");
+        let json = serde_json::to_value(&c).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({"status_text": "warming up", "notify": null})
+        );
+        let (back, lost) = Inbox::adopt(c);
+        assert!(lost.is_none());
+        assert_eq!(back.status_text(), Some("warming up"));
+    }
+
+    #[test]
     fn receives_with_the_sender_pid_on_a_private_socket() {
         let dir = std::env::temp_dir().join(format!("sup-notify-{}", std::process::id()));
         prepare_dir(&dir, true).expect("dir");

@@ -370,3 +370,144 @@ impl CheckPids {
         Some((name, last))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn at(s: u64) -> Mono {
+        Mono(s * 1_000_000_000)
+    }
+
+    /// A service with a check command (first run 5 s after its start, 2 s to answer)
+    /// and, with `watchdog`, a watchdog of 30 s.
+    fn service(check: bool, watchdog: bool) -> ServiceConfig {
+        let mut cfg = ServiceConfig::new("web", vec!["/bin/web".into()], "/".into());
+        if check {
+            let mut h = HealthConfig::new(Check::Command(vec!["/bin/check".into()]));
+            h.start_delay = Duration::from_secs(5);
+            h.failures = 1;
+            cfg.health = Some(Box::new(h));
+        }
+        cfg.watchdog = watchdog.then_some(Duration::from_secs(30));
+        cfg
+    }
+
+    #[test]
+    fn a_watch_follows_the_run_and_ends_with_it() {
+        let cfg = service(true, true);
+        let mut w = Watch::default();
+        assert!(w.follow(None, &cfg, at(100)).is_none(), "nothing to end");
+        let f = w.follow(Some(7), &cfg, at(100)).expect("a run began");
+        assert!(!f.ended && f.cancel.is_none());
+        assert_eq!(w.run(), Some(7));
+        assert_eq!(
+            w.deadline(),
+            Some(at(105)),
+            "the first run, before the watchdog"
+        );
+        assert!(w.follow(Some(7), &cfg, at(101)).is_none(), "the same run");
+        let f = w.follow(None, &cfg, at(102)).expect("the run ended");
+        assert!(f.ended);
+        assert_eq!((w.run(), w.deadline()), (None, None));
+        // A service checked by nothing is followed by no watch.
+        let bare = service(false, false);
+        assert!(w.follow(Some(8), &bare, at(103)).is_none());
+    }
+
+    #[test]
+    fn a_due_check_command_is_spawned_by_the_coordinator_and_times_out_here() {
+        let cfg = service(true, false);
+        let mut w = Watch::default();
+        w.follow(Some(7), &cfg, at(100));
+        assert!(!w.is_due(at(104)));
+        assert_eq!(
+            w.fire(&cfg, at(105)),
+            Fired::Spawn(vec!["/bin/check".into()])
+        );
+        assert_eq!(w.deadline(), Some(at(107)), "the run's timeout");
+        assert!(w.command_reaped(99).is_none(), "no probe handed over");
+        match w.fire(&cfg, at(107)) {
+            Fired::Failed(why) => assert!(why.contains("timed out after 2s"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let change = w.finish(
+            cfg.health.as_deref().expect("h"),
+            Err("x".into()),
+            at(107),
+            9,
+        );
+        assert_eq!(change.map(|c| c.to), Some(Health::Unhealthy));
+        assert_eq!(w.view().unhealthy_since_ms, Some(9));
+        assert_eq!(w.failures(), 1);
+    }
+
+    #[test]
+    fn the_watchdog_alone_is_healthy_from_its_first_ping_and_fails_once() {
+        let cfg = service(false, true);
+        let mut w = Watch::default();
+        assert!(
+            w.fail("watchdog: WATCHDOG=trigger", 1).is_none(),
+            "no run followed"
+        );
+        w.follow(Some(7), &cfg, at(100));
+        assert_eq!(w.health(), Health::Unknown);
+        assert_eq!(w.deadline(), Some(at(130)));
+        let change = w.ping(&cfg, at(110)).expect("healthy now");
+        assert_eq!((change.from, change.to), (Health::Unknown, Health::Healthy));
+        assert!(w.pinged() && w.ping(&cfg, at(111)).is_none(), "told once");
+        assert_eq!(w.deadline(), Some(at(141)));
+        match w.fire(&cfg, at(141)) {
+            Fired::Missed(why) => {
+                let change = w.fail(&why, 5).expect("unhealthy");
+                assert_eq!(change.reason.as_deref(), Some(why.as_str()));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(w.health(), Health::Unhealthy);
+        assert_eq!(w.last_failure().map(|f| f.time_ms), Some(5));
+        assert_eq!(w.deadline(), None, "disarmed");
+    }
+
+    #[test]
+    fn a_carried_watch_is_taken_over_for_its_own_run_only() {
+        let cfg = service(true, true);
+        let mut w = Watch::default();
+        assert!(w.carry().is_none(), "nothing while no run is followed");
+        w.follow(Some(7), &cfg, at(100));
+        w.fire(&cfg, at(105));
+        w.before_exec(at(106));
+        assert_eq!(
+            w.deadline(),
+            Some(at(106)),
+            "the run ended, made again at once"
+        );
+        let json = serde_json::to_value(w.carry().expect("carried")).expect("json");
+        for key in ["pid", "check", "watchdog"] {
+            assert!(json.get(key).is_some(), "{key}: {json}");
+        }
+        let mut other = Watch::default();
+        other.adopt(
+            serde_json::from_value(json.clone()).expect("reads"),
+            Some(8),
+        );
+        assert_eq!(other.run(), None, "another run");
+        other.adopt(serde_json::from_value(json).expect("reads"), Some(7));
+        assert_eq!((other.run(), other.deadline()), (Some(7), Some(at(106))));
+    }
+
+    #[test]
+    fn check_pids_say_when_the_last_run_of_a_service_is_reaped() {
+        let mut c = CheckPids::default();
+        c.began(10, "web");
+        c.began(11, "web");
+        c.began(12, "db");
+        assert!(c.contains(10) && !c.alone(10) && c.alone(12));
+        assert_eq!(c.name_of(12), Some("db"));
+        assert_eq!(c.pids().collect::<Vec<_>>(), vec![10, 11, 12]);
+        assert_eq!(c.reaped(10), Some(("web".into(), false)));
+        assert_eq!(c.reaped(11), Some(("web".into(), true)));
+        assert_eq!(c.reaped(11), None);
+    }
+}
