@@ -93,9 +93,9 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
         tokens.push(Token::Listener);
         fds.push(PollFd::new(sup.control.listener_fd(), input));
     }
-    if let Some(n) = sup.legacy_notify.as_ref() {
+    if let Some(fd) = sup.legacy_notify.fd() {
         tokens.push(Token::LegacyNotify);
-        fds.push(PollFd::new(n.fd(), input));
+        fds.push(PollFd::new(fd, input));
     }
     if let Some(w) = sup.state_watch.as_ref() {
         tokens.push(Token::StateDir);

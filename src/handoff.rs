@@ -76,23 +76,17 @@ pub struct Handoff {
     pub leftovers: Option<crate::leftovers::Carried>,
 }
 
-/// A service's health checks and watchdog for its run under way (format 4): a run
-/// under way of the check itself was ended by the old image and is made again at once.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct HealthState {
-    /// The run (main pid) they belong to.
-    pub pid: i32,
-    pub check: crate::health::CheckState,
-    pub watchdog: crate::health::Watchdog,
-}
-
 /// One service's runtime.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ServiceState {
     pub name: String,
     pub svc: Service,
     pub version: Option<String>,
-    pub status_text: Option<String>,
+    /// Its notify part, whole (`notify::Carried`): its fields stand in the service's
+    /// object, as in every format: `status_text` (the last `STATUS=`) and `notify` (its
+    /// socket and the socket's path, format 2).
+    #[serde(flatten)]
+    pub notify: crate::notify::Carried,
     /// The output pipe's read and write ends, its kept lines and dropped count.
     pub output: Option<(RawFd, RawFd, Vec<String>, u64)>,
     /// The stderr pipe's read and write ends, when stderr is kept apart.
@@ -102,9 +96,6 @@ pub struct ServiceState {
     /// Its current (or finishing) run; handoffs of images before it carried only the pid.
     #[serde(default)]
     pub instance: Option<crate::instance::Instance>,
-    /// Its notify socket and the socket's path (format 2).
-    #[serde(default)]
-    pub notify: Option<(RawFd, PathBuf)>,
     /// The uid and groups its last child took as its user (older images: none).
     #[serde(default)]
     pub ran_as: Option<(Option<String>, crate::access::Who)>,
@@ -116,9 +107,10 @@ pub struct ServiceState {
     /// What this image had read of that report (records before its end).
     #[serde(default)]
     pub exec_read: Vec<u8>,
-    /// Its health checks' and watchdog's state, while they run (format 4).
+    /// Its health checks' and watchdog's state, while they run (format 4): the health
+    /// part's, whole (`health::Carried`).
     #[serde(default)]
-    pub health: Option<HealthState>,
+    pub health: Option<crate::health::Carried>,
 }
 
 /// Reads a handoff (and deletes the file: it is used once).
@@ -161,8 +153,35 @@ mod tests {
             h.notify,
             Some((4, PathBuf::from("/run/sup/sup.sock.notify")))
         );
-        assert_eq!(h.services[0].notify, None);
+        let back = serde_json::to_value(&h.services[0]).expect("writes");
+        assert_eq!(back["notify"], json!(null), "no socket of its own: {back}");
         assert!(check_format(1).is_ok() && check_format(FORMAT).is_ok());
+    }
+
+    #[test]
+    fn the_notify_and_health_parts_are_carried_under_the_names_of_every_format() {
+        let svc = crate::service::Service::new(crate::service::Want::Up);
+        let check = serde_json::to_value(crate::health::CheckState::default()).expect("check");
+        let watchdog = serde_json::to_value(crate::health::Watchdog::default()).expect("dog");
+        let v = json!({"name": "web", "svc": svc, "version": "1.2", "status_text": "serving",
+                       "output": null, "ready_fd": null, "notify": [9, "/run/sup.sock.notify.d/web"],
+                       "health": {"pid": 42, "check": check, "watchdog": watchdog}});
+        let s: ServiceState = serde_json::from_value(v.clone()).expect("reads");
+        let back = serde_json::to_value(&s).expect("writes");
+        for key in ["status_text", "notify", "health"] {
+            assert_eq!(
+                back[key], v[key],
+                "{key} in the service's object, as written"
+            );
+        }
+        // A service of an image before per-service sockets had neither.
+        let old = json!({"name": "db", "svc": back["svc"], "version": null, "output": null,
+                         "ready_fd": null});
+        let s: ServiceState = serde_json::from_value(old).expect("reads");
+        let back = serde_json::to_value(&s).expect("writes");
+        for key in ["status_text", "notify", "health"] {
+            assert_eq!(back[key], json!(null), "{key}: {back}");
+        }
     }
 
     #[test]

@@ -7,9 +7,13 @@
 //! (a verdict the supervisor acts on: the service is stopped and restarted, or its
 //! probation fails); a success makes it healthy again. The watchdog is a deadline that
 //! each `WATCHDOG=1` pushes back. No I/O and no clock here: the runners are in
-//! `health/run.rs`, `now` comes from the loop.
+//! `health/run.rs`, the part that holds a service's check and watchdog for its run is
+//! `health/watch.rs`, `now` comes from the loop.
 
 pub mod run;
+mod watch;
+
+pub use watch::{Carried, CheckPids, Fired, Followed, Watch};
 
 use crate::config::HealthConfig;
 use crate::time::{Human, Mono};

@@ -14,15 +14,22 @@
 //!
 //! The sockets are kept across restarts of their service and across `reexec` (the
 //! handoff names their fds), and removed with the service.
+//!
+//! The notify part: each service's `Inbox` (held by its slot) keeps its socket, the last
+//! `STATUS=` it sent and the rate of its refusals in private fields; `Legacy` holds the
+//! one socket of a supd from before per-service sockets. `supervisor/notify.rs` routes
+//! what their messages say. It imports no part and not the coordinator.
 
 use crate::proc::Stat;
+use crate::time::Mono;
 use nix::sys::socket::{
     bind, recvmsg, setsockopt, socket, sockopt, AddressFamily, ControlMessageOwned, MsgFlags,
     SockFlag, SockType, UnixAddr,
 };
 use nix::sys::stat::Mode;
+use serde::{Deserialize, Serialize};
 use std::io::IoSliceMut;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -127,6 +134,163 @@ impl NotifySocket {
 impl Drop for NotifySocket {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A service's notify part: its socket (made at its first start as a notify service),
+/// the last `STATUS=` it sent, and its refused messages not told yet.
+#[derive(Default)]
+pub struct Inbox {
+    /// The `NOTIFY_SOCKET` of a notify service.
+    socket: Option<NotifySocket>,
+    /// The last `STATUS=` of a notify service.
+    status_text: Option<String>,
+    /// Messages refused and not told yet, and when refusals were last told: at most
+    /// once a second, so that a flood cannot flood supd's log in turn.
+    refused: (usize, Option<Mono>),
+}
+
+impl Inbox {
+    /// Its socket's path, while it has one.
+    pub fn path(&self) -> Option<&Path> {
+        self.socket.as_ref().map(|s| s.path.as_path())
+    }
+
+    /// Its socket's fd, to poll.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.socket.as_ref().map(NotifySocket::fd)
+    }
+
+    /// Whether it holds the socket at `path`.
+    pub fn holds(&self, path: &Path) -> bool {
+        self.path() == Some(path)
+    }
+
+    /// Its socket is closed (and its file removed): the service is no notify service now.
+    pub fn close(&mut self) {
+        self.socket = None;
+    }
+
+    /// Before a start: its socket at `path`, still in place, emptied of what was sent
+    /// before; how many messages were dropped. `None` when it has none there.
+    pub fn reuse(&self, path: &Path) -> Option<usize> {
+        let sock = self
+            .socket
+            .as_ref()
+            .filter(|s| s.path == path && s.in_place())?;
+        Some(sock.drain().len())
+    }
+
+    /// A fresh socket at `path` in `dir` (made ready first), given to `owner`; the one
+    /// it had is closed first.
+    pub fn bind(&mut self, dir: &Path, path: &Path, owner: u32) -> Result<(), String> {
+        self.socket = None;
+        prepare_dir(dir, false)?;
+        self.socket = Some(NotifySocket::bind(path, Some(owner))?);
+        Ok(())
+    }
+
+    /// Every datagram waiting on its socket; `None` when it has none.
+    pub fn drain(&self) -> Option<Vec<Message>> {
+        self.socket.as_ref().map(NotifySocket::drain)
+    }
+
+    /// The last `STATUS=` it sent.
+    pub fn status_text(&self) -> Option<&str> {
+        self.status_text.as_deref()
+    }
+
+    /// `STATUS=text`.
+    pub fn set_status(&mut self, text: String) {
+        self.status_text = Some(text);
+    }
+
+    /// `n` messages were refused now: how many to tell since the last telling, when a
+    /// second has passed since it (then told at `now`); `None` to keep counting.
+    pub fn refused(&mut self, n: usize, now: Mono) -> Option<usize> {
+        let (count, told) = &mut self.refused;
+        *count += n;
+        if told.is_some_and(|t| now.since(t) < std::time::Duration::from_secs(1)) {
+            return None;
+        }
+        *told = Some(now);
+        Some(std::mem::take(count))
+    }
+
+    /// What a `reexec` carries, naming its socket's fd in `fds`.
+    pub fn carry<'a>(&'a self, fds: &mut Vec<BorrowedFd<'a>>) -> Carried {
+        let notify = self.socket.as_ref().map(|n| {
+            fds.push(n.fd());
+            (n.fd().as_raw_fd(), n.path.clone())
+        });
+        Carried {
+            status_text: self.status_text.clone(),
+            notify,
+        }
+    }
+
+    /// Takes over what a previous image carried, and why its socket could not be
+    /// taken over, if it could not (it has none then).
+    pub fn adopt(c: Carried) -> (Inbox, Option<std::io::Error>) {
+        let mut lost = None;
+        let socket = c
+            .notify
+            .and_then(|(fd, path)| match crate::sys::adopt_fd(fd) {
+                Ok(fd) => Some(NotifySocket::adopt(fd, path)),
+                Err(e) => {
+                    lost = Some(e);
+                    None
+                }
+            });
+        let inbox = Inbox {
+            socket,
+            status_text: c.status_text,
+            refused: (0, None),
+        };
+        (inbox, lost)
+    }
+}
+
+/// A service's notify part as the handoff carries it: flattened into its
+/// `ServiceState`, under the names of every format.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Carried {
+    /// The last `STATUS=`.
+    #[serde(default)]
+    status_text: Option<String>,
+    /// Its socket and the socket's path (format 2).
+    #[serde(default)]
+    notify: Option<(RawFd, PathBuf)>,
+}
+
+/// The single socket of a supd from before per-service sockets, handed over by its
+/// `reexec`: the services it started still send there.
+#[derive(Default)]
+pub struct Legacy {
+    socket: Option<NotifySocket>,
+}
+
+impl Legacy {
+    pub fn new(socket: Option<NotifySocket>) -> Legacy {
+        Legacy { socket }
+    }
+
+    /// Its fd, to poll, while there is one.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.socket.as_ref().map(NotifySocket::fd)
+    }
+
+    /// Every datagram waiting; `None` when there is no such socket.
+    pub fn drain(&self) -> Option<Vec<Message>> {
+        self.socket.as_ref().map(NotifySocket::drain)
+    }
+
+    /// What a `reexec` carries (the handoff's `notify`), naming its fd in `fds`.
+    pub fn carry<'a>(&'a self, fds: &mut Vec<BorrowedFd<'a>>) -> Option<(RawFd, PathBuf)> {
+        self.socket.as_ref().map(|n| {
+            fds.push(n.fd());
+            (n.fd().as_raw_fd(), n.path.clone())
+        })
     }
 }
 
@@ -315,6 +479,30 @@ mod tests {
         assert_eq!(at(201), Sender::Outside, "another tree");
         assert_eq!(at(999), Sender::Gone, "exited before supd looked");
         assert_eq!(at(0), Sender::Outside, "a pid supd cannot see");
+    }
+
+    #[test]
+    fn refusals_are_told_at_most_once_a_second_with_their_count() {
+        let mut inbox = Inbox::default();
+        let s = |n: u64| Mono(n * 1_000_000);
+        assert_eq!(inbox.refused(1, s(0)), Some(1), "the first at once");
+        assert_eq!(inbox.refused(2, s(500)), None);
+        assert_eq!(inbox.refused(3, s(999)), None);
+        assert_eq!(inbox.refused(1, s(1000)), Some(6), "counted since");
+        assert_eq!(inbox.refused(1, s(1500)), None);
+        assert!(inbox.status_text().is_none() && inbox.drain().is_none());
+        inbox.set_status("warming up".into());
+        let mut fds = Vec::new();
+        let c = inbox.carry(&mut fds);
+        assert!(fds.is_empty(), "no socket");
+        let json = serde_json::to_value(&c).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({"status_text": "warming up", "notify": null})
+        );
+        let (back, lost) = Inbox::adopt(c);
+        assert!(lost.is_none());
+        assert_eq!(back.status_text(), Some("warming up"));
     }
 
     #[test]

@@ -9,7 +9,6 @@
 use crate::config::ServiceConfig;
 use crate::instance::Instance;
 use crate::logs::Output;
-use crate::notify::NotifySocket;
 use crate::records::PidFile;
 use crate::service::{Service, State};
 use crate::sys;
@@ -30,15 +29,12 @@ pub struct Slot {
     pub ready_pipe: Option<OwnedFd>,
     /// The tool version the current (or last) process runs.
     pub version: Option<String>,
-    /// The last `STATUS=` of a notify service.
-    pub status_text: Option<String>,
-    /// The `NOTIFY_SOCKET` of a notify service, made at its first start.
-    pub notify: Option<NotifySocket>,
+    /// Its notify part: the `NOTIFY_SOCKET` of a notify service (made at its first
+    /// start), its last `STATUS=`, its refused messages not told yet.
+    pub notify: crate::notify::Inbox,
     /// Where the current process is recorded, made at the first start (a path: the
     /// file is opened for each write, never held open).
     pub(crate) pid_file: Option<PidFile>,
-    /// Where its health check command under way is recorded, made at its first run.
-    pub check_file: Option<PidFile>,
     /// The current (or finishing) run: from its spawn until its last process is gone.
     pub instance: Option<Instance>,
     /// A pidfd of the run's leader (and its pid), until it is reaped: readable when it
@@ -55,17 +51,10 @@ pub struct Slot {
     pub ran_as: Option<Box<(Option<String>, crate::access::Who)>>,
     /// Removed by a reload: dropped once it is down.
     pub removed: bool,
-    /// Its health check's state (`health`), kept across its runs for `status`.
-    pub check: crate::health::CheckState,
-    /// The check's run under way.
-    pub probe: Option<crate::health::run::Probe>,
-    /// Its watchdog's deadline (`watchdog`).
-    pub watchdog: crate::health::Watchdog,
-    /// The run (main pid) its checks and watchdog belong to; `None` while it is not up.
-    pub health_pid: Option<i32>,
-    /// Notify messages refused and not told yet, and when refusals were last told: at
-    /// most once a second, so that a flood cannot flood supd's log in turn.
-    pub refused: (usize, Option<Mono>),
+    /// Its health part: its check (`health`) and watchdog (`watchdog`) for the run they
+    /// follow, the check's run under way and its pid record; kept across its runs for
+    /// `status`.
+    pub health: crate::health::Watch,
     /// Its child asked of the spawner and not answered yet (`supervisor/forks.rs`).
     pub forking: Option<crate::spawner::Ticket>,
 }

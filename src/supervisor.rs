@@ -95,7 +95,7 @@ pub struct Supervisor {
     pub(crate) pids: BTreeMap<i32, String>,
     /// The one socket of a supd from before per-service sockets, handed over by its
     /// `reexec` (the services it started still send there).
-    pub legacy_notify: Option<NotifySocket>,
+    pub(crate) legacy_notify: crate::notify::Legacy,
     pub signals: Signals,
     shutdown: Option<Shutdown>,
     /// Set when the loop must end, with supd's exit status.
@@ -145,8 +145,8 @@ pub struct Supervisor {
     drain_retry: Option<(Mono, Duration)>,
     /// A reload's helper reading the config (`reload.rs`).
     pub reload_job: Option<crate::reload::Job>,
-    /// Health check commands under way: pid to service.
-    pub check_pids: BTreeMap<i32, String>,
+    /// Health check commands under way: pid to service (`health/watch.rs`).
+    pub(crate) check_pids: crate::health::CheckPids,
 }
 
 impl Supervisor {
@@ -175,7 +175,7 @@ impl Supervisor {
             tool_index: None,
             scan_owed: None,
             pids: BTreeMap::new(),
-            legacy_notify,
+            legacy_notify: crate::notify::Legacy::new(legacy_notify),
             signals,
             shutdown: None,
             exit: None,
@@ -211,7 +211,7 @@ impl Supervisor {
             socket_retry: None,
             cleanup: None,
             reload_job: None,
-            check_pids: BTreeMap::new(),
+            check_pids: Default::default(),
         };
         // Moved, not copied: each service's config lives in its slot only (a second
         // copy of every one cost about a kilobyte a service).
@@ -241,21 +241,15 @@ impl Supervisor {
             output: None,
             ready_pipe: None,
             version: None,
-            status_text: None,
-            notify: None,
+            notify: Default::default(),
             pid_file: None,
-            check_file: None,
             instance: None,
             leader: None,
             exec: None,
             exec_error: None,
             ran_as: None,
             removed: false,
-            check: Default::default(),
-            probe: None,
-            watchdog: Default::default(),
-            health_pid: None,
-            refused: (0, None),
+            health: Default::default(),
             forking: None,
         };
         self.slots.insert(slot);
@@ -394,8 +388,8 @@ impl Supervisor {
             .and_then(|_| {
                 self.slots
                     .get(name)
-                    .and_then(|s| s.notify.as_ref())
-                    .map(|n| n.path.clone())
+                    .and_then(|s| s.notify.path())
+                    .map(|p| p.to_path_buf())
             })
             .into_iter()
             .chain(run_dir)
@@ -801,21 +795,21 @@ impl Supervisor {
                 "down"
             }
             .to_string(),
-            status: slot.status_text.clone(),
+            status: slot.notify.status_text().map(str::to_string),
             log_dropped: slot.output.as_ref().map(|o| o.dropped).unwrap_or(0),
             next_ms: svc.deadline.map(|d| d.since(now).as_millis() as u64),
             up: svc.is_ready(&slot.cfg),
             health: self
                 .health_of(&slot.cfg.name)
                 .map(|h| h.health.as_str().to_string()),
-            health_failures: slot.cfg.health.as_ref().map(|_| slot.check.failures),
-            health_last_failure: slot.check.last_failure.as_ref().map(|f| {
+            health_failures: slot.cfg.health.as_ref().map(|_| slot.health.failures()),
+            health_last_failure: slot.health.last_failure().map(|f| {
                 crate::protocol::HealthFailure {
                     reason: f.reason.clone(),
                     time_ms: f.time_ms,
                 }
             }),
-            unhealthy_since_ms: slot.check.unhealthy_since_ms,
+            unhealthy_since_ms: slot.health.unhealthy_since_ms(),
         }
     }
 }

@@ -12,8 +12,18 @@ use std::path::{Path, PathBuf};
 const PARTS: &[(&str, &[&str])] = &[
     ("leases", &["src/leases.rs"]),
     ("starts", &["src/starts.rs"]),
-    ("control", &["src/control.rs", "src/control/parked.rs"]),
-    ("health", &["src/health.rs", "src/health/run.rs"]),
+    (
+        "control",
+        &[
+            "src/control.rs",
+            "src/control/socket.rs",
+            "src/control/parked.rs",
+        ],
+    ),
+    (
+        "health",
+        &["src/health.rs", "src/health/run.rs", "src/health/watch.rs"],
+    ),
     ("notify", &["src/notify.rs"]),
     ("tool_state", &["src/tool_state.rs"]),
 ];

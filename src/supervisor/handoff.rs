@@ -3,7 +3,7 @@
 //! carried refused as `busy`, the exec, and the takeover of a previous image's state.
 
 use super::Supervisor;
-use crate::handoff::{Handoff, HealthState, ServiceState, FORMAT};
+use crate::handoff::{Handoff, ServiceState, FORMAT};
 use crate::protocol::{Error, ErrorKind};
 use crate::time::Mono;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -14,10 +14,7 @@ impl Supervisor {
     /// The handoff of this supervisor, and every fd it names.
     pub fn handoff(&self) -> (Handoff, Vec<BorrowedFd<'_>>) {
         let mut fds = vec![self.control.listener_fd()];
-        let notify = self.legacy_notify.as_ref().map(|n| {
-            fds.push(n.fd());
-            (n.fd().as_raw_fd(), n.path.clone())
-        });
+        let notify = self.legacy_notify.carry(&mut fds);
         let lock_fd = self.lock.as_ref().map(|l| {
             fds.push(l.as_fd());
             l.as_fd().as_raw_fd()
@@ -48,10 +45,7 @@ impl Supervisor {
                 fds.push(p.as_fd());
                 p.as_raw_fd()
             });
-            let notify = slot.notify.as_ref().map(|n| {
-                fds.push(n.fd());
-                (n.fd().as_raw_fd(), n.path.clone())
-            });
+            let notify = slot.notify.carry(&mut fds);
             let exec = slot.exec.as_ref().map(|e| {
                 fds.push(e.report.as_fd());
                 let (program, cwd) = e.names();
@@ -64,7 +58,6 @@ impl Supervisor {
                 name: name.clone(),
                 svc: slot.svc.clone(),
                 version: slot.version.clone(),
-                status_text: slot.status_text.clone(),
                 ran_as: slot.ran_as.as_deref().cloned(),
                 output,
                 output_err,
@@ -73,11 +66,7 @@ impl Supervisor {
                 notify,
                 exec,
                 exec_read,
-                health: slot.health_pid.map(|pid| HealthState {
-                    pid,
-                    check: slot.check.clone(),
-                    watchdog: slot.watchdog.clone(),
-                }),
+                health: slot.health.carry(),
             });
         }
         let tools = self.tools.handoff();
@@ -178,13 +167,7 @@ impl Supervisor {
         // in the new image (`ServiceState::health`), the ended run made again at once.
         let now = Mono::now();
         for slot in self.slots.values_mut() {
-            if let Some(p) = slot.probe.take() {
-                p.cancel();
-            }
-            if slot.check.running() {
-                slot.check.running_until = None;
-                slot.check.next_due = Some(slot.check.next_due.map_or(now, |d| d.min(now)));
-            }
+            slot.health.before_exec(now);
         }
         // What has exited is reaped here, its group killed, by the image that knows it:
         // all of it (a scan cut at its time is made again until it is whole).
@@ -264,15 +247,10 @@ impl Supervisor {
         // broken files stand in by their copies as at any start), not the last image's.
         self.kept = h.kept;
         for s in h.services {
-            let notify = s
-                .notify
-                .and_then(|(fd, path)| match crate::sys::adopt_fd(fd) {
-                    Ok(fd) => Some(crate::notify::NotifySocket::adopt(fd, path)),
-                    Err(e) => {
-                        log::warn!("{}: its notify socket was not handed over ({e})", s.name);
-                        None
-                    }
-                });
+            let (notify, lost) = crate::notify::Inbox::adopt(s.notify);
+            if let Some(e) = lost {
+                log::warn!("{}: its notify socket was not handed over ({e})", s.name);
+            }
             // A service the re-read config no longer has is kept, as a removed one,
             // until it has stopped as any removed service does (stop_timeout, then
             // KILL, its record and its remaining processes awaited).
@@ -316,14 +294,11 @@ impl Supervisor {
             });
             slot.notify = notify;
             slot.version = s.version;
-            slot.status_text = s.status_text;
             slot.ran_as = s.ran_as.map(Box::new);
             // Its checks go on where they were, for the same run (one the config no
             // longer checks is stopped by the next `sync_health`).
-            if let Some(h) = s.health.filter(|h| s.svc.pid == Some(h.pid)) {
-                slot.check = h.check;
-                slot.watchdog = h.watchdog;
-                slot.health_pid = Some(h.pid);
+            if let Some(h) = s.health {
+                slot.health.adopt(h, s.svc.pid);
             }
             // A run of an image that did not know `kill_mode` takes the config's.
             let s_instance = s.instance.map(|mut i| {

@@ -1,12 +1,12 @@
-//! The coordinator side of health checks and watchdogs (`health.rs`, `health/run.rs`):
-//! each check's runs started, read and ended for its service's run, and what the
-//! verdicts do to the service.
+//! The coordinator side of health checks and watchdogs (the health part: each slot's
+//! `health::Watch`, and `health::CheckPids`): what happens to a service's run and its
+//! checks routed to its watch, and its answers carried out: check commands spawned
+//! and their cgroups killed, changes of health told, verdicts acted on.
 
 use super::{unix_ms, Supervisor};
-use crate::config::{Check, Ready};
+use crate::config::Ready;
 use crate::health::run::{HealthView, Probe};
-use crate::health::{Change, CheckState, Health};
-use crate::records::PidFile;
+use crate::health::{Change, Fired, Health};
 use crate::service::{Event, Exit, State};
 use crate::sys::{Io, SpawnSpec};
 use crate::time::Mono;
@@ -18,10 +18,7 @@ impl Supervisor {
     /// lease rule: a leader-only service that is unhealthy makes its node ineligible.
     pub fn health_of(&self, name: &str) -> Option<HealthView> {
         let s = self.slots.get(name)?;
-        (s.cfg.health.is_some() || s.cfg.watchdog.is_some()).then_some(HealthView {
-            health: s.check.health,
-            unhealthy_since_ms: s.check.unhealthy_since_ms,
-        })
+        (s.cfg.health.is_some() || s.cfg.watchdog.is_some()).then(|| s.health.view())
     }
 
     /// Starts the checks and watchdog of services that have just started, ends those of
@@ -34,14 +31,12 @@ impl Supervisor {
             let Some(slot) = self.slots.get_mut(&name) else {
                 continue;
             };
-            // A reload may have taken the check away from a service being restarted.
-            let checked = slot.cfg.health.is_some() || slot.cfg.watchdog.is_some();
             let up = matches!(slot.svc.state, State::Starting | State::Running);
-            let pid = slot.svc.pid.filter(|_| up && checked);
-            if pid == slot.health_pid {
+            let run = slot.svc.pid.filter(|_| up);
+            let Some(followed) = slot.health.follow(run, &slot.cfg, now) else {
                 continue;
-            }
-            if let Some(p) = slot.probe.take() {
+            };
+            if let Some(p) = followed.cancel {
                 // The run ends with the service's: what it started too (a supd that
                 // exits next would not see it reaped).
                 if let (Probe::Command { .. }, Some(c)) = (&p, self.cgroups.as_ref()) {
@@ -49,23 +44,8 @@ impl Supervisor {
                 }
                 p.cancel();
             }
-            slot.health_pid = pid;
-            match pid {
-                Some(_) => {
-                    match &slot.cfg.health {
-                        Some(h) => slot.check.start(h, now),
-                        // A watchdog alone: unknown until the first ping of this run.
-                        None => slot.check.health = Health::Unknown,
-                    }
-                    if let Some(d) = slot.cfg.watchdog {
-                        slot.watchdog.start(d, now);
-                    }
-                }
-                None => {
-                    slot.check.stop();
-                    slot.watchdog.stop();
-                    ended.push(slot.cfg.name.clone());
-                }
+            if followed.ended {
+                ended.push(slot.cfg.name.clone());
             }
         }
         for name in ended {
@@ -77,54 +57,24 @@ impl Supervisor {
     pub fn fire_health(&mut self, now: Mono) {
         self.sync_health(now);
         let due: Vec<String> = (self.timers.due(now).into_iter())
-            .filter(|n| {
-                self.slots.get(n).is_some_and(|s| {
-                    s.health_pid.is_some()
-                        && [s.check.deadline(), s.watchdog.deadline]
-                            .into_iter()
-                            .flatten()
-                            .any(|d| d <= now)
-                })
-            })
+            .filter(|n| self.slots.get(n).is_some_and(|s| s.health.is_due(now)))
             .collect();
         for name in due {
             let Some(slot) = self.slots.get_mut(&name) else {
                 continue;
             };
-            match slot.cfg.watchdog {
-                Some(d) => {
-                    if let Some(why) = slot.watchdog.expired(d, now) {
-                        self.watchdog_failed(&name, why, now);
-                        continue;
-                    }
-                }
-                None => slot.watchdog.stop(),
-            }
-            let Some(h) = slot.cfg.health.clone() else {
-                slot.check.stop();
-                continue;
-            };
-            if slot.check.timed_out(now) {
-                if let Some(p) = slot.probe.take() {
-                    p.cancel();
-                }
-                self.check_done(&name, Err(CheckState::timeout_reason(&h)), now);
-                continue;
-            }
-            if slot.check.due(now) {
-                slot.check.begin(&h, now);
-                let probe = match &h.check {
-                    Check::Command(argv) => self.spawn_check(&name, argv),
-                    other => Probe::begin_socket(other),
-                };
-                match probe {
+            match slot.health.fire(&slot.cfg, now) {
+                Fired::Nothing => {}
+                Fired::Missed(why) => self.watchdog_failed(&name, why, now),
+                Fired::Failed(why) => self.check_done(&name, Err(why), now),
+                Fired::Spawn(argv) => match self.spawn_check(&name, &argv) {
                     Ok(p) => {
                         if let Some(slot) = self.slots.get_mut(&name) {
-                            slot.probe = Some(p);
+                            slot.health.begun(p);
                         }
                     }
                     Err(why) => self.check_done(&name, Err(why), now),
-                }
+                },
             }
         }
     }
@@ -178,19 +128,16 @@ impl Supervisor {
         // would restart a healthy service over a state_dir problem.
         let state_dir = self.cfg.supd.state_dir.clone();
         let slot = self.slots.get_mut(name).ok_or("gone")?;
-        if slot.check_file.as_ref().is_some_and(|f| !f.is_current()) {
-            slot.check_file = None;
-        }
-        if slot.check_file.is_none() {
-            match PidFile::open_check(&state_dir, name) {
-                Ok(f) => slot.check_file = Some(f),
-                Err(e) => log::warn!(
+        let record = match slot.health.record(&state_dir, name) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                log::warn!(
                     "{name}: cannot open the pid record of its check in {}: {e}; it runs unrecorded",
                     state_dir.display()
-                ),
+                );
+                None
             }
-        }
-        let record = slot.check_file.as_ref();
+        };
         // Where supd has cgroups, a cgroup holds what the check starts, even a daemon.
         // The command moves itself in (`SpawnSpec::join`); a refused move is said when
         // its report is read.
@@ -219,36 +166,30 @@ impl Supervisor {
             Ok(())
         })
         .map_err(|e| format!("check command: cannot start: {e}"))?;
-        self.check_pids.insert(pid, name.to_string());
+        self.check_pids.began(pid, name);
         Ok(Probe::Command { pid, exec })
     }
 
     /// A check command of `name` is reaped (its group killed): its record is cleared.
     fn check_unrecorded(&mut self, name: &str) {
-        if let Some(f) = self.slots.get(name).and_then(|s| s.check_file.as_ref()) {
-            if let Err(e) = f.set(None) {
-                log::warn!("{name}: cannot clear the pid record of its check: {e}");
-            }
+        if let Some(Err(e)) = self.slots.get(name).map(|s| s.health.unrecord()) {
+            log::warn!("{name}: cannot clear the pid record of its check: {e}");
         }
     }
 
     /// A check command was reaped: its run's outcome, if it is still the service's run.
     pub fn check_reaped(&mut self, pid: i32, exit: Exit, now: Mono) {
-        let Some(name) = self.check_pids.remove(&pid) else {
+        let Some((name, last)) = self.check_pids.reaped(pid) else {
             return;
         };
-        if !self.check_pids.values().any(|n| *n == name) {
+        if last {
             self.check_unrecorded(&name);
         }
         let Some(slot) = self.slots.get_mut(&name) else {
             return;
         };
-        let ours = matches!(&slot.probe, Some(Probe::Command { pid: p, .. }) if *p == pid);
-        if !ours {
+        let Some(mut exec) = slot.health.command_reaped(pid) else {
             return; // ended already (timed out, or its service stopped)
-        }
-        let Some(Probe::Command { mut exec, .. }) = slot.probe.take() else {
-            return;
         };
         let outcome = exec.outcome();
         if let Some(e) = exec.cgroup_refused() {
@@ -264,17 +205,9 @@ impl Supervisor {
 
     /// A socket check's fd is ready.
     pub fn on_health_fd(&mut self, name: &str, now: Mono) {
-        let Some(outcome) = self
-            .slots
-            .get_mut(name)
-            .and_then(|s| s.probe.as_mut())
-            .and_then(Probe::progress)
-        else {
+        let Some(outcome) = self.slots.get_mut(name).and_then(|s| s.health.progress()) else {
             return;
         };
-        if let Some(p) = self.slots.get_mut(name).and_then(|s| s.probe.take()) {
-            p.cancel();
-        }
         self.check_done(name, outcome, now);
     }
 
@@ -289,11 +222,11 @@ impl Supervisor {
         if let Err(why) = &result {
             log::info!(
                 "{name}: health check failed ({} of {}): {why}",
-                slot.check.failures + 1,
+                slot.health.failures() + 1,
                 h.failures
             );
         }
-        let Some(change) = slot.check.finish(h, result, now, unix_ms()) else {
+        let Some(change) = slot.health.finish(h, result, now, unix_ms()) else {
             return;
         };
         self.health_changed(name, &change);
@@ -308,20 +241,7 @@ impl Supervisor {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
-        let Some(d) = slot.cfg.watchdog else {
-            return;
-        };
-        slot.watchdog.ping(d, now);
-        if slot.cfg.health.is_none()
-            && slot.health_pid.is_some()
-            && slot.check.health != Health::Healthy
-        {
-            let change = Change {
-                from: slot.check.health,
-                to: Health::Healthy,
-                reason: None,
-            };
-            slot.check.health = Health::Healthy;
+        if let Some(change) = slot.health.ping(&slot.cfg, now) {
             self.health_changed(name, &change);
         }
     }
@@ -331,22 +251,9 @@ impl Supervisor {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
-        if slot.health_pid.is_none() {
+        let Some(change) = slot.health.fail(&why, unix_ms()) else {
             return;
-        }
-        slot.watchdog.stop();
-        let wall = unix_ms();
-        slot.check.last_failure = Some(crate::health::Failure {
-            reason: why.clone(),
-            time_ms: wall,
-        });
-        slot.check.unhealthy_since_ms = Some(wall);
-        let change = Change {
-            from: slot.check.health,
-            to: Health::Unhealthy,
-            reason: Some(why.clone()),
         };
-        slot.check.health = Health::Unhealthy;
         self.health_changed(name, &change);
         self.apply(name, Event::Unhealthy(why), now);
     }

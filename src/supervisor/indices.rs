@@ -73,12 +73,11 @@ impl Supervisor {
 
 /// A slot's earliest deadline: its machine's, and its checks' while they run.
 fn deadline_of(slot: &Slot) -> Option<Mono> {
-    let health = (slot.health_pid.is_some())
-        .then(|| [slot.check.deadline(), slot.watchdog.deadline])
+    slot.svc
+        .deadline
         .into_iter()
-        .flatten()
-        .flatten();
-    slot.svc.deadline.into_iter().chain(health).min()
+        .chain(slot.health.deadline())
+        .min()
 }
 
 /// The fds of a slot to watch: output, readiness, notify, exec report, health check,
@@ -96,17 +95,13 @@ fn wanted_fds(s: &Slot) -> Vec<crate::fdset::Wanted<'_>> {
             .as_ref()
             .map(|r| (r.as_fd(), ServiceFd::Ready, input)),
     );
-    out.extend(
-        s.notify
-            .as_ref()
-            .map(|n| (n.fd(), ServiceFd::Notify, input)),
-    );
+    out.extend(s.notify.fd().map(|fd| (fd, ServiceFd::Notify, input)));
     out.extend(
         s.exec
             .as_ref()
             .map(|e| (e.report.as_fd(), ServiceFd::Exec, input)),
     );
-    if let Some((fd, flags)) = s.probe.as_ref().and_then(|p| p.poll_fd()) {
+    if let Some((fd, flags)) = s.health.poll_fd() {
         out.push((fd, ServiceFd::Health, crate::fdset::epoll_flags(flags)));
     }
     out.extend(

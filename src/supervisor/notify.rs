@@ -1,8 +1,9 @@
-//! The coordinator side of notify sockets (`notify.rs`): each service's socket made at
-//! its first start, and what its messages (READY, STATUS, WATCHDOG) do to its slot.
+//! The coordinator side of notify sockets (the notify part: each slot's `notify::Inbox`,
+//! and `notify::Legacy`): each service's socket made at its first start, and what its
+//! messages (READY, STATUS, WATCHDOG) do to its slot.
 
 use super::Supervisor;
-use crate::notify::{dir_for, place, prepare_dir, socket_path, NotifySocket, Sender};
+use crate::notify::{dir_for, place, socket_path, Sender};
 use crate::service::Event;
 use crate::time::Mono;
 use std::path::PathBuf;
@@ -26,23 +27,18 @@ impl Supervisor {
         let dir = dir_for(&self.cfg.supd.socket);
         // A service that holds its socket at its path already is alone there (another
         // was refused it): only a first bind looks at every other service.
-        let held = |p: &PathBuf| {
-            self.slots
-                .get(name)
-                .and_then(|s| s.notify.as_ref())
-                .is_some_and(|x| &x.path == p)
-        };
+        let held = |p: &PathBuf| self.slots.get(name).is_some_and(|s| s.notify.holds(p));
         let taken = path.as_ref().filter(|p| !held(p)).and_then(|p| {
             self.slots
                 .iter()
-                .find(|(n, s)| *n != name && s.notify.as_ref().is_some_and(|x| &x.path == p))
+                .find(|(n, s)| *n != name && s.notify.holds(p))
                 .map(|(n, _)| n.clone())
         });
         let Some(slot) = self.slots.get_mut(name) else {
             return Ok(());
         };
         let Some(path) = path else {
-            slot.notify = None;
+            slot.notify.close();
             return Ok(());
         };
         if let Some(other) = taken {
@@ -52,36 +48,22 @@ impl Supervisor {
             ));
         }
         let owner = uid.unwrap_or_else(|| nix::unistd::geteuid().as_raw());
-        match slot
-            .notify
-            .as_ref()
-            .filter(|s| s.path == path && s.in_place())
-        {
-            Some(sock) => {
-                let stale = sock.drain().len();
+        match slot.notify.reuse(&path) {
+            Some(stale) => {
                 if stale > 0 {
                     log::debug!("{name}: {stale} notify messages from before this start dropped");
                 }
                 nix::unistd::chown(&path, Some(owner.into()), None)
                     .map_err(|e| format!("cannot give {} to uid {owner}: {e}", path.display()))?;
             }
-            None => {
-                slot.notify = None;
-                prepare_dir(&dir, false)?;
-                slot.notify = Some(NotifySocket::bind(&path, Some(owner))?);
-            }
+            None => slot.notify.bind(&dir, &path, owner)?,
         }
         Ok(())
     }
 
     /// Reads the datagrams of one service's socket.
     pub fn on_notify(&mut self, name: &str, now: Mono) {
-        let Some(msgs) = self
-            .slots
-            .get(name)
-            .and_then(|s| s.notify.as_ref())
-            .map(NotifySocket::drain)
-        else {
+        let Some(msgs) = self.slots.get(name).and_then(|s| s.notify.drain()) else {
             return;
         };
         let mut refused: Option<(usize, i32, i32)> = None;
@@ -113,12 +95,10 @@ impl Supervisor {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
-        let (count, told) = &mut slot.refused;
-        *count += n;
-        if told.is_some_and(|t| now.since(t) < std::time::Duration::from_secs(1)) {
+        let Some(count) = slot.notify.refused(n, now) else {
             return;
-        }
-        let who = if *count > 1 {
+        };
+        let who = if count > 1 {
             format!(
                 "{count} notify messages refused: their senders (the last, pid {pid}) are not \
                  processes"
@@ -130,14 +110,12 @@ impl Supervisor {
             "{name}: {who} of the service (main pid {leader}; not in its process group or \
              session)"
         );
-        *count = 0;
-        *told = Some(now);
     }
 
     /// Reads the single socket of a supd from before per-service sockets, handed over by
     /// its `reexec`: the services it started still send there, matched by process group.
     pub fn on_legacy_notify(&mut self, now: Mono) {
-        let Some(msgs) = self.legacy_notify.as_ref().map(NotifySocket::drain) else {
+        let Some(msgs) = self.legacy_notify.drain() else {
             return;
         };
         for msg in msgs {
@@ -175,7 +153,7 @@ impl Supervisor {
                 }
                 "STATUS" => {
                     if let Some(s) = self.slots.get_mut(name) {
-                        s.status_text = Some(v);
+                        s.notify.set_status(v);
                     }
                 }
                 _ => {}

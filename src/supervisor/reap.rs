@@ -22,16 +22,15 @@ impl Supervisor {
                 .is_some_and(|s| s.leader.as_ref().is_some_and(|(l, _)| *l == p))
         };
         // A watched leader, a check command or a task: found by pid, not by a scan.
-        let known = from.is_some_and(|p| {
-            watched(p) || self.check_pids.contains_key(&p) || self.tools.is_task(p)
-        });
+        let known = from
+            .is_some_and(|p| watched(p) || self.check_pids.contains(p) || self.tools.is_task(p));
         if known {
             self.scan_owed.get_or_insert(now.plus(SCAN_OWED));
             // What else it may stand for and cannot wait a second is looked at by pid
             // now: a check command (its timeout runs: found late, it would be taken for
             // timed out) and a helper task (a client waits for it). Their number is
             // that of checks and tasks under way, not of services.
-            let others: Vec<i32> = (self.check_pids.keys().copied())
+            let others: Vec<i32> = (self.check_pids.pids())
                 .chain(self.tools.task_pids())
                 .collect();
             for pid in others {
@@ -105,15 +104,12 @@ impl Supervisor {
                     break;
                 }
             };
-            if let Some(name) = self.check_pids.get(&pid.as_raw()) {
+            if let Some(name) = self.check_pids.name_of(pid.as_raw()) {
                 // What is left of a check goes with it; its zombie still holds the pid,
                 // so the group is the check's own. Its cgroup holds what left the group,
                 // unless another run of the check is in it already.
                 let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
-                let alone = !self
-                    .check_pids
-                    .iter()
-                    .any(|(p, n)| n == name && *p != pid.as_raw());
+                let alone = self.check_pids.alone(pid.as_raw());
                 if let Some(c) = self.cgroups.as_ref().filter(|_| alone) {
                     cgroup::kill(&c.check_dir(name));
                 }
@@ -146,7 +142,7 @@ impl Supervisor {
                 self.task_done(task, exit, now);
                 continue;
             }
-            if self.check_pids.contains_key(&pid) {
+            if self.check_pids.contains(pid) {
                 self.check_reaped(pid, exit, now);
                 continue;
             }

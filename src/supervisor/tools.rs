@@ -560,7 +560,7 @@ impl Supervisor {
             "health": self.tool_services(tool).iter().filter_map(|n| {
                 let h = self.health_of(n)?;
                 let slot = &self.slots[n];
-                let this_run = slot.health_pid.is_some() && slot.version == r.proposed;
+                let this_run = slot.health.run().is_some() && slot.version == r.proposed;
                 let health = if this_run { h.health } else { crate::health::Health::Unknown };
                 Some(json!({"service": n, "health": health.as_str()}))
             }).collect::<Vec<Value>>(),

@@ -169,8 +169,8 @@ impl Supervisor {
                     let s = &self.slots[n];
                     s.svc.want == crate::service::Want::Down
                         || ((s.cfg.health.is_none()
-                            || s.check.health == crate::health::Health::Healthy)
-                            && (s.cfg.watchdog.is_none() || s.watchdog.pinged))
+                            || s.health.health() == crate::health::Health::Healthy)
+                            && (s.cfg.watchdog.is_none() || s.health.pinged()))
                 });
             if !ready {
                 continue;
