@@ -12,6 +12,7 @@ mod reports;
 use reap::DRAIN_MAX;
 mod commands;
 mod down;
+pub mod event_loop;
 mod forks;
 mod handoff;
 mod health;
@@ -63,90 +64,111 @@ struct Shutdown {
     looked: bool,
 }
 
+/// What supd's start found beside the config, handed to the supervisor once it is made
+/// (`Supervisor::take_found`): the supervisor's fields are its own.
+pub struct Found {
+    /// Errors of the config at start.
+    pub config_errors: Vec<String>,
+    /// The files that did not load, with what stands for each.
+    pub broken_files: Vec<crate::config::lastgood::BrokenFile>,
+    /// Runs a previous supd left of services of a file that does not load.
+    pub kept: Vec<crate::leftovers::Kept>,
+    /// The state directory's lock (`None`: only a handoff without one leaves none).
+    pub lock: Option<nix::fcntl::Flock<std::fs::File>>,
+    /// The services' cgroups, where the machine lets supd have them.
+    pub cgroups: Option<Cgroups>,
+    /// The control socket could not be bound: when to try again, and the step after.
+    pub socket_retry: Option<(Mono, Duration)>,
+    /// What a previous supd left, to end before any service starts.
+    pub cleanup: Option<crate::leftovers::Cleanup>,
+    /// System mode (`--system` or `mode = "system"`).
+    pub system: bool,
+}
+
 /// The whole supervisor.
 pub struct Supervisor {
     /// The config: its services moved into the slots (`services` is empty: a
     /// service's config is its slot's `cfg`).
-    pub cfg: Config,
-    pub config_path: PathBuf,
+    cfg: Config,
+    config_path: PathBuf,
     /// Errors of the config at start or of the last failed reload, for `status`.
-    pub config_errors: Vec<String>,
+    config_errors: Vec<String>,
     /// The files that did not load at start, with what stands for each (`lastgood.rs`).
-    pub broken_files: Vec<crate::config::lastgood::BrokenFile>,
+    broken_files: Vec<crate::config::lastgood::BrokenFile>,
     /// Runs a previous supd left of services of a file that does not load: kept, each
     /// service held back until its run is ended (`held.rs`: `end_kept`).
-    pub kept: Vec<crate::leftovers::Kept>,
-    pub slots: Slots,
+    kept: Vec<crate::leftovers::Kept>,
+    slots: Slots,
     /// The services' fds, in one epoll set kept in step with the touched slots.
-    pub fdset: FdSet,
+    fdset: FdSet,
     /// Each service's earliest deadline (its machine's, its checks'), as of the last turn.
-    pub(crate) timers: Timers,
+    timers: Timers,
     /// The starts part: the pending services, what a cut pass left, the children asked
     /// of the spawner (`starts.rs`; the pass is `supervisor/starts.rs`).
-    pub(crate) starts: crate::starts::Starts,
+    starts: crate::starts::Starts,
     /// The services that come `after` each service; `None` once configs changed.
     dependents: Option<BTreeMap<String, Vec<String>>>,
     /// Each tool's services (a probation of it counts only while they run); `None` once
     /// configs changed. Entries are checked against their slots on use.
-    pub(crate) tool_index: Option<BTreeMap<String, Vec<String>>>,
+    tool_index: Option<BTreeMap<String, Vec<String>>>,
     /// A scan of all children is owed by then: a SIGCHLD that told of a leader watched by
     /// its pidfd may have stood for other exits too.
     scan_owed: Option<Mono>,
-    pub(crate) pids: BTreeMap<i32, String>,
+    pids: BTreeMap<i32, String>,
     /// The one socket of a supd from before per-service sockets, handed over by its
     /// `reexec` (the services it started still send there).
-    pub(crate) legacy_notify: crate::notify::Legacy,
-    pub signals: Signals,
+    legacy_notify: crate::notify::Legacy,
+    signals: Signals,
     shutdown: Option<Shutdown>,
     /// Set when the loop must end, with supd's exit status.
-    pub exit: Option<i32>,
+    exit: Option<i32>,
     /// The control part: the control socket and its clients, answers owed to parked
     /// clients, stops and restarts held for their dependents (`control.rs`).
-    pub(crate) control: crate::control::Control,
+    control: crate::control::Control,
     /// Services an operator stopped: they stay down across restarts of supd.
-    pub down: BTreeSet<String>,
+    down: BTreeSet<String>,
     /// The admin-down marks could not be written: when to try again, the delay, and why.
-    pub down_retry: Option<(Mono, std::time::Duration, String)>,
-    pub started: Mono,
+    down_retry: Option<(Mono, std::time::Duration, String)>,
+    started: Mono,
     buf: Vec<u8>,
     /// The tools part: each tool's state (record, probation deadlines, a change waiting
     /// for its record, starts held for it) and the helper processes (`tool_state.rs`;
     /// carried out on the slots by `supervisor/tools.rs`).
-    pub(crate) tools: crate::tool_state::Tools,
+    tools: crate::tool_state::Tools,
     /// The leases part: grants, their timer, the dead-man guards' pipe and boards, the
     /// health holds (`leases.rs`; carried out on the slots by `supervisor/leases.rs`).
-    pub(crate) leases: crate::leases::Leases,
+    leases: crate::leases::Leases,
     /// The state directory's lock, held for the whole life of supd (and its re-executions).
-    pub lock: Option<nix::fcntl::Flock<std::fs::File>>,
+    lock: Option<nix::fcntl::Flock<std::fs::File>>,
     /// The process that writes the log files.
-    pub log_writer: LogWriter,
+    log_writer: LogWriter,
     /// The program to re-execute by default: what supd was started as.
-    pub program: PathBuf,
+    program: PathBuf,
     /// System mode (`--system`).
-    pub system: bool,
+    system: bool,
     /// When this program image started (not restored by a reexec, unlike `started`).
-    pub image_started: Mono,
+    image_started: Mono,
     /// What ends the system once every service is down (system mode).
-    pub final_action: Option<crate::pid1::Final>,
+    final_action: Option<crate::pid1::Final>,
     /// The services' cgroups, where the machine lets supd have them.
-    pub cgroups: Option<Cgroups>,
+    cgroups: Option<Cgroups>,
     /// Wakes the loop when the state directory changes under supd.
-    pub state_watch: Option<crate::statedir::StateWatch>,
+    state_watch: Option<crate::statedir::StateWatch>,
     /// The state directory's lock went with the directory and is not held again yet.
-    pub lock_lost: bool,
+    lock_lost: bool,
     /// Services whose leader was reaped while other processes of that run remain.
-    pub draining: BTreeSet<String>,
+    draining: BTreeSet<String>,
     /// The control socket could not be bound: when to try again, and the step after.
-    pub socket_retry: Option<(Mono, Duration)>,
+    socket_retry: Option<(Mono, Duration)>,
     /// What a previous supd left, being ended: no service starts until it is over.
-    pub cleanup: Option<crate::leftovers::Cleanup>,
+    cleanup: Option<crate::leftovers::Cleanup>,
     /// When to look at `draining` again, and the step after that (a safety net for
     /// members whose exit supd is not told of: SIGCHLD is the usual news).
     drain_retry: Option<(Mono, Duration)>,
     /// A reload's helper reading the config (`reload.rs`).
-    pub reload_job: Option<crate::reload::Job>,
+    reload_job: Option<crate::reload::Job>,
     /// Health check commands under way: pid to service (`health/watch.rs`).
-    pub(crate) check_pids: crate::health::CheckPids,
+    check_pids: crate::health::CheckPids,
 }
 
 impl Supervisor {
@@ -221,6 +243,58 @@ impl Supervisor {
         }
         sup.load_tools(Mono::now(), handed_over);
         sup
+    }
+
+    /// Takes what supd's start found (`Found`), and watches the state directory.
+    pub fn take_found(&mut self, found: Found) {
+        self.config_errors = found.config_errors;
+        self.broken_files = found.broken_files;
+        self.kept = found.kept;
+        // Only a handoff without a lock leaves none here: the services already run, so
+        // it is said, and taken again at the next change of state_dir.
+        self.lock_lost = found.lock.is_none();
+        self.lock = found.lock;
+        self.cgroups = found.cgroups;
+        self.socket_retry = found.socket_retry;
+        self.cleanup = found.cleanup;
+        self.state_watch = match crate::statedir::StateWatch::new(&self.cfg.supd.state_dir) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                log::warn!(
+                    "cannot watch {} ({e}): its removal is noticed only at the next start of a service",
+                    self.cfg.supd.state_dir.display()
+                );
+                None
+            }
+        };
+        self.system = found.system;
+    }
+
+    /// The mode the config asks for (`--system` may ask for system mode besides).
+    pub fn mode(&self) -> crate::config::Mode {
+        self.cfg.supd.mode
+    }
+
+    /// The program a `reexec` runs by default: what supd was started as.
+    pub fn program(&self) -> &std::path::Path {
+        &self.program
+    }
+
+    /// The end of supd once its loop is over: helpers (an install's copy, a reload's
+    /// reader) ended, staging deleted; its own log flushed; in system mode the system
+    /// ended (an init never just exits: whatever ended the loop ends the system); the
+    /// socket at `socket` and the cgroups removed.
+    pub fn end(&mut self, socket: &std::path::Path) {
+        self.end_helpers();
+        self.flush_own_log(Mono::now());
+        if self.system {
+            let action = self.final_action.unwrap_or(crate::pid1::Final::Poweroff);
+            crate::pid1::end(action, &mut self.signals);
+        }
+        let _ = std::fs::remove_file(socket);
+        if let Some(c) = &self.cgroups {
+            c.remove();
+        }
     }
 
     /// Adds a service, wanted up when `autostart` and not stopped by an operator (a

@@ -6,7 +6,7 @@ use sup::config::{self, Config};
 use sup::control::{Server, SocketGroup};
 use sup::notify::NotifySocket;
 use sup::signals::Signals;
-use sup::supervisor::Supervisor;
+use sup::supervisor::{Found, Supervisor};
 
 /// The first wait before a socket that could not be bound is tried again; it doubles
 /// up to a minute.
@@ -255,33 +255,23 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     let handed_over = handoff.is_some();
     let stand_in = server.is_stand_in();
     let mut sup = Supervisor::new(cfg, path, server, notify, signals, fdset, handed_over);
-    sup.config_errors = loaded.errors.iter().map(ToString::to_string).collect();
-    sup.broken_files = loaded.broken;
-    sup.kept = kept;
-    // Only a handoff without a lock leaves none here: the services already run, so it is
-    // said, and taken again at the next change of state_dir.
-    sup.lock_lost = lock.is_none();
-    sup.lock = lock;
-    sup.cgroups = cgroups;
-    if stand_in {
-        sup.socket_retry = Some((
-            sup::time::Mono::now().plus(SOCKET_RETRY_FIRST),
-            SOCKET_RETRY_FIRST,
-        ));
-    }
-    sup.cleanup = cleanup;
-    sup.state_watch = match sup::statedir::StateWatch::new(&sup.cfg.supd.state_dir) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            log::warn!(
-                "cannot watch {} ({e}): its removal is noticed only at the next start of a service",
-                sup.cfg.supd.state_dir.display()
-            );
-            None
-        }
-    };
-    sup.system = args.system || sup.cfg.supd.mode == config::Mode::System;
-    if sup.system {
+    let system = args.system || sup.mode() == config::Mode::System;
+    sup.take_found(Found {
+        config_errors: loaded.errors.iter().map(ToString::to_string).collect(),
+        broken_files: loaded.broken,
+        kept,
+        lock,
+        cgroups,
+        socket_retry: stand_in.then(|| {
+            (
+                sup::time::Mono::now().plus(SOCKET_RETRY_FIRST),
+                SOCKET_RETRY_FIRST,
+            )
+        }),
+        cleanup,
+        system,
+    });
+    if system {
         sup::pid1::setup();
     }
     if let Some(h) = handoff {
@@ -290,18 +280,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     }
     tell_service_manager();
     let code = run_loop(&mut sup);
-    // Helpers (an install's copy, a reload's reader) end with supd, staging deleted.
-    sup.end_helpers();
-    sup.flush_own_log(sup::time::Mono::now());
-    if sup.system {
-        // A system's init never just exits: whatever ended the loop ends the system.
-        let action = sup.final_action.unwrap_or(sup::pid1::Final::Poweroff);
-        sup::pid1::end(action, &mut sup.signals);
-    }
-    let _ = std::fs::remove_file(&socket);
-    if let Some(c) = &sup.cgroups {
-        c.remove();
-    }
+    sup.end(&socket);
     Ok(code)
 }
 
@@ -333,7 +312,7 @@ fn run_loop(sup: &mut Supervisor) -> i32 {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sup::event_loop::run(sup))) {
             Ok(code) => return code,
             Err(_) => {
-                let program = sup.program.clone();
+                let program = sup.program().to_path_buf();
                 log::error!(
                     "supd panicked; re-executing {} with its state",
                     program.display()

@@ -2,7 +2,7 @@
 //! earliest deadline as timeout. With nothing to do, supd sleeps in that `poll` and makes
 //! no other system call.
 
-use crate::supervisor::{ServiceFd, Supervisor};
+use super::{ServiceFd, Supervisor};
 use crate::time::Mono;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
