@@ -15,7 +15,6 @@ pub mod config;
 pub mod control;
 pub mod daemonize;
 pub mod deadman;
-pub use supervisor::event_loop;
 pub mod failpoint;
 pub mod fdset;
 pub mod fleet;

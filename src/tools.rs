@@ -1,19 +1,12 @@
 //! What the tools' helper processes run and how supd reads and ends them: an install's
 //! copy (`copy.rs`, forked by [`fork_copy`]), the pipe a `reexec` check answers on, what
 //! a failed copy said, and a killed helper reaped within a bound. Nothing here holds
-//! state: the tools part (`tool_state.rs`, re-exported as `tools::state`) holds what
+//! state: the tools part (`tool_state.rs`) holds what
 //! supd knows of its tools and helpers, and the coordinator's side
 //! (`supervisor/tools.rs` and its files) carries out upgrades, commits, rollbacks,
 //! installs, prunes and the reexec check.
 
 pub mod copy;
-
-/// The tools part and its types, where they were: `tools::state::Task` and the names
-/// below keep working.
-pub use crate::tool_state as state;
-pub use crate::tool_state::{
-    errno_text, Failure, Op, Pending, StartGo, Task, ToolState, RETRY_FIRST, RETRY_MAX,
-};
 
 use crate::sys;
 use std::fs::File;

@@ -309,7 +309,9 @@ fn use_cgroups(cfg: &Config) -> Option<sup::cgroup::Cgroups> {
 /// (the services keep running and stay supervised); if even that fails, the loop goes on.
 fn run_loop(sup: &mut Supervisor) -> i32 {
     loop {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sup::event_loop::run(sup))) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            sup::supervisor::event_loop::run(sup)
+        })) {
             Ok(code) => return code,
             Err(_) => {
                 let program = sup.program().to_path_buf();
