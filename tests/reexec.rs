@@ -392,3 +392,77 @@ fn a_program_replaced_during_the_handshake_is_not_executed() {
     assert_eq!(sb.status("steady")["pid"], steady);
     common::files::wait_file(&marker, |t| t.lines().count() == 2);
 }
+
+/// The listening socket is never closed across `reexec`: it is kept open through the
+/// exec (the new image serves the same fd), so a client that connects at any moment of
+/// five reexecs is never refused. (A connection the old image had accepted closes with
+/// the exec; its client asks again, as supctl's callers do.) Were the socket closed and
+/// bound again by the new image, the connects in between would fail (ECONNREFUSED or
+/// ENOENT), and the loop below makes thousands of them across that gap.
+#[test]
+fn no_connection_is_refused_across_reexec() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let mut sb = Sandbox::new();
+    sb.config("[service.steady]\ncommand = [\"/bin/sleep\", \"3600\"]\n");
+    sb.start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let asker = {
+        let stop = stop.clone();
+        let socket = sb.socket.clone();
+        std::thread::spawn(move || {
+            let (mut answered, mut dropped, mut refused) = (0u64, 0u64, Vec::new());
+            while !stop.load(Ordering::SeqCst) {
+                let mut s = match std::os::unix::net::UnixStream::connect(&socket) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        refused.push(e.to_string());
+                        continue;
+                    }
+                };
+                let _ = s.set_read_timeout(Some(DEADLINE));
+                let mut line = String::new();
+                let sent = s.write_all(b"{\"cmd\": \"hello\"}\n").is_ok();
+                match BufReader::new(&s).read_line(&mut line) {
+                    Ok(n) if sent && n > 0 && line.contains("\"ok\":true") => answered += 1,
+                    _ => dropped += 1,
+                }
+            }
+            (answered, dropped, refused)
+        })
+    };
+    for i in 0..5 {
+        let before = sb.ok(json!({"cmd": "hello"}))["pid"].clone();
+        let out = sb.supctl(&["reexec"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "reexec {i}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            sb.supd_log()
+        );
+        assert_eq!(sb.ok(json!({"cmd": "hello"}))["pid"], before, "same supd");
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (answered, dropped, refused) = asker.join().expect("the asking thread");
+    eprintln!(
+        "across 5 reexecs: {answered} answered, {dropped} dropped, {} refused",
+        refused.len()
+    );
+    assert!(
+        refused.is_empty(),
+        "{} connects refused across 5 reexecs (first: {:?}); {answered} answered, {dropped} dropped",
+        refused.len(),
+        refused.first()
+    );
+    assert!(
+        answered >= 5,
+        "the asker was answered: {answered} answered, {dropped} dropped"
+    );
+    assert_eq!(
+        sb.supd_log().matches("took over from supd").count(),
+        5,
+        "five reexecs took place"
+    );
+}
