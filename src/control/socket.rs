@@ -420,22 +420,7 @@ impl Server {
             Err(_) => return,
         };
         let access = self.access_for(uid, gid, pid);
-        let mut client = Client {
-            stream,
-            rbuf: Vec::new(),
-            wbuf: Vec::new(),
-            access,
-            uid,
-            pid,
-            watching: false,
-            following: None,
-            following_stderr: false,
-            parked: false,
-            closing: false,
-            hung_up: false,
-            dead: false,
-            last_active: Mono::now(),
-        };
+        let mut client = Client::new(stream, access, uid, pid);
         self.make_room(access, uid, pid);
         if let Some(why) = self.refusal(access, uid) {
             if let Some(n) = self.refusals.note(Mono::now()) {
@@ -707,6 +692,26 @@ impl Server {
 }
 
 impl Client {
+    /// A client just accepted: nothing read or owed yet, active now.
+    fn new(stream: UnixStream, access: Access, uid: u32, pid: i32) -> Client {
+        Client {
+            stream,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            access,
+            uid,
+            pid,
+            watching: false,
+            following: None,
+            following_stderr: false,
+            parked: false,
+            closing: false,
+            hung_up: false,
+            dead: false,
+            last_active: Mono::now(),
+        }
+    }
+
     /// What the client may do.
     pub fn access(&self) -> Access {
         self.access
@@ -839,22 +844,7 @@ mod tests {
     use super::*;
 
     fn client(ours: UnixStream) -> Client {
-        Client {
-            stream: ours,
-            rbuf: Vec::new(),
-            wbuf: Vec::new(),
-            access: Access::Full,
-            uid: 0,
-            pid: 0,
-            watching: false,
-            following: None,
-            following_stderr: false,
-            parked: false,
-            closing: false,
-            hung_up: false,
-            dead: false,
-            last_active: Mono::now(),
-        }
+        Client::new(ours, Access::Full, 0, 0)
     }
 
     #[test]
