@@ -258,10 +258,6 @@ impl Tools {
         self.tools.get(tool)
     }
 
-    pub fn get_mut(&mut self, tool: &str) -> Option<&mut ToolState> {
-        self.tools.get_mut(tool)
-    }
-
     /// Every loaded tool's state, by name.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &ToolState)> {
         self.tools.iter()
