@@ -84,17 +84,22 @@ fn prepare(sb: &mut Sandbox) {
     sb.wait_state("steady", "running");
 }
 
+/// `supctl reexec`, the `i`-th: it must succeed.
+fn reexec_ok(sb: &Sandbox, i: usize) {
+    let out = sb.supctl(&["reexec"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "reexec {i}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sb.supd_log()
+    );
+}
+
 fn reexec_20_times(sb: &Sandbox) {
     let mut before = look(sb);
     for i in 0..20 {
-        let out = sb.supctl(&["reexec"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "reexec {i}: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            sb.supd_log()
-        );
+        reexec_ok(sb, i);
         let after = look(sb);
         assert_eq!(
             (&after.supd, &after.steady, &after.agent),
@@ -434,14 +439,7 @@ fn no_connection_is_refused_across_reexec() {
     };
     for i in 0..5 {
         let before = sb.ok(json!({"cmd": "hello"}))["pid"].clone();
-        let out = sb.supctl(&["reexec"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "reexec {i}: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            sb.supd_log()
-        );
+        reexec_ok(&sb, i);
         assert_eq!(sb.ok(json!({"cmd": "hello"}))["pid"], before, "same supd");
     }
     stop.store(true, Ordering::SeqCst);
