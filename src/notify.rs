@@ -53,6 +53,13 @@ pub struct NotifySocket {
 }
 
 impl NotifySocket {
+    /// What a `reexec` carries of it: its fd (named in `fds`, kept open across the
+    /// exec) and its path.
+    fn carry<'a>(&'a self, fds: &mut Vec<BorrowedFd<'a>>) -> (RawFd, PathBuf) {
+        fds.push(self.fd());
+        (self.fd().as_raw_fd(), self.path.clone())
+    }
+
     /// Binds a fresh socket at `path` (a stale file there is replaced). The file is
     /// created with mode 0600 (set on the socket before `bind`, so it is never open to
     /// others, whatever the umask) and given to `owner` when that is another user.
@@ -219,10 +226,7 @@ impl Inbox {
 
     /// What a `reexec` carries, naming its socket's fd in `fds`.
     pub fn carry<'a>(&'a self, fds: &mut Vec<BorrowedFd<'a>>) -> Carried {
-        let notify = self.socket.as_ref().map(|n| {
-            fds.push(n.fd());
-            (n.fd().as_raw_fd(), n.path.clone())
-        });
+        let notify = self.socket.as_ref().map(|n| n.carry(fds));
         Carried {
             status_text: self.status_text.clone(),
             notify,
@@ -287,10 +291,7 @@ impl Legacy {
 
     /// What a `reexec` carries (the handoff's `notify`), naming its fd in `fds`.
     pub fn carry<'a>(&'a self, fds: &mut Vec<BorrowedFd<'a>>) -> Option<(RawFd, PathBuf)> {
-        self.socket.as_ref().map(|n| {
-            fds.push(n.fd());
-            (n.fd().as_raw_fd(), n.path.clone())
-        })
+        self.socket.as_ref().map(|n| n.carry(fds))
     }
 }
 
