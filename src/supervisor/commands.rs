@@ -513,7 +513,7 @@ impl Supervisor {
     }
 
     /// Applies `ev` (a stop or a restart) to each of `names` in reverse `after` order: a
-    /// service waits (`Supervisor::queued`) until those of `names` that come after it
+    /// service waits (held by the control part) until those of `names` that come after it
     /// are down. `after` orders; it links nothing: a service not named is left alone.
     fn dependents_first(&mut self, names: &[String], ev: Event, now: Mono) {
         let released = self.control.drop_held(names);

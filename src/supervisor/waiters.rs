@@ -2,7 +2,7 @@
 //! services are down (saying which needed SIGKILL), `start`/`restart` once they are up
 //! or it is clear they did not come up (a deadline from their `ready_timeout`s bounds
 //! it). The waiters are the control part's (`control/parked.rs`); the commands that park
-//! them are `commands.rs`.
+//! them are in `supervisor/commands.rs`.
 
 use super::Supervisor;
 use crate::config;
