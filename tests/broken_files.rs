@@ -93,7 +93,7 @@ fn a_broken_drop_in_costs_only_its_own_services_at_a_fresh_start() {
     );
 
     // A reload with the file still broken changes nothing, even with good.toml edited.
-    drop_in(&sb, "good.toml", &sleeper("g1", sb.tag + 1));
+    drop_in(&sb, "good.toml", &sleeper("g1", sb.second_tag()));
     let g2 = pid_of(&sb.status("g2"));
     let a = sb.request(json!({"cmd": "reload"}));
     assert_eq!(a["ok"], false, "{a}");
@@ -353,12 +353,12 @@ fn a_service_moved_into_a_good_file_runs_from_it_not_from_a_broken_files_copy() 
     drop_in(
         &sb,
         "b.toml",
-        &(sleeper("x", sb.tag + 1) + &sleeper("z", sb.tag)),
+        &(sleeper("x", sb.second_tag()) + &sleeper("z", sb.tag)),
     );
     sb.start();
     sb.wait_state("z", "running");
     let x = sb.wait_state("x", "running");
-    let tag = (sb.tag + 1).to_string();
+    let tag = sb.second_tag().to_string();
     assert_eq!(
         processes_with_cmdline(&["/bin/sleep", &tag]),
         vec![pid_of(&x)],

@@ -147,6 +147,13 @@ impl Sandbox {
         );
     }
 
+    /// A second mark unique to this sandbox, never another sandbox's `tag` (tags are
+    /// consecutive: `tag + 1` is the next sandbox's, which a test running beside would
+    /// count as its own).
+    pub fn second_tag(&self) -> u64 {
+        self.tag + 2_000_000
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
