@@ -149,9 +149,9 @@ impl Sandbox {
 
     /// A second mark unique to this sandbox, never another sandbox's `tag` (tags are
     /// consecutive: `tag + 1` is the next sandbox's, which a test running beside would
-    /// count as its own).
+    /// count as its own; the offsets 1 to 5 million are health's and health_faults').
     pub fn second_tag(&self) -> u64 {
-        self.tag + 2_000_000
+        self.tag + 9_000_000
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
