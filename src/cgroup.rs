@@ -81,11 +81,15 @@ pub fn prepare(dir: &Path) -> io::Result<()> {
     }
 }
 
-/// The `cgroup.procs` of `dir`, open for a child to write itself into (`SpawnSpec::join`).
-pub fn procs_file(dir: &Path) -> io::Result<std::os::fd::OwnedFd> {
+/// The cgroup `dir` itself, open for a child to be forked into or to write itself into
+/// (`SpawnSpec::join`): a directory fd, which `clone3(CLONE_INTO_CGROUP)` takes and
+/// under which the child opens `cgroup.procs` where it must move itself.
+pub fn dir_fd(dir: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
     let f = fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join("cgroup.procs"))?;
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)?;
     Ok(f.into())
 }
 
@@ -101,9 +105,44 @@ pub fn kill(dir: &Path) {
         return;
     }
     if fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+        mark_killed(dir);
         return;
     }
     kill_each(dir);
+}
+
+/// The cgroups `cgroup.kill` reached, and those a child forked into died in before its
+/// program ran: on a kernel that kills every child forked into a cgroup that was ever
+/// killed (`sys::BornIn::UnlessKilled`), such a cgroup is made anew before the next
+/// child is forked into it ([`fit_to_be_born_in`]).
+static KILLED: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Marks `dir` as one a child must not be forked into until it is made anew.
+pub fn mark_killed(dir: &Path) {
+    if let Ok(mut k) = KILLED.lock() {
+        k.insert(dir.to_path_buf());
+    }
+}
+
+/// Whether a child may be forked into `dir` on a kernel that kills every child forked
+/// into a cgroup that was ever killed: yes if nothing killed it (`suspect`: something
+/// else than supd may have, a leader-only run's guard), else once it is made anew
+/// (removed and created again: about 60-100 µs, paid only after a kill). A cgroup that
+/// cannot be removed (a process of an earlier run is left in it: `kill_mode = "group"`
+/// or `"main"`) is kept, and the child moves itself in instead.
+pub fn fit_to_be_born_in(dir: &Path, suspect: bool) -> bool {
+    let Ok(mut killed) = KILLED.lock() else {
+        return false;
+    };
+    if !suspect && !killed.contains(dir) {
+        return true;
+    }
+    if fs::remove_dir(dir).is_err() {
+        return false;
+    }
+    killed.remove(dir);
+    prepare(dir).is_ok()
 }
 
 /// How many times [`kill_each`] reads `cgroup.procs` for members it has not killed yet.

@@ -522,21 +522,30 @@ impl Supervisor {
         if let Err(why) = pid_file_of(slot, &state_dir) {
             return self.apply(name, Event::SpawnFailed(why), now);
         }
-        // The child moves itself into its cgroup (`SpawnSpec::join`); a refused move is
-        // learnt from its exec report (`read_exec_report`), before its program could
+        // The child is forked into its cgroup where the kernel can (no move, no wait for
+        // one: `sys::BornIn`), else it moves itself in (`SpawnSpec::join`); a refused move
+        // is learnt from its exec report (`read_exec_report`), before its program could
         // have started anything.
-        let (cgroup_dir, join) = match self.cgroups.as_ref().map(|c| c.service_dir(name)) {
-            None => (None, None),
-            Some(dir) => match cgroup::prepare(&dir).and_then(|()| cgroup::procs_file(&dir)) {
-                Ok(f) => (Some(dir), Some(f)),
-                Err(e) => {
-                    log::warn!(
-                        "{name}: cannot use its cgroup {}: {e}; it runs in its process group only",
-                        dir.display()
-                    );
-                    (None, None)
+        let (cgroup_dir, join, born_in) = match self.cgroups.as_ref().map(|c| c.service_dir(name)) {
+            None => (None, None, false),
+            Some(dir) => {
+                // A leader-only run's guard may have killed the cgroup behind supd's back.
+                let born_in = match sys::born_in() {
+                    sys::BornIn::Always => true,
+                    sys::BornIn::UnlessKilled => cgroup::fit_to_be_born_in(&dir, leader_only),
+                    sys::BornIn::Never => false,
+                };
+                match cgroup::prepare(&dir).and_then(|()| cgroup::dir_fd(&dir)) {
+                    Ok(f) => (Some(dir), Some(f), born_in),
+                    Err(e) => {
+                        log::warn!(
+                            "{name}: cannot use its cgroup {}: {e}; it runs in its process group only",
+                            dir.display()
+                        );
+                        (None, None, false)
+                    }
                 }
-            },
+            }
         };
         let spec = SpawnSpec {
             program: plan.program,
@@ -552,6 +561,7 @@ impl Supervisor {
             own_pid_env: plan.watchdog_pid.then(|| "WATCHDOG_PID".to_string()),
             dies_with_supd: false,
             join,
+            born_in,
         };
         let forking = |pending| crate::starts::Forking {
             name: name.to_string(),

@@ -687,3 +687,47 @@ fn a_service_its_cgroup_refuses_is_ended_as_without_cgroups() {
     });
     let _ = fs::remove_dir(&decoy);
 }
+
+/// A cgroup killed behind supd's back (an operator's `echo 1 > cgroup.kill`) does not
+/// keep its service down. Some kernels (seen on Linux 6.18) kill every child forked into
+/// a cgroup that `cgroup.kill` ever reached: supd forks a service into its cgroup, so
+/// the first start after such a kill dies at birth; supd then makes the cgroup anew and
+/// the next start runs. Three kills in a row, each followed by a new run.
+#[test]
+fn a_cgroup_killed_from_outside_does_not_keep_its_service_down() {
+    if !is_root() {
+        eprintln!("skipped: needs root for cgroups");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[service.one]\ncommand = [\"sleep\", \"3600\"]\nrestart_delay = \"0s\"\n\
+         crash_loop = { restarts = 1000, window = \"1m\" }\n",
+    );
+    sb.start();
+    let mut pid = pid_of(&sb.wait_state("one", "running"));
+    let Some(root) = cgroup_root(&sb) else {
+        eprintln!("skipped: supd has no cgroups here");
+        return;
+    };
+    let kill = root.join("one.service/cgroup.kill");
+    if !kill.exists() {
+        eprintln!("skipped: no cgroup.kill (Linux before 5.14)");
+        return;
+    }
+    for round in 0..3 {
+        fs::write(&kill, "1").expect("write cgroup.kill");
+        // A new run whose program runs (a child killed at birth never execs).
+        let next = status_until(&sb, "one", |s| {
+            s["state"] == "running"
+                && s["pid"].as_i64().is_some_and(|p| {
+                    p as i32 != pid
+                        && fs::read_to_string(format!("/proc/{p}/comm"))
+                            .is_ok_and(|c| c.trim() == "sleep")
+                })
+        });
+        let again = pid_of(&next);
+        assert_ne!(again, pid, "round {round}\n{}", sb.supd_log());
+        pid = again;
+    }
+}

@@ -294,6 +294,17 @@ fn use_cgroups(cfg: &Config) -> Option<sup::cgroup::Cgroups> {
     match sup::cgroup::Cgroups::setup(&cfg.supd.state_dir) {
         Ok(c) => {
             log::info!("services run in cgroups under {}", c.root.display());
+            // '+' is in no service's name: the probe's cgroup is no service's.
+            match sup::sys::probe_born_in(&c.root.join("probe+fork")) {
+                sup::sys::BornIn::Always => {}
+                sup::sys::BornIn::UnlessKilled => log::info!(
+                    "this kernel kills a child forked into a cgroup that was killed: \
+                     such a cgroup is made anew before the next start"
+                ),
+                sup::sys::BornIn::Never => log::info!(
+                    "services' processes move into their cgroups (no clone3 into a cgroup)"
+                ),
+            }
             Some(c)
         }
         Err(e) => {

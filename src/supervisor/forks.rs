@@ -91,6 +91,7 @@ impl Supervisor {
         let lease = slot.cfg.leader_only.clone().filter(|_| leader_only);
         let run_lease = lease.clone();
         let kill_mode = slot.cfg.kill_mode;
+        let run_cgroup = cgroup.clone();
         let guard_cgroup = cgroup
             .clone()
             .filter(|_| kill_mode == crate::config::KillMode::Cgroup);
@@ -164,7 +165,13 @@ impl Supervisor {
                 self.apply(&name, Event::Spawned(pid), now);
             }
             Err(why) => {
-                // Nothing runs: the child exits before its program could.
+                // Nothing runs: the child exits before its program could. It may have
+                // been killed at its birth in a cgroup killed behind supd's back (an
+                // operator's `cgroup.kill`, on a kernel that then kills every child
+                // forked into it): the next is forked into that cgroup made anew.
+                if let Some(dir) = run_cgroup.as_deref() {
+                    crate::cgroup::mark_killed(dir);
+                }
                 if let Some(mut i) = instance {
                     i.disarm();
                 }

@@ -120,6 +120,7 @@ impl Supervisor {
             own_pid_env: None,
             dies_with_supd: true,
             join: None,
+            born_in: false,
         };
         // Recorded before its program runs, as a service is: the command dies with a
         // killed supd, but what it started would stay; the record lets the next supd
@@ -141,9 +142,15 @@ impl Supervisor {
         // Where supd has cgroups, a cgroup holds what the check starts, even a daemon.
         // The command moves itself in (`SpawnSpec::join`); a refused move is said when
         // its report is read.
+        let mut born_in = false;
         let join = self.cgroups.as_ref().and_then(|c| {
             let dir = c.check_dir(name);
-            match crate::cgroup::prepare(&dir).and_then(|()| crate::cgroup::procs_file(&dir)) {
+            born_in = match crate::sys::born_in() {
+                crate::sys::BornIn::Always => true,
+                crate::sys::BornIn::UnlessKilled => crate::cgroup::fit_to_be_born_in(&dir, false),
+                crate::sys::BornIn::Never => false,
+            };
+            match crate::cgroup::prepare(&dir).and_then(|()| crate::cgroup::dir_fd(&dir)) {
                 Ok(f) => Some(f),
                 Err(e) => {
                     log::warn!(
@@ -154,7 +161,11 @@ impl Supervisor {
                 }
             }
         });
-        let spec = SpawnSpec { join, ..spec };
+        let spec = SpawnSpec {
+            born_in: born_in && join.is_some(),
+            join,
+            ..spec
+        };
         let (pid, exec) = crate::spawner::spawn_service(spec, |pid| {
             let start_time = crate::proc::stat(pid).map(|s| s.start_time).unwrap_or(0);
             if let Some(Err(e)) = record.map(|r| r.set(Some((pid, start_time)))) {

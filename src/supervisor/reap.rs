@@ -166,6 +166,14 @@ impl Supervisor {
                     // The child is gone: what it reported is all there is to read. A
                     // program that ran, however briefly, was running.
                     execd = read_exec_report(slot);
+                    // Killed before its program ran: perhaps at its birth, in a cgroup
+                    // killed behind supd's back (`cgroup::fit_to_be_born_in`).
+                    if !execd && exit == Exit::Signal(libc::SIGKILL) {
+                        if let Some(dir) = slot.instance.as_ref().and_then(|i| i.cgroup.as_deref())
+                        {
+                            cgroup::mark_killed(dir);
+                        }
+                    }
                     match slot.instance.as_mut() {
                         Some(i) => {
                             (i.exit, i.reaped_at) = (Some(exit), Some(now));

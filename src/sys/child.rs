@@ -98,17 +98,12 @@ impl Prepared {
         keep.extend([self.go_read.as_raw_fd(), self.report_write.as_raw_fd()]);
         keep.sort_unstable();
         let own = [self.pending.go.as_raw_fd(), self.pending.report.as_raw_fd()];
-        // SAFETY: supd is single-threaded, so the child holds no lock another thread
-        // could own. The child runs `child_main` only: raw async-signal-safe system
-        // calls on data prepared before the fork (no allocation), then `execve` or
-        // `_exit`.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(format!("fork: {}", io::Error::last_os_error()));
-        }
+        let cgroup = self.plan.born_in();
+        let (pid, placed) = fork_into(false, cgroup).map_err(|e| format!("fork: {e}"))?;
         if pid == 0 {
             child_main(
                 &self.plan,
+                placed,
                 &guards,
                 &own,
                 &keep,
@@ -174,15 +169,169 @@ pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: &[RawFd]) -> io::Result
     let mut keep = plan.sources();
     keep.extend([go.as_raw_fd(), report.as_raw_fd()]);
     keep.sort_unstable();
-    // SAFETY: clone without CLONE_VM is a fork whose child has the spawner's parent
-    // (supd) for its parent; the spawner is single-threaded, so the child holds no lock
-    // another thread could own, and it runs `child_main` only (as a forked child of
-    // supd does) on the plan decoded above, then execs or exits. glibc's fork handlers
-    // are not run: neither the spawner nor the child uses anything they reset.
+    let (pid, placed) = fork_into(true, plan.born_in())?;
+    if pid == 0 {
+        child_main(
+            &plan,
+            placed,
+            &[],
+            own,
+            &keep,
+            go.as_raw_fd(),
+            report.as_raw_fd(),
+        );
+    }
+    Ok(pid)
+}
+
+/// `clone3`'s arguments (linux/sched.h: `struct clone_args` up to its `cgroup` field,
+/// `CLONE_ARGS_SIZE_VER2`).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// linux/sched.h: the child starts in the cgroup `CloneArgs::cgroup` names (Linux 5.7).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Set once `clone3` with `CLONE_INTO_CGROUP` proved missing (ENOSYS: no clone3, or a
+/// seccomp filter that hides it; E2BIG: a kernel before 5.7 that knows a shorter
+/// `clone_args`): every later fork goes the old way at once.
+static NO_CLONE_INTO_CGROUP: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a child can be forked into its cgroup (`SpawnSpec::born_in`), as the probe
+/// at start found ([`probe_born_in`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BornIn {
+    /// Not known yet, or no: no clone3, no `CLONE_INTO_CGROUP` (Linux before 5.7), a
+    /// seccomp filter that hides it, a v1 hierarchy. The child moves itself in.
+    Never,
+    /// Yes.
+    Always,
+    /// Yes, but the kernel kills a child forked into a cgroup that `cgroup.kill` ever
+    /// reached (seen on Linux 6.18: the fork compares the kill count of the parent's
+    /// cgroup with that of the child's): such a cgroup is made anew first
+    /// (`cgroup::fit_to_be_born_in`).
+    UnlessKilled,
+}
+
+static BORN_IN: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// What [`probe_born_in`] found.
+pub fn born_in() -> BornIn {
+    match BORN_IN.load(Ordering::Relaxed) {
+        1 => BornIn::Always,
+        2 => BornIn::UnlessKilled,
+        _ => BornIn::Never,
+    }
+}
+
+/// Learns once, in a cgroup `probe` made for it (and removed), whether a child can be
+/// forked into a cgroup, and whether it survives that in a cgroup `cgroup.kill` reached:
+/// a child forked into `probe` exits at once, and how it ended says.
+pub fn probe_born_in(probe: &std::path::Path) -> BornIn {
+    let found = probe_in(probe);
+    let _ = std::fs::remove_dir(probe);
+    BORN_IN.store(
+        match found {
+            BornIn::Never => 0,
+            BornIn::Always => 1,
+            BornIn::UnlessKilled => 2,
+        },
+        Ordering::Relaxed,
+    );
+    found
+}
+
+fn probe_in(probe: &std::path::Path) -> BornIn {
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::create_dir(probe).is_err() {
+        return BornIn::Never;
+    }
+    // Without `cgroup.kill` (Linux before 5.14) there is no kill to remember.
+    let killed = std::fs::write(probe.join("cgroup.kill"), "1").is_ok();
+    let Ok(dir) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(probe)
+    else {
+        return BornIn::Never;
+    };
+    let Ok((pid, placed)) = fork_into(false, Some(dir.as_raw_fd())) else {
+        return BornIn::Never;
+    };
+    if pid == 0 {
+        // Forked into the probe or (no clone3 into a cgroup) a plain fork: either way
+        // the child ends at once.
+        // SAFETY: the forked child runs nothing of the parent's.
+        unsafe { libc::_exit(0) };
+    }
+    let ended = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+    match ended {
+        _ if !placed => BornIn::Never,
+        Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => BornIn::Always,
+        Ok(nix::sys::wait::WaitStatus::Signaled(..)) if killed => BornIn::UnlessKilled,
+        _ => BornIn::Never,
+    }
+}
+
+/// Forks (as the spawner, `parent`: with `CLONE_PARENT`, a child of supd), into the
+/// cgroup whose directory is `cgroup` where the kernel can: the child is born there and
+/// never moves, so it never waits for the grace period a move waits for (8-30 ms on a
+/// machine that was idle, most of a restart). `(pid, placed)`: `pid` is 0 in the child;
+/// `placed` says the child is in its cgroup already. Where the kernel cannot (before
+/// 5.7, a v1 hierarchy, a cgroup that refuses a process: threaded, "domain invalid"),
+/// a plain fork, and the child moves itself in (`join_cgroup`) and reports a refusal.
+fn fork_into(parent: bool, cgroup: Option<RawFd>) -> io::Result<(i32, bool)> {
+    let with_parent = if parent { libc::CLONE_PARENT as u64 } else { 0 };
+    if let Some(dir) = cgroup.filter(|_| !NO_CLONE_INTO_CGROUP.load(Ordering::Relaxed)) {
+        let args = CloneArgs {
+            flags: with_parent | CLONE_INTO_CGROUP,
+            // With CLONE_PARENT clone3 takes none (EINVAL): the child signals its
+            // parent, supd, with the caller's own exit signal, which is SIGCHLD.
+            exit_signal: if parent { 0 } else { libc::SIGCHLD as u64 },
+            cgroup: dir as u64,
+            ..CloneArgs::default()
+        };
+        // SAFETY: clone3 without CLONE_VM (and with no stack given) is a fork: the
+        // child returns here on its copy of the caller's stack. The caller (supd or the
+        // spawner) is single-threaded, so the child holds no lock another thread could
+        // own; it runs `child_main` only, on a plan prepared before the fork, then execs
+        // or exits. `args` lives across the call, and its size is passed with it.
+        // glibc's fork handlers are not run: neither caller nor child uses anything
+        // they reset.
+        let pid = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                &args as *const CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
+        if pid >= 0 {
+            return Ok((pid as i32, true));
+        }
+        if matches!(errno_now(), libc::ENOSYS | libc::E2BIG) {
+            NO_CLONE_INTO_CGROUP.store(true, Ordering::Relaxed);
+        }
+    }
+    // SAFETY: as above, with clone's older call (flags, then no stack and no tids):
+    // a fork, and with CLONE_PARENT one whose child is the caller's parent's.
     let pid = unsafe {
         libc::syscall(
             libc::SYS_clone,
-            (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
+            (with_parent | libc::SIGCHLD as u64) as libc::c_ulong,
             0usize,
             0usize,
             0usize,
@@ -192,10 +341,7 @@ pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: &[RawFd]) -> io::Result
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
-    if pid == 0 {
-        child_main(&plan, &[], own, &keep, go.as_raw_fd(), report.as_raw_fd());
-    }
-    Ok(pid as i32)
+    Ok((pid as i32, false))
 }
 
 /// The forked child: runs only async-signal-safe system calls, and never returns. First
@@ -204,6 +350,7 @@ pub fn fork_for_supd(msg: &[u8], fds: Vec<OwnedFd>, own: &[RawFd]) -> io::Result
 /// that a child still waiting holds nothing of supd's.
 fn child_main(
     p: &ChildPlan,
+    placed: bool,
     guards: &[RawFd],
     own: &[RawFd],
     keep: &[RawFd],
@@ -224,8 +371,12 @@ fn child_main(
         }
         close_all_but(3, keep);
         libc::setsid();
-        if let Some(join) = &p.join {
-            join_cgroup(join.as_raw_fd(), report);
+        if let Some(dir) = &p.join {
+            if !placed {
+                join_cgroup(dir.as_raw_fd(), report);
+            }
+            // The program gets no fd of supd's.
+            libc::close(dir.as_raw_fd());
         }
         // Wait for the parent's go-ahead: end-of-file means supd died or refused.
         let mut byte = 0u8;
@@ -442,21 +593,36 @@ fn account(p: &ChildPlan, report: RawFd) -> Ids {
     ids
 }
 
-/// Moves the calling child into the cgroup whose `cgroup.procs` is `procs` ("0" names
-/// the writer), and closes it; a refusal is reported, and the child goes on (no
+/// Moves the calling child into the cgroup whose directory is `dir` (writing "0", the
+/// writer, into its `cgroup.procs`); a refusal is reported, and the child goes on (no
 /// allocation: it runs before the go-ahead).
-fn join_cgroup(procs: RawFd, report: RawFd) {
-    // SAFETY: writes one byte from a static, then closes an fd this child owns.
-    let n = loop {
-        let n = unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) };
-        if n < 0 && errno_now() == libc::EINTR {
-            continue;
+fn join_cgroup(dir: RawFd, report: RawFd) {
+    // SAFETY: opens a file under a directory fd this child owns by a static C string,
+    // writes one byte from a static into it and closes it.
+    let procs = unsafe {
+        libc::openat(
+            dir,
+            c"cgroup.procs".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        )
+    };
+    let n = if procs < 0 {
+        -1
+    } else {
+        loop {
+            // SAFETY: as above.
+            let n = unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) };
+            if n < 0 && errno_now() == libc::EINTR {
+                continue;
+            }
+            break n;
         }
-        break n;
     };
     let errno = if n == 1 { 0 } else { errno_now().max(1) };
-    // SAFETY: `procs` is this child's copy, used no more (its plan is never dropped).
-    unsafe { libc::close(procs) };
+    if procs >= 0 {
+        // SAFETY: `procs` was opened above and is used no more.
+        unsafe { libc::close(procs) };
+    }
     if errno != 0 {
         let mut msg = [0u8; 12];
         msg[..4].copy_from_slice(&REPORT_NO_CGROUP.to_ne_bytes());

@@ -80,11 +80,17 @@ pub struct SpawnSpec {
     /// do without supd, and what it started is ended by the next supd from its record
     /// in `state_dir/checks`; a service must outlive supd, and does not set this).
     pub dies_with_supd: bool,
-    /// The `cgroup.procs` of the cgroup the child moves itself into, first thing, before
-    /// its go-ahead (`cgroup::procs_file`). A move waits for the kernel (an RCU grace
-    /// period, 8-30 ms): the child waits, not supd's loop. A move refused is reported
-    /// (`Exec::cgroup_refused`) and the child goes on in its process group.
+    /// The cgroup the child runs in (its directory: `cgroup::dir_fd`). It is forked
+    /// into it (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7, cgroup2): no move at all.
+    /// Where the kernel cannot (older, a v1 hierarchy, a cgroup that refuses), the child
+    /// moves itself in, first thing, before its go-ahead: a move waits for the kernel
+    /// (an RCU grace period, 8-30 ms when the machine was idle), the child waits, not
+    /// supd's loop. A move refused is reported (`Exec::cgroup_refused`) and the child
+    /// goes on in its process group.
     pub join: Option<OwnedFd>,
+    /// The child is forked into `join`'s cgroup, where the kernel can (`sys::born_in`,
+    /// and `cgroup::fit_to_be_born_in`); else it moves itself in.
+    pub born_in: bool,
 }
 
 impl SpawnSpec {
@@ -112,6 +118,7 @@ impl SpawnSpec {
             own_pid_env: None,
             dies_with_supd: false,
             join: None,
+            born_in: false,
         }
     }
 }
@@ -144,8 +151,10 @@ pub(super) struct ChildPlan {
     pub(super) umask: Option<libc::mode_t>,
     pub(super) nice: Option<libc::c_int>,
     pub(super) limits: Vec<(nix::sys::resource::Resource, libc::rlimit)>,
-    /// The `cgroup.procs` the child writes itself into (see `SpawnSpec::join`).
+    /// The cgroup the child is forked into, or moves itself into (`SpawnSpec::join`).
     pub(super) join: Option<OwnedFd>,
+    /// Forked into it (`SpawnSpec::born_in`).
+    pub(super) born_in: bool,
     /// Every fd the child uses as a source is at least this.
     pub(super) floor: RawFd,
 }
@@ -199,7 +208,12 @@ pub(super) fn plan_message(p: &ChildPlan, go: RawFd, report: RawFd) -> (Vec<u8>,
         w.int(l.rlim_cur as i64);
         w.int(l.rlim_max as i64);
     }
-    w.int(i64::from(p.join.is_some()));
+    // 0: no cgroup; 1: the child moves itself in; 2: it is forked into it.
+    w.int(match (&p.join, p.born_in) {
+        (None, _) => 0,
+        (Some(_), false) => 1,
+        (Some(_), true) => 2,
+    });
     fds.extend(p.join.as_ref().map(|f| f.as_raw_fd()));
     fds.extend([go, report]);
     (w.0, fds)
@@ -259,9 +273,9 @@ pub(super) fn plan_from(
             },
         ));
     }
-    let join = match r.int()? {
-        0 => None,
-        _ => Some(next_fd()?),
+    let (join, born_in) = match r.int()? {
+        0 => (None, false),
+        n => (Some(next_fd()?), n == 2),
     };
     let go = next_fd()?;
     let report = next_fd()?;
@@ -290,6 +304,7 @@ pub(super) fn plan_from(
         nice,
         limits,
         join,
+        born_in,
         floor,
     };
     Ok((plan, go, report))
@@ -463,12 +478,21 @@ impl ChildPlan {
                 .map(resource)
                 .collect::<io::Result<_>>()?,
             join: spec.join.map(|fd| above(fd, floor)).transpose()?,
+            born_in: spec.born_in,
             floor,
         })
     }
 }
 
 impl ChildPlan {
+    /// The cgroup to fork the child into, if it is to be born there.
+    pub(super) fn born_in(&self) -> Option<RawFd> {
+        self.join
+            .as_ref()
+            .filter(|_| self.born_in)
+            .map(|f| f.as_raw_fd())
+    }
+
     /// The fds the child uses: those it `dup2`s from, and its cgroup's.
     pub(super) fn sources(&self) -> Vec<RawFd> {
         let stdio = self.stdio.iter().flatten().map(|f| f.as_raw_fd());
@@ -565,6 +589,7 @@ mod tests {
             join: Some(OwnedFd::from(
                 std::fs::File::open("/").expect("a directory"),
             )),
+            born_in: true,
         };
         let plan = ChildPlan::new(spec).expect("plan");
         let (go, report) = nix::unistd::pipe().expect("pipe");

@@ -231,6 +231,7 @@ impl Supervisor {
             // Nothing for it to do without supd: what it leaves is swept at the next start.
             dies_with_supd: true,
             join: None,
+            born_in: false,
         })
     }
 
