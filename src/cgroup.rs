@@ -1,7 +1,17 @@
-//! One cgroup (v2) per service, where the machine has a cgroup2 hierarchy supd may write:
-//! whatever a service starts stays in its cgroup, even a daemon that left its process
-//! group and session, and `cgroup.kill` ends all of it at once. Where there is none,
-//! services are ended by process group, and supd(8) says they must not daemonize.
+//! One cgroup per service, where the machine lets supd have them: whatever a service
+//! starts stays in its cgroup, even a daemon that left its process group and session,
+//! and ending a run, or finding what is left of it, reads the cgroup alone (never a walk
+//! over the host's processes).
+//!
+//! - cgroup v2, where the machine has a cgroup2 hierarchy supd may write: `cgroup.kill`
+//!   ends all of a run at once, `cgroup.events` says whether any of it is left.
+//! - Else a named cgroup v1 hierarchy of supd's own (`name=sup`, no controller: it only
+//!   holds processes, as systemd's `name=systemd` did on cgroup v1 hosts), mounted on
+//!   [`MOUNT_POINT`] where no mount of it is seen (root only; never unmounted): RHEL 7.
+//!   Its cgroups have `cgroup.procs` alone: a run is ended member by member
+//!   ([`kill_each`]) and is over when `cgroup.procs` is empty.
+//! - Where neither is to be had (`cgroups = "off"`, the kernel refuses the mount),
+//!   services are ended by process group, and supd(8) says they must not daemonize.
 //!
 //! Layout: `<supd's own cgroup>/sup-<id>/<service>.service`, with `<id>` derived from the
 //! state directory, so that several supds in one cgroup (tests, one per user) never
@@ -15,26 +25,69 @@ use std::path::{Path, PathBuf};
 /// The file in `state_dir` that names the root of the services' cgroups.
 const RECORD: &str = "cgroup";
 
+/// The name of supd's own cgroup v1 hierarchy (the `name=` mount option).
+const V1_NAME: &str = "sup";
+
+/// Where supd mounts its named cgroup v1 hierarchy when no mount of it is seen.
+pub const MOUNT_POINT: &str = "/run/sup/cgroup";
+
+/// Which hierarchy the services' cgroups are in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// cgroup2: `cgroup.events`, `cgroup.kill` (5.14), `CLONE_INTO_CGROUP` (5.7).
+    V2,
+    /// supd's named cgroup v1 hierarchy (`name=sup`): `cgroup.procs` alone.
+    NamedV1,
+}
+
 /// The directory that holds one cgroup per service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cgroups {
     pub root: PathBuf,
+    pub kind: Kind,
 }
 
 impl Cgroups {
-    /// Makes (or reuses) the root for `state_dir` under supd's own cgroup, and records
-    /// it. `Err` says why services will run without cgroups.
+    /// Makes (or reuses) the root for `state_dir` under supd's own cgroup, in cgroup2
+    /// where supd may write it, else in the named v1 hierarchy (mounted if need be), and
+    /// records it. `Err` says why services will run without cgroups.
     pub fn setup(state_dir: &Path) -> Result<Cgroups, String> {
-        let own = own_cgroup_dir().ok_or("no cgroup2 hierarchy is mounted")?;
-        let root = own.join(format!("sup-{:016x}", fnv1a(&absolute(state_dir))));
-        match fs::create_dir(&root) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(format!("cannot create {}: {e}", root.display())),
-        }
-        let c = Cgroups { root };
+        let name = root_name(state_dir);
+        let v2 = match forced_v1() {
+            true => Err("SUP_TEST_CGROUP=v1 leaves cgroup2 aside".to_string()),
+            false => own_cgroup_dir()
+                .ok_or_else(|| "no cgroup2 hierarchy is mounted".to_string())
+                .and_then(|own| make(&own.join(&name))),
+        };
+        let c = match v2 {
+            Ok(root) => Cgroups {
+                root,
+                kind: Kind::V2,
+            },
+            Err(no_v2) => match named_v1_own_dir(true).and_then(|own| make(&own.join(&name))) {
+                Ok(root) => Cgroups {
+                    root,
+                    kind: Kind::NamedV1,
+                },
+                Err(no_v1) => return Err(format!("{no_v2}, and {no_v1}")),
+            },
+        };
         c.record(state_dir);
         Ok(c)
+    }
+
+    /// Whether the cgroups are cgroup2 ones (`CLONE_INTO_CGROUP`, `cgroup.kill` and
+    /// `cgroup.events` are v2's alone).
+    pub fn is_v2(&self) -> bool {
+        self.kind == Kind::V2
+    }
+
+    /// The hierarchy, in words for the log.
+    pub fn describe(&self) -> &'static str {
+        match self.kind {
+            Kind::V2 => "cgroup v2",
+            Kind::NamedV1 => "the named cgroup v1 hierarchy name=sup",
+        }
     }
 
     /// Writes the root into `state_dir`, for a later supd's sweep.
@@ -93,7 +146,8 @@ pub fn dir_fd(dir: &Path) -> io::Result<std::os::fd::OwnedFd> {
     Ok(f.into())
 }
 
-/// SIGKILLs every process of the cgroup: `cgroup.kill` (Linux 5.14), else [`kill_each`].
+/// SIGKILLs every process of the cgroup: `cgroup.kill` (cgroup v2, Linux 5.14), else
+/// [`kill_each`] (a cgroup v1 has neither `cgroup.kill` nor `cgroup.freeze`).
 pub fn kill(dir: &Path) {
     // An empty cgroup (its last process exited: a zombie is no member) has nothing to
     // kill, and is left alone: `cgroup.kill` takes the lock of the whole hierarchy,
@@ -180,11 +234,12 @@ pub fn kill_each(dir: &Path) {
     }
 }
 
-/// Whether any process is left in the cgroup (a missing cgroup has none).
+/// Whether any process is left in the cgroup (a missing cgroup has none): its
+/// `cgroup.events`, or where that is missing (a cgroup v1 has none; nor has a missing
+/// cgroup) its `cgroup.procs`.
 pub fn populated(dir: &Path) -> bool {
     match fs::read_to_string(dir.join("cgroup.events")) {
         Ok(text) => text.lines().any(|l| l.trim() == "populated 1"),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
         Err(_) => !members(dir).is_empty(),
     }
 }
@@ -202,16 +257,24 @@ pub fn remove(dir: &Path) {
 }
 
 /// The services' cgroups a previous supd of `state_dir` used: those under the recorded
-/// root and under the root this supd would use.
+/// root and under the roots this supd would use (in cgroup2 and, where it is mounted or
+/// the recorded root is in it, in the named v1 hierarchy).
 pub fn left_by_previous(state_dir: &Path) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = Vec::new();
     if let Ok(text) = fs::read_to_string(state_dir.join(RECORD)) {
         roots.push(PathBuf::from(text.trim()));
     }
-    if let Some(own) = own_cgroup_dir() {
-        roots.push(own.join(format!("sup-{:016x}", fnv1a(&absolute(state_dir)))));
+    // A root recorded under the mount point is mounted again where this supd does not
+    // see it mounted (the killed supd's mount namespace is gone, say).
+    let mount = roots.iter().any(|r| r.starts_with(MOUNT_POINT));
+    let name = root_name(state_dir);
+    let owns = [own_cgroup_dir(), named_v1_own_dir(mount).ok()];
+    for own in owns.into_iter().flatten() {
+        let root = own.join(&name);
+        if !roots.contains(&root) {
+            roots.push(root);
+        }
     }
-    roots.dedup();
     roots
         .iter()
         .filter(|r| r.is_absolute())
@@ -230,6 +293,27 @@ fn children(root: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The name of the root for `state_dir`.
+fn root_name(state_dir: &Path) -> String {
+    format!("sup-{:016x}", fnv1a(&absolute(state_dir)))
+}
+
+/// Makes (or reuses) the cgroup `dir`; `Err` says why not.
+fn make(dir: &Path) -> Result<PathBuf, String> {
+    match fs::create_dir(dir) {
+        Ok(()) => Ok(dir.to_path_buf()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(dir.to_path_buf()),
+        Err(e) => Err(format!("cannot create {}: {e}", dir.display())),
+    }
+}
+
+/// Whether tests force the named v1 hierarchy on a machine whose cgroup2 supd may write:
+/// `SUP_TEST_CGROUP=v1` (for tests alone, as `SUP_SPAWNER_ANSWER_MS`: nobody sets it in
+/// production). Read here only.
+fn forced_v1() -> bool {
+    std::env::var_os("SUP_TEST_CGROUP").is_some_and(|v| v == "v1")
+}
+
 /// supd's own cgroup as a directory: the cgroup2 mount joined with the `0::` line of
 /// `/proc/self/cgroup`.
 fn own_cgroup_dir() -> Option<PathBuf> {
@@ -237,15 +321,101 @@ fn own_cgroup_dir() -> Option<PathBuf> {
     let own = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
     let (root, mount) = cgroup2_mount(&mountinfo)?;
-    let rel = own.strip_prefix(root.as_str()).unwrap_or(own);
-    Some(Path::new(&mount).join(rel.trim_start_matches('/')))
+    Some(under_mount(own, &root, &mount))
+}
+
+/// supd's own cgroup in the named v1 hierarchy as a directory: its mount joined with the
+/// `N:name=sup:` line of `/proc/self/cgroup`. Where no mount of it is seen and `mount`
+/// says so, it is mounted on [`MOUNT_POINT`] first (root only; it stays mounted: other
+/// supds, and a later one, use it). `Err` says why there is none.
+fn named_v1_own_dir(mount: bool) -> Result<PathBuf, String> {
+    let mountinfo = || {
+        fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))
+    };
+    let (root, point) = match named_v1_mount(&mountinfo()?) {
+        Some(m) => m,
+        None if !mount => return Err(format!("no name={V1_NAME} cgroup v1 hierarchy is mounted")),
+        None => {
+            mount_named_v1()?;
+            named_v1_mount(&mountinfo()?).ok_or_else(|| {
+                format!(
+                    "the name={V1_NAME} cgroup v1 hierarchy mounted on {MOUNT_POINT} is not in /proc/self/mountinfo"
+                )
+            })?
+        }
+    };
+    let cgroup = fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+    let own = cgroup.lines().find_map(in_named_v1).ok_or_else(|| {
+        format!("/proc/self/cgroup has no line of the name={V1_NAME} cgroup v1 hierarchy")
+    })?;
+    Ok(under_mount(own, &root, &point))
+}
+
+/// Mounts the named v1 hierarchy on [`MOUNT_POINT`] (made if missing): no controller,
+/// `name=sup`; the kernel makes the hierarchy at its first mount, and reuses it after.
+fn mount_named_v1() -> Result<(), String> {
+    let refused = |e: &dyn std::fmt::Display| {
+        format!(
+            "the named cgroup v1 hierarchy name={V1_NAME} cannot be mounted on {MOUNT_POINT}: {e}"
+        )
+    };
+    if !nix::unistd::geteuid().is_root() {
+        return Err(refused(&"mounting it needs root"));
+    }
+    fs::create_dir_all(MOUNT_POINT).map_err(|e| refused(&e))?;
+    use nix::mount::MsFlags;
+    nix::mount::mount(
+        Some("cgroup"),
+        MOUNT_POINT,
+        Some("cgroup"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some(format!("none,name={V1_NAME}").as_str()),
+    )
+    .map_err(|e| refused(&e))?;
+    log::info!("mounted the named cgroup v1 hierarchy name={V1_NAME} on {MOUNT_POINT}");
+    Ok(())
+}
+
+/// The path in a `/proc/self/cgroup` line of the named v1 hierarchy
+/// (`N:name=sup:/path`), `None` for another hierarchy's.
+fn in_named_v1(line: &str) -> Option<&str> {
+    let mut f = line.splitn(3, ':');
+    let (_, subsystems, path) = (f.next()?, f.next()?, f.next()?);
+    let name = format!("name={V1_NAME}");
+    subsystems.split(',').any(|s| s == name).then_some(path)
+}
+
+/// `own`, a cgroup path as `/proc/self/cgroup` says it, as a directory under the mount
+/// point of a mount whose root (in the hierarchy) is `root`.
+fn under_mount(own: &str, root: &str, mount: &str) -> PathBuf {
+    let rel = own.strip_prefix(root).unwrap_or(own);
+    Path::new(mount).join(rel.trim_start_matches('/'))
 }
 
 /// The root and mount point of the first cgroup2 mount in a mountinfo text.
 fn cgroup2_mount(mountinfo: &str) -> Option<(String, String)> {
+    find_mount(mountinfo, |fstype, _| fstype == "cgroup2")
+}
+
+/// The root and mount point of the first mount of the named v1 hierarchy in a mountinfo
+/// text: a `cgroup` mount whose super options hold `name=sup`.
+fn named_v1_mount(mountinfo: &str) -> Option<(String, String)> {
+    let name = format!("name={V1_NAME}");
+    find_mount(mountinfo, |fstype, opts| {
+        fstype == "cgroup" && opts.split(',').any(|o| o == name)
+    })
+}
+
+/// The root and mount point of the first mount in a mountinfo text whose file system
+/// type and super options `pick` takes.
+fn find_mount(mountinfo: &str, pick: impl Fn(&str, &str) -> bool) -> Option<(String, String)> {
     mountinfo.lines().find_map(|l| {
         let (left, right) = l.split_once(" - ")?;
-        if right.split_whitespace().next()? != "cgroup2" {
+        let mut r = right.split_whitespace();
+        let (fstype, _source, opts) = (r.next()?, r.next()?, r.next().unwrap_or(""));
+        if !pick(fstype, opts) {
             return None;
         }
         let f: Vec<&str> = left.split_whitespace().collect();
@@ -302,10 +472,37 @@ mod tests {
         assert_ne!(fnv1a("/var/lib/sup"), fnv1a("/var/lib/sup2"));
         let c = Cgroups {
             root: "/sys/fs/cgroup/sup-1".into(),
+            kind: Kind::V2,
         };
         assert_eq!(
             c.service_dir("cgroup.procs"),
             PathBuf::from("/sys/fs/cgroup/sup-1/cgroup.procs.service")
+        );
+    }
+
+    #[test]
+    fn finds_the_named_v1_hierarchy_and_its_line() {
+        let info = "26 25 0:24 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw\n\
+                    27 25 0:25 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd\n\
+                    28 25 0:26 / /run/sup/cgroup rw,nosuid - cgroup cgroup rw,name=sup\n";
+        assert_eq!(
+            named_v1_mount(info),
+            Some(("/".into(), "/run/sup/cgroup".into()))
+        );
+        let others = "27 25 0:25 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd\n\
+                      29 25 0:27 / /x rw - cgroup cgroup rw,name=super\n\
+                      30 25 0:28 / /y rw - cgroup2 cgroup2 rw,name=sup\n";
+        assert_eq!(named_v1_mount(others), None);
+        assert_eq!(
+            in_named_v1("9:name=sup:/sup-1/a.service"),
+            Some("/sup-1/a.service")
+        );
+        assert_eq!(in_named_v1("10:cpu,name=sup:/"), Some("/"));
+        assert_eq!(in_named_v1("8:name=systemd:/"), None);
+        assert_eq!(in_named_v1("0::/"), None);
+        assert_eq!(
+            under_mount("/ns/sup-1", "/ns", "/run/sup/cgroup"),
+            PathBuf::from("/run/sup/cgroup/sup-1")
         );
     }
 }

@@ -293,7 +293,11 @@ fn use_cgroups(cfg: &Config) -> Option<sup::cgroup::Cgroups> {
     }
     match sup::cgroup::Cgroups::setup(&cfg.supd.state_dir) {
         Ok(c) => {
-            log::info!("services run in cgroups under {}", c.root.display());
+            log::info!(
+                "services run in cgroups ({}) under {}",
+                c.describe(),
+                c.root.display()
+            );
             // '+' is in no service's name: the probe's cgroup is no service's.
             match sup::sys::probe_born_in(&c.root.join("probe+fork")) {
                 sup::sys::BornIn::Always => {}
