@@ -1,11 +1,14 @@
 //! supctl: args → one request → print the answer → exit code.
 //! Exit codes: 0 success, 1 failed or refused, 2 usage, 3 `status`: a service is not
 //! up, 4 cannot reach supd, 5 `status`: all is up but supd runs with config errors.
+//!
+//! Its entry is the C `main`, not std's (see [`main`]): `supctl status NAME` is mostly
+//! start-up, and std's adds work a client that runs for a millisecond does not need.
+#![cfg_attr(not(test), no_main)]
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use sup::protocol::ServiceStatus;
 use sup::time::Human;
@@ -83,22 +86,70 @@ enum Failure {
     OutputClosed,
 }
 
-fn main() -> ExitCode {
+/// The C entry point, in place of std's: std's start-up installs a stack-overflow
+/// handler (it reads /proc/self/maps and maps an alternate signal stack, a dozen system
+/// calls, a third of what `s6-svstat` makes in all) and takes it down at exit. Of the
+/// rest of std's start-up supctl keeps what it relies on ([`start`]). The arguments are
+/// std's all the same: on glibc std reads them before `main`.
+#[cfg(not(test))]
+#[unsafe(no_mangle)]
+extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    start();
+    // A panic cannot unwind out of an `extern "C"` function: its message is printed (by
+    // the hook) and supctl exits 101, as std's entry does.
+    std::panic::catch_unwind(supctl).map_or(101, libc::c_int::from)
+}
+
+/// Under the test harness (its own `main`) the entry is a plain function.
+#[cfg(test)]
+fn main() {
+    start();
+    std::process::exit(supctl().into());
+}
+
+/// What supctl keeps of std's start-up: standard input, output and error open (were one
+/// closed, the socket to supd could take its number and the table be written into it),
+/// and SIGPIPE ignored (a reader gone is a write error: `supctl status | head -1` ends
+/// quietly, [`Failure::OutputClosed`]).
+fn start() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: `fds` is a local array of three pollfd that outlives the call; "/dev/null"
+    // is a NUL-terminated literal; signal() with SIG_IGN installs no handler of ours.
+    unsafe {
+        if libc::poll(fds.as_mut_ptr(), 3, 0) > 0 {
+            for p in fds.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
+                // The lowest free number: the closed one, the lowest first.
+                let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if fd != p.fd {
+                    libc::abort();
+                }
+            }
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+/// supctl: its exit code.
+fn supctl() -> u8 {
     // Whether errors are said in JSON: known before the arguments are fully read.
     let json = std::env::args().skip(1).any(|a| a == "--json");
     let (code, kind, message, said_kind) = match run() {
-        Ok(()) | Err(Failure::OutputClosed) => return ExitCode::SUCCESS,
+        Ok(()) | Err(Failure::OutputClosed) => return 0,
         Err(Failure::NotUp(names)) => {
             if !json {
                 note(&format!("supctl: not up: {}", names.join(", ")));
             }
-            return ExitCode::from(3);
+            return 3;
         }
         Err(Failure::ConfigErrors) => {
             if !json {
                 note("supctl: all is up, but supd runs with config errors (above); `supd --check` shows them");
             }
-            return ExitCode::from(5);
+            return 5;
         }
         Err(Failure::Usage(m)) => (2, "usage".to_string(), m, false),
         Err(Failure::Refused(m)) => (1, "failed".to_string(), m, false),
@@ -115,7 +166,7 @@ fn main() -> ExitCode {
     } else {
         note(&format!("supctl: {message}"));
     }
-    ExitCode::from(code)
+    code
 }
 
 /// Writes to standard output: a closed reader ends supctl quietly; any other error (a
@@ -410,8 +461,8 @@ fn tool_command(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
 
 /// A connection to supd, with a deadline for each answer unless waiting for ever.
 struct Conn {
+    /// Read through the buffer, written through its stream (no second descriptor).
     reader: BufReader<UnixStream>,
-    writer: UnixStream,
     path: String,
     timeout: Option<Duration>,
 }
@@ -453,13 +504,8 @@ impl Conn {
             }
             Err(e) => return Err(unreachable(&e)),
         }
-        let stream = UnixStream::from(fd);
-        let writer = stream
-            .try_clone()
-            .map_err(|e| Failure::Unreachable(format!("{path}: {e}")))?;
         Ok(Conn {
-            reader: BufReader::new(stream),
-            writer,
+            reader: BufReader::new(UnixStream::from(fd)),
             path: path.to_string(),
             timeout,
         })
@@ -511,7 +557,7 @@ impl Conn {
         let mut line = serde_json::to_vec(&req).map_err(|e| Failure::Refused(e.to_string()))?;
         line.push(b'\n');
         let deadline = self.timeout.map(|t| Instant::now() + t);
-        if let Err(e) = self.writer.write_all(&line) {
+        if let Err(e) = self.reader.get_ref().write_all(&line) {
             // supd may have answered and closed at once (too many connections): its
             // reason is worth more than our broken pipe.
             return match self.next(deadline) {
