@@ -14,12 +14,19 @@
 //!   rest and going down only into those of the session (and below them, into
 //!   everything: a member may have started a process before it left the session). It
 //!   costs supd's other children and the run's own subtree; never the host's processes.
+//!   The kernel reads a children list a page at a time, by position, so a list that
+//!   changes between two reads may show one child twice or not at all: supd's own list
+//!   does not (only supd reaps its children, and not while it reads; new ones are added
+//!   at its end), and a list of the run's processes fits one read unless one process
+//!   has some 500 children. What a walk does not find: a process of the session below
+//!   one that left the session and was then orphaned to supd.
 //! - Where it does not, only the process group is known, and without a walk:
 //!   `killpg(pgid, 0)` says whether a member is left, `killpg(pgid, SIGKILL)` ends them
 //!   (`instance.rs`); what left the group is not found (supd(8)).
 
 use crate::proc::Stat;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// How the runs without a cgroup are tracked: decided once, at start.
@@ -32,24 +39,38 @@ pub enum Tracking {
 }
 
 static TRACKING: OnceLock<Tracking> = OnceLock::new();
+static NOT_SUBREAPER: AtomicBool = AtomicBool::new(false);
 
 /// Decides how runs without a cgroup are tracked (supd, once at start: `subreaper` says
 /// whether supd is a subreaper or PID 1, without which orphans go elsewhere) and
 /// returns it. `SUP_NO_PROC_CHILDREN` (for tests, as `SUP_SPAWNER_ANSWER_MS`: nobody
 /// sets it in production) makes it act as on a kernel without the children files.
 pub fn init(subreaper: bool) -> Tracking {
-    *TRACKING.get_or_init(|| detect(subreaper))
+    NOT_SUBREAPER.store(!subreaper, Ordering::Relaxed);
+    tracking()
 }
 
-/// How runs without a cgroup are tracked (as `init` decided; a process that did not
-/// call it, a test, as if supd were a subreaper).
+/// How runs without a cgroup are tracked (as `init` decided; in a process that did not
+/// call it, a test, as if it were a subreaper). A supd started as PID 1 before /proc is
+/// mounted decides once it is.
 pub fn tracking() -> Tracking {
-    init(true)
+    if let Some(t) = TRACKING.get() {
+        return *t;
+    }
+    let t = detect(!NOT_SUBREAPER.load(Ordering::Relaxed));
+    if t != NO_PROC {
+        let _ = TRACKING.set(t);
+    }
+    t
 }
+
+const NO_PROC: Tracking = Tracking::Group("/proc is not mounted yet");
 
 fn detect(subreaper: bool) -> Tracking {
     if !subreaper {
         Tracking::Group("supd is not a subreaper")
+    } else if !std::path::Path::new("/proc/self/stat").exists() {
+        NO_PROC
     } else if std::env::var_os("SUP_NO_PROC_CHILDREN").is_some() {
         Tracking::Group("SUP_NO_PROC_CHILDREN is set")
     } else if std::path::Path::new("/proc/thread-self/children").exists()
