@@ -4,12 +4,13 @@
 //! Pure: the exit (as it is said), the name of the program and a count in, words out.
 
 /// The reason given for a run whose leader exited with `exit` (a success code)
-/// leaving `left` other processes of its run: it names the daemonizing and the fix.
-pub fn reason(exit: impl std::fmt::Display, left: u32, command: &[String]) -> String {
-    let what = if left == 1 {
-        "1 other process".to_string()
-    } else {
-        format!("{left} other processes")
+/// leaving `left` other processes of its run (`None`: some, not counted): it names the
+/// daemonizing and the fix.
+pub fn reason(exit: impl std::fmt::Display, left: Option<u32>, command: &[String]) -> String {
+    let what = match left {
+        Some(1) => "1 other process".to_string(),
+        Some(n) => format!("{n} other processes"),
+        None => "other processes".to_string(),
     };
     format!(
         "{exit} while {what} of its run remained: it forked into the background: run it in the foreground ({})",
@@ -19,12 +20,12 @@ pub fn reason(exit: impl std::fmt::Display, left: u32, command: &[String]) -> St
 
 /// The reason given for a one-shot (`ready = "exited"`) whose leader exited with
 /// `exit` (a success code) leaving `left` other processes: its exit is its contract, a
-/// success; what it left is ended with its run, and said so.
-pub fn ended(exit: impl std::fmt::Display, left: u32) -> String {
-    let what = if left == 1 {
-        "1 other process of its run was".to_string()
-    } else {
-        format!("{left} other processes of its run were")
+/// success; what it left is ended with its run, and said so (`None`: some, not counted).
+pub fn ended(exit: impl std::fmt::Display, left: Option<u32>) -> String {
+    let what = match left {
+        Some(1) => "1 other process of its run was".to_string(),
+        Some(n) => format!("{n} other processes of its run were"),
+        None => "other processes of its run were".to_string(),
     };
     format!("{exit}; {what} still there, and ended with it")
 }
@@ -101,17 +102,23 @@ mod tests {
 
     #[test]
     fn the_reason_says_it_forked_and_how_many_remained() {
-        let r = reason("exited with code 0", 1, &cmd(&["redis-server"]));
+        let r = reason("exited with code 0", Some(1), &cmd(&["redis-server"]));
         assert_eq!(
             r,
             "exited with code 0 while 1 other process of its run remained: it forked into the \
              background: run it in the foreground (redis-server: `daemonize no` in its config \
              file, or `--daemonize no` in `command`)"
         );
-        assert!(reason("exited with code 0", 3, &[]).contains("3 other processes"));
+        assert!(reason("exited with code 0", Some(3), &[]).contains("3 other processes"));
+        assert!(reason("exited with code 0", None, &[])
+            .contains("code 0 while other processes of its run remained: it forked"));
         assert_eq!(
-            ended("exited with code 0", 1),
+            ended("exited with code 0", Some(1)),
             "exited with code 0; 1 other process of its run was still there, and ended with it"
+        );
+        assert_eq!(
+            ended("exited with code 0", None),
+            "exited with code 0; other processes of its run were still there, and ended with it"
         );
     }
 }

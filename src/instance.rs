@@ -12,6 +12,7 @@
 use crate::cgroup;
 use crate::config::KillMode;
 use crate::service::Exit;
+use crate::subtree::Leaders;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
@@ -54,16 +55,22 @@ pub struct Instance {
     /// has daemonized.
     #[serde(default)]
     pub left_at_exit: u32,
+    /// Whether `left_at_exit` is a lower bound only: a run tracked by its process group
+    /// alone is counted after its group was killed (`supervisor/reap.rs`), and what was
+    /// still dying then was not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub left_uncounted: bool,
 }
 
 impl Instance {
     /// The stop path: sends `sig` to the process group, then SIGCONT so that a stopped
     /// group acts on it (a stopped process would hold its stop signal until the SIGKILL);
     /// SIGKILL also goes to everything in the cgroup.
-    /// With `kill_mode = "main"`, to the leader alone.
-    pub fn signal(&self, sig: Signal) {
+    /// With `kill_mode = "main"`, to the leader alone. `leaders`: those of the runs,
+    /// which a walk of a session passes over (`subtree.rs`).
+    pub fn signal(&self, sig: Signal, leaders: &dyn Leaders) {
         if sig == Signal::SIGKILL {
-            return self.kill_all();
+            return self.kill_all(leaders);
         }
         if self.leader_gone() {
             // Its group id may name another group by now (`signal_left`).
@@ -104,15 +111,16 @@ impl Instance {
     }
 
     /// SIGKILL to the cgroup and to the process group; without a cgroup, also to what
-    /// left the group but not the session (the leader's `setsid` made its pid the
-    /// session's id, which stays taken while any process is in the session). Once the
-    /// leader was reaped, to the cgroup alone: the group and session were killed while
-    /// its zombie held their id, and that id may name another process's by now.
+    /// left the group but not the session, where supd finds it below itself
+    /// (`subtree.rs`; the leader's `setsid` made its pid the session's id, which its
+    /// process or zombie holds meanwhile). Once the leader was reaped, to the cgroup
+    /// alone: the group and session were killed while its zombie held their id, and
+    /// that id may name another process's by now.
     ///
     /// With `kill_mode = "group"`, the process group alone (once the leader was reaped,
     /// the members of the cgroup in that group); with `"main"`, the leader alone (none
     /// once reaped).
-    pub fn kill_all(&self) {
+    pub fn kill_all(&self, leaders: &dyn Leaders) {
         match self.mode() {
             KillMode::Cgroup => {}
             KillMode::Group => {
@@ -140,10 +148,22 @@ impl Instance {
         }
         signal_group(self.pid, Signal::SIGKILL);
         if self.cgroup.is_none() {
-            for s in session_stats(self.pid) {
+            for s in self.session(leaders).unwrap_or_default() {
                 kill_exact(s.pid, Some(s.start_time), Signal::SIGKILL);
             }
         }
+    }
+
+    /// The live processes of the run's session besides its leader, found below supd
+    /// (`subtree.rs`); `None` where only the process group is known (a kernel without
+    /// the children files).
+    fn session(&self, leaders: &dyn Leaders) -> Option<Vec<crate::proc::Stat>> {
+        if crate::subtree::tracking() != crate::subtree::Tracking::Session {
+            return None;
+        }
+        let mut found = crate::subtree::session_of_run(self.pid, leaders);
+        found.retain(|s| s.pid != self.pid);
+        Some(found)
     }
 
     /// The members of `pids` in this run's process group (the leader excepted).
@@ -156,28 +176,25 @@ impl Instance {
 
     /// How many processes of the run besides its leader are there, as `kill_mode`
     /// counts them (asked when the leader has exited, before the rest is killed): the
-    /// other members of its cgroup (without one: of its process group and session),
-    /// of its process group (`"group"`), none (`"main"`: what it leaves is not the
-    /// run's).
-    pub fn others(&self) -> u32 {
+    /// other members of its cgroup (without one: of its session, which holds its
+    /// process group), of its process group (`"group"`), none (`"main"`: what it
+    /// leaves is not the run's). `None` without a cgroup where only the process group
+    /// is known: its zombie leader counts as a member of it until reaped, so the group
+    /// is looked at after the reap (`supervisor/reap.rs`).
+    pub fn others(&self, leaders: &dyn Leaders) -> Option<u32> {
         let n = match (self.mode(), self.cgroup.as_deref()) {
             (KillMode::Main, _) => 0,
             (KillMode::Cgroup, Some(d)) => cgroup::members(d)
                 .into_iter()
                 .filter(|p| *p != self.pid)
                 .count(),
-            (KillMode::Cgroup, None) => crate::proc::all()
-                .into_iter()
-                .filter(|s| s.pid != self.pid && s.state != 'Z')
-                .filter(|s| s.pgrp == self.pid || s.session == self.pid)
-                .count(),
+            (KillMode::Cgroup, None) => self.session(leaders)?.len(),
             (KillMode::Group, Some(d)) => self.in_group(cgroup::members(d)).len(),
-            (KillMode::Group, None) => group_members(self.pid)
-                .into_iter()
-                .filter(|p| *p != self.pid)
+            (KillMode::Group, None) => (self.session(leaders)?.iter())
+                .filter(|s| s.pgrp == self.pid)
                 .count(),
         };
-        u32::try_from(n).unwrap_or(u32::MAX)
+        Some(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
     /// `sig` to what is left of a run whose leader was reaped (`supctl signal`,
@@ -223,16 +240,22 @@ impl Instance {
     }
 
     /// The processes of this run that are still there: the leader until it is reaped,
-    /// and the members of its cgroup (or, without one, of its session).
+    /// and the members of its cgroup (or, without one, of its session, where supd
+    /// finds it below itself; where only the process group is known, none: they are
+    /// not named).
     /// With `kill_mode = "group"`, of its process group; `"main"`: the leader alone.
-    pub fn pids(&self) -> Vec<i32> {
+    pub fn pids(&self, leaders: &dyn Leaders) -> Vec<i32> {
         let leader = (!self.leader_gone()).then_some(self.pid);
+        let in_session = || self.session(leaders).unwrap_or_default().into_iter();
         let rest = match (self.mode(), self.cgroup.as_deref()) {
             (KillMode::Main, _) => Vec::new(),
             (KillMode::Group, Some(d)) => self.in_group(cgroup::members(d)),
-            (KillMode::Group, None) => group_members(self.pid),
+            (KillMode::Group, None) => in_session()
+                .filter(|s| s.pgrp == self.pid)
+                .map(|s| s.pid)
+                .collect(),
             (KillMode::Cgroup, Some(d)) => cgroup::members(d),
-            (KillMode::Cgroup, None) => session_members(self.pid),
+            (KillMode::Cgroup, None) => in_session().map(|s| s.pid).collect(),
         };
         leader.into_iter().chain(rest).collect()
     }
@@ -245,8 +268,9 @@ impl Instance {
     /// Whether no process of this run is left. Only asked once the leader was reaped:
     /// before, the leader itself is a member.
     /// With `kill_mode = "main"` the run is over once its leader was reaped; with
-    /// `"group"`, once its process group is gone.
-    pub fn is_gone(&self) -> bool {
+    /// `"group"`, once its process group is gone. Without a cgroup, once its group and
+    /// its session (where supd finds it below itself) are.
+    pub fn is_gone(&self, leaders: &dyn Leaders) -> bool {
         if self.mode() == KillMode::Main {
             return self.leader_gone();
         }
@@ -258,14 +282,9 @@ impl Instance {
             && (self.mode() == KillMode::Group
                 || match self.cgroup.as_deref() {
                     Some(d) => !cgroup::populated(d),
-                    None => session_members(self.pid).is_empty(),
+                    None => self.session(leaders).is_none_or(|s| s.is_empty()),
                 })
     }
-}
-
-/// The live processes of session `sid` (a scan of /proc: only without cgroups).
-fn session_members(sid: i32) -> Vec<i32> {
-    session_stats(sid).into_iter().map(|s| s.pid).collect()
 }
 
 /// `sig` to each member of cgroup `dir` that `pick` takes, each through a pidfd opened
@@ -297,15 +316,6 @@ fn signal_members(dir: &std::path::Path, pick: impl Fn(i32) -> bool, sig: Signal
     sent
 }
 
-/// The live processes of process group `pgrp` (a scan of /proc: only without cgroups).
-fn group_members(pgrp: i32) -> Vec<i32> {
-    crate::proc::all()
-        .into_iter()
-        .filter(|s| s.pgrp == pgrp && s.state != 'Z')
-        .map(|s| s.pid)
-        .collect()
-}
-
 /// `sig` to `pid`: exact through a pidfd; without pidfds (Linux before 5.3), by pid
 /// while it is still the process found (its start time, when known).
 fn kill_exact(pid: i32, start_time: Option<u64>, sig: Signal) {
@@ -320,14 +330,6 @@ fn kill_exact(pid: i32, start_time: Option<u64>, sig: Signal) {
             }
         }
     }
-}
-
-/// The same, with what /proc says of each (its start time).
-fn session_stats(sid: i32) -> Vec<crate::proc::Stat> {
-    crate::proc::all()
-        .into_iter()
-        .filter(|s| s.session == sid && s.state != 'Z')
-        .collect()
 }
 
 /// Sends `sig`, and only `sig`, to the process group led by `pid` (`supctl signal SVC

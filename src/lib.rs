@@ -42,6 +42,7 @@ pub mod slots;
 pub mod spawner;
 pub mod starts;
 pub mod statedir;
+pub mod subtree;
 pub mod supervisor;
 pub mod sys;
 pub mod time;

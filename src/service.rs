@@ -105,8 +105,9 @@ pub enum Event {
     Exited(Exit),
     /// Its main process exited so, while this many other processes of its run (as
     /// `kill_mode` counts them; never with `"main"`) remained: with a success code, it
-    /// daemonized, and the run is a failure, named so (`daemonize.rs`).
-    Daemonized(Exit, u32),
+    /// daemonized, and the run is a failure, named so (`daemonize.rs`). `None`: some,
+    /// not counted (a run tracked by its process group alone).
+    Daemonized(Exit, Option<u32>),
     /// The service's deadline has come.
     Timer,
     /// Its health check or watchdog failed (the reason says which): a failure. It is

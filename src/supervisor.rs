@@ -355,7 +355,7 @@ impl Supervisor {
             match a {
                 Action::Signal(sig) => {
                     if let Some(i) = instance.as_ref().filter(|i| !i.leader_gone()) {
-                        i.signal(sig);
+                        i.signal(sig, &self.pids);
                     }
                 }
                 Action::CrashLoop(why) | Action::NotReady(why) | Action::Unhealthy(why) => {
@@ -633,7 +633,7 @@ impl Supervisor {
             {
                 // Exact: only this run's processes are in its cgroup (with `kill_mode
                 // = "group"`, those of its cgroup in its process group).
-                i.kill_all();
+                i.kill_all(&self.pids);
             }
             self.drain_retry = None;
             if self.scan_owed.is_some() {

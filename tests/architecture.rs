@@ -161,3 +161,57 @@ fn unsafe_lives_in_sys_alone() {
         "the checker sees unsafe where it is"
     );
 }
+
+/// The files that may walk over every process of the host (`proc::all`): its
+/// definition, and the sweep at start of what a killed predecessor left
+/// (`leftovers.rs`). Nothing done per exit, stop or status may (SPEC, "Services":
+/// finding what is left of a run never costs a walk over the host's processes); a run
+/// without a cgroup is found below supd (`subtree.rs`).
+const WALKS_ALLOWED: &[&str] = &["src/proc.rs", "src/leftovers.rs"];
+
+/// Whether `code` calls or imports `proc::all`.
+fn walks(code: &str) -> bool {
+    let named = |rest: &str| {
+        rest.strip_prefix("all")
+            .is_some_and(|r| !r.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+    };
+    let mut rest = code;
+    while let Some(at) = rest.find("proc::") {
+        rest = &rest[at + "proc::".len()..];
+        if named(rest) {
+            return true;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            if group[..end].split(',').any(|i| named(i.trim())) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[test]
+fn only_the_start_up_sweep_walks_the_host_s_processes() {
+    let mut files = Vec::new();
+    sources(&root().join("src"), &mut files);
+    let mut broken = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(root()).expect("under the root");
+        if WALKS_ALLOWED.iter().any(|a| rel == Path::new(a)) {
+            continue;
+        }
+        if walks(&code_of(f)) {
+            broken.push(rel.display().to_string());
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "proc::all (a walk over the host's processes) outside {WALKS_ALLOWED:?}: {broken:?}"
+    );
+    // The rule can fail: it sees the walk where it is, and in the forms it takes.
+    assert!(walks(&code_of(&root().join("src/leftovers.rs"))));
+    assert!(walks("let s = crate::proc::all();"));
+    assert!(walks("use crate::proc::{self, all};"));
+    assert!(!walks("crate::proc::stat(pid); crate::proc::all_x();"));
+}

@@ -140,11 +140,25 @@ fn check(
     }
 }
 
+/// Starts supd; `group_only`: as on a kernel without the children files (a run
+/// without a cgroup is then its process group alone).
+fn start(sb: &mut Sandbox, group_only: bool) {
+    if group_only {
+        sb.start_group_only();
+    } else {
+        sb.start();
+    }
+}
+
 fn each_step(mode: &str, cgroups: bool) {
+    each_step_as(mode, cgroups, false);
+}
+
+fn each_step_as(mode: &str, cgroups: bool, group_only: bool) {
     let mut sb = Sandbox::new();
     let mut kept = Survivors(Vec::new());
     service(&sb, mode, cgroups);
-    sb.start();
+    start(&mut sb, group_only);
     let mut main = pid_of(&sb.wait_state("sshd", "running"));
 
     // stop
@@ -178,7 +192,7 @@ fn each_step(mode: &str, cgroups: bool) {
     let run = children(&sb);
     sb.stop_supd(Signal::SIGKILL);
     assert!(alive(main), "the main process outlives its killed supd");
-    sb.start();
+    start(&mut sb, group_only);
     let new = new_run(&sb, main);
     assert!(
         wait_exit(main, DEADLINE).is_some() && !alive(main),
@@ -225,6 +239,15 @@ fn kill_mode_cgroup_ends_every_process_of_the_run() {
 fn without_cgroups_each_mode_ends_what_it_says() {
     for mode in ["main", "group", "cgroup"] {
         each_step(mode, false);
+    }
+}
+
+/// The same where the kernel has no children files: what "cgroup" and "group" end is
+/// the process group (the session child is left by both ways).
+#[test]
+fn without_cgroups_or_children_files_each_mode_ends_what_it_says() {
+    for mode in ["group", "cgroup"] {
+        each_step_as(mode, false, true);
     }
 }
 
@@ -279,6 +302,49 @@ fn assert_named_and_ended(sb: &Sandbox, argv: &[&str], what: &str) {
     wait_gone(argv, &format!("{what}: what it left must be ended"));
 }
 
+/// Without cgroups or children files the run is counted by its process group, after
+/// its leader was reaped; what the leader left is named and ended all the same.
+#[test]
+fn without_children_files_a_main_process_that_forks_into_the_background_is_named_and_ended() {
+    let mut sb = Sandbox::new();
+    let secs = format!("{}", 900_000 + sb.tag);
+    daemonizing(&sb, &format!("sleep {secs}"), false);
+    sb.start_group_only();
+    assert_named_and_ended(
+        &sb,
+        &["sleep", &secs],
+        "plain background, no children files",
+    );
+}
+
+/// A main process that exits 0 leaving only a child that exited and was never waited
+/// for (a zombie, which supd adopts): nothing of its run remained, so it is a success,
+/// not a daemonized failure, however supd tracks it.
+#[test]
+fn a_zombie_left_by_a_main_process_is_not_a_process_that_remained() {
+    for group_only in [false, true] {
+        let mut sb = Sandbox::new();
+        let svc = sb.script(
+            "svc",
+            "exec python3 -c 'import os, time\nif os.fork() == 0:\n    os._exit(0)\ntime.sleep(0.3)\n'",
+        );
+        sb.config_with(
+            "cgroups = \"off\"",
+            &format!(
+                "[service.once]\ncommand = [\"{svc}\"]\nrestart = \"on-failure\"\n\
+                 restart_delay = \"1h\"\nrestart_delay_max = \"1h\"\n"
+            ),
+        );
+        start(&mut sb, group_only);
+        let s = sb.wait_state("once", "exited");
+        assert!(
+            !s["reason"].as_str().unwrap_or_default().contains("forked"),
+            "group_only {group_only}: {s}\n{}",
+            sb.supd_log()
+        );
+    }
+}
+
 #[test]
 fn a_main_process_that_forks_into_the_background_is_named_and_ended() {
     let cases: &[(&str, bool)] = if is_root() {
@@ -331,8 +397,12 @@ fn with_kill_mode_main_a_success_exit_leaves_the_rest_running() {
 /// service that waits for it (`after`) starts.
 #[test]
 fn a_one_shot_that_exits_0_leaving_a_helper_is_a_success() {
-    let cases: &[bool] = if is_root() { &[true, false] } else { &[false] };
-    for cgroups in cases {
+    let cases: &[(bool, bool)] = if is_root() {
+        &[(true, false), (false, false), (false, true)]
+    } else {
+        &[(false, false), (false, true)]
+    };
+    for (cgroups, group_only) in cases {
         let mut sb = Sandbox::new();
         let secs = format!("{}", 900_000 + sb.tag);
         let setup = sb.script("setup", &format!("sleep {secs} &\nexit 0"));
@@ -345,12 +415,19 @@ fn a_one_shot_that_exits_0_leaving_a_helper_is_a_success() {
                  [service.app]\ncommand = [\"sleep\", \"3600\"]\nafter = [\"setup\"]\n"
             ),
         );
-        sb.start();
+        start(&mut sb, *group_only);
         let s = sb.wait_state("app", "running");
         let setup = sb.status("setup");
         assert_eq!(
             setup["state"], "exited",
-            "cgroups {cgroups}: the one-shot did its work: {setup}\n{s}"
+            "cgroups {cgroups}, group_only {group_only}: the one-shot did its work: {setup}\n{s}"
+        );
+        assert!(
+            setup["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("ended with it"),
+            "cgroups {cgroups}, group_only {group_only}: what it left is said: {setup}"
         );
         wait_gone(
             &["sleep", &secs],

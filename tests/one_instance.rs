@@ -453,8 +453,13 @@ fn member_outside_the_group(sb: &Sandbox, leader: i32) -> i32 {
     member
 }
 
+/// Where the kernel lists a thread's children, supd finds the session below itself.
 #[test]
 fn without_cgroups_what_left_the_group_but_not_the_session_ends_with_the_service() {
+    if !children_file() {
+        eprintln!("skipped: without the children files a run is its process group alone");
+        return;
+    }
     let mut sb = Sandbox::new();
     let svc = group_leaving_service(&sb);
     sb.config_with(
@@ -462,6 +467,11 @@ fn without_cgroups_what_left_the_group_but_not_the_session_ends_with_the_service
         &format!("[service.one]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\n"),
     );
     sb.start();
+    assert!(
+        sb.supd_log().contains("found below supd (a subreaper)"),
+        "{}",
+        sb.supd_log()
+    );
     let leader = pid_of(&sb.wait_state("one", "running"));
     let member = member_outside_the_group(&sb, leader);
     sb.ok(serde_json::json!({"cmd": "stop", "service": "one"}));
@@ -475,6 +485,52 @@ fn without_cgroups_what_left_the_group_but_not_the_session_ends_with_the_service
     sb.start();
     sb.wait_state("one", "running");
     assert!(!alive(member), "a new supd ends what the killed one left");
+}
+
+/// Without the children files (`SUP_NO_PROC_CHILDREN` acts as such a kernel) a run
+/// without a cgroup is its process group: what left the group is not the run's, and
+/// does not hold the next run back; the log says so at start.
+#[test]
+fn without_the_children_files_a_run_without_cgroups_is_its_process_group() {
+    let mut sb = Sandbox::new();
+    let svc = group_leaving_service(&sb);
+    sb.config_with(
+        "cgroups = \"off\"",
+        &format!("[service.one]\ncommand = [\"{svc}\"]\nready = \"fd:3\"\n"),
+    );
+    sb.start_group_only();
+    assert!(
+        sb.supd_log()
+            .contains("by its process group alone (SUP_NO_PROC_CHILDREN is set)"),
+        "{}",
+        sb.supd_log()
+    );
+    let leader = pid_of(&sb.wait_state("one", "running"));
+    let member = member_outside_the_group(&sb, leader);
+    let _left = KillOnDrop(member);
+    sb.ok(serde_json::json!({"cmd": "stop", "service": "one"}));
+    assert!(!alive(leader), "stop ends the leader");
+    assert!(alive(member), "what left the group is not found, nor ended");
+    let mut w = sb.watch();
+    sb.ok(serde_json::json!({"cmd": "start", "service": "one"}));
+    let next = pid_of(&w.state(&sb, "one", "running"));
+    let second = member_outside_the_group(&sb, next);
+    let _second = KillOnDrop(second);
+    sb.ok(serde_json::json!({"cmd": "restart", "service": "one"}));
+    w.until(&sb, |e| {
+        e["event"] == "state" && e["to"] == "running" && e["pid"].as_i64() != Some(next as i64)
+    });
+    assert!(!alive(next), "a restart ends the group");
+    assert!(alive(member) && alive(second));
+}
+
+/// Kills a pid left running on purpose when the test ends.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = kill(Pid::from_raw(self.0), Signal::SIGKILL);
+    }
 }
 
 /// `chattr +i` on the state dir for the life of the guard.
@@ -648,6 +704,10 @@ fn a_service_and_its_check_are_in_their_cgroups_from_their_first_instruction() {
 fn a_service_its_cgroup_refuses_is_ended_as_without_cgroups() {
     if !is_root() {
         eprintln!("skipped: needs root for cgroups");
+        return;
+    }
+    if !children_file() {
+        eprintln!("skipped: without the children files a run is its process group alone");
         return;
     }
     let mut sb = Sandbox::new();

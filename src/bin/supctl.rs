@@ -91,8 +91,9 @@ enum Failure {
 /// calls, a third of what `s6-svstat` makes in all) and takes it down at exit. Of the
 /// rest of std's start-up supctl keeps what it relies on ([`start`]). The arguments are
 /// std's all the same: on glibc std reads them before `main`.
+// The one attribute of the kind outside src/sys/: the C entry point must keep its name.
 #[cfg(not(test))]
-#[unsafe(no_mangle)]
+#[no_mangle]
 extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     start();
     // A panic cannot unwind out of an `extern "C"` function: its message is printed (by
@@ -107,30 +108,11 @@ fn main() {
     std::process::exit(supctl().into());
 }
 
-/// What supctl keeps of std's start-up: standard input, output and error open (were one
-/// closed, the socket to supd could take its number and the table be written into it),
-/// and SIGPIPE ignored (a reader gone is a write error: `supctl status | head -1` ends
-/// quietly, [`Failure::OutputClosed`]).
+/// What supctl keeps of std's start-up (`sys::client_start`): standard input, output
+/// and error open, SIGPIPE ignored (a reader gone is a write error: `supctl status |
+/// head -1` ends quietly, [`Failure::OutputClosed`]).
 fn start() {
-    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    });
-    // SAFETY: `fds` is a local array of three pollfd that outlives the call; "/dev/null"
-    // is a NUL-terminated literal; signal() with SIG_IGN installs no handler of ours.
-    unsafe {
-        if libc::poll(fds.as_mut_ptr(), 3, 0) > 0 {
-            for p in fds.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
-                // The lowest free number: the closed one, the lowest first.
-                let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-                if fd != p.fd {
-                    libc::abort();
-                }
-            }
-        }
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
+    sup::sys::client_start();
 }
 
 /// supctl: its exit code.

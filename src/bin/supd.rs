@@ -182,11 +182,16 @@ fn check(path: &std::path::Path, lint: bool) -> ExitCode {
 fn run(args: Args, signals: Signals) -> Result<i32, String> {
     // Which newer system calls the kernel has, learned once before any fork.
     sup::sys::probe_kernel();
-    if std::process::id() != 1 {
-        if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-            log::warn!("cannot become a child subreaper ({e}): orphans of services go to init");
-        }
-    }
+    let subreaper = std::process::id() == 1
+        || match nix::sys::prctl::set_child_subreaper(true) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!("cannot become a child subreaper ({e}): orphans of services go to init");
+                false
+            }
+        };
+    // How a run without a cgroup is found, decided once (said with the cgroups).
+    sup::subtree::init(subreaper);
     let mut handoff = match args.handoff.as_deref().map(sup::handoff::read) {
         Some(Ok(h)) => Some(h),
         Some(Err(e)) => return Err(format!("{e}; cannot take over")),
@@ -284,17 +289,18 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     Ok(code)
 }
 
-/// The services' cgroups, or why there are none (said once: services that daemonize can
-/// then escape, see supd(8)).
+/// The services' cgroups, or why there are none, and how a run without one is found
+/// (said once: services that daemonize can then escape, see supd(8)).
 fn use_cgroups(cfg: &Config) -> Option<sup::cgroup::Cgroups> {
+    let without = sup::subtree::describe(sup::subtree::tracking());
     if !cfg.supd.cgroups {
-        log::info!("cgroups = \"off\": services are ended by process group");
+        log::info!("cgroups = \"off\": {without}");
         return None;
     }
     match sup::cgroup::Cgroups::setup(&cfg.supd.state_dir) {
         Ok(c) => {
             log::info!(
-                "services run in cgroups ({}) under {}",
+                "services run in cgroups ({}) under {} ({without})",
                 c.describe(),
                 c.root.display()
             );
@@ -312,9 +318,7 @@ fn use_cgroups(cfg: &Config) -> Option<sup::cgroup::Cgroups> {
             Some(c)
         }
         Err(e) => {
-            log::warn!(
-                "{e}: services are ended by process group, and one that daemonizes can escape"
-            );
+            log::warn!("{e}: services run without cgroups: {without}");
             None
         }
     }

@@ -549,7 +549,7 @@ fn a_success_exit_leaving_processes_behind_is_a_daemonized_failure() {
     c.policy.restart = RestartMode::OnFailure;
     // Exited with 0, others left: a failure, named, restarted on the backoff.
     let mut s = in_state(State::Running);
-    s.step(&c, Event::Daemonized(Exit::Code(0), 2), at(50));
+    s.step(&c, Event::Daemonized(Exit::Code(0), Some(2)), at(50));
     assert_eq!(s.state, State::Backoff, "on-failure restarts it: a failure");
     let why = s.reason.clone().unwrap_or_default();
     assert!(
@@ -565,13 +565,13 @@ fn a_success_exit_leaving_processes_behind_is_a_daemonized_failure() {
     assert_eq!(s.state, State::Exited);
     // A failing code with others left is the failure it was, not named daemonized.
     let mut s = in_state(State::Starting);
-    s.step(&c, Event::Daemonized(Exit::Code(3), 1), at(50));
+    s.step(&c, Event::Daemonized(Exit::Code(3), Some(1)), at(50));
     assert_eq!(s.state, State::Backoff);
     assert!(!s.reason.unwrap_or_default().contains("forked"));
     // Stopping: the stop's own end, whatever was left.
     let mut s = in_state(State::Stopping);
     s.want = Want::Down;
-    s.step(&c, Event::Daemonized(Exit::Code(0), 1), at(50));
+    s.step(&c, Event::Daemonized(Exit::Code(0), Some(1)), at(50));
     assert_eq!(s.state, State::Stopped);
     // Daemonized ones count toward the crash loop.
     let mut s = in_state(State::Running);
@@ -579,7 +579,7 @@ fn a_success_exit_leaving_processes_behind_is_a_daemonized_failure() {
     for i in 0..6 {
         s.state = State::Running;
         s.pid = Some(7);
-        let acts = s.step(&c, Event::Daemonized(Exit::Code(0), 1), at(100 * i));
+        let acts = s.step(&c, Event::Daemonized(Exit::Code(0), Some(1)), at(100 * i));
         loops += acts
             .iter()
             .filter(|a| matches!(a, Action::CrashLoop(_)))
@@ -598,7 +598,7 @@ fn a_one_shot_that_exits_0_leaving_others_is_a_success() {
     c.ready = Ready::Exited;
     c.policy.restart = RestartMode::OnFailure;
     let mut s = in_state(State::Starting);
-    s.step(&c, Event::Daemonized(Exit::Code(0), 1), at(50));
+    s.step(&c, Event::Daemonized(Exit::Code(0), Some(1)), at(50));
     assert_eq!(s.state, State::Exited, "its exit is its contract");
     let why = s.reason.clone().unwrap_or_default();
     assert!(
@@ -608,6 +608,6 @@ fn a_one_shot_that_exits_0_leaving_others_is_a_success() {
     assert_eq!(s.history.streak, 0, "not counted as a failure");
     // A failing code stays the failure it was.
     let mut s = in_state(State::Starting);
-    s.step(&c, Event::Daemonized(Exit::Code(1), 1), at(50));
+    s.step(&c, Event::Daemonized(Exit::Code(1), Some(1)), at(50));
     assert_eq!(s.state, State::Backoff);
 }

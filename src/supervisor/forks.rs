@@ -136,6 +136,7 @@ impl Supervisor {
                 reaped_at: None,
                 kill_mode: Some(kill_mode),
                 left_at_exit: 0,
+                left_uncounted: false,
             });
             Ok(())
         });
@@ -158,6 +159,7 @@ impl Supervisor {
                     reaped_at: None,
                     kill_mode: Some(kill_mode),
                     left_at_exit: 0,
+                    left_uncounted: false,
                 }));
                 // Its exit wakes the loop through the pidfd (kernels from 5.3).
                 slot.leader = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));

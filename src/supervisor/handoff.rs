@@ -316,6 +316,7 @@ impl Supervisor {
                     reaped_at: None,
                     kill_mode: Some(slot.cfg.kill_mode),
                     left_at_exit: 0,
+                    left_uncounted: false,
                 })
             });
             // A leader not reaped yet is still this process's child (exec keeps the

@@ -22,7 +22,7 @@ impl Supervisor {
             .reaped_at
             .filter(|at| now.since(*at) >= crate::unkillable::KILL_WAIT);
         let since = slot.svc.unkillable().or(draining)?;
-        let (seen, more) = first_alive(instance.pids().into_iter().map(|p| (p, None)))?;
+        let (seen, more) = first_alive(instance.pids(&self.pids).into_iter().map(|p| (p, None)))?;
         Some(Holder {
             seen,
             run: Run::Last,

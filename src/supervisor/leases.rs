@@ -256,7 +256,7 @@ impl Supervisor {
             .leader_only(lease)
             .iter()
             .filter_map(|n| self.slots[n].instance.as_ref())
-            .flat_map(|i| i.pids())
+            .flat_map(|i| i.pids(&self.pids))
             .collect();
         wedged.sort_unstable();
         wedged.dedup();
@@ -344,7 +344,7 @@ impl Supervisor {
             }
             Err(e) => {
                 log::error!("{name}: its dead-man guard {pid} died and {e}; killing the run");
-                run.kill_all();
+                run.kill_all(&self.pids);
             }
         }
         true
@@ -431,7 +431,7 @@ impl Supervisor {
                 Ok(g) => run.guard = Some(g),
                 Err(e) => {
                     log::error!("{name}: {e}; killing the run, which may not go unguarded");
-                    run.kill_all();
+                    run.kill_all(&self.pids);
                 }
             }
         }

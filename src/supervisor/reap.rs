@@ -115,17 +115,23 @@ impl Supervisor {
                 }
             }
             let service = self.pids.get(&pid.as_raw()).cloned();
-            let mut others = 0;
+            let (mut others, mut uncounted, mut count_after) = (0, false, false);
             if let Some(slot) = service.as_ref().and_then(|n| self.slots.get(n)) {
                 if let Some(i) = slot.instance.as_ref() {
                     // A leader that exits while it runs and leaves others of its run may
-                    // have daemonized: they are counted before they are killed.
+                    // have daemonized: they are counted before they are killed, where
+                    // the zombie leader can be told from them (a cgroup, or its session
+                    // found below supd); where only its process group is known, after
+                    // (`group_left`).
                     if matches!(slot.svc.state, State::Starting | State::Running) {
-                        others = i.others();
+                        match i.others(&self.pids) {
+                            Some(n) => others = n,
+                            None => count_after = true,
+                        }
                     }
                     // Whatever is left of its run (as `kill_mode` says) goes with it: no
                     // remnant of one instance may overlap the next.
-                    i.kill_all();
+                    i.kill_all(&self.pids);
                 }
             }
             let exit = match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
@@ -137,6 +143,9 @@ impl Supervisor {
                     break;
                 }
             };
+            if count_after {
+                (others, uncounted) = self.group_left(pid);
+            }
             let pid = pid.as_raw();
             if let Some(task) = self.tools.take_task(pid) {
                 self.task_done(task, exit, now);
@@ -177,7 +186,7 @@ impl Supervisor {
                     match slot.instance.as_mut() {
                         Some(i) => {
                             (i.exit, i.reaped_at) = (Some(exit), Some(now));
-                            i.left_at_exit = others;
+                            (i.left_at_exit, i.left_uncounted) = (others, uncounted);
                         }
                         None => {
                             slot.instance = Some(Instance {
@@ -190,6 +199,7 @@ impl Supervisor {
                                 reaped_at: Some(now),
                                 kill_mode: Some(slot.cfg.kill_mode),
                                 left_at_exit: others,
+                                left_uncounted: uncounted,
                             })
                         }
                     }
@@ -202,6 +212,54 @@ impl Supervisor {
             }
         }
         self.check_draining(now);
+    }
+
+    /// How many processes were left in the process group `pgid` of a leader just
+    /// reaped, for a run tracked by its process group alone (`subtree.rs`), and whether
+    /// that is a lower bound. Its zombie counted as a member of the group, so the group
+    /// could not be told empty before the reap: the count, which `reap_id` otherwise
+    /// makes before the kill, comes after the kill and the reap here, so that the group
+    /// is still killed while the zombie holds its id (the kill is what must not reach
+    /// another group; a count that might is only a word in `status`). Each of supd's
+    /// zombies in the group is reaped: one the kill ended was a process left; one that
+    /// ended by itself before was not (a child the leader never waited for). Members
+    /// still dying, or not supd's children, are there while `killpg(pgid, 0)` finds
+    /// them: then the count is a lower bound, and at least one.
+    fn group_left(&mut self, pgid: nix::unistd::Pid) -> (u32, bool) {
+        let mut killed: u32 = 0;
+        loop {
+            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+            let pid = match waitid(Id::PGid(pgid), flags) {
+                Ok(status) => match status.pid() {
+                    Some(p) => p,
+                    None => break,
+                },
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => break,
+            };
+            // Not in the group of another run's leader nor of a helper; looked at first
+            // all the same, as what is reaped here is not told to anything else.
+            let raw = pid.as_raw();
+            if self.pids.contains_key(&raw)
+                || self.check_pids.contains(raw)
+                || self.tools.is_task(raw)
+            {
+                break;
+            }
+            match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Signaled(_, nix::sys::signal::Signal::SIGKILL, _)) => {
+                    killed = killed.saturating_add(1);
+                    log::debug!("reaped {pid}, killed with its run's leader {pgid}");
+                }
+                Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => {
+                    log::debug!("reaped orphan {pid} of {pgid}'s run");
+                }
+                Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) | Err(_) => break,
+            }
+        }
+        let more = nix::sys::signal::killpg(pgid, None).is_ok();
+        (killed.saturating_add(u32::from(more)), more)
     }
 
     /// Writes again the pid record of every run whose record file is gone or replaced.
@@ -235,7 +293,7 @@ impl Supervisor {
                 .slots
                 .get(&name)
                 .and_then(|s| s.instance.as_ref())
-                .is_none_or(Instance::is_gone);
+                .is_none_or(|i| i.is_gone(&self.pids));
             if !gone {
                 continue;
             }
@@ -244,9 +302,9 @@ impl Supervisor {
             let Some(slot) = self.slots.get_mut(&name) else {
                 continue;
             };
-            let (exit, others) = slot.instance.take().map_or((None, 0), |mut i| {
+            let (exit, others) = slot.instance.take().map_or((None, Some(0)), |mut i| {
                 i.disarm();
-                (i.exit, i.left_at_exit)
+                (i.exit, (!i.left_uncounted).then_some(i.left_at_exit))
             });
             if let Err(e) = pid_file_of(slot, &state_dir).and_then(|f| {
                 f.set(None)
@@ -265,7 +323,7 @@ impl Supervisor {
                     }
                 }
                 (Some(e), _) => self.apply(&name, Event::SpawnFailed(e.why), now),
-                (None, Some(exit)) if others > 0 => {
+                (None, Some(exit)) if others != Some(0) => {
                     self.apply(&name, Event::Daemonized(exit, others), now)
                 }
                 (None, Some(exit)) => self.apply(&name, Event::Exited(exit), now),

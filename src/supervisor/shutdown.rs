@@ -104,14 +104,14 @@ impl Supervisor {
             sd.killed = true;
             log::warn!("shutdown_timeout passed: killing what is left");
             for i in self.slots.values().filter_map(|s| s.instance.as_ref()) {
-                i.kill_all();
+                i.kill_all(&self.pids);
             }
         } else if sd.deadline.plus(crate::unkillable::KILL_WAIT) <= now && self.exit.is_none() {
             let code = sd.code.max(1);
             let left: Vec<String> = (self.slots.values())
                 .filter_map(|s| {
                     let i = s.instance.as_ref()?;
-                    let pids = i.pids().into_iter().map(|p| (p, None));
+                    let pids = i.pids(&self.pids).into_iter().map(|p| (p, None));
                     let what = match crate::unkillable::first_alive(pids) {
                         Some((seen, 0)) => format!("pid {}: {}", seen.pid, seen.describe()),
                         Some((seen, n)) => {

@@ -195,3 +195,28 @@ pub fn fork_worker(keep: RawFd, work: impl FnOnce() -> i32) -> io::Result<i32> {
         child => Ok(child),
     }
 }
+
+/// A client's start-up in place of std's (supctl's own C `main`): standard input, output
+/// and error open (were one closed, a socket could take its number and output be
+/// written into it), and SIGPIPE ignored (a reader gone is a write error, not a death).
+pub fn client_start() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: `fds` is a local array of three pollfd that outlives the call; "/dev/null"
+    // is a NUL-terminated literal; signal() with SIG_IGN installs no handler of ours.
+    unsafe {
+        if libc::poll(fds.as_mut_ptr(), 3, 0) > 0 {
+            for p in fds.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
+                // The lowest free number: the closed one, the lowest first.
+                let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if fd != p.fd {
+                    libc::abort();
+                }
+            }
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}

@@ -36,6 +36,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 pub const SUPD: &str = env!("CARGO_BIN_EXE_supd");
+
+/// Whether this kernel lists a thread's children (`/proc/PID/task/TID/children`): where
+/// it does, supd finds a run without a cgroup by its session (supd(8)).
+pub fn children_file() -> bool {
+    let found = Path::new(&format!("/proc/self/task/{}/children", std::process::id())).exists();
+    if !found {
+        eprintln!("this kernel has no /proc/PID/task/TID/children");
+    }
+    found
+}
 pub const SUPCTL: &str = env!("CARGO_BIN_EXE_supctl");
 /// The longest any single wait in a test may take before it fails.
 pub const DEADLINE: Duration = Duration::from_secs(20);
@@ -166,6 +176,14 @@ impl Sandbox {
         if std::env::var_os("SUP_TEST_LINUX_3_10").is_some() && oldkernel::supported() {
             oldkernel::linux_3_10(&mut cmd);
         }
+        self.start_with(cmd, &["-c"]);
+    }
+
+    /// Starts supd as on a kernel without `/proc/PID/task/TID/children`
+    /// (`SUP_NO_PROC_CHILDREN`): a run without a cgroup is then its process group alone.
+    pub fn start_group_only(&mut self) {
+        let mut cmd = Command::new(SUPD);
+        cmd.env("SUP_NO_PROC_CHILDREN", "1");
         self.start_with(cmd, &["-c"]);
     }
 
