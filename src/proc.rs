@@ -37,7 +37,20 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
 
 /// The stat of a live (or zombie) process, or `None` when there is none.
 pub fn stat(pid: i32) -> Option<Stat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    use std::io::Read;
+    // One read, on every start's path: the line is a few hundred bytes, and procfs gives
+    // all of it to a read of a buffer that holds it (`read_to_string` made six, growing
+    // its buffer from 32 bytes).
+    let mut buf = [0u8; 1024];
+    let mut f = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let n = loop {
+        match f.read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    };
+    parse_stat(std::str::from_utf8(&buf[..n]).ok()?)
 }
 
 /// The environment `pid` was started with (`/proc/PID/environ`), or `None` when it
