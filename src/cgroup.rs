@@ -129,6 +129,10 @@ impl Cgroups {
 /// Creates a service's cgroup if it is not there.
 pub fn prepare(dir: &Path) -> io::Result<()> {
     match fs::create_dir(dir) {
+        Ok(()) => {
+            made(dir);
+            Ok(())
+        }
         Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
         _ => Ok(()),
     }
@@ -153,8 +157,8 @@ pub fn kill(dir: &Path) {
     // kill, and is left alone: `cgroup.kill` takes the lock of the whole hierarchy,
     // which each process moving into a cgroup holds for an RCU grace period, so in a
     // burst of starts a kill waits tens of milliseconds for it. Nothing can enter an
-    // empty cgroup but by a move (a fork needs a member), and supd moves the next run's
-    // first process in only once this run is over.
+    // empty cgroup but by a move or a fork into it (`clone3`), and supd puts the next
+    // run's first process in only once this run is over.
     if !populated(dir) {
         return;
     }
@@ -165,37 +169,72 @@ pub fn kill(dir: &Path) {
     kill_each(dir);
 }
 
-/// The cgroups `cgroup.kill` reached, and those a child forked into died in before its
-/// program ran: on a kernel that kills every child forked into a cgroup that was ever
-/// killed (`sys::BornIn::UnlessKilled`), such a cgroup is made anew before the next
-/// child is forked into it ([`fit_to_be_born_in`]).
-static KILLED: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+/// The cgroups this supd made (or made anew) and nothing killed since: on a kernel that
+/// kills every child forked into a cgroup that `cgroup.kill` ever reached
+/// (`sys::BornIn::UnlessKilled`), a child is forked only into one of these; any other
+/// (one a previous image made or killed, one killed since) is made anew first
+/// ([`fit_to_be_born_in`]). In memory: a new image (`reexec`) makes each anew once.
+static MADE: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
 
-/// Marks `dir` as one a child must not be forked into until it is made anew.
+/// How many children died at their birth in each cgroup ([`born_dead`]).
+static BORN_DEAD: std::sync::Mutex<std::collections::BTreeMap<PathBuf, u32>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn made(dir: &Path) {
+    if let Ok(mut m) = MADE.lock() {
+        m.insert(dir.to_path_buf());
+    }
+}
+
+/// `dir` was killed (or may have been): no child is forked into it until it is made
+/// anew.
 pub fn mark_killed(dir: &Path) {
-    if let Ok(mut k) = KILLED.lock() {
-        k.insert(dir.to_path_buf());
+    if let Ok(mut m) = MADE.lock() {
+        m.remove(dir);
+    }
+}
+
+/// A child forked into `dir` died before its program ran, killed: perhaps at its birth,
+/// in a cgroup killed behind supd's back (an operator's `cgroup.kill`): `dir` is made
+/// anew before the next. A second such death in the same cgroup, made anew in between,
+/// says this kernel kills children forked into a cgroup for another reason (supd's own
+/// cgroup was killed once, say): from then on children move themselves in.
+pub fn born_dead(dir: &Path) {
+    mark_killed(dir);
+    let Ok(mut dead) = BORN_DEAD.lock() else {
+        return;
+    };
+    let n = dead.entry(dir.to_path_buf()).or_insert(0);
+    *n += 1;
+    if *n >= 2 && crate::sys::born_in() != crate::sys::BornIn::Never {
+        log::warn!(
+            "children forked into {} die at birth even in a cgroup made anew: services' \
+             processes move into their cgroups from now on",
+            dir.display()
+        );
+        crate::sys::give_up_born_in();
     }
 }
 
 /// Whether a child may be forked into `dir` on a kernel that kills every child forked
-/// into a cgroup that was ever killed: yes if nothing killed it (`suspect`: something
-/// else than supd may have, a leader-only run's guard), else once it is made anew
-/// (removed and created again: about 60-100 µs, paid only after a kill). A cgroup that
-/// cannot be removed (a process of an earlier run is left in it: `kill_mode = "group"`
-/// or `"main"`) is kept, and the child moves itself in instead.
+/// into a cgroup that was ever killed: yes if this supd made it and nothing killed it
+/// since (`suspect`: something other than supd may have, a leader-only run's guard),
+/// else once it is made anew (removed and created again: about 60-100 µs, paid after a
+/// kill, and once per cgroup after a `reexec`). A cgroup that cannot be removed (a
+/// process of an earlier run is left in it: `kill_mode = "group"` or `"main"`) is kept,
+/// and the child moves itself in instead.
 pub fn fit_to_be_born_in(dir: &Path, suspect: bool) -> bool {
-    let Ok(mut killed) = KILLED.lock() else {
-        return false;
-    };
-    if !suspect && !killed.contains(dir) {
+    let fit = MADE.lock().is_ok_and(|m| m.contains(dir));
+    if fit && !suspect {
         return true;
     }
-    if fs::remove_dir(dir).is_err() {
-        return false;
+    match fs::remove_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(_) => return false,
     }
-    killed.remove(dir);
+    mark_killed(dir);
     prepare(dir).is_ok()
 }
 

@@ -114,8 +114,8 @@ impl Instance {
     /// left the group but not the session, where supd finds it below itself
     /// (`subtree.rs`; the leader's `setsid` made its pid the session's id, which its
     /// process or zombie holds meanwhile). Once the leader was reaped, to the cgroup
-    /// alone: the group and session were killed while its zombie held their id, and
-    /// that id may name another process's by now.
+    /// alone, or without one to each member of the session found below supd, by its
+    /// start time: never to the group's id, which may name another group by now.
     ///
     /// With `kill_mode = "group"`, the process group alone (once the leader was reaped,
     /// the members of the cgroup in that group); with `"main"`, the leader alone (none
@@ -142,15 +142,23 @@ impl Instance {
         }
         if let Some(dir) = &self.cgroup {
             cgroup::kill(dir);
-        }
-        if self.leader_gone() {
+            if !self.leader_gone() {
+                signal_group(self.pid, Signal::SIGKILL);
+            }
             return;
         }
-        signal_group(self.pid, Signal::SIGKILL);
-        if self.cgroup.is_none() {
-            for s in self.session(leaders).unwrap_or_default() {
-                kill_exact(s.pid, Some(s.start_time), Signal::SIGKILL);
-            }
+        // Without a cgroup the session is walked first: a member the group's SIGKILL
+        // ends hands its children to supd as it exits, and a walk made after could pass
+        // them by. Each is killed exactly (its start time), also once the leader was
+        // reaped: the session's id stays taken while any member is left, and a new run
+        // whose leader took the number is passed over (`subtree::session_of_run`). So a
+        // straggler (a member that forked after the walk) is ended by the next drain.
+        let session = self.session(leaders).unwrap_or_default();
+        if !self.leader_gone() {
+            signal_group(self.pid, Signal::SIGKILL);
+        }
+        for s in session {
+            kill_exact(s.pid, Some(s.start_time), Signal::SIGKILL);
         }
     }
 
@@ -161,7 +169,7 @@ impl Instance {
         if crate::subtree::tracking() != crate::subtree::Tracking::Session {
             return None;
         }
-        let mut found = crate::subtree::session_of_run(self.pid, leaders);
+        let mut found = crate::subtree::session_of_run(self.pid, !self.leader_gone(), leaders);
         found.retain(|s| s.pid != self.pid);
         Some(found)
     }

@@ -175,10 +175,14 @@ pub fn session(table: &impl Table, root: i32, sid: i32, skip: impl Fn(i32) -> bo
 }
 
 /// The live processes of run `sid`'s session, found below this process (supd), the
-/// leaders of other runs passed over; its leader included while it lives.
-pub fn session_of_run(sid: i32, leaders: &dyn Leaders) -> Vec<Stat> {
+/// leaders of other runs passed over; its leader included while it lives
+/// (`leader_live`: once it was reaped, a leader whose pid is `sid` leads another run,
+/// whose session took the number the old one left).
+pub fn session_of_run(sid: i32, leader_live: bool, leaders: &dyn Leaders) -> Vec<Stat> {
     let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-    session(&Proc, me, sid, |p| p != sid && leaders.is_leader(p))
+    session(&Proc, me, sid, |p| {
+        (p != sid || !leader_live) && leaders.is_leader(p)
+    })
 }
 
 #[cfg(test)]

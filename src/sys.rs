@@ -22,7 +22,9 @@ pub mod scheduling;
 pub mod zone;
 
 pub use acl::posix_acl;
-pub use child::{born_in, fork_for_supd, probe_born_in, spawn_direct, BornIn, Pending};
+pub use child::{
+    born_in, fork_for_supd, give_up_born_in, probe_born_in, spawn_direct, BornIn, Pending,
+};
 pub use fds::{
     adopt_fd, child_nofile_env, cloexec_inherited, epoll_delete_raw, file_of_raw, keep_across_exec,
     raise_nofile, raw, set_dir_lock_fd, set_listener_fd, set_lock_fd,

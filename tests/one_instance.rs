@@ -791,3 +791,126 @@ fn a_cgroup_killed_from_outside_does_not_keep_its_service_down() {
         pid = again;
     }
 }
+
+/// A cgroup killed by a previous image is not trusted by the next: a service whose run
+/// left a process (ended by `cgroup.kill`) waits in its backoff across a `reexec`, and
+/// its next start, by the new image, runs at the first try: no start that dies at its
+/// birth in the killed cgroup (on a kernel that kills children forked into such a
+/// cgroup, the new image makes it anew first).
+#[test]
+fn a_cgroup_killed_before_a_reexec_is_made_anew_by_the_new_image() {
+    if !is_root() {
+        eprintln!("skipped: needs root for cgroups");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    // Leaves a sleep behind and fails: the run is ended through its cgroup.
+    let svc = sb.script("svc", "sleep 3600 &\nsleep 0.2\nexit 1");
+    sb.config(&format!(
+        "[service.one]\ncommand = [\"{svc}\"]\nrestart_delay = \"3s\"\n\
+         crash_loop = {{ restarts = 100, window = \"1m\" }}\n"
+    ));
+    sb.start();
+    let first = pid_of(&sb.wait_state("one", "running"));
+    if cgroup_root(&sb).is_none() {
+        eprintln!("skipped: supd has no cgroups here");
+        return;
+    }
+    sb.wait_state("one", "backoff");
+    let out = sb.supctl(&["reexec"]);
+    assert_eq!(out.status.code(), Some(0), "{}", sb.supd_log());
+    let mut w = sb.watch();
+    let e = w.until(&sb, |e| {
+        e["event"] == "state"
+            && e["service"] == "one"
+            && (e["to"] == "running" || e["to"] == "backoff" || e["to"] == "failed")
+    });
+    assert_eq!(
+        e["to"],
+        "running",
+        "the first start after the reexec: {e}\n{}",
+        sb.supd_log()
+    );
+    assert_ne!(e["pid"].as_i64(), Some(first as i64));
+}
+
+/// supd started in a cgroup that `cgroup.kill` reached once (a service manager's unit
+/// restarted in place): on a kernel that compares the kill count of the parent's cgroup
+/// with the child's, every child forked into a new cgroup would die at birth. supd's
+/// probe at start finds it, and its services' first starts run.
+#[test]
+fn supd_in_a_cgroup_killed_once_starts_its_services_at_the_first_try() {
+    if !is_root() {
+        eprintln!("skipped: needs root for cgroups");
+        return;
+    }
+    let Some(own) = fs::read_to_string("/proc/self/cgroup").ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .map(str::to_string)
+    }) else {
+        eprintln!("skipped: no cgroup2 here");
+        return;
+    };
+    let Some(mount) = fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let (left, right) = l.split_once(" - ")?;
+                right
+                    .starts_with("cgroup2 ")
+                    .then(|| left.split_whitespace().nth(4).map(str::to_string))?
+            })
+        })
+    else {
+        eprintln!("skipped: no cgroup2 mount");
+        return;
+    };
+    let mut sb = Sandbox::new();
+    let dir = std::path::Path::new(&mount)
+        .join(own.trim_start_matches('/'))
+        .join(format!("sup-test-killed-{}", sb.second_tag()));
+    if fs::create_dir(&dir).is_err() || fs::write(dir.join("cgroup.kill"), "1").is_err() {
+        let _ = fs::remove_dir(&dir);
+        eprintln!("skipped: cannot make and kill a cgroup here");
+        return;
+    }
+    sb.config("[service.one]\ncommand = [\"sleep\", \"3600\"]\n");
+    let procs = dir.join("cgroup.procs");
+    let mut cmd = Command::new(SUPD);
+    // SAFETY: in the forked child before exec: open, write and close on a path made
+    // before the fork.
+    let path = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes()).expect("path");
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
+            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            Ok(())
+        });
+    }
+    sb.start_with(cmd, &["-c"]);
+    let mut w = sb.watch();
+    let st = sb.status("one");
+    let first = if st["state"] == "running" {
+        st
+    } else {
+        w.until(&sb, |e| {
+            e["event"] == "state"
+                && e["service"] == "one"
+                && (e["to"] == "running" || e["to"] == "backoff")
+        })
+    };
+    let restarts = sb.status("one")["restarts"].as_i64();
+    let log = sb.supd_log();
+    sb.stop_supd(Signal::SIGTERM);
+    let _ = fs::remove_dir(&dir);
+    assert!(
+        first["state"] == "running" || first["to"] == "running",
+        "the first start: {first}\n{log}"
+    );
+    assert_eq!(restarts, Some(0), "{log}");
+}

@@ -305,7 +305,11 @@ fn use_cgroups(cfg: &Config) -> Option<sup::cgroup::Cgroups> {
                 c.root.display()
             );
             // '+' is in no service's name: the probe's cgroup is no service's.
-            match sup::sys::probe_born_in(&c.root.join("probe+fork")) {
+            // clone3 forks into cgroup2 cgroups alone.
+            let probe = c
+                .is_v2()
+                .then(|| sup::sys::probe_born_in(&c.root.join("probe+fork")));
+            match probe.unwrap_or(sup::sys::BornIn::Never) {
                 sup::sys::BornIn::Always => {}
                 sup::sys::BornIn::UnlessKilled => log::info!(
                     "this kernel kills a child forked into a cgroup that was killed: \

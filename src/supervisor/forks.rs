@@ -172,7 +172,7 @@ impl Supervisor {
                 // operator's `cgroup.kill`, on a kernel that then kills every child
                 // forked into it): the next is forked into that cgroup made anew.
                 if let Some(dir) = run_cgroup.as_deref() {
-                    crate::cgroup::mark_killed(dir);
+                    crate::cgroup::born_dead(dir);
                 }
                 if let Some(mut i) = instance {
                     i.disarm();

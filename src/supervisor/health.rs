@@ -203,6 +203,13 @@ impl Supervisor {
             return; // ended already (timed out, or its service stopped)
         };
         let outcome = exec.outcome();
+        // Killed (perhaps at its birth, in a cgroup killed behind supd's back): the next
+        // check is forked into its cgroup made anew (`cgroup::fit_to_be_born_in`).
+        if exit == Exit::Signal(libc::SIGKILL) {
+            if let Some(c) = self.cgroups.as_ref() {
+                crate::cgroup::mark_killed(&c.check_dir(&name));
+            }
+        }
         if let Some(e) = exec.cgroup_refused() {
             log::warn!("{name}: its check ran in no cgroup: {e}");
         }

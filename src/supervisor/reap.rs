@@ -180,7 +180,7 @@ impl Supervisor {
                     if !execd && exit == Exit::Signal(libc::SIGKILL) {
                         if let Some(dir) = slot.instance.as_ref().and_then(|i| i.cgroup.as_deref())
                         {
-                            cgroup::mark_killed(dir);
+                            cgroup::born_dead(dir);
                         }
                     }
                     match slot.instance.as_mut() {

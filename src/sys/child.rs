@@ -229,6 +229,11 @@ pub enum BornIn {
 
 static BORN_IN: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
+/// Children move themselves into their cgroups from now on (`cgroup::born_dead`).
+pub fn give_up_born_in() {
+    BORN_IN.store(0, Ordering::Relaxed);
+}
+
 /// What [`probe_born_in`] found.
 pub fn born_in() -> BornIn {
     match BORN_IN.load(Ordering::Relaxed) {
@@ -240,8 +245,13 @@ pub fn born_in() -> BornIn {
 
 /// Learns once, in a cgroup `probe` made for it (and removed), whether a child can be
 /// forked into a cgroup, and whether it survives that in a cgroup `cgroup.kill` reached:
-/// a child forked into `probe` exits at once, and how it ended says.
+/// a child forked into `probe` exits at once, and how it ended says; first into the
+/// cgroup new (a kernel that compares the kill count of the parent's cgroup with the
+/// child's kills it there if supd's own cgroup was ever killed: then never), then once
+/// the cgroup was killed.
 pub fn probe_born_in(probe: &std::path::Path) -> BornIn {
+    // One left by a supd killed during its probe.
+    let _ = std::fs::remove_dir(probe);
     let found = probe_in(probe);
     let _ = std::fs::remove_dir(probe);
     BORN_IN.store(
@@ -260,8 +270,6 @@ fn probe_in(probe: &std::path::Path) -> BornIn {
     if std::fs::create_dir(probe).is_err() {
         return BornIn::Never;
     }
-    // Without `cgroup.kill` (Linux before 5.14) there is no kill to remember.
-    let killed = std::fs::write(probe.join("cgroup.kill"), "1").is_ok();
     let Ok(dir) = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY)
@@ -269,8 +277,20 @@ fn probe_in(probe: &std::path::Path) -> BornIn {
     else {
         return BornIn::Never;
     };
-    let Ok((pid, placed)) = fork_into(false, Some(dir.as_raw_fd())) else {
+    if !born_and_exited(dir.as_raw_fd()) {
         return BornIn::Never;
+    }
+    // Without `cgroup.kill` (Linux before 5.14) there is no kill to remember.
+    if std::fs::write(probe.join("cgroup.kill"), "1").is_err() || born_and_exited(dir.as_raw_fd()) {
+        return BornIn::Always;
+    }
+    BornIn::UnlessKilled
+}
+
+/// Whether a child forked into the cgroup `dir` (not by a plain fork) ran and exited.
+fn born_and_exited(dir: RawFd) -> bool {
+    let Ok((pid, placed)) = fork_into(false, Some(dir)) else {
+        return false;
     };
     if pid == 0 {
         // Forked into the probe or (no clone3 into a cgroup) a plain fork: either way
@@ -279,12 +299,7 @@ fn probe_in(probe: &std::path::Path) -> BornIn {
         unsafe { libc::_exit(0) };
     }
     let ended = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-    match ended {
-        _ if !placed => BornIn::Never,
-        Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => BornIn::Always,
-        Ok(nix::sys::wait::WaitStatus::Signaled(..)) if killed => BornIn::UnlessKilled,
-        _ => BornIn::Never,
-    }
+    placed && matches!(ended, Ok(nix::sys::wait::WaitStatus::Exited(_, 0)))
 }
 
 /// Forks (as the spawner, `parent`: with `CLONE_PARENT`, a child of supd), into the
