@@ -2,7 +2,8 @@
 //! process. The promises of "one instance" live here:
 //!
 //! - it is recorded before its program runs (`spawner::spawn_service` holds the child until
-//!   the supervisor's record is written; the child moved itself into its cgroup before);
+//!   the supervisor's record is written; the child was forked into its cgroup, or moved
+//!   itself in, before);
 //! - when its leader exits, the whole group (and cgroup) is killed while the leader is
 //!   still an unreaped zombie, so the group's id cannot name anything else meanwhile;
 //! - it is over only when no process of it is left: only then does its service learn

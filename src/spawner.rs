@@ -10,7 +10,7 @@
 //! supd sends it a child's whole plan (`sys::plan`'s message: program, arguments,
 //! environment, user, limits, the fds to give it, and the go-ahead and report pipes of
 //! [`spawn_service`]) and gets back a pid. The spawner forks with `CLONE_PARENT`, so
-//! the child is supd's own: it moves itself into its cgroup, and supd records it,
+//! the child is supd's own (forked into its cgroup, or moving itself in), and supd records it,
 //! releases it and reaps it exactly as one it forked itself. Nothing else changes for
 //! the child.
 //!

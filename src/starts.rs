@@ -32,7 +32,7 @@ pub struct Forking {
     pub name: String,
     /// The tool version it runs.
     pub version: Option<String>,
-    /// The cgroup it moves itself into.
+    /// The cgroup it is forked into (or moves itself into).
     pub cgroup: Option<PathBuf>,
     /// It gets a dead-man guard (leader-only).
     pub leader_only: bool,

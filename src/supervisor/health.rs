@@ -140,8 +140,8 @@ impl Supervisor {
             }
         };
         // Where supd has cgroups, a cgroup holds what the check starts, even a daemon.
-        // The command moves itself in (`SpawnSpec::join`); a refused move is said when
-        // its report is read.
+        // The command is forked into it, or moves itself in (`SpawnSpec::join`); a refused
+        // move is said when its report is read.
         let mut born_in = false;
         let join = self.cgroups.as_ref().and_then(|c| {
             let dir = c.check_dir(name);
