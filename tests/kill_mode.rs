@@ -255,11 +255,12 @@ fn without_cgroups_or_children_files_each_mode_ends_what_it_says() {
 #[test]
 fn signal_reaches_the_main_process_alone_with_kill_mode_main() {
     let mut sb = Sandbox::new();
-    let _kept = Survivors(Vec::new());
     service(&sb, "main", false);
     sb.start();
     let main = pid_of(&sb.wait_state("sshd", "running"));
-    let (_, member) = children(&sb);
+    let (session, member) = children(&sb);
+    // Under kill_mode "main" both outlive the test's supd.
+    let _kept = Survivors(vec![session, member]);
     sb.ok(json!({"cmd": "signal", "service": "sshd", "signal": "STOP"}));
     let stopped = |p: i32| sup::proc::stat(p).is_some_and(|s| s.state == 'T');
     let end = Instant::now() + DEADLINE;
@@ -492,6 +493,9 @@ fn a_new_supd_ends_a_run_as_its_kill_mode_was_when_it_started() {
         service(&sb, new, true);
         sb.start();
         new_run(&sb, main);
+        // What the new run starts outlives the test's supd under kill_mode "main".
+        let now = children(&sb);
+        kept.0.extend([now.0, now.1]);
         assert!(
             wait_exit(main, DEADLINE).is_some() && !alive(main),
             "{old} then {new}: the new supd ends the main process the killed one left"

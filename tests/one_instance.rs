@@ -517,9 +517,11 @@ fn without_the_children_files_a_run_without_cgroups_is_its_process_group() {
     let second = member_outside_the_group(&sb, next);
     let _second = KillOnDrop(second);
     sb.ok(serde_json::json!({"cmd": "restart", "service": "one"}));
-    w.until(&sb, |e| {
+    let third = pid_of(&w.until(&sb, |e| {
         e["event"] == "state" && e["to"] == "running" && e["pid"].as_i64() != Some(next as i64)
-    });
+    }));
+    // The third run's member outlives the test's supd as the others do.
+    let _third = KillOnDrop(member_outside_the_group(&sb, third));
     assert!(!alive(next), "a restart ends the group");
     assert!(alive(member) && alive(second));
 }
