@@ -51,12 +51,15 @@ fn skip(sb: &Sandbox) -> bool {
 }
 
 /// Starts supd (forced to cgroup v1) in a mount namespace of its own, copied from this
-/// one with every mount of the named hierarchy on the mount point taken away.
+/// one with every mount of the named hierarchy taken away (on the mount point, and
+/// wherever else one is: a chroot's supd mounts it on the chroot's /run/sup/cgroup).
 fn start_fresh(sb: &mut Sandbox) {
     let mut cmd = Command::new("unshare");
     cmd.args(["-m", "--propagation", "private", "sh", "-c"])
         .arg(format!(
-            "while umount {MOUNT_POINT} 2>/dev/null; do :; done; exec \"$0\" \"$@\""
+            "while umount {MOUNT_POINT} 2>/dev/null; do :; done; \
+             for m in $(awk '/ - cgroup .*name=sup/ {{print $5}}' /proc/self/mountinfo); do \
+             umount \"$m\" 2>/dev/null; done; exec \"$0\" \"$@\""
         ))
         .arg(SUPD)
         .env("SUP_TEST_CGROUP", "v1");
