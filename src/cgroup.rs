@@ -217,14 +217,19 @@ pub fn born_dead(dir: &Path) {
     }
 }
 
-/// Whether a child may be forked into `dir` on a kernel that kills every child forked
-/// into a cgroup that was ever killed: yes if this supd made it and nothing killed it
-/// since (`suspect`: something other than supd may have, a leader-only run's guard),
+/// Whether a child may be forked into `dir` (`SpawnSpec::born_in`): where the kernel
+/// can at all (`sys::born_in`), and on a kernel that kills every child forked into a
+/// cgroup that was ever killed, if this supd made it and nothing killed it since (`suspect`: something other than supd may have, a leader-only run's guard),
 /// else once it is made anew (removed and created again: about 60-100 µs, paid after a
 /// kill, and once per cgroup after a `reexec`). A cgroup that cannot be removed (a
 /// process of an earlier run is left in it: `kill_mode = "group"` or `"main"`) is kept,
 /// and the child moves itself in instead.
 pub fn fit_to_be_born_in(dir: &Path, suspect: bool) -> bool {
+    match crate::sys::born_in() {
+        crate::sys::BornIn::Always => return true,
+        crate::sys::BornIn::Never => return false,
+        crate::sys::BornIn::UnlessKilled => {}
+    }
     let fit = MADE.lock().is_ok_and(|m| m.contains(dir));
     if fit && !suspect {
         return true;

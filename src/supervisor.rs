@@ -530,11 +530,7 @@ impl Supervisor {
             None => (None, None, false),
             Some(dir) => {
                 // A leader-only run's guard may have killed the cgroup behind supd's back.
-                let born_in = match sys::born_in() {
-                    sys::BornIn::Always => true,
-                    sys::BornIn::UnlessKilled => cgroup::fit_to_be_born_in(&dir, leader_only),
-                    sys::BornIn::Never => false,
-                };
+                let born_in = cgroup::fit_to_be_born_in(&dir, leader_only);
                 match cgroup::prepare(&dir).and_then(|()| cgroup::dir_fd(&dir)) {
                     Ok(f) => (Some(dir), Some(f), born_in),
                     Err(e) => {

@@ -145,11 +145,7 @@ impl Supervisor {
         let mut born_in = false;
         let join = self.cgroups.as_ref().and_then(|c| {
             let dir = c.check_dir(name);
-            born_in = match crate::sys::born_in() {
-                crate::sys::BornIn::Always => true,
-                crate::sys::BornIn::UnlessKilled => crate::cgroup::fit_to_be_born_in(&dir, false),
-                crate::sys::BornIn::Never => false,
-            };
+            born_in = crate::cgroup::fit_to_be_born_in(&dir, false);
             match crate::cgroup::prepare(&dir).and_then(|()| crate::cgroup::dir_fd(&dir)) {
                 Ok(f) => Some(f),
                 Err(e) => {
