@@ -322,6 +322,7 @@ mod tests {
             eprintln!("skipped: no /proc/PID/task/TID/children here");
             return;
         }
+        // (A test of this module, not supd: its `expect`s end the test, not a supervisor.)
         let mut child = std::process::Command::new("sleep")
             .arg("5")
             .spawn()

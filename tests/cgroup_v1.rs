@@ -81,21 +81,22 @@ struct Holder(Child);
 
 impl Holder {
     fn of(pid: i32) -> Holder {
-        let child = Command::new("nsenter")
+        use std::io::BufRead;
+        // It says so once it is in the namespace (a failed nsenter ends its output).
+        let mut child = Command::new("nsenter")
             .arg(format!("--mount=/proc/{pid}/ns/mnt"))
-            .args(["sleep", "3600"])
+            .args(["sh", "-c", "echo in; exec sleep 3600"])
             .stdin(Stdio::null())
+            .stdout(Stdio::piped())
             .spawn()
             .expect("nsenter");
+        let mut line = String::new();
+        let out = child.stdout.take().expect("its output");
+        let holder = Holder(child);
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        assert_eq!(line.trim(), "in", "nsenter never entered");
         let mine = fs::read_link("/proc/self/ns/mnt").expect("my mount namespace");
         let theirs = fs::read_link(format!("/proc/{pid}/ns/mnt")).expect("its namespace");
-        let holder = Holder(child);
-        // nsenter execs sleep once it is in the namespace.
-        let end = std::time::Instant::now() + DEADLINE;
-        while fs::read_link(format!("/proc/{}/ns/mnt", holder.pid())).ok() != Some(theirs.clone()) {
-            assert!(std::time::Instant::now() < end, "nsenter never entered");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
         assert_ne!(mine, theirs, "supd runs in a mount namespace of its own");
         holder
     }
@@ -275,24 +276,25 @@ fn a_clean_exit_removes_the_cgroups() {
         daemonizing_service(&sb)
     ));
     start_fresh(&mut sb);
+    let mut w = sb.watch();
     let leader = pid_of(&sb.wait_state("d", "running"));
     let root = v1_root(&sb);
     daemon_of(&sb, leader);
+    // A check has run (its cgroup is made before it is forked).
+    if sb.status("d")["health"] != "healthy" {
+        w.until(&sb, |e| {
+            e["event"] == "health" && e["service"] == "d" && e["to"] == "healthy"
+        });
+    }
     let holder = Holder::of(sb.supd_pid());
     let seen = holder.see(&root);
-    let made = |name: &str| {
-        let end = std::time::Instant::now() + DEADLINE;
-        while !seen.join(name).is_dir() {
-            assert!(
-                std::time::Instant::now() < end,
-                "no cgroup {name} under {}",
-                root.display()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-    };
-    made("d.service");
-    made("d+check.service");
+    for name in ["d.service", "d+check.service"] {
+        assert!(
+            seen.join(name).is_dir(),
+            "no cgroup {name} under {}",
+            root.display()
+        );
+    }
     sb.stop_supd(Signal::SIGTERM);
     assert!(
         !seen.exists(),
