@@ -327,7 +327,8 @@ fn a_zombie_left_by_a_main_process_is_not_a_process_that_remained() {
         let mut sb = Sandbox::new();
         let svc = sb.script(
             "svc",
-            "exec python3 -c 'import os, time\nif os.fork() == 0:\n    os._exit(0)\ntime.sleep(0.3)\n'",
+            // The child has exited, unreaped (WNOWAIT), when the main process exits.
+            "exec python3 -c 'import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)\n'",
         );
         sb.config_with(
             "cgroups = \"off\"",
