@@ -358,9 +358,9 @@ fn forced_v1() -> bool {
     std::env::var_os("SUP_TEST_CGROUP").is_some_and(|v| v == "v1")
 }
 
-/// supd's own cgroup as a directory: the cgroup2 mount joined with the `0::` line of
-/// `/proc/self/cgroup`.
-fn own_cgroup_dir() -> Option<PathBuf> {
+/// This process's own cgroup as a directory: the cgroup2 mount joined with the `0::`
+/// line of `/proc/self/cgroup` (supd's; tests ask it too).
+pub fn own_cgroup_dir() -> Option<PathBuf> {
     let cgroup = fs::read_to_string("/proc/self/cgroup").ok()?;
     let own = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;

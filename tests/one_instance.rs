@@ -846,32 +846,12 @@ fn supd_in_a_cgroup_killed_once_starts_its_services_at_the_first_try() {
         eprintln!("skipped: needs root for cgroups");
         return;
     }
-    let Some(own) = fs::read_to_string("/proc/self/cgroup").ok().and_then(|t| {
-        t.lines()
-            .find_map(|l| l.strip_prefix("0::"))
-            .map(str::to_string)
-    }) else {
+    let Some(own) = sup::cgroup::own_cgroup_dir() else {
         eprintln!("skipped: no cgroup2 here");
         return;
     };
-    let Some(mount) = fs::read_to_string("/proc/self/mountinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                let (left, right) = l.split_once(" - ")?;
-                right
-                    .starts_with("cgroup2 ")
-                    .then(|| left.split_whitespace().nth(4).map(str::to_string))?
-            })
-        })
-    else {
-        eprintln!("skipped: no cgroup2 mount");
-        return;
-    };
     let mut sb = Sandbox::new();
-    let dir = std::path::Path::new(&mount)
-        .join(own.trim_start_matches('/'))
-        .join(format!("sup-test-killed-{}", sb.second_tag()));
+    let dir = own.join(format!("sup-test-killed-{}", sb.second_tag()));
     if fs::create_dir(&dir).is_err() || fs::write(dir.join("cgroup.kill"), "1").is_err() {
         let _ = fs::remove_dir(&dir);
         eprintln!("skipped: cannot make and kill a cgroup here");
