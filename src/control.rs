@@ -60,6 +60,11 @@ impl Control {
         self.server.socket_group()
     }
 
+    /// `control_group` as it was looked up when supd started.
+    pub fn control_group(&self) -> Option<&SocketGroup> {
+        self.server.control_group()
+    }
+
     /// `socket_group`'s id, when supd could look it up.
     pub fn group(&self) -> Option<u32> {
         self.server.group()

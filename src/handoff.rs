@@ -66,6 +66,9 @@ pub struct Handoff {
     /// than read the user database again.
     #[serde(default)]
     pub socket_group: Option<crate::control::SocketGroup>,
+    /// `control_group` likewise (older images: none; the new image looks it up).
+    #[serde(default)]
+    pub control_group: Option<crate::control::SocketGroup>,
     /// Stops and restarts held until the services named with them that come after them
     /// are down (`stop a b`): the control part's, carried in their order (format 4).
     #[serde(default)]

@@ -276,6 +276,37 @@ impl Command {
         }
     }
 
+    /// Whether members of `control_group` may use it: what members of `socket_group`
+    /// may (`read_only`), and start, stop, restart and signal services, and reload one
+    /// (its own reload, not supd's config). Never installs, upgrades, rollbacks,
+    /// prunes, `reexec`, shutdowns or the lease commands that act.
+    pub fn operates(&self) -> bool {
+        match self {
+            Command::Start { .. }
+            | Command::Stop { .. }
+            | Command::Restart { .. }
+            | Command::Signal { .. } => true,
+            Command::Reload { service } => service.is_some(),
+            Command::Hello {}
+            | Command::Status { .. }
+            | Command::Log { .. }
+            | Command::Watch {}
+            | Command::Versions { .. }
+            | Command::LeaseCandidacy { .. } => self.read_only(),
+            Command::Shutdown {}
+            | Command::Install { .. }
+            | Command::Upgrade { .. }
+            | Command::Rollback { .. }
+            | Command::Prune { .. }
+            | Command::LeaseGrant { .. }
+            | Command::LeaseRelease { .. }
+            | Command::Reexec { .. }
+            | Command::Poweroff {}
+            | Command::Reboot {}
+            | Command::Halt {} => false,
+        }
+    }
+
     /// The name of the command, for logs.
     pub fn name(&self) -> &'static str {
         match self {
@@ -692,6 +723,65 @@ mod tests {
             serde_json::to_value(LastExit::Signal("KILL".into())).expect("json"),
             json!({"signal": "KILL"})
         );
+    }
+
+    /// Every command, classified: read (`socket_group`), operate (`control_group`), or
+    /// neither (root and supd's own user only). A command added to `COMMANDS` without
+    /// a line here fails.
+    #[test]
+    fn every_command_is_classified_for_both_groups() {
+        let cases: &[(Value, bool, bool)] = &[
+            (json!({"cmd": "hello"}), true, true),
+            (json!({"cmd": "status"}), true, true),
+            (json!({"cmd": "log", "service": "a"}), true, true),
+            (json!({"cmd": "watch"}), true, true),
+            (json!({"cmd": "versions", "tool": "t"}), true, true),
+            (json!({"cmd": "lease-candidacy", "lease": "l"}), true, true),
+            (json!({"cmd": "start", "service": "a"}), false, true),
+            (json!({"cmd": "stop", "services": ["a", "b"]}), false, true),
+            (json!({"cmd": "restart", "service": "a"}), false, true),
+            (
+                json!({"cmd": "signal", "service": "a", "signal": "HUP"}),
+                false,
+                true,
+            ),
+            (json!({"cmd": "reload", "service": "a"}), false, true),
+            (json!({"cmd": "reload"}), false, false),
+            (json!({"cmd": "shutdown"}), false, false),
+            (
+                json!({"cmd": "install", "tool": "t", "version": "1", "dir": "/x"}),
+                false,
+                false,
+            ),
+            (
+                json!({"cmd": "upgrade", "tool": "t", "version": "1"}),
+                false,
+                false,
+            ),
+            (json!({"cmd": "rollback", "tool": "t"}), false, false),
+            (json!({"cmd": "prune", "tool": "t"}), false, false),
+            (
+                json!({"cmd": "lease-grant", "lease": "l", "holder": "h", "term": 1, "valid_for": "1s"}),
+                false,
+                false,
+            ),
+            (json!({"cmd": "lease-release", "lease": "l"}), false, false),
+            (json!({"cmd": "reexec"}), false, false),
+            (json!({"cmd": "poweroff"}), false, false),
+            (json!({"cmd": "reboot"}), false, false),
+            (json!({"cmd": "halt"}), false, false),
+        ];
+        for (v, read, operate) in cases {
+            let c: Command = serde_json::from_value(v.clone()).expect("a command");
+            assert_eq!((c.read_only(), c.operates()), (*read, *operate), "{v}");
+            assert!(!c.read_only() || c.operates(), "operators read too: {v}");
+        }
+        for name in COMMANDS {
+            assert!(
+                cases.iter().any(|(v, _, _)| v["cmd"] == *name),
+                "'{name}' is not classified here"
+            );
+        }
     }
 
     #[test]

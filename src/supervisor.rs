@@ -589,7 +589,8 @@ impl Supervisor {
         // socket_group as looked up at the start: supd's loop never reads the user
         // database.
         let group = self.control.socket_group().cloned();
-        match Server::bind(&path, group.as_ref()) {
+        let control = self.control.control_group().cloned();
+        match Server::bind(&path, group.as_ref(), control.as_ref()) {
             Ok(server) => {
                 log::info!("serving {} at last", path.display());
                 crate::sys::set_listener_fd(std::os::fd::AsRawFd::as_raw_fd(&server.fd()));

@@ -21,7 +21,7 @@ pub mod report;
 pub mod scheduling;
 pub mod zone;
 
-pub use acl::posix_acl;
+pub use acl::{grant_group_rw, posix_acl};
 pub use child::{
     born_in, fork_for_supd, give_up_born_in, probe_born_in, spawn_direct, BornIn, Pending,
 };

@@ -541,3 +541,149 @@ fn status_answers_keep_their_keys_sorted_byte_for_byte() {
         }
     }
 }
+
+/// Issue 27: members of `control_group` may start, stop, restart, signal and reload a
+/// service, never upgrade, reexec or shut down; the refusal names the group and what it
+/// grants. The socket is socket_group's: control_group's members (not in socket_group)
+/// are let in by an ACL entry. A member of socket_group alone still only reads; a user
+/// in neither is refused everything.
+#[test]
+fn control_group_members_operate_services_and_nothing_more() {
+    if !is_root() {
+        eprintln!("skipped: needs root (setpriv to another uid, chown of the socket)");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.config_with(
+        "socket_group = \"daemon\"\ncontrol_group = \"adm\"",
+        "[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n",
+    );
+    sb.start();
+    sb.wait_state("a", "running");
+    let gid = |name: &str| {
+        nix::unistd::Group::from_name(name)
+            .expect("lookup")
+            .expect("the group")
+            .gid
+            .as_raw()
+    };
+    let (socket_gid, control_gid) = (gid("daemon"), gid("adm"));
+    // Primary group nogroup; `groups` the supplementary ones.
+    let as_user = |groups: &[u32], args: &[&str]| {
+        let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534"]);
+        if groups.is_empty() {
+            cmd.arg("--clear-groups");
+        } else {
+            cmd.arg(format!("--groups={}", groups.join(",")));
+        }
+        let out = cmd
+            .args([SUPCTL, "-s"])
+            .arg(&sb.socket)
+            .args(args)
+            .output()
+            .expect("setpriv");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let operator = [control_gid];
+    for args in [
+        &["status"][..],
+        &["stop", "a"],
+        &["start", "a"],
+        &["restart", "a"],
+        &["signal", "a", "CONT"],
+    ] {
+        let (code, text) = as_user(&operator, args);
+        assert_eq!(
+            code,
+            Some(0),
+            "{args:?} as a member of control_group: {text}"
+        );
+    }
+    sb.wait_state("a", "running");
+    let pid = sb.status("a")["pid"].clone();
+    for (args, what) in [
+        (&["upgrade", "a", "2.0"][..], "'upgrade'"),
+        (&["reexec"], "'reexec'"),
+        (&["shutdown"], "'shutdown'"),
+        (&["reload"], "'reload' of supd's config"),
+    ] {
+        let (code, text) = as_user(&operator, args);
+        assert_eq!(code, Some(1), "{args:?}: {text}");
+        assert!(
+            text.contains("permission-denied")
+                && text.contains(&format!("{what} needs root or supd's own user"))
+                && text.contains("members of control group 'adm' may start, stop, restart, reload and signal services"),
+            "{args:?}: {text}"
+        );
+    }
+    assert_eq!(sb.status("a")["pid"], pid, "nothing refused happened");
+    // A member of socket_group alone reads, and is told who may do more.
+    let (code, text) = as_user(&[socket_gid], &["status"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = as_user(&[socket_gid], &["restart", "a"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("may only read") && text.contains("members of control group 'adm'"),
+        "{text}"
+    );
+    // In neither: the socket's mode and ACL keep it out.
+    for args in [&["status"][..], &["stop", "a"]] {
+        let (code, text) = as_user(&[], args);
+        assert_eq!(code, Some(1), "{args:?}: {text}");
+        assert!(text.contains("permission-denied"), "{args:?}: {text}");
+    }
+    assert_eq!(sb.status("a")["pid"], pid);
+    let log = sb.supd_log();
+    assert!(
+        log.contains("refused 'upgrade' from pid"),
+        "refusals are logged:\n{log}"
+    );
+}
+
+/// With control_group alone (socket_group empty), the socket is control_group's.
+#[test]
+fn control_group_alone_gets_the_socket() {
+    if !is_root() {
+        eprintln!("skipped: needs root (setpriv to another uid, chown of the socket)");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.config_with(
+        "socket_group = \"\"\ncontrol_group = \"adm\"",
+        "[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n",
+    );
+    sb.start();
+    sb.wait_state("a", "running");
+    use std::os::unix::fs::MetadataExt;
+    let adm = nix::unistd::Group::from_name("adm")
+        .expect("lookup")
+        .expect("group adm")
+        .gid
+        .as_raw();
+    assert_eq!(std::fs::metadata(&sb.socket).expect("socket").gid(), adm);
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            &format!("--groups={adm}"),
+            SUPCTL,
+            "-s",
+        ])
+        .arg(&sb.socket)
+        .args(["restart", "a"])
+        .output()
+        .expect("setpriv");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -481,7 +481,7 @@ impl Conn {
             Err(nix::errno::Errno::EACCES | nix::errno::Errno::EPERM) => {
                 return Err(Failure::Denied(
                     "permission-denied".into(),
-                    format!("you may not use supd's socket {path}: it is for root, supd's own user and members of its socket_group (run as one of them, or ask to be added to that group)"),
+                    format!("you may not use supd's socket {path}: it is for root, supd's own user and members of its socket_group or control_group (run as one of them, or ask to be added to one of those groups)"),
                 ))
             }
             Err(e) => return Err(unreachable(&e)),

@@ -398,7 +398,13 @@ fn fresh(cfg: &Config, init: bool) -> Result<Edges, String> {
         .as_deref()
         .and_then(|g| SocketGroup::lookup(&cfg.supd.socket, g));
     let group = group.as_ref();
-    let server = match Server::bind(&cfg.supd.socket, group) {
+    let control = cfg
+        .supd
+        .control_group
+        .as_deref()
+        .and_then(SocketGroup::lookup_control);
+    let control = control.as_ref();
+    let server = match Server::bind(&cfg.supd.socket, group, control) {
         Ok(s) => s,
         // Another supd serving there is a reason to leave, except for an init.
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && std::process::id() != 1 => {
@@ -409,7 +415,7 @@ fn fresh(cfg: &Config, init: bool) -> Result<Edges, String> {
                 "cannot serve {}: {e}; supervising without a control socket, and trying again",
                 cfg.supd.socket.display()
             );
-            Server::stand_in(&cfg.supd.socket, group).map_err(|e2| {
+            Server::stand_in(&cfg.supd.socket, group, control).map_err(|e2| {
                 format!(
                     "cannot serve {}: {e}; nor stand in for it: {e2}",
                     cfg.supd.socket.display()
@@ -443,7 +449,17 @@ fn take_over(h: &sup::handoff::Handoff, cfg: &Config) -> Result<Edges, String> {
             .as_deref()
             .and_then(|g| SocketGroup::lookup(&cfg.supd.socket, g))
     });
-    let server = Server::adopt(listener, &cfg.supd.socket, group.as_ref())
+    let handed = h
+        .control_group
+        .clone()
+        .filter(|g| cfg.supd.control_group.as_deref() == Some(g.name.as_str()));
+    let control = handed.or_else(|| {
+        cfg.supd
+            .control_group
+            .as_deref()
+            .and_then(SocketGroup::lookup_control)
+    });
+    let server = Server::adopt(listener, &cfg.supd.socket, group.as_ref(), control.as_ref())
         .map_err(|e| format!("the handed-over socket: {e}"))?;
     let notify = h.notify.as_ref().and_then(|(fd, path)| {
         sup::sys::adopt_fd(*fd)

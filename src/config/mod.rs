@@ -75,6 +75,9 @@ pub struct SupdConfig {
     pub socket: PathBuf,
     /// Members of this group may use the read-only commands.
     pub socket_group: Option<String>,
+    /// Members of this group may also start, stop, restart, reload and signal services.
+    #[serde(default)]
+    pub control_group: Option<String>,
     pub state_dir: PathBuf,
     pub tools_dir: PathBuf,
     pub log_dir: PathBuf,
@@ -100,6 +103,7 @@ impl Default for SupdConfig {
         SupdConfig {
             socket: DEFAULT_SOCKET.into(),
             socket_group: Some("sup".into()),
+            control_group: None,
             state_dir: "/var/lib/sup".into(),
             tools_dir: "/var/lib/sup/tools".into(),
             log_dir: "/var/log/sup".into(),

@@ -19,6 +19,7 @@ const SUPD_KEYS: &[&str] = &[
     "cgroups",
     "nice",
     "realtime",
+    "control_group",
 ];
 
 pub(super) fn read_supd(
@@ -39,6 +40,14 @@ pub(super) fn read_supd(
             "socket_group" => {
                 supd.socket_group = ctx.string(v, full).filter(|s| !s.is_empty());
             }
+            "control_group" => match ctx.string(v, full) {
+                Some(s) if s.is_empty() => supd.control_group = None,
+                Some(s) if s.contains(|c: char| c == ':' || c == '/' || c.is_whitespace()) => {
+                    ctx.err(v.span(), full, "expected a group's name (no ':', '/' or spaces)")
+                }
+                Some(s) => supd.control_group = Some(s),
+                None => {}
+            },
             "state_dir" => set(&mut supd.state_dir, ctx.path(v, full)),
             "tools_dir" => set(&mut supd.tools_dir, ctx.path(v, full)),
             "log_dir" => set(&mut supd.log_dir, ctx.path(v, full)),

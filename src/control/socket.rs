@@ -57,6 +57,9 @@ pub enum Access {
     Full,
     /// A member of `socket_group`: read-only commands.
     ReadOnly,
+    /// A member of `control_group`: the read-only commands, and start, stop, restart,
+    /// signal and reload of a service (`Command::operates`).
+    Operate,
     None,
 }
 
@@ -94,6 +97,8 @@ pub struct Server {
     clients: BTreeMap<u64, Client>,
     next_id: u64,
     group: Option<SocketGroup>,
+    /// `control_group`, looked up when supd started.
+    control: Option<SocketGroup>,
     /// Descriptors kept from clients (dups of the listener), given up at the limit.
     reserve: Vec<OwnedFd>,
     /// Accepting is paused at the open-files limit; try again at this instant.
@@ -197,9 +202,19 @@ impl Server {
         self.group.as_ref()
     }
 
+    /// `control_group` as it was looked up when supd started.
+    pub fn control_group(&self) -> Option<&SocketGroup> {
+        self.control.as_ref()
+    }
+
     /// Binds the socket (replacing a stale file), mode 0660, given to `group` when it
-    /// can. Refuses when a live supd already answers there.
-    pub fn bind(path: &Path, group: Option<&SocketGroup>) -> io::Result<Server> {
+    /// can (else to `control`). Members of `control` reach it too: through an ACL entry
+    /// when the socket is `group`'s. Refuses when a live supd already answers there.
+    pub fn bind(
+        path: &Path,
+        group: Option<&SocketGroup>,
+        control: Option<&SocketGroup>,
+    ) -> io::Result<Server> {
         if in_use(path) {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
@@ -229,10 +244,20 @@ impl Server {
         listener.set_nonblocking(true)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
             .map_err(step(format!("cannot set the mode of {}", path.display())))?;
-        if let Some(g) = group {
-            g.give(path);
+        match (group, control) {
+            (Some(g), Some(c)) if g.gid != c.gid => {
+                g.give(path);
+                c.let_in(path);
+            }
+            (Some(g), _) | (None, Some(g)) => g.give(path),
+            (None, None) => {}
         }
-        Ok(Server::new(listener, path, group.cloned()))
+        Ok(Server::new(
+            listener,
+            path,
+            group.cloned(),
+            control.cloned(),
+        ))
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
@@ -245,19 +270,31 @@ impl Server {
         fd: std::os::fd::OwnedFd,
         path: &Path,
         group: Option<&SocketGroup>,
+        control: Option<&SocketGroup>,
     ) -> io::Result<Server> {
         let listener = UnixListener::from(fd);
         listener.set_nonblocking(true)?;
-        Ok(Server::new(listener, path, group.cloned()))
+        Ok(Server::new(
+            listener,
+            path,
+            group.cloned(),
+            control.cloned(),
+        ))
     }
 
-    fn new(listener: UnixListener, path: &Path, group: Option<SocketGroup>) -> Server {
+    fn new(
+        listener: UnixListener,
+        path: &Path,
+        group: Option<SocketGroup>,
+        control: Option<SocketGroup>,
+    ) -> Server {
         let mut server = Server {
             listener,
             path: path.to_path_buf(),
             clients: BTreeMap::new(),
             next_id: 1,
             group,
+            control,
             reserve: Vec::new(),
             paused: None,
             at_limit: false,
@@ -276,13 +313,17 @@ impl Server {
     /// A stand-in while `path` cannot be bound: a listener on an abstract address nobody
     /// knows, so supd goes on supervising (as PID 1 it must not exit) and binds `path`
     /// again later (`Supervisor::retry_socket`).
-    pub fn stand_in(path: &Path, group: Option<&SocketGroup>) -> io::Result<Server> {
+    pub fn stand_in(
+        path: &Path,
+        group: Option<&SocketGroup>,
+        control: Option<&SocketGroup>,
+    ) -> io::Result<Server> {
         use std::os::linux::net::SocketAddrExt;
         let name = format!("sup-unbound-{}", std::process::id());
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
         let listener = UnixListener::bind_addr(&addr)?;
         listener.set_nonblocking(true)?;
-        let mut server = Server::new(listener, path, group.cloned());
+        let mut server = Server::new(listener, path, group.cloned(), control.cloned());
         server.stand_in = true;
         Ok(server)
     }
@@ -298,7 +339,7 @@ impl Server {
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
             .expect("an abstract address");
         let listener = UnixListener::bind_addr(&addr).expect("bound");
-        Server::new(listener, Path::new("/nonexistent/sup.sock"), None)
+        Server::new(listener, Path::new("/nonexistent/sup.sock"), None, None)
     }
 
     /// Whether this is a stand-in (`stand_in`): `path` is still to be bound.
@@ -493,17 +534,24 @@ impl Server {
         })
     }
 
-    /// What a peer may do. Membership of `socket_group` is read from the peer's own
-    /// supplementary groups (`/proc/PID/status`), never from the user database: a lookup
-    /// that hangs (a network directory) must not stall supd.
+    /// What a peer may do. Membership of `socket_group` and `control_group` is read
+    /// from the peer's own groups (`/proc/PID/status`), never from the user database: a
+    /// lookup that hangs (a network directory) must not stall supd.
     fn access_for(&self, uid: u32, gid: u32, pid: i32) -> Access {
         if uid == 0 || uid == nix::unistd::geteuid().as_raw() {
             return Access::Full;
         }
-        let Some(g) = self.group() else {
+        if self.group.is_none() && self.control.is_none() {
             return Access::None;
+        }
+        let groups = peer_groups(pid);
+        let member = |g: &Option<SocketGroup>| {
+            g.as_ref()
+                .is_some_and(|g| gid == g.gid || groups.contains(&g.gid))
         };
-        if gid == g || peer_groups(pid).contains(&g) {
+        if member(&self.control) {
+            Access::Operate
+        } else if member(&self.group) {
             Access::ReadOnly
         } else {
             Access::None
@@ -811,18 +859,46 @@ pub struct SocketGroup {
 impl SocketGroup {
     /// Looks `name` up; `None` (and said) when it does not exist.
     pub fn lookup(path: &Path, name: &str) -> Option<SocketGroup> {
+        let found = SocketGroup::find(name);
+        if found.is_none() {
+            log::info!(
+                "socket_group '{name}' does not exist; only root and supd's own user may use {}",
+                path.display()
+            );
+        }
+        found
+    }
+
+    /// Looks `control_group`'s `name` up; `None` (and said) when it does not exist.
+    pub fn lookup_control(name: &str) -> Option<SocketGroup> {
+        let found = SocketGroup::find(name);
+        if found.is_none() {
+            log::warn!(
+                "control_group '{name}' does not exist; only root and supd's own user may start, stop, restart, reload or signal services"
+            );
+        }
+        found
+    }
+
+    fn find(name: &str) -> Option<SocketGroup> {
         match nix::unistd::Group::from_name(name) {
             Ok(Some(g)) => Some(SocketGroup {
                 name: name.to_string(),
                 gid: g.gid.as_raw(),
             }),
-            _ => {
-                log::info!(
-                    "socket_group '{name}' does not exist; only root and supd's own user may use {}",
-                    path.display()
-                );
-                None
-            }
+            _ => None,
+        }
+    }
+
+    /// Lets the group's members connect to the socket at `path`, which is another
+    /// group's: an ACL entry giving it read and write, as the owning group has.
+    fn let_in(&self, path: &Path) {
+        if let Err(e) = crate::sys::grant_group_rw(path, self.gid) {
+            log::warn!(
+                "cannot let control_group '{}' into {} (an ACL entry: {e}); its members who are not in socket_group cannot connect",
+                self.name,
+                path.display()
+            );
         }
     }
 

@@ -79,11 +79,27 @@ impl Supervisor {
         let Some(c) = self.control.client(client) else {
             return Ok(());
         };
+        // Which group grants what, said in every refusal when there is one.
+        let operators = self.control.control_group().map(|g| {
+            format!(
+                "members of control group '{}' may start, stop, restart, reload and signal services",
+                g.name
+            )
+        });
+        let what = match command {
+            Command::Reload { service: None } => "'reload' of supd's config".to_string(),
+            _ => format!("'{}'", command.name()),
+        };
         let refused = match c.access() {
             Access::Full => return Ok(()),
             Access::ReadOnly if command.read_only() => return Ok(()),
-            Access::ReadOnly => format!("uid {} may only read (hello, status, log, watch); '{}' needs root", c.uid(), command.name()),
-            Access::None => format!("uid {} is not allowed to use this socket (not root, not supd's user, not in socket_group)", c.uid()),
+            Access::Operate if command.operates() => return Ok(()),
+            Access::Operate => format!(
+                "{what} needs root or supd's own user; {}",
+                operators.unwrap_or_default()
+            ),
+            Access::ReadOnly => format!("uid {} may only read (hello, status, log, watch); '{}' needs root{}", c.uid(), command.name(), operators.map(|o| format!("; {o}")).unwrap_or_default()),
+            Access::None => format!("uid {} is not allowed to use this socket (not root, not supd's user, not in socket_group{})", c.uid(), if operators.is_some() { " nor control_group" } else { "" }),
         };
         let (pid, uid) = (c.pid(), c.uid());
         if let Some(n) = self.control.note_refusal(Mono::now()) {

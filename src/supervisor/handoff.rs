@@ -92,6 +92,7 @@ impl Supervisor {
             tools,
             log_writer,
             socket_group: self.control.socket_group().cloned(),
+            control_group: self.control.control_group().cloned(),
             queued,
             leftovers: self.cleanup.as_ref().map(|c| c.carry()),
         };

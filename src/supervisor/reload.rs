@@ -229,6 +229,9 @@ impl Supervisor {
                 new.socket.display()
             );
         }
+        if new.control_group != old.control_group {
+            log::warn!("reload: control_group takes effect when supd restarts (it is looked up once, at the start)");
+        }
         if new.state_dir != old.state_dir {
             log::warn!(
                 "reload: state_dir {} takes effect when supd restarts",

@@ -28,6 +28,44 @@ pub fn posix_acl(path: &std::path::Path) -> Option<Vec<u8>> {
     Some(buf)
 }
 
+/// Gives `path` (mode 0660) an access ACL that lets group `gid` read and write it as
+/// its owning group does: `u::rw-, g::rw-, g:GID:rw-, m::rw-, o::---` (the
+/// `system.posix_acl_access` attribute, as `parse_acl` reads it).
+pub fn grant_group_rw(path: &Path, gid: u32) -> std::io::Result<()> {
+    const UNDEFINED: u32 = u32::MAX;
+    let entries: [(u16, u16, u32); 5] = [
+        (0x01, 6, UNDEFINED), // ACL_USER_OBJ
+        (0x04, 6, UNDEFINED), // ACL_GROUP_OBJ
+        (0x08, 6, gid),       // ACL_GROUP
+        (0x10, 6, UNDEFINED), // ACL_MASK
+        (0x20, 0, UNDEFINED), // ACL_OTHER
+    ];
+    let mut value = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        value.extend_from_slice(&tag.to_le_bytes());
+        value.extend_from_slice(&perm.to_le_bytes());
+        value.extend_from_slice(&id.to_le_bytes());
+    }
+    let p = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let name = c"system.posix_acl_access";
+    // SAFETY: setxattr reads two NUL-terminated strings and `value.len()` bytes of
+    // `value`, all of which live across the call.
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// The components of `path` from `/` down, as `stat` sees them (symbolic links resolved
 /// first), each owner said by `owner`. The edge of `check`.
 pub fn stat_chain(path: &Path, owner: fn(u32, u32) -> String) -> Result<Vec<Node>, String> {

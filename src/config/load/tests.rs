@@ -130,6 +130,7 @@ fn defaults_are_the_spec_values() {
     assert_eq!(x.ready_timeout, Duration::from_secs(60));
     assert_eq!(cfg.supd.socket, PathBuf::from(DEFAULT_SOCKET));
     assert_eq!(cfg.supd.socket_group.as_deref(), Some("sup"));
+    assert_eq!(cfg.supd.control_group, None);
 }
 
 #[test]
@@ -161,6 +162,8 @@ fn every_error_is_reported_at_once_with_its_position() {
         ("[service.\"a/b\"]\ncommand = [\"/a\"]\n", &["service.a/b: a service name is"]),
         ("[supd]\nsockett = \"x\"\n", &["sup.toml:2:1: supd.sockett: unknown key; did you mean `socket`?"]),
         ("[supd]\nbogus = 1\n", &["sup.toml:2:1: supd.bogus: unknown key (expected one of: socket,"]),
+        ("[supd]\ncontrol_group = 5\n", &["sup.toml:2:17: supd.control_group: expected a string"]),
+        ("[supd]\ncontrol_group = \"sup ops\"\n", &["sup.toml:2:17: supd.control_group: expected a group's name"]),
         ("[service.a]\ncommand = [\"/a\"]\nbogus = 1\n", &["sup.toml:3:1: service.a.bogus: unknown key (not a key of this table: sup.toml(5) lists them)"]),
         ("[daemon]\nx = 1\n", &["sup.toml:1:2: daemon: unknown table"]),
         ("[service.a\ncommand = [\"/a\"]\n", &["sup.toml:1:11: TOML syntax:"]),
@@ -569,4 +572,13 @@ fn supds_realtime_is_a_boolean_off_by_default() {
     assert!(r.expect("a valid config").supd.realtime);
     let (_dir, r) = load_text("");
     assert!(!r.expect("a valid config").supd.realtime);
+}
+
+#[test]
+fn control_group_is_a_group_name_none_by_default() {
+    let (_dir, r) = load_text("[supd]\ncontrol_group = \"supops\"\n");
+    let cfg = r.expect("a valid config");
+    assert_eq!(cfg.supd.control_group.as_deref(), Some("supops"));
+    let (_dir, r) = load_text("[supd]\ncontrol_group = \"\"\n");
+    assert_eq!(r.expect("a valid config").supd.control_group, None);
 }
