@@ -121,10 +121,28 @@ pub fn read(path: &Path) -> Result<Handoff, String> {
     let bytes = std::fs::read(path)
         .map_err(|e| format!("cannot read the handoff {}: {e}", path.display()))?;
     let _ = std::fs::remove_file(path);
-    let v: serde_json::Value = serde_json::from_slice(&bytes)
+    let mut v: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| format!("the handoff {} is corrupt: {e}", path.display()))?;
     check_format(v["format"].as_u64().unwrap_or(0) as u32)?;
+    totals_of_older_images(&mut v);
     serde_json::from_value(v).map_err(|e| format!("the handoff {} is corrupt: {e}", path.display()))
+}
+
+/// An older image's services have no `restarts_total`: their `restarts` counted since
+/// supd started, which is what `restarts_total` counts now.
+fn totals_of_older_images(v: &mut serde_json::Value) {
+    let Some(services) = v.get_mut("services").and_then(|s| s.as_array_mut()) else {
+        return;
+    };
+    for svc in services.iter_mut().filter_map(|s| s.get_mut("svc")) {
+        let Some(obj) = svc.as_object_mut() else {
+            continue;
+        };
+        if !obj.contains_key("restarts_total") {
+            let restarts = obj.get("restarts").cloned().unwrap_or_default();
+            obj.insert("restarts_total".into(), restarts);
+        }
+    }
 }
 
 /// Whether this supd reads handoffs of `format`.
@@ -140,6 +158,29 @@ pub fn check_format(format: u32) -> Result<(), String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Both ways: an older image's service (no `restarts_total`) reads with its
+    /// `restarts` as the total; a newer one's reads as written, and an older image
+    /// (which ignores keys it does not know) reads its `restarts`.
+    #[test]
+    fn restarts_total_reads_from_older_images_handoffs() {
+        let mut svc = crate::service::Service::new(crate::service::Want::Up);
+        svc.restarts = 4;
+        let mut old = serde_json::to_value(&svc).expect("json");
+        old.as_object_mut()
+            .expect("an object")
+            .remove("restarts_total");
+        let mut v = json!({"format": 1, "services": [{"name": "db", "svc": old}]});
+        totals_of_older_images(&mut v);
+        let back: crate::service::Service =
+            serde_json::from_value(v["services"][0]["svc"].clone()).expect("reads");
+        assert_eq!((back.restarts, back.restarts_total), (4, 4));
+        svc.restarts_total = 9;
+        let mut v = json!({"format": 1, "services": [{"name": "db", "svc": svc}]});
+        totals_of_older_images(&mut v);
+        assert_eq!(v["services"][0]["svc"]["restarts_total"], 9);
+        assert_eq!(v["services"][0]["svc"]["restarts"], 4);
+    }
 
     #[test]
     fn a_format_1_handoff_with_the_one_notify_socket_still_reads() {

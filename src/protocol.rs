@@ -463,6 +463,10 @@ pub struct ServiceStatus {
     pub pid: Option<i32>,
     pub reason: Option<String>,
     pub restarts: u32,
+    /// Automatic restarts since supd started (`restarts` counts those of the current
+    /// run of the current version).
+    #[serde(default)]
+    pub restarts_total: u32,
     pub state: String,
     /// The last `STATUS=` a notify service sent.
     #[serde(default)]
@@ -543,6 +547,7 @@ mod tests {
             pid: Some(42),
             reason: Some("why".into()),
             restarts: 5,
+            restarts_total: 7,
             state: "running".into(),
             status: Some("serving".into()),
             unhealthy_since_ms: Some(9),

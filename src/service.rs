@@ -144,8 +144,15 @@ pub struct Service {
     pub started_at: Option<Mono>,
     pub deadline: Option<Mono>,
     pub history: History,
-    /// Automatic restarts since supd started it (or an operator's `start`).
+    /// Automatic restarts of its current run of the current version (`status`'s
+    /// RESTARTS): back to 0 when the version that runs changes, when a reload changes
+    /// the service, and at an operator's `start` or `restart` (`count_afresh`). The
+    /// crash loop counts in `history`, apart.
     pub restarts: u32,
+    /// Automatic restarts since supd started (carried across `reexec`; a handoff of an
+    /// older image, whose `restarts` counted so, gives it from there: `handoff::read`).
+    #[serde(default)]
+    pub restarts_total: u32,
     pub last_exit: Option<Exit>,
     /// Why it is in its state, for people.
     pub reason: Option<String>,
@@ -176,6 +183,7 @@ impl Service {
             deadline: None,
             history: History::default(),
             restarts: 0,
+            restarts_total: 0,
             last_exit: None,
             reason: None,
             after_stop: AfterStop::Down,
@@ -189,6 +197,19 @@ impl Service {
     /// services are ready.
     pub fn pending(&self) -> bool {
         self.want == Want::Up && self.state == State::Stopped
+    }
+
+    /// Its restarts are counted afresh (`restarts`; `restarts_total` keeps counting).
+    pub fn count_afresh(&mut self) {
+        self.restarts = 0;
+    }
+
+    /// A run of another version than the last one's begins: its restarts and last exit
+    /// are that version's, and start afresh (the other's stay in its tool's record,
+    /// `versions`, and in its bad mark's reason).
+    pub fn other_version(&mut self) {
+        self.count_afresh();
+        self.last_exit = None;
     }
 
     /// Since when the process being stopped outlives SIGKILL: it was sent [`KILL_WAIT`]
@@ -421,6 +442,7 @@ impl Service {
         match self.history.on_exit(p, failed, uptime, now) {
             Verdict::Restart { delay } => {
                 self.restarts = self.restarts.saturating_add(1);
+                self.restarts_total = self.restarts_total.saturating_add(1);
                 if delay.is_zero() {
                     self.enter(State::Stopped, None);
                     self.reason = Some(format!("{why}; restarting"));

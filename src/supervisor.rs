@@ -856,6 +856,7 @@ impl Supervisor {
             pid: svc.pid,
             version: slot.version.clone(),
             restarts: svc.restarts,
+            restarts_total: svc.restarts_total,
             uptime_ms: svc
                 .pid
                 .and(svc.started_at)
@@ -880,8 +881,11 @@ impl Supervisor {
             log_dropped: slot.output.as_ref().map(|o| o.dropped).unwrap_or(0),
             next_ms: svc.deadline.map(|d| d.since(now).as_millis() as u64),
             up: svc.is_ready(&slot.cfg),
+            // Of a run that is up: a service without one (stopped, exited, failed,
+            // waiting to restart) is healthy no more, nor unhealthy: null.
             health: self
                 .health_of(&slot.cfg.name)
+                .filter(|_| svc.pid.is_some())
                 .map(|h| h.health.as_str().to_string()),
             health_failures: slot.cfg.health.as_ref().map(|_| slot.health.failures()),
             health_last_failure: slot.health.last_failure().map(|f| {

@@ -527,6 +527,7 @@ fn status_answers_keep_their_keys_sorted_byte_for_byte() {
                 "pid",
                 "reason",
                 "restarts",
+                "restarts_total",
                 "state",
                 "status",
                 "unhealthy_since_ms",

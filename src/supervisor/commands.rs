@@ -172,6 +172,10 @@ impl Supervisor {
                 // Each starts once the services it comes `after` are ready (`settle`).
                 for n in &names {
                     let _ = self.set_down(n, false, now);
+                    // Started by an operator: its restarts are counted afresh.
+                    if let Some(s) = self.slots.get_mut(n).filter(|s| s.svc.pid.is_none()) {
+                        s.svc.count_afresh();
+                    }
                     self.apply(n, Event::Start, now);
                 }
                 let by = self.start_bound(&names, now);
@@ -216,6 +220,9 @@ impl Supervisor {
                 self.refuse_during_shutdown()?;
                 for n in &names {
                     let _ = self.set_down(n, false, now);
+                    if let Some(s) = self.slots.get_mut(n) {
+                        s.svc.count_afresh();
+                    }
                 }
                 self.dependents_first(&names, Event::Restart, now);
                 let by = self.start_bound(&names, now);

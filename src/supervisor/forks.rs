@@ -145,6 +145,9 @@ impl Supervisor {
         drop(ready_write);
         match result {
             Ok(exec) => {
+                if slot.version != version {
+                    slot.svc.other_version();
+                }
                 slot.version = version;
                 slot.exec = Some(exec);
                 slot.exec_error = None;

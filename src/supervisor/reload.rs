@@ -178,6 +178,8 @@ impl Supervisor {
                     };
                     let revived = slot.removed;
                     slot.removed = false;
+                    // Another service now: its restarts are counted afresh.
+                    slot.svc.count_afresh();
                     let running = slot.svc.pid.is_some();
                     // Stop with the old definition (its stop_signal); start with the new.
                     if running {

@@ -107,8 +107,11 @@ fn broken_text(err: &mut String, d: &StatusData) {
 
 /// The aligned table of `status`.
 fn print_status(o: &mut String, list: &[ServiceStatus]) {
-    // A HEALTH column only where some service has a check or a watchdog.
-    let checked = list.iter().any(|s| s.health.is_some());
+    // A HEALTH column only where some service has a check or a watchdog (a service
+    // that does not run has no health, but its check still counts its failures).
+    let checked = list
+        .iter()
+        .any(|s| s.health.is_some() || s.health_failures.is_some());
     let mut rows = vec![[
         "NAME",
         "STATE",
