@@ -646,6 +646,12 @@ fn control_group_members_operate_services_and_nothing_more() {
         log.contains("refused 'upgrade' from pid"),
         "refusals are logged:\n{log}"
     );
+    // A reexec keeps the group as looked up (the handoff carries it) and the socket.
+    sb.reexec();
+    let (code, text) = as_user(&operator, &["restart", "a"]);
+    assert_eq!(code, Some(0), "after a reexec: {text}");
+    let (code, text) = as_user(&operator, &["reexec"]);
+    assert_eq!(code, Some(1), "after a reexec: {text}");
 }
 
 /// With control_group alone (socket_group empty), the socket is control_group's.
