@@ -105,6 +105,7 @@ pub fn settings(svc: &ServiceConfig, origins: &Origins) -> Vec<Setting> {
             "umask" => svc.umask.map(|u| quote(&format!("{u:03o}"))),
             "nice" => svc.nice.map(|n| n.to_string()),
             "instances" => Some(origins.instances.to_string()),
+            "limits" if svc.limits.is_empty() => Some("{}".into()),
             "limits" => {
                 for l in &svc.limits {
                     let one = |v: Option<u64>| v.map_or("unlimited".into(), |n| n.to_string());
