@@ -143,6 +143,10 @@ pub enum Command {
         stderr: bool,
     },
     Watch {},
+    /// The effective settings of a service, each with where it was set.
+    Show {
+        service: String,
+    },
     /// Without a service: re-read supd's config. With one: send it its `reload_signal`.
     Reload {
         #[serde(default)]
@@ -231,6 +235,7 @@ const COMMANDS: &[&str] = &[
     "signal",
     "log",
     "watch",
+    "show",
     "reload",
     "shutdown",
     "install",
@@ -255,6 +260,7 @@ impl Command {
             | Command::Status { .. }
             | Command::Log { .. }
             | Command::Watch {}
+            | Command::Show { .. }
             | Command::Versions { .. }
             | Command::LeaseCandidacy { .. } => true,
             Command::Start { .. }
@@ -318,6 +324,7 @@ impl Command {
             Command::Signal { .. } => "signal",
             Command::Log { .. } => "log",
             Command::Watch {} => "watch",
+            Command::Show { .. } => "show",
             Command::Reload { .. } => "reload",
             Command::Shutdown {} => "shutdown",
             Command::Install { .. } => "install",
@@ -792,6 +799,10 @@ mod tests {
     #[test]
     fn only_reading_commands_are_read_only() {
         assert!(Command::Watch {}.read_only());
+        assert!(Command::Show {
+            service: "web".into()
+        }
+        .read_only());
         assert!(!Command::Shutdown {}.read_only());
         assert!(!Command::Stop {
             service: Some("a".into()),

@@ -17,7 +17,7 @@
 //! has the last good copies of its files refreshed by whoever read it
 //! (`config/lastgood.rs`).
 
-use crate::config::{LeaseConfig, ServiceConfig, SupdConfig};
+use crate::config::{LeaseConfig, Origins, ServiceConfig, SupdConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -38,6 +38,10 @@ pub struct Delta {
     pub defs: BTreeMap<String, ServiceConfig>,
     /// Services the config no longer has.
     pub removed: Vec<String>,
+    /// Where the keys of services were set, for those whose origins differ from supd's
+    /// (`show`): apart from `defs`, so a moved line changes no service.
+    #[serde(default)]
+    pub origins: BTreeMap<String, Origins>,
 }
 
 /// A helper reading the config, and who waits for its answer.

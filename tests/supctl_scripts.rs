@@ -725,6 +725,8 @@ fn bash_completion_offers_commands_services_tools_and_versions() {
         ["agent", "all", "web", "worker", "worker@0", "worker@1"]
     );
     assert_eq!(complete(&sb, &["signal", "web", "HU"]), ["HUP"]);
+    assert_eq!(complete(&sb, &["sh"]), ["show", "shutdown"]);
+    assert_eq!(complete(&sb, &["show", "we"]), ["web"]);
     assert_eq!(complete(&sb, &["upgrade", ""]), ["agent"]);
     assert_eq!(
         complete(&sb, &["upgrade", "agent", "--force", "1"]),

@@ -51,6 +51,8 @@ commands:
                               last N lines of its output; -f follows;
                               --stderr: only its stderr lines
   watch                       one line per event until interrupted (--json: JSON)
+  show SERVICE                its effective settings, each with the file:line
+                              that set it (overrides included) or 'default'
   reload [SERVICE]            re-read the config (nothing changes on error);
                               with SERVICE: send it its reload_signal
   shutdown                    stop every service, then supd exits
@@ -315,6 +317,10 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
             [] => return Err(usage(&format!("{cmd} takes SERVICE... (or all)"))),
             [s] if s != "all" => json!({"cmd": cmd, "service": s}),
             _ => json!({"cmd": cmd, "services": rest}),
+        },
+        "show" => match rest {
+            [s] => json!({"cmd": "show", "service": s}),
+            _ => return Err(usage("show takes SERVICE")),
         },
         "signal" => match rest {
             [s, sig] => json!({"cmd": "signal", "service": s, "signal": sig}),
@@ -750,6 +756,17 @@ fn print_answer(cmd: &str, data: &Value, json: bool) -> Result<(), Failure> {
         "log" => {
             for l in data["lines"].as_array().into_iter().flatten() {
                 outln!(o, "{}", l.as_str().unwrap_or(""));
+            }
+        }
+        "show" => {
+            let files: Vec<&str> = (data["files"].as_array().into_iter().flatten())
+                .filter_map(Value::as_str)
+                .collect();
+            let name = data["service"].as_str().unwrap_or("?");
+            outln!(o, "# {name}: {}", files.join(" "));
+            for s in data["settings"].as_array().into_iter().flatten() {
+                let f = |k: &str| s[k].as_str().unwrap_or("?");
+                outln!(o, "{} = {}   # {}", f("key"), f("value"), f("origin"));
             }
         }
         "reload" | "signal" if data["leader_gone"] == true => outln!(

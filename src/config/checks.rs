@@ -41,8 +41,8 @@ pub(super) fn check_whole(
     origin: &BTreeMap<String, Origin>,
     errors: &mut Vec<ConfigError>,
 ) {
-    let err = |o: &Origin, line, column, key: String, message: String| ConfigError {
-        file: o.file.clone(),
+    let err = |file: &std::path::Path, line, column, key: String, message: String| ConfigError {
+        file: file.to_path_buf(),
         line,
         column,
         key,
@@ -56,7 +56,7 @@ pub(super) fn check_whole(
                     _ => format!("no service named '{dep}'"),
                 };
                 errors.push(err(
-                    o,
+                    &o.after_in,
                     *line,
                     *column,
                     format!("service.{name}.after"),
@@ -64,7 +64,7 @@ pub(super) fn check_whole(
                 ));
             } else if dep == name {
                 errors.push(err(
-                    o,
+                    &o.after_in,
                     *line,
                     *column,
                     format!("service.{name}.after"),
@@ -77,7 +77,7 @@ pub(super) fn check_whole(
                 let msg =
                     format!("no [lease.{lease}] table: declare the lease this service follows");
                 errors.push(err(
-                    o,
+                    &o.leader_only_in,
                     *line,
                     *column,
                     format!("service.{name}.leader_only"),
@@ -90,7 +90,7 @@ pub(super) fn check_whole(
         let o = &origin[&cycle[0]];
         let msg = format!("`after` makes a cycle: {}", cycle.join(" -> "));
         errors.push(err(
-            o,
+            &o.file,
             o.line,
             o.column,
             format!("service.{}.after", cycle[0]),

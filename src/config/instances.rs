@@ -100,6 +100,21 @@ pub fn expand(services: &mut BTreeMap<String, ServiceConfig>, counts: &BTreeMap<
     }
 }
 
+/// The origins of every table of `counts` given to each of its instances.
+pub fn expand_origins(
+    origins: &mut BTreeMap<String, super::Origins>,
+    counts: &BTreeMap<String, u32>,
+) {
+    for (table, &n) in counts {
+        let Some(o) = origins.remove(table) else {
+            continue;
+        };
+        for index in 0..n {
+            origins.insert(instance_name(table, index), o.clone());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{load_text, Config, ConfigError};

@@ -293,6 +293,7 @@ impl Compose {
             services: BTreeMap::new(),
             leases: BTreeMap::new(),
             files: vec![self.main.clone()],
+            origins: BTreeMap::new(),
         }
     }
 

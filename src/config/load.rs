@@ -7,7 +7,7 @@ use super::checks::{check_whole, instance_counts};
 use super::error::ConfigError;
 use super::include::glob;
 use super::lease_table::read_lease;
-use super::read;
+use super::read::{self, TextOf};
 use super::service_table::{read_service, Origin};
 use super::supd_table::read_supd;
 use super::walk::{FileCtx, Place};
@@ -19,10 +19,6 @@ use toml::de::DeTable;
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
     load_from(path, &mut |p| read::read_config_file(p), false)
 }
-
-/// The text of a file of the config, or why it is not read (`lastgood.rs` gives a
-/// broken file's last good copy, or nothing, in its place).
-pub(super) type TextOf<'a> = dyn FnMut(&Path) -> Result<String, String> + 'a;
 
 /// [`load`] with each file's text from `text_of`; with `main_supd_only`, the main file
 /// stands for its `[supd]` table alone, each valid key of it kept (its own errors are
@@ -39,6 +35,7 @@ pub(super) fn load_from(
         services: BTreeMap::new(),
         leases: BTreeMap::new(),
         files: vec![path.clone()],
+        origins: BTreeMap::new(),
     };
     // Services and leases remember where they were defined, to report duplicates and
     // bad `after`s.
@@ -60,15 +57,25 @@ pub(super) fn load_from(
         &mut seen,
         &mut errors,
     );
+    let mut include_dirs = Vec::new();
     for (pattern, at) in std::mem::take(&mut seen.includes) {
+        include_dirs.extend(pattern.parent().map(Path::to_path_buf));
         for file in glob(&pattern) {
             cfg.files.push(file.clone());
             read_file(&file, &at, &mut source, &mut cfg, &mut seen, &mut errors);
         }
     }
+    super::overrides::read_all(
+        &include_dirs,
+        source.text_of,
+        &mut cfg,
+        &mut seen.services,
+        &mut errors,
+    );
     check_whole(&cfg, &seen.services, &mut errors);
     let counts = instance_counts(&seen.services, &mut errors);
     super::instances::expand(&mut cfg.services, &counts);
+    super::instances::expand_origins(&mut cfg.origins, &counts);
     // Tables iterate by key; people read a file from the top.
     let file_rank = |f: &PathBuf| cfg.files.iter().position(|g| g == f).unwrap_or(usize::MAX);
     errors.sort_by_key(|e| (file_rank(&e.file), e.line, e.column));
@@ -97,12 +104,14 @@ pub fn load_text(path: &Path, text: &str) -> Result<Config, Vec<ConfigError>> {
         services: BTreeMap::new(),
         leases: BTreeMap::new(),
         files: vec![path.to_path_buf()],
+        origins: BTreeMap::new(),
     };
     let mut seen = Seen::default();
     read_text(path, text, true, &mut cfg, &mut seen, &mut errors);
     check_whole(&cfg, &seen.services, &mut errors);
     let counts = instance_counts(&seen.services, &mut errors);
     super::instances::expand(&mut cfg.services, &counts);
+    super::instances::expand_origins(&mut cfg.origins, &counts);
     if errors.is_empty() {
         Ok(cfg)
     } else {

@@ -14,15 +14,20 @@ pub mod lastgood;
 mod lease_table;
 pub mod lint;
 mod load;
+mod origins;
+mod overrides;
 mod read;
 pub mod runtime_dir;
 mod service_table;
+pub mod show;
 mod supd_table;
 mod walk;
 
 pub use error::ConfigError;
 pub use load::{load, load_supd_only, load_text};
+pub use origins::Origins;
 pub use read::{read_env_file, MAX_ENV_FILE_SIZE, MAX_FILE_SIZE};
+pub use show::Setting;
 
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
@@ -45,8 +50,11 @@ pub struct Config {
     pub services: BTreeMap<String, ServiceConfig>,
     /// Every `[lease.NAME]`, by name.
     pub leases: BTreeMap<String, LeaseConfig>,
-    /// The files read: the main one first, then the included ones.
+    /// The files read: the main one first, then the included ones, then the overrides.
     pub files: Vec<PathBuf>,
+    /// Where each service's keys were set (`show.rs`), by service name: apart from the
+    /// services, so that a moved line changes no service.
+    pub origins: BTreeMap<String, Origins>,
 }
 
 impl Config {

@@ -13,6 +13,10 @@ use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
+/// The text of a file of the config, or why it is not read (`lastgood.rs` gives a
+/// broken file's last good copy, or nothing, in its place).
+pub(super) type TextOf<'a> = dyn FnMut(&Path) -> Result<String, String> + 'a;
+
 /// The largest config file read, main or included (supd(8), sup.toml(5)): ample for
 /// tens of thousands of services.
 pub const MAX_FILE_SIZE: u64 = 4 << 20;

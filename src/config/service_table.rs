@@ -4,12 +4,13 @@
 
 use super::health_table::read_health;
 use super::lease_table::tool_name;
+use super::origins::Origins;
 use super::walk::{set, FileCtx, Value};
 use super::*;
 use std::path::PathBuf;
 use toml::Spanned;
 
-const SERVICE_KEYS: &[&str] = &[
+pub(super) const SERVICE_KEYS: &[&str] = &[
     "tool",
     "command",
     "cwd",
@@ -56,7 +57,10 @@ pub(super) struct Origin {
     pub(super) line: usize,
     pub(super) column: usize,
     pub(super) after: Vec<(String, usize, usize)>,
+    /// The file whose `after` won (the definition's or an override's).
+    pub(super) after_in: PathBuf,
     pub(super) leader_only: Option<(String, usize, usize)>,
+    pub(super) leader_only_in: PathBuf,
     /// `instances = N`: checked, 1 unless written.
     pub(super) instances: u32,
 }
@@ -98,14 +102,77 @@ pub(super) fn read_service(
         line,
         column,
         after: Vec::new(),
+        after_in: ctx.path.to_path_buf(),
         leader_only: None,
+        leader_only_in: ctx.path.to_path_buf(),
         instances: 1,
     };
+    let mut origins = Origins::new(ctx.path.to_path_buf());
+    let saw_command = read_keys(ctx, &n, table, &mut svc, &mut org, &mut origins);
+    if org.instances == 1 {
+        if let Err(why) = super::instances::check_plain_name(&n) {
+            ctx.err(name.span(), &prefix, why);
+        }
+    }
+    if !saw_command {
+        ctx.err(
+            name.span(),
+            &format!("{prefix}.command"),
+            "missing: every service needs a command, such as [\"/usr/bin/agent\", \"--flag\"]",
+        );
+    }
+    check_service(ctx, def, &prefix, &svc, None);
+    origin.insert(n.clone(), org);
+    cfg.origins.insert(n.clone(), origins);
+    cfg.services.insert(n, svc);
+}
+
+/// An override's `[service.NAME]` table (`overrides.rs`), applied over the service as
+/// the files before it left it: each key it sets wins; `env` and `limits` are merged
+/// entry by entry. Relative paths in it start where the service's defining file is.
+pub(super) fn read_override(
+    ctx: &mut FileCtx,
+    name: &str,
+    def: &Value,
+    cfg: &mut Config,
+    origin: &mut BTreeMap<String, Origin>,
+) {
+    let prefix = format!("service.{name}");
+    let (Some(svc), Some(org), Some(origins)) = (
+        cfg.services.get_mut(name),
+        origin.get_mut(name),
+        cfg.origins.get_mut(name),
+    ) else {
+        return;
+    };
+    let Some(table) = ctx.table(def, &prefix) else {
+        return;
+    };
+    origins.files.push(ctx.path.to_path_buf());
+    let before = svc.clone();
+    read_keys(ctx, name, table, svc, org, origins);
+    check_service(ctx, def, &prefix, svc, Some(&before));
+}
+
+/// The keys of one table of service `n` (its definition or an override), set into `svc`
+/// and each one's place noted in `origins`; whether it set `command`.
+fn read_keys(
+    ctx: &mut FileCtx,
+    n: &str,
+    table: &toml::de::DeTable,
+    svc: &mut ServiceConfig,
+    org: &mut Origin,
+    origins: &mut Origins,
+) -> bool {
     let mut saw_command = false;
+    let file = origins.files.len() - 1;
+    let prefix = format!("service.{n}");
     for (key, v) in table.iter() {
         let k = key.get_ref().as_ref();
         let full = format!("{prefix}.{k}");
         let f = full.as_str();
+        let (line, _) = ctx.pos(key.span().start);
+        let errors_before = ctx.errors.len();
         let p = &mut svc.policy;
         match k {
             "tool" => svc.tool = ctx.parsed(v, f, tool_name),
@@ -123,7 +190,12 @@ pub(super) fn read_service(
                 }
             }
             "cwd" => svc.cwd = ctx.path(v, f),
-            "env" => svc.env = read_env(ctx, v, f),
+            "env" => {
+                for (var, value, at) in read_env(ctx, v, f) {
+                    origins.set(&format!("env.{var}"), file, at);
+                    svc.env.insert(var, value);
+                }
+            }
             "user" => svc.user = ctx.string(v, f),
             "group" => svc.group = ctx.string(v, f),
             "restart" => set(
@@ -164,6 +236,10 @@ pub(super) fn read_service(
             "stop_timeout" => set(&mut svc.stop_timeout, ctx.duration(v, f)),
             "reload_signal" => set(&mut svc.reload_signal, ctx.parsed(v, f, parse_signal)),
             "after" => {
+                // A later table's `after` replaces the list.
+                svc.after.clear();
+                org.after.clear();
+                org.after_in = ctx.path.to_path_buf();
                 if let Some(items) = ctx.array(v, f) {
                     for item in items {
                         if let Some(s) = ctx.string(item, f) {
@@ -208,6 +284,7 @@ pub(super) fn read_service(
                 if let Some(s) = ctx.string(v, f) {
                     let (l, c) = ctx.pos(v.span().start);
                     org.leader_only = Some((s.clone(), l, c));
+                    org.leader_only_in = ctx.path.to_path_buf();
                     svc.leader_only = Some(s);
                 }
             }
@@ -217,7 +294,13 @@ pub(super) fn read_service(
                 Some(_) => ctx.err(v.span(), f, "expected a nice value from -20 to 19"),
                 None => {}
             },
-            "limits" => svc.limits = read_limits(ctx, v, f),
+            "limits" => {
+                for (limit, at) in read_limits(ctx, v, f) {
+                    origins.set(&format!("limits.{}", limit.name), file, at);
+                    svc.limits.retain(|l| l.name != limit.name);
+                    svc.limits.push(limit);
+                }
+            }
             "watchdog" => match ctx.duration(v, f) {
                 Some(d) if d.is_zero() => ctx.err(
                     v.span(),
@@ -242,13 +325,18 @@ pub(super) fn read_service(
             "runtime_dir" => svc.runtime_dir = ctx.parsed(v, f, super::runtime_dir::parse),
             "instances" => match ctx
                 .integer(v, f)
-                .map(|count| super::instances::count(&n, count))
+                .map(|count| super::instances::count(n, count))
             {
-                Some(Ok(count)) => org.instances = count,
+                Some(Ok(count)) => {
+                    org.instances = count;
+                    origins.instances = count;
+                }
                 Some(Err(why)) => ctx.err(v.span(), f, why),
                 None => {}
             },
             "env_file" => {
+                // A later table's `env_file` replaces the list.
+                svc.env_file.clear();
                 for item in ctx.array(v, f).unwrap_or(&[]) {
                     let Some(s) = ctx.string(item, f) else {
                         continue;
@@ -269,42 +357,31 @@ pub(super) fn read_service(
                     svc.env_file.push(EnvFile { path, optional });
                 }
             }
-            _ => ctx.unknown(key.span(), f, SERVICE_KEYS),
+            _ => {
+                ctx.unknown(key.span(), f, SERVICE_KEYS);
+                continue;
+            }
+        }
+        if k != "env" && k != "limits" && ctx.errors.len() == errors_before {
+            origins.set(k, file, line);
         }
     }
-    if org.instances == 1 {
-        if let Err(why) = super::instances::check_plain_name(&n) {
-            ctx.err(name.span(), &prefix, why);
-        }
-    }
-    if !saw_command {
-        ctx.err(
-            name.span(),
-            &format!("{prefix}.command"),
-            "missing: every service needs a command, such as [\"/usr/bin/agent\", \"--flag\"]",
-        );
-    }
-    check_service(ctx, def, &prefix, &svc);
-    origin.insert(n.clone(), org);
-    cfg.services.insert(n, svc);
+    saw_command
 }
 
-/// Checks that need several keys of one service.
-fn check_service(ctx: &mut FileCtx, def: &Value, prefix: &str, svc: &ServiceConfig) {
-    let p = &svc.policy;
-    if p.restart_delay_max < p.restart_delay {
-        ctx.err(
-            def.span(),
-            &format!("{prefix}.restart_delay_max"),
-            "must not be shorter than restart_delay",
-        );
-    }
-    if svc.ready == Ready::Exited && p.restart == RestartMode::Always {
-        ctx.err(
-            def.span(),
-            &format!("{prefix}.ready"),
-            "ready = \"exited\" is for one-shot tasks: set restart = \"never\" or \"on-failure\"",
-        );
+/// Checks that need several keys of one service; after an override (`before`: the
+/// service as the files before it left it), only what the override made wrong.
+fn check_service(
+    ctx: &mut FileCtx,
+    def: &Value,
+    prefix: &str,
+    svc: &ServiceConfig,
+    before: Option<&ServiceConfig>,
+) {
+    for (key, message) in problems(svc) {
+        if before.is_none_or(|b| !problems(b).contains(&(key, message))) {
+            ctx.err(def.span(), &format!("{prefix}.{key}"), message);
+        }
     }
     if let (Some(cmd), None) = (svc.command.first(), &svc.tool) {
         if !cmd.starts_with('/') && cmd.contains('/') && !svc.base_dir.join(cmd).exists() {
@@ -314,8 +391,28 @@ fn check_service(ctx: &mut FileCtx, def: &Value, prefix: &str, svc: &ServiceConf
     }
 }
 
-fn read_env(ctx: &mut FileCtx, v: &Value, key: &str) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::new();
+/// What is wrong across keys of `svc`: each key with its message.
+fn problems(svc: &ServiceConfig) -> Vec<(&'static str, &'static str)> {
+    let p = &svc.policy;
+    let mut out = Vec::new();
+    if p.restart_delay_max < p.restart_delay {
+        out.push((
+            "restart_delay_max",
+            "must not be shorter than restart_delay",
+        ));
+    }
+    if svc.ready == Ready::Exited && p.restart == RestartMode::Always {
+        out.push((
+            "ready",
+            "ready = \"exited\" is for one-shot tasks: set restart = \"never\" or \"on-failure\"",
+        ));
+    }
+    out
+}
+
+/// `env`'s entries, each with the line it is on.
+fn read_env(ctx: &mut FileCtx, v: &Value, key: &str) -> Vec<(String, String, usize)> {
+    let mut env = Vec::new();
     let Some(table) = ctx.table(v, key) else {
         return env;
     };
@@ -331,7 +428,8 @@ fn read_env(ctx: &mut FileCtx, v: &Value, key: &str) -> BTreeMap<String, String>
             continue;
         }
         if let Some(s) = ctx.string(value, &full) {
-            env.insert(n, s);
+            let (line, _) = ctx.pos(name.span().start);
+            env.push((n, s, line));
         }
     }
     env
@@ -382,8 +480,8 @@ fn parse_umask(s: &str) -> Result<u32, String> {
     }
 }
 
-/// `limits = { nofile = 65536, core = "0:unlimited" }`.
-fn read_limits(ctx: &mut FileCtx, v: &Value, key: &str) -> Vec<Rlimit> {
+/// `limits = { nofile = 65536, core = "0:unlimited" }`: each with the line it is on.
+fn read_limits(ctx: &mut FileCtx, v: &Value, key: &str) -> Vec<(Rlimit, usize)> {
     let mut out = Vec::new();
     let Some(table) = ctx.table(v, key) else {
         return out;
@@ -407,7 +505,10 @@ fn read_limits(ctx: &mut FileCtx, v: &Value, key: &str) -> Vec<Rlimit> {
             },
         };
         match value {
-            Ok((soft, hard)) => out.push(Rlimit { name, soft, hard }),
+            Ok((soft, hard)) => {
+                let (line, _) = ctx.pos(k.span().start);
+                out.push((Rlimit { name, soft, hard }, line));
+            }
             Err(why) => ctx.err(item.span(), &full, why),
         }
     }

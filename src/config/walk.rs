@@ -38,6 +38,9 @@ pub struct FileCtx<'a> {
     pub text: &'a str,
     pub lines: Lines,
     pub errors: &'a mut Vec<ConfigError>,
+    /// Where relative paths start, when not in this file's directory (an override's
+    /// start where its service's defining file is).
+    pub base: Option<PathBuf>,
 }
 
 impl<'a> FileCtx<'a> {
@@ -47,6 +50,7 @@ impl<'a> FileCtx<'a> {
             text,
             lines: Lines::new(text),
             errors,
+            base: None,
         }
     }
 
@@ -56,6 +60,9 @@ impl<'a> FileCtx<'a> {
     }
     /// The directory relative paths in this file start from.
     pub fn dir(&self) -> PathBuf {
+        if let Some(base) = &self.base {
+            return base.clone();
+        }
         self.path
             .parent()
             .map(Path::to_path_buf)

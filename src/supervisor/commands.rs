@@ -238,6 +238,16 @@ impl Supervisor {
                 self.signal_run(&service, sig, "signal")
                     .map(Outcome::Answer)
             }
+            Command::Show { service } => {
+                self.known(&service)?;
+                let slot = &self.slots[&service];
+                let origins = self.cfg.origins.get(&service).cloned().unwrap_or_default();
+                Ok(Outcome::Answer(json!({
+                    "service": service,
+                    "settings": config::show::settings(&slot.cfg, &origins),
+                    "files": origins.files,
+                })))
+            }
             Command::Log {
                 service,
                 lines,

@@ -79,6 +79,9 @@ impl Supervisor {
             .filter(|(name, slot)| !slot.removed && !cfg.services.contains_key(*name))
             .map(|(name, _)| name.clone())
             .collect();
+        let origins = (cfg.origins.into_iter())
+            .filter(|(name, o)| self.cfg.origins.get(name) != Some(o))
+            .collect();
         let defs = cfg
             .services
             .into_iter()
@@ -94,6 +97,7 @@ impl Supervisor {
             files: cfg.files,
             defs,
             removed,
+            origins,
         }
     }
 
@@ -213,6 +217,10 @@ impl Supervisor {
         crate::sys::set_own_realtime(self.cfg.supd.realtime);
         self.cfg.leases = delta.leases;
         self.cfg.files = delta.files;
+        for name in &delta.removed {
+            self.cfg.origins.remove(name);
+        }
+        self.cfg.origins.extend(delta.origins);
         self.config_errors.clear();
         self.broken_files.clear();
         self.end_kept(now);
