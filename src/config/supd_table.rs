@@ -19,6 +19,7 @@ const SUPD_KEYS: &[&str] = &[
     "cgroups",
     "nice",
     "realtime",
+    "syslog",
 ];
 
 pub(super) fn read_supd(
@@ -87,6 +88,7 @@ pub(super) fn read_supd(
                 None => {}
             },
             "realtime" => set(&mut supd.realtime, ctx.boolean(v, full)),
+            "syslog" => supd.syslog = ctx.path(v, full),
             _ => ctx.unknown(key.span(), full, SUPD_KEYS),
         }
     }
