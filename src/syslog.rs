@@ -25,6 +25,11 @@ pub const BURST: u64 = 200;
 const TEXT_MAX: usize = 4096;
 /// Senders remembered before the quiet ones are forgotten.
 const SENDERS_MAX: usize = 1024;
+/// Senders remembered at most: past that, new senders share one bucket
+/// ([`OVERFLOW`]), so that a storm of short-lived senders cannot grow supd.
+const SENDERS_CAP: usize = 4 * SENDERS_MAX;
+/// The pid under which the senders past [`SENDERS_CAP`] are bounded together.
+pub const OVERFLOW: i32 = -1;
 
 const FACILITIES: [&str; 24] = [
     "kern",
@@ -323,13 +328,26 @@ pub struct Limiter {
     senders: BTreeMap<i32, Bucket>,
     /// When drops were last told (at most once a second).
     told: Option<Mono>,
+    /// When the quiet senders were last forgotten (at most once a second).
+    swept: Option<Mono>,
 }
 
 impl Limiter {
     /// Whether a message of `pid` sent at `now` is kept (else it is counted).
     pub fn admit(&mut self, pid: i32, now: Mono) -> bool {
+        let mut pid = pid;
         if self.senders.len() >= SENDERS_MAX && !self.senders.contains_key(&pid) {
-            self.forget_quiet(now);
+            // At most once a second: a sweep looks at every sender.
+            if !self
+                .swept
+                .is_some_and(|t| now.since(t) < Duration::from_secs(1))
+            {
+                self.swept = Some(now);
+                self.forget_quiet(now);
+            }
+            if self.senders.len() >= SENDERS_CAP {
+                pid = OVERFLOW;
+            }
         }
         let b = self.senders.entry(pid).or_insert(Bucket {
             tokens: BURST * UNIT,

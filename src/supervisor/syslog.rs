@@ -92,6 +92,10 @@ impl Supervisor {
             }
         }
         for (pid, n) in self.syslog.limiter.to_tell(now) {
+            if pid == crate::syslog::OVERFLOW {
+                log::warn!("syslog: dropped {n} messages from too many senders at once");
+                continue;
+            }
             let service = self.syslog_sender(pid);
             let service = service.as_deref().unwrap_or("none");
             log::warn!("syslog: dropped {n} messages from pid {pid} (service {service})");

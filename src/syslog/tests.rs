@@ -164,4 +164,16 @@ fn quiet_senders_are_forgotten() {
     // A second later every bucket is full again: a new sender makes room.
     l.admit(5000, t0.plus(Duration::from_secs(1)));
     assert_eq!(l.senders(), 1);
+    // Senders that keep sending are kept, up to a cap; past it, new ones share a
+    // bucket: a storm of pids cannot grow supd.
+    let t1 = t0.plus(Duration::from_secs(2));
+    for pid in 1..=(SENDERS_CAP as i32 + 500) {
+        for _ in 0..=BURST {
+            l.admit(pid, t1);
+        }
+    }
+    assert_eq!(l.senders(), SENDERS_CAP + 1);
+    let told = l.to_tell(t1);
+    let shared = told.iter().find(|(p, _)| *p == OVERFLOW).map(|(_, n)| *n);
+    assert_eq!(shared, Some(500 * (BURST + 1) - BURST), "{told:?}");
 }
