@@ -338,9 +338,9 @@ impl Limiter {
         let mut pid = pid;
         if self.senders.len() >= SENDERS_MAX && !self.senders.contains_key(&pid) {
             // At most once a second: a sweep looks at every sender.
-            if !self
+            if self
                 .swept
-                .is_some_and(|t| now.since(t) < Duration::from_secs(1))
+                .is_none_or(|t| now.since(t) >= Duration::from_secs(1))
             {
                 self.swept = Some(now);
                 self.forget_quiet(now);
