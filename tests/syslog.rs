@@ -119,7 +119,7 @@ fn a_flood_is_bounded_and_counted_and_holds_nobody_back() {
     let asked = Instant::now();
     sb.status("flood");
     assert!(
-        asked.elapsed().as_secs_f64() < 1.0,
+        asked.elapsed().as_secs_f64() < 2.0,
         "status took {:?}",
         asked.elapsed()
     );
