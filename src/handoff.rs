@@ -77,6 +77,9 @@ pub struct Handoff {
     /// the new image holds the same services back until it is gone.
     #[serde(default)]
     pub leftovers: Option<crate::leftovers::Carried>,
+    /// The syslog listener (`[supd] syslog`): its fd and path (absent before it).
+    #[serde(default)]
+    pub syslog: Option<(RawFd, PathBuf)>,
 }
 
 /// One service's runtime.
@@ -200,6 +203,22 @@ mod tests {
         let back = serde_json::to_value(&h.services[0]).expect("writes");
         assert_eq!(back["notify"], json!(null), "no socket of its own: {back}");
         assert!(check_format(1).is_ok() && check_format(FORMAT).is_ok());
+    }
+
+    #[test]
+    fn the_syslog_socket_is_carried_and_a_handoff_without_it_reads() {
+        let v = json!({
+            "format": FORMAT, "from": "0.1.0", "config_path": "/etc/sup/sup.toml",
+            "listener_fd": 3, "lock_fd": 5, "started": 0, "config_errors": [],
+            "grants": [], "services": [],
+        });
+        let mut h: Handoff = serde_json::from_value(v).expect("reads without it");
+        assert_eq!(h.syslog, None);
+        h.syslog = Some((7, PathBuf::from("/dev/log")));
+        let back = serde_json::to_value(&h).expect("writes");
+        assert_eq!(back["syslog"], json!([7, "/dev/log"]));
+        let again: Handoff = serde_json::from_value(back).expect("reads it back");
+        assert_eq!(again.syslog, Some((7, PathBuf::from("/dev/log"))));
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub mod statedir;
 pub mod subtree;
 pub mod supervisor;
 pub mod sys;
+pub mod syslog;
 pub mod time;
 pub mod tool_state;
 pub mod tools;

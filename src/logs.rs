@@ -319,6 +319,12 @@ impl Output {
         lines
     }
 
+    /// Keeps lines that came another way than its pipes (a syslog message of the
+    /// service's, already stamped), as its own output's.
+    pub fn store_foreign(&mut self, lines: &[String]) {
+        self.store(lines);
+    }
+
     fn store(&mut self, lines: &[String]) {
         for l in lines {
             self.ring_bytes += l.len();

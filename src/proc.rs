@@ -53,6 +53,22 @@ pub fn stat(pid: i32) -> Option<Stat> {
     parse_stat(std::str::from_utf8(&buf[..n]).ok()?)
 }
 
+/// The text of `/proc/PID/cgroup` (a process's cgroup in each hierarchy), in one read;
+/// `None` when there is no such process.
+pub fn cgroup(pid: i32) -> Option<String> {
+    use std::io::Read;
+    let mut buf = [0u8; 4096];
+    let mut f = fs::File::open(format!("/proc/{pid}/cgroup")).ok()?;
+    let n = loop {
+        match f.read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    };
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
 /// The environment `pid` was started with (`/proc/PID/environ`), or `None` when it
 /// cannot be read. The file shows the process's memory at each read(2), and a process
 /// that execs between two reads ends the file early: read piecemeal (as `fs::read`

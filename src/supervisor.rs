@@ -23,6 +23,7 @@ mod notify;
 mod shutdown;
 mod starts;
 mod statedir;
+mod syslog;
 mod tools;
 mod waiters;
 
@@ -118,6 +119,8 @@ pub struct Supervisor {
     /// The one socket of a supd from before per-service sockets, handed over by its
     /// `reexec` (the services it started still send there).
     legacy_notify: crate::notify::Legacy,
+    /// The syslog listener (`[supd] syslog`) and its senders' rate bound.
+    syslog: crate::syslog::Syslog,
     signals: Signals,
     shutdown: Option<Shutdown>,
     /// Set when the loop must end, with supd's exit status.
@@ -198,6 +201,7 @@ impl Supervisor {
             scan_owed: None,
             pids: BTreeMap::new(),
             legacy_notify: crate::notify::Legacy::new(legacy_notify),
+            syslog: Default::default(),
             signals,
             shutdown: None,
             exit: None,
@@ -292,6 +296,7 @@ impl Supervisor {
             crate::pid1::end(action, &mut self.signals);
         }
         let _ = std::fs::remove_file(socket);
+        self.close_syslog();
         if let Some(c) = &self.cgroups {
             c.remove();
         }

@@ -283,6 +283,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
         sup.restore(h);
         sup.end_kept(sup::time::Mono::now());
     }
+    sup.open_syslog();
     tell_service_manager();
     let code = run_loop(&mut sup);
     sup.end(&socket);

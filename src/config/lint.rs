@@ -79,6 +79,7 @@ pub fn lint(cfg: &Config) -> Vec<Finding> {
     for svc in cfg.services.values() {
         lint.service(svc, &cfg.supd);
     }
+    lint.found.extend(syslog_dir(cfg));
     let mut seen = BTreeSet::new();
     let mut found: Vec<Finding> = (lint.found.into_iter())
         .filter(|f| seen.insert(f.to_string()))
@@ -151,6 +152,40 @@ fn places(files: &[PathBuf]) -> Places {
         }
     }
     out
+}
+
+/// `[supd] syslog`: the directory of its socket must exist (supd binds the socket there
+/// and makes no directory for it), said at the key in the main file.
+fn syslog_dir(cfg: &Config) -> Option<Finding> {
+    let dir = cfg.supd.syslog.as_deref()?.parent()?;
+    if dir.as_os_str().is_empty() || dir.is_dir() {
+        return None;
+    }
+    let file = cfg.files.first().cloned().unwrap_or_default();
+    let (line, column) = read::read_config_file(&file)
+        .ok()
+        .and_then(|text| {
+            let (doc, _) = DeTable::parse_recoverable(&text);
+            let DeValue::Table(supd) = doc.get_ref().get("supd")?.get_ref() else {
+                return None;
+            };
+            let (key, _) = supd.get_key_value("syslog")?;
+            Some(Lines::new(&text).line_col(&text, key.span().start))
+        })
+        .unwrap_or((0, 0));
+    Some(Finding {
+        error: ConfigError {
+            file,
+            line,
+            column,
+            key: "supd.syslog".into(),
+            message: format!(
+                "the directory {} does not exist (supd binds the socket there; it makes no directory)",
+                dir.display()
+            ),
+        },
+        warning: false,
+    })
 }
 
 /// A user as the lint needs it: its ids.

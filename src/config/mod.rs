@@ -104,6 +104,9 @@ pub struct SupdConfig {
     pub nice: Option<i32>,
     /// supd runs under the real-time round-robin policy (`sys::set_own_realtime`).
     pub realtime: bool,
+    /// The syslog listener's socket (`syslog.rs`), when supd has one.
+    #[serde(default)]
+    pub syslog: Option<PathBuf>,
 }
 
 impl Default for SupdConfig {
@@ -124,6 +127,7 @@ impl Default for SupdConfig {
             cgroups: true,
             nice: None,
             realtime: false,
+            syslog: None,
         }
     }
 }

@@ -20,6 +20,7 @@ const SUPD_KEYS: &[&str] = &[
     "nice",
     "realtime",
     "control_group",
+    "syslog",
 ];
 
 pub(super) fn read_supd(
@@ -96,6 +97,7 @@ pub(super) fn read_supd(
                 None => {}
             },
             "realtime" => set(&mut supd.realtime, ctx.boolean(v, full)),
+            "syslog" => supd.syslog = ctx.path(v, full),
             _ => ctx.unknown(key.span(), full, SUPD_KEYS),
         }
     }

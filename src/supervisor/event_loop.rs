@@ -30,6 +30,8 @@ enum Token {
     Services,
     /// supd's own stderr, while its messages wait for room in it.
     Stderr,
+    /// The syslog listener (`[supd] syslog`).
+    Syslog,
 }
 
 /// How long one turn handles ready service fds (exits, output, readiness) at most.
@@ -95,6 +97,10 @@ fn wait(sup: &Supervisor, timeout: PollTimeout) -> nix::Result<Vec<(Token, PollF
     }
     if let Some(fd) = sup.legacy_notify.fd() {
         tokens.push(Token::LegacyNotify);
+        fds.push(PollFd::new(fd, input));
+    }
+    if let Some(fd) = sup.syslog_fd() {
+        tokens.push(Token::Syslog);
         fds.push(PollFd::new(fd, input));
     }
     if let Some(w) = sup.state_watch.as_ref() {
@@ -168,6 +174,7 @@ fn dispatch(sup: &mut Supervisor, token: Token, flags: PollFlags, now: Mono) {
         Token::Reload => sup.on_reload_pipe(now),
         Token::Spawner => sup.on_spawner(now),
         Token::Stderr => crate::logging::flush_stderr(),
+        Token::Syslog => sup.on_syslog(now),
         Token::Client(id) => {
             if flags.contains(PollFlags::POLLOUT) {
                 sup.control.flush(id);

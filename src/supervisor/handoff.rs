@@ -76,6 +76,7 @@ impl Supervisor {
         });
         let leases = self.leases.handoff(&mut fds);
         let queued = self.control.handoff();
+        let syslog = self.carry_syslog(&mut fds);
         let h = Handoff {
             format: FORMAT,
             from: crate::VERSION.into(),
@@ -95,6 +96,7 @@ impl Supervisor {
             control_group: self.control.control_group().cloned(),
             queued,
             leftovers: self.cleanup.as_ref().map(|c| c.carry()),
+            syslog,
         };
         (h, fds)
     }
@@ -361,6 +363,7 @@ impl Supervisor {
             self.rearm_guards();
         }
         self.tools.adopt(h.tools);
+        self.adopt_syslog(h.syslog);
         self.arm_unguarded();
         self.check_draining(Mono::now());
         // What exited between the old image's last reap and now told nobody.

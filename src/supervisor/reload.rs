@@ -215,6 +215,7 @@ impl Supervisor {
         };
         crate::sys::set_own_nice(self.cfg.supd.nice);
         crate::sys::set_own_realtime(self.cfg.supd.realtime);
+        self.open_syslog();
         self.cfg.leases = delta.leases;
         self.cfg.files = delta.files;
         for name in &delta.removed {
