@@ -365,7 +365,8 @@ fn follow_says_when_supd_goes_away_and_comes_back() {
     let mut out = BufReader::new(child.stdout.take().expect("stdout"));
     let mut next = || {
         let mut l = String::new();
-        out.read_line(&mut l).expect("a line from supctl");
+        let n = out.read_line(&mut l).expect("a line from supctl");
+        assert!(n > 0, "supctl log -f ended");
         l
     };
     let mut seen = Vec::new();
