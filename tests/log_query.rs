@@ -279,14 +279,15 @@ fn since_leaves_out_older_lines() {
     );
 }
 
-/// `--grep RE` with `-n N`: the last N lines whose text (not stamp) matches; a bad RE
-/// is an error naming it with regerror's words.
+/// `--grep RE` with `-n N`: the last N lines whose text (not stamp) matches, and only
+/// such lines followed; a bad RE is an error naming it with regerror's words.
 #[test]
 fn grep_with_n_gives_the_last_matching_lines() {
     let mut sb = Sandbox::new();
-    sb.config(
-        "[service.g]\ncommand = [\"/bin/sh\", \"-c\", \"for i in 1 2 3; do echo match $i; echo skip $i; done; echo done; exec sleep 1000\"]\n",
-    );
+    let go = fifo(&sb, "go");
+    sb.config(&format!(
+        "[service.g]\ncommand = [\"/bin/sh\", \"-c\", \"for i in 1 2 3; do echo match $i; echo skip $i; done; echo done; read x < {go}; echo skip 4; echo match 4; exec sleep 1000\"]\n",
+    ));
     sb.start();
     let mut f = follower(&sb, &["g"]);
     let ring = sb.ok(json!({"cmd": "log", "services": ["g"]}));
@@ -300,6 +301,18 @@ fn grep_with_n_gives_the_last_matching_lines() {
     // The stamp is not matched.
     let none = ok(&sb.supctl(&["log", "g", "--grep", "^20[0-9][0-9]-"]));
     assert_eq!(none, "", "{none}");
+    // Followed with a pattern: the lines that match alone.
+    let mut grepped = sb.client();
+    let a = grepped.call(
+        json!({"cmd": "log", "services": ["g"], "lines": 0, "follow": true, "grep": "^match"}),
+    );
+    assert_eq!(a["ok"], true, "{a}");
+    std::fs::write(&go, "go\n").expect("release");
+    let e = grepped.read().expect("a followed line");
+    assert!(
+        e["line"].as_str().unwrap_or("").ends_with(" match 4"),
+        "{e}"
+    );
     let bad = sb.supctl(&["log", "g", "--grep", "(unclosed"]);
     assert_eq!(bad.status.code(), Some(1), "{bad:?}");
     let said = String::from_utf8_lossy(&bad.stderr);
