@@ -13,8 +13,8 @@ mod parked;
 mod socket;
 pub use parked::{QueuedState, WaitFor, Waiter};
 pub use socket::{
-    in_use, more, Access, Client, Server, SocketGroup, Tally, ACCEPT_RETRY, FD_RESERVE, IDLE,
-    MAX_CLIENTS, PER_UID, RESERVED_SLOTS, WRITE_MAX,
+    in_use, more, Access, Client, Follow, Server, SocketGroup, Tally, ACCEPT_RETRY, FD_RESERVE,
+    IDLE, MAX_CLIENTS, PER_UID, RESERVED_SLOTS, WRITE_MAX,
 };
 
 use crate::protocol::{Error, Request};
@@ -135,10 +135,9 @@ impl Control {
         self.server.watch(id);
     }
 
-    /// The client receives the output of `service` (`log -f`), its stderr alone if
-    /// `stderr`.
-    pub fn follow(&mut self, id: u64, service: &str, stderr: bool) {
-        self.server.follow(id, service, stderr);
+    /// The client receives the output that `follow` takes (`log -f`).
+    pub fn follow(&mut self, id: u64, follow: Follow) {
+        self.server.follow(id, follow);
     }
 
     /// An answer is owed to the client, given by someone other than a waiter (a reload,

@@ -225,6 +225,91 @@ pub fn text_of(line: &str) -> (&str, bool) {
     }
 }
 
+/// How a marker line's text begins: supd writes one at each start of a run and at
+/// each exit of its main process, into the ring, to followers and to the log file, as
+/// if the service had said it: `--- started: version 1.2.0, pid 1234`, `--- exited:
+/// code 3 after 2.1s (pid 1234)`. Output of the service never reads as one in `log
+/// --json` unless it begins with these very words.
+const MARKERS: [&str; 2] = ["--- started: ", "--- exited: "];
+
+/// Whether a stored line is a marker of a run's start or exit (not the service's own
+/// output): its text begins with one of [`MARKERS`] and it is not from stderr.
+pub fn is_marker(line: &str) -> bool {
+    let (text, err) = text_of(line);
+    !err && MARKERS.iter().any(|m| text.starts_with(m))
+}
+
+/// The text of the marker at a run's start.
+pub fn started_marker(version: Option<&str>, pid: i32) -> String {
+    match version {
+        Some(v) => format!("{}version {v}, pid {pid}", MARKERS[0]),
+        None => format!("{}pid {pid}", MARKERS[0]),
+    }
+}
+
+/// The text of the marker at the exit of a run's main process: `how` it ended ("code
+/// 3", "killed by signal TERM"), after how long it `ran`.
+pub fn exited_marker(how: &str, ran: std::time::Duration, pid: i32) -> String {
+    let ms = ran.as_millis();
+    let ran = match ms {
+        0..=999 => format!("{ms}ms"),
+        1000..=59_999 => format!("{}.{}s", ms / 1000, ms % 1000 / 100),
+        _ => time::Human(ran).to_string(),
+    };
+    format!("{}{how} after {ran} (pid {pid})", MARKERS[1])
+}
+
+/// The stamp of a stored line (`2024-05-01T10:00:00.000Z`).
+pub fn stamp_of(line: &str) -> &str {
+    line.split_once(' ').map_or(line, |(s, _)| s)
+}
+
+/// The last `n` lines of several services' kept lines, merged by their stamps: each
+/// source gives its service's name and its lines newest first (already filtered). The
+/// result is oldest first; lines of one service keep their order, and lines of equal
+/// stamps come in the order of the sources. Costs O(sources + n log sources).
+pub fn last_merged<'a>(
+    sources: Vec<(&'a str, Box<dyn Iterator<Item = &'a String> + 'a>)>,
+    n: usize,
+) -> Vec<(&'a str, &'a String)> {
+    use std::collections::BinaryHeap;
+    let mut iters: Vec<_> = sources.into_iter().collect();
+    let mut heap = BinaryHeap::new();
+    for (i, (_, it)) in iters.iter_mut().enumerate() {
+        if let Some(l) = it.next() {
+            heap.push((stamp_of(l), i, l));
+        }
+    }
+    let mut got = Vec::new();
+    while got.len() < n {
+        let Some((_, i, line)) = heap.pop() else {
+            break;
+        };
+        got.push((iters[i].0, line));
+        if let Some(l) = iters[i].1.next() {
+            heap.push((stamp_of(l), i, l));
+        }
+    }
+    got.reverse();
+    got
+}
+
+impl Output {
+    /// Stores a line that did not come from the pipes (a marker of a run's start or
+    /// exit): stamped now and kept in the ring; returned, as [`Output::read_available`]
+    /// returns its lines, for followers and the log file.
+    pub fn note(&mut self, text: &str) -> String {
+        let line = format!("{} {text}", time::utc_stamp(std::time::SystemTime::now()));
+        self.store(std::slice::from_ref(&line));
+        line
+    }
+
+    /// The lines kept in memory, oldest first.
+    pub fn kept(&self) -> impl DoubleEndedIterator<Item = &String> {
+        self.ring.iter()
+    }
+}
+
 impl Output {
     /// New pipes, stderr's apart when `stderr_apart`; the read ends are non-blocking.
     pub fn new(stderr_apart: bool) -> io::Result<Output> {
@@ -486,6 +571,55 @@ mod tests {
             f.file.is_none(),
             "closed, so the next append opens it again"
         );
+    }
+
+    #[test]
+    fn rings_merge_by_stamp_and_keep_the_last_n() {
+        let a: Vec<String> = ["2026-01-01T00:00:01.000Z a1", "2026-01-01T00:00:03.000Z a3"]
+            .map(String::from)
+            .to_vec();
+        let b: Vec<String> = [
+            "2026-01-01T00:00:02.000Z b2",
+            "2026-01-01T00:00:03.000Z b3",
+            "2026-01-01T00:00:04.000Z b4",
+        ]
+        .map(String::from)
+        .to_vec();
+        let run = |n: usize| -> Vec<String> {
+            let sources: Vec<(&str, Box<dyn Iterator<Item = &String>>)> = vec![
+                ("a", Box::new(a.iter().rev())),
+                ("b", Box::new(b.iter().rev())),
+            ];
+            last_merged(sources, n)
+                .into_iter()
+                .map(|(s, l)| format!("{s}:{}", text_of(l).0))
+                .collect()
+        };
+        // In time order; equal stamps in the order of the sources.
+        assert_eq!(run(10), ["a:a1", "b:b2", "a:a3", "b:b3", "b:b4"]);
+        assert_eq!(run(3), ["a:a3", "b:b3", "b:b4"]);
+        assert!(run(0).is_empty());
+    }
+
+    #[test]
+    fn markers_are_told_from_output() {
+        let mut out = Output::new(true).expect("pipes");
+        let started = out.note(&started_marker(Some("1.2.0"), 1234));
+        assert!(
+            started.ends_with(" --- started: version 1.2.0, pid 1234"),
+            "{started}"
+        );
+        assert!(is_marker(&started));
+        let ran = std::time::Duration::from_millis(2150);
+        let exited = exited_marker("code 3", ran, 1234);
+        assert_eq!(exited, "--- exited: code 3 after 2.1s (pid 1234)");
+        assert!(is_marker(&format!("2026-01-01T00:00:00.000Z {exited}")));
+        assert!(!is_marker("2026-01-01T00:00:00.000Z --- a yaml document"));
+        assert!(!is_marker(
+            "2026-01-01T00:00:00.000Z [stderr] --- started: x"
+        ));
+        assert_eq!(out.kept().count(), 1);
+        assert_eq!(stamp_of(&started).len(), 24);
     }
 
     #[test]

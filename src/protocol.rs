@@ -132,10 +132,22 @@ pub enum Command {
         service: String,
         signal: SignalArg,
     },
+    /// The old form names one `service` and is answered `{"service", "lines": [LINE]}`;
+    /// the new one names `services` (none: every service) and is answered `{"lines":
+    /// [{"service", "line", "marker"}], "skipped": [NAME]}`, merged by time.
     Log {
-        service: String,
+        #[serde(default)]
+        service: Option<String>,
+        #[serde(default)]
+        services: Option<Vec<String>>,
         #[serde(default)]
         lines: Option<usize>,
+        /// Only lines stamped at or after this instant (Unix milliseconds).
+        #[serde(default)]
+        since_ms: Option<u64>,
+        /// Only lines whose text matches this POSIX extended regular expression.
+        #[serde(default)]
+        grep: Option<String>,
         #[serde(default)]
         follow: bool,
         /// Only the lines of stderr kept apart (`log_stderr = "marked"`).
@@ -655,17 +667,35 @@ mod tests {
             (
                 r#"{"cmd":"log","service":"a","lines":5,"follow":true}"#,
                 Command::Log {
-                    service: "a".into(),
+                    service: Some("a".into()),
+                    services: None,
                     lines: Some(5),
+                    since_ms: None,
+                    grep: None,
                     follow: true,
+                    stderr: false,
+                },
+            ),
+            (
+                r#"{"cmd":"log","services":["a","b"],"since_ms":7,"grep":"x|y"}"#,
+                Command::Log {
+                    service: None,
+                    services: Some(vec!["a".into(), "b".into()]),
+                    lines: None,
+                    since_ms: Some(7),
+                    grep: Some("x|y".into()),
+                    follow: false,
                     stderr: false,
                 },
             ),
             (
                 r#"{"cmd":"log","service":"a","stderr":true}"#,
                 Command::Log {
-                    service: "a".into(),
+                    service: Some("a".into()),
+                    services: None,
                     lines: None,
+                    since_ms: None,
+                    grep: None,
                     follow: false,
                     stderr: true,
                 },

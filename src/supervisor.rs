@@ -19,6 +19,7 @@ mod health;
 mod held;
 mod indices;
 mod leases;
+mod log_lines;
 mod notify;
 mod shutdown;
 mod starts;

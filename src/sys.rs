@@ -2,7 +2,8 @@
 //! (`plan`), the child between fork and exec (`child`), its exec report (`report`), the
 //! dead-man guard (`guard`), fds (`fds`), supd's priority (`scheduling`), processes and
 //! pidfds (`processes`), POSIX ACLs and the access rule's edge (`acl`), the local time
-//! zone (`zone`); `raw` holds what they share (errno, C strings). The parts import one
+//! zone (`zone`), POSIX regular expressions (`regex`); `raw` holds what they share
+//! (errno, C strings). The parts import one
 //! another, never this root, which re-exports what callers use; of the crate, `sys`
 //! imports only `access` (a limit's type, `Rlimit`, is defined in `plan` and re-exported
 //! by `config`). What the kernel lacks is learned once by a
@@ -17,6 +18,7 @@ pub mod guard;
 pub mod plan;
 pub mod processes;
 mod raw;
+pub mod regex;
 pub mod report;
 pub mod scheduling;
 pub mod zone;
@@ -36,6 +38,7 @@ pub use processes::{
     pidfd_send_signal, reset_dispositions,
 };
 pub use raw::cstring;
+pub use regex::Regex;
 pub use report::{Exec, ExecFailure};
 pub use scheduling::{
     child_nice, child_nice_env, note_spawner_nice, sched_policy, set_own_nice, set_own_realtime,

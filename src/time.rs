@@ -362,6 +362,25 @@ pub fn clock_stamp(unix_ms: u64, offset_s: i64) -> String {
     )
 }
 
+/// "2026-12-01": the date of `unix_ms`, `offset_s` seconds east of UTC.
+pub fn date_stamp(unix_ms: u64, offset_s: i64) -> String {
+    let ms = (unix_ms as i64).saturating_add(offset_s.saturating_mul(1000));
+    let (y, m, d) = civil_from_days(ms.div_euclid(86_400_000));
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// (year, month, day) to days since 1970-01-01, proleptic Gregorian: the inverse of
+/// `civil_from_days` (H. Hinnant's method).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's method).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -386,6 +405,17 @@ mod stamp_tests {
         assert_eq!(utc_stamp(at(0)), "1970-01-01T00:00:00.000Z");
         assert_eq!(utc_stamp(at(951_782_400_123)), "2000-02-29T00:00:00.123Z");
         assert_eq!(utc_stamp(at(1_796_059_201_000)), "2026-11-30T17:20:01.000Z");
+    }
+
+    #[test]
+    fn dates_both_ways() {
+        assert_eq!(date_stamp(1_796_059_201_123, 0), "2026-11-30");
+        assert_eq!(date_stamp(1_796_000_400_005, -5 * 3600), "2026-11-29");
+        for (y, m, d) in [(1970, 1, 1), (2000, 2, 29), (2026, 12, 2), (1969, 12, 31)] {
+            let days = days_from_civil(y, m, d);
+            assert_eq!(civil_from_days(days), (y, m, d));
+        }
+        assert_eq!(days_from_civil(1970, 1, 2), 1);
     }
 
     #[test]

@@ -241,7 +241,7 @@ fn two_thousand_services_come_up_restart_after_a_kill_and_stop_on_shutdown() {
 
     // Their output is captured: the last link's line is in its log.
     files::wait_file(&sb.path(&format!("log/{}.log", chain(0))), |t| {
-        t.contains("started")
+        t.contains(" started\n")
     });
 
     // A sample SIGKILLed at once, by pid: each restarted with a new pid, the others kept.

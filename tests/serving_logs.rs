@@ -137,8 +137,18 @@ crash_loop = { restarts = 100000, window = "1s" }
     // The disk comes back: the writer writes what waited.
     let got = read_fifo_until(&fifo, |t| t.contains("hello from stuck\n"));
     assert!(got.ends_with(" hello from stuck\n"), "{got:?}");
-    let text = wait_file(&crash_log, |t| t.lines().count() >= restarts);
-    assert!(text.lines().all(|l| l.ends_with(" crashing")), "{text}");
+    // Each run's line between the markers of its start and exit.
+    let output = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| !l.contains(" --- started: ") && !l.contains(" --- exited: "))
+            .map(str::to_string)
+            .collect()
+    };
+    let text = wait_file(&crash_log, |t| output(t).len() >= restarts);
+    assert!(
+        output(&text).iter().all(|l| l.ends_with(" crashing")),
+        "{text}"
+    );
     let st = sb.ok(json!({"cmd": "status", "service": "crash"}))["services"][0].clone();
     assert_eq!(st["log_dropped"], 0, "{st}");
 }

@@ -30,6 +30,8 @@ macro_rules! outln {
 #[path = "supctl/versions.rs"]
 mod versions;
 use versions::print_versions;
+#[path = "supctl/log.rs"]
+mod log;
 #[path = "supctl/status.rs"]
 mod status;
 #[cfg(test)]
@@ -47,9 +49,13 @@ commands:
                               dependents first; says when SIGKILL was needed
   restart SERVICE...          stop, then start
   signal SERVICE SIG          send SIG to the service's process group
-  log SERVICE [-n N] [-f] [--stderr]
-                              last N lines of its output; -f follows;
-                              --stderr: only its stderr lines
+  log [SERVICE...] [-n N] [-f] [--since TIME] [--grep RE] [--stderr]
+                              last N lines of their output (none named: of
+                              every service), merged by time, in local time;
+                              -f follows; --since: a duration ago (10m), a
+                              local time (2026-12-02 10:00, 10:00:05), RFC 3339
+                              or @EPOCH; --grep: POSIX extended regex;
+                              --stderr: only stderr lines
   watch                       one line per event until interrupted (--json: JSON)
   show SERVICE                its effective settings, each with the file:line
                               that set it (overrides included) or 'default'
@@ -255,11 +261,7 @@ fn run() -> Result<(), Failure> {
         }
         "reexec" => return after_reexec(&opts.socket, asked, opts.json),
         "log" if request["follow"] == true => {
-            print_answer(cmd, &data, opts.json)?;
-            conn.wait_for_ever();
-            return stream(&mut conn, opts.json, |o, e| {
-                outln!(o, "{}", e["line"].as_str().unwrap_or(""))
-            });
+            return log::follow(conn, &opts.socket, &request, data, opts.json);
         }
         _ => {}
     }
@@ -326,26 +328,7 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
             [s, sig] => json!({"cmd": "signal", "service": s, "signal": sig}),
             _ => return Err(usage("signal takes SERVICE SIG")),
         },
-        "log" => {
-            let mut service = None;
-            let (mut lines, mut follow, mut stderr) = (10usize, false, false);
-            let mut it = rest.iter();
-            while let Some(a) = it.next() {
-                match a.as_str() {
-                    "-f" | "--follow" => follow = true,
-                    "--stderr" => stderr = true,
-                    "-n" => {
-                        lines = it
-                            .next()
-                            .and_then(|n| n.parse().ok())
-                            .ok_or_else(|| usage("-n needs a number"))?
-                    }
-                    s if service.is_none() && !s.starts_with('-') => service = Some(s.to_string()),
-                    other => return Err(usage(&format!("log: unexpected '{other}'"))),
-                }
-            }
-            json!({"cmd": "log", "service": service.ok_or_else(|| usage("log takes a SERVICE"))?, "lines": lines, "follow": follow, "stderr": stderr})
-        }
+        "log" => log::request(rest)?,
         "hello" | "watch" | "reload" | "shutdown" | "poweroff" | "reboot" | "halt" => {
             return Err(usage(&format!("{cmd} takes no arguments")))
         }
@@ -753,11 +736,7 @@ fn print_answer(cmd: &str, data: &Value, json: bool) -> Result<(), Failure> {
                 }
             }
         }
-        "log" => {
-            for l in data["lines"].as_array().into_iter().flatten() {
-                outln!(o, "{}", l.as_str().unwrap_or(""));
-            }
-        }
+        "log" => log::print(o, &mut err, data),
         "show" => {
             let files: Vec<&str> = (data["files"].as_array().into_iter().flatten())
                 .filter_map(Value::as_str)

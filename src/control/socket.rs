@@ -63,6 +63,32 @@ pub enum Access {
     None,
 }
 
+/// What a client follows (`log -f`): which services' lines, and which of them.
+#[derive(Debug)]
+pub struct Follow {
+    /// The services followed; `None`: every service, those a reload adds too.
+    pub services: Option<Vec<String>>,
+    /// Only the lines of stderr kept apart.
+    pub stderr: bool,
+    /// Only the lines whose text (not its stamp) matches.
+    pub grep: Option<crate::sys::Regex>,
+}
+
+impl Follow {
+    /// Whether the lines of `service` are followed.
+    pub fn follows(&self, service: &str) -> bool {
+        self.services
+            .as_ref()
+            .is_none_or(|s| s.iter().any(|n| n == service))
+    }
+
+    /// Whether a stored line of a followed service is sent.
+    pub fn takes(&self, line: &str) -> bool {
+        let (text, err) = crate::logs::text_of(line);
+        (!self.stderr || err) && self.grep.as_ref().is_none_or(|re| re.is_match(text))
+    }
+}
+
 /// One connection.
 pub struct Client {
     stream: UnixStream,
@@ -73,10 +99,8 @@ pub struct Client {
     pid: i32,
     /// Receives `watch` events.
     watching: bool,
-    /// Receives the output of this service (`log -f`).
-    following: Option<String>,
-    /// It follows only the lines of stderr kept apart.
-    following_stderr: bool,
+    /// Receives the output of these services (`log -f`).
+    following: Option<Follow>,
     /// An answer is owed (a `stop` waiting for the service to end): later requests wait.
     parked: bool,
     /// Close once the write buffer is flushed.
@@ -651,23 +675,28 @@ impl Server {
         }
     }
 
-    /// Sends output lines of `service` to its followers.
+    /// Sends output lines of `service` to its followers (marker lines marked).
     pub fn broadcast_log(&mut self, service: &str, lines: &[String]) {
-        for c in self
-            .clients
-            .values_mut()
-            .filter(|c| c.following.as_deref() == Some(service))
-        {
-            let only_err = c.following_stderr;
-            for l in lines
+        for c in self.clients.values_mut() {
+            let Some(f) = c.following.as_ref().filter(|f| f.follows(service)) else {
+                continue;
+            };
+            let events: Vec<Vec<u8>> = lines
                 .iter()
-                .filter(|l| !only_err || crate::logs::text_of(l).1)
-            {
-                c.send(&protocol::line(
-                    serde_json::json!({"event": "log", "service": service, "line": l}),
-                ));
+                .filter(|l| f.takes(l))
+                .map(|l| {
+                    let marker = crate::logs::is_marker(l);
+                    protocol::line(serde_json::json!(
+                        {"event": "log", "service": service, "line": l, "marker": marker}
+                    ))
+                })
+                .collect();
+            for e in &events {
+                c.send(e);
             }
-            c.flush();
+            if !events.is_empty() {
+                c.flush();
+            }
         }
     }
 
@@ -722,12 +751,10 @@ impl Server {
         }
     }
 
-    /// The client receives the output of `service` (`log -f`), its stderr alone if
-    /// `stderr`.
-    pub fn follow(&mut self, id: u64, service: &str, stderr: bool) {
+    /// The client receives the output that `follow` takes (`log -f`).
+    pub fn follow(&mut self, id: u64, follow: Follow) {
         if let Some(c) = self.clients.get_mut(&id) {
-            c.following = Some(service.to_string());
-            c.following_stderr = stderr;
+            c.following = Some(follow);
         }
     }
 
@@ -751,7 +778,6 @@ impl Client {
             pid,
             watching: false,
             following: None,
-            following_stderr: false,
             parked: false,
             closing: false,
             hung_up: false,

@@ -250,35 +250,35 @@ impl Supervisor {
             }
             Command::Log {
                 service,
+                services,
                 lines,
+                since_ms,
+                grep,
                 follow,
                 stderr,
             } => {
-                self.known(&service)?;
-                let slot = &self.slots[&service];
-                if slot.cfg.log == config::LogMode::Null {
-                    return Err(Error::new(
-                        ErrorKind::Failed,
-                        format!("the output of '{service}' is not captured (its log is \"null\")"),
-                    ));
-                }
-                if stderr && slot.cfg.log_stderr != config::LogStderr::Marked {
-                    return Err(Error::new(
-                        ErrorKind::Failed,
-                        format!(
-                            "the stderr of '{service}' is not kept apart (its log_stderr is \"merged\")"
-                        ),
-                    ));
-                }
-                let tail = slot
-                    .output
-                    .as_ref()
-                    .map(|o| o.tail(lines.unwrap_or(10), stderr))
-                    .unwrap_or_default();
-                if follow {
-                    self.control.follow(client, &service, stderr);
-                }
-                Ok(Outcome::Answer(json!({"service": service, "lines": tail})))
+                let old_form = service.is_some();
+                let asked: Vec<String> = service
+                    .into_iter()
+                    .chain(services.into_iter().flatten())
+                    .collect();
+                let named = !asked.is_empty();
+                let names = if named {
+                    self.named(None, asked)?.0
+                } else {
+                    self.slots.keys().cloned().collect()
+                };
+                let q = super::log_lines::LogQuery {
+                    names,
+                    named,
+                    old_form,
+                    lines: lines.unwrap_or(10),
+                    since_ms,
+                    grep,
+                    follow,
+                    stderr,
+                };
+                self.log_answer(client, q).map(Outcome::Answer)
             }
             Command::Watch {} => {
                 self.control.watch(client);

@@ -168,6 +168,7 @@ impl Supervisor {
                 slot.leader = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
                 self.pids.insert(pid, name.clone());
                 self.apply(&name, Event::Spawned(pid), now);
+                self.mark_started(&name, pid);
             }
             Err(why) => {
                 // Nothing runs: the child exits before its program could. It may have

@@ -207,6 +207,7 @@ impl Supervisor {
                 }
                 None => log::debug!("{name}: reaped {pid} ({exit}) of a service that is gone"),
             }
+            self.mark_exited(&name, pid, exit, now);
             if execd {
                 self.apply(&name, Event::Execd, now);
             }
