@@ -9,12 +9,14 @@
 //! stops go over in their order ([`Control::handoff`]); the clients' connections close
 //! with the exec, and the answers owed to them with them.
 
+mod follow;
 mod parked;
 mod socket;
+pub use follow::Follow;
 pub use parked::{QueuedState, WaitFor, Waiter};
 pub use socket::{
-    in_use, more, Access, Client, Follow, Server, SocketGroup, Tally, ACCEPT_RETRY, FD_RESERVE,
-    IDLE, MAX_CLIENTS, PER_UID, RESERVED_SLOTS, WRITE_MAX,
+    in_use, more, Access, Client, Server, SocketGroup, Tally, ACCEPT_RETRY, FD_RESERVE, IDLE,
+    MAX_CLIENTS, PER_UID, RESERVED_SLOTS, WRITE_MAX,
 };
 
 use crate::protocol::{Error, Request};

@@ -296,7 +296,7 @@ pub fn last_merged<'a>(
 
 impl Output {
     /// Stores a line that did not come from the pipes (a marker of a run's start or
-    /// exit): stamped now and kept in the ring; returned, as [`Output::read_available`]
+    /// exit, a syslog message of the service's): stamped now and kept in the ring; returned, as [`Output::read_available`]
     /// returns its lines, for followers and the log file.
     pub fn note(&mut self, text: &str) -> String {
         let line = format!("{} {text}", time::utc_stamp(std::time::SystemTime::now()));
@@ -402,12 +402,6 @@ impl Output {
         let lines = split(&mut pipe.partial, &buf[..n], &format!("{stamp} {mark}"));
         self.store(&lines);
         lines
-    }
-
-    /// Keeps lines that came another way than its pipes (a syslog message of the
-    /// service's, already stamped), as its own output's.
-    pub fn store_foreign(&mut self, lines: &[String]) {
-        self.store(lines);
     }
 
     fn store(&mut self, lines: &[String]) {

@@ -309,6 +309,7 @@ impl Command {
             | Command::Status { .. }
             | Command::Log { .. }
             | Command::Watch {}
+            | Command::Show { .. }
             | Command::Versions { .. }
             | Command::LeaseCandidacy { .. } => self.read_only(),
             Command::Shutdown {}
@@ -777,6 +778,7 @@ mod tests {
             (json!({"cmd": "status"}), true, true),
             (json!({"cmd": "log", "service": "a"}), true, true),
             (json!({"cmd": "watch"}), true, true),
+            (json!({"cmd": "show", "service": "a"}), true, true),
             (json!({"cmd": "versions", "tool": "t"}), true, true),
             (json!({"cmd": "lease-candidacy", "lease": "l"}), true, true),
             (json!({"cmd": "start", "service": "a"}), false, true),

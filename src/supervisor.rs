@@ -802,15 +802,25 @@ impl Supervisor {
             return;
         };
         let lines = out.read_available(name, &mut self.buf, err);
-        if lines.is_empty() {
-            return;
+        if !lines.is_empty() {
+            self.deliver(name, &lines, err);
         }
+    }
+
+    /// Sends stored lines of `name` (stamped, as its ring keeps them) where its log
+    /// goes: log_dir/NAME.log, or supd's stdout (`err`: stderr) without their stamps
+    /// with `log = "inherit"`; then to its followers. Lines the writer cannot take are
+    /// counted. Output, run markers and syslog messages all take this one way.
+    pub(crate) fn deliver(&mut self, name: &str, lines: &[String], err: bool) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
         let sent = match slot.cfg.log {
             LogMode::File => {
                 let path = self.cfg.supd.log_dir.join(format!("{name}.log"));
                 let (max, keep) = (slot.cfg.log_max_size, slot.cfg.log_keep);
                 let dest = Dest::file(path, max, keep, self.control.group());
-                self.log_writer.send(name, &dest, &lines, Mono::now())
+                self.log_writer.send(name, &dest, lines, Mono::now())
             }
             LogMode::Inherit => {
                 let texts: Vec<String> = lines
@@ -822,10 +832,10 @@ impl Supervisor {
             }
             LogMode::Null => true,
         };
-        if !sent {
+        if let (false, Some(out)) = (sent, slot.output.as_mut()) {
             out.dropped += lines.len() as u64;
         }
-        self.control.broadcast_log(name, &lines);
+        self.control.broadcast_log(name, lines);
     }
 
     /// Hands what supd logged since the last turn to the log writer, for `[supd]

@@ -78,6 +78,9 @@ fn services_interleave_in_time_order_with_names() {
     }
     std::fs::write(&gb, "go\n").expect("release b");
     until_line(&mut f, "b", " b1");
+    // Lines are ordered by their stamps, to the millisecond (lines of one millisecond
+    // keep no order between services: supctl(8)); a2 must be stamped after b1.
+    std::thread::sleep(std::time::Duration::from_millis(2));
     std::fs::write(&ga, "go\n").expect("release a");
     until_line(&mut f, "a", " a2");
     let merged = ok(&sb.supctl(&["log", "a", "b"]));

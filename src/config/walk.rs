@@ -226,7 +226,7 @@ impl<'a> FileCtx<'a> {
 }
 
 /// A table with at most this many keys lists them for an unknown key nothing is near.
-const MAX_LISTED: usize = 15;
+const MAX_LISTED: usize = 20;
 
 /// The known name nearest `name` by edit distance (case and `-` for `_` forgiven), when
 /// it is near enough to be a slip: at most 1 edit for a name of up to 4 characters, 2
@@ -359,7 +359,7 @@ mod tests {
         let mut ctx = FileCtx::new(Path::new("x.toml"), "k = 1\n", &mut errors);
         ctx.unknown(0..1, "service.a.comand", &["tool", "command"]);
         ctx.unknown(0..1, "service.a.health.bogus", &["tcp", "http"]);
-        let many: Vec<String> = (0..20).map(|i| format!("key{i:02}long")).collect();
+        let many: Vec<String> = (0..=MAX_LISTED).map(|i| format!("key{i:02}long")).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
         ctx.unknown(0..1, "service.a.zzz", &many);
         let said: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();

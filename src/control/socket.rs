@@ -22,6 +22,7 @@
 //!
 //! Which commands a client may use is decided once, at accept, from `SO_PEERCRED`.
 
+use super::follow::Follow;
 use crate::protocol::{self, Error, ErrorKind, Request, MAX_REQUEST};
 use crate::time::Mono;
 use nix::sys::socket::{getsockopt, sockopt};
@@ -61,32 +62,6 @@ pub enum Access {
     /// signal and reload of a service (`Command::operates`).
     Operate,
     None,
-}
-
-/// What a client follows (`log -f`): which services' lines, and which of them.
-#[derive(Debug)]
-pub struct Follow {
-    /// The services followed; `None`: every service, those a reload adds too.
-    pub services: Option<Vec<String>>,
-    /// Only the lines of stderr kept apart.
-    pub stderr: bool,
-    /// Only the lines whose text (not its stamp) matches.
-    pub grep: Option<crate::sys::Regex>,
-}
-
-impl Follow {
-    /// Whether the lines of `service` are followed.
-    pub fn follows(&self, service: &str) -> bool {
-        self.services
-            .as_ref()
-            .is_none_or(|s| s.iter().any(|n| n == service))
-    }
-
-    /// Whether a stored line of a followed service is sent.
-    pub fn takes(&self, line: &str) -> bool {
-        let (text, err) = crate::logs::text_of(line);
-        (!self.stderr || err) && self.grep.as_ref().is_none_or(|re| re.is_match(text))
-    }
 }
 
 /// One connection.

@@ -6,7 +6,6 @@
 use super::Supervisor;
 use crate::config::{LogMode, LogStderr};
 use crate::control::Follow;
-use crate::log_writer::Dest;
 use crate::logs::{self, Output};
 use crate::protocol::{Error, ErrorKind};
 use crate::service::{signal_label, Exit};
@@ -122,32 +121,11 @@ impl Supervisor {
     /// Writes a marker line into `name`'s output: its ring, its followers and its log
     /// (a file, or supd's stdout with `log = "inherit"`), as a line it said would go.
     fn mark(&mut self, name: &str, text: &str) {
-        let Some(slot) = self.slots.get_mut(name) else {
-            return;
-        };
-        let Some(out) = slot.output.as_mut() else {
+        let Some(out) = self.slots.get_mut(name).and_then(|s| s.output.as_mut()) else {
             return;
         };
         let lines = [out.note(text)];
-        let now = Mono::now();
-        let sent = match slot.cfg.log {
-            LogMode::File => {
-                let path = self.cfg.supd.log_dir.join(format!("{name}.log"));
-                let (max, keep) = (slot.cfg.log_max_size, slot.cfg.log_keep);
-                let dest = Dest::file(path, max, keep, self.control.group());
-                self.log_writer.send(name, &dest, &lines, now)
-            }
-            LogMode::Inherit => {
-                let texts = [text.to_string()];
-                self.log_writer
-                    .send(name, &Dest::console(false), &texts, now)
-            }
-            LogMode::Null => true,
-        };
-        if !sent {
-            out.dropped += 1;
-        }
-        self.control.broadcast_log(name, &lines);
+        self.deliver(name, &lines, false);
     }
 
     /// The marker of a run's start: its version (a versioned service) and pid.

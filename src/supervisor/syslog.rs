@@ -4,8 +4,6 @@
 //! followers, the log writer), or in supd's own log for an outsider.
 
 use super::Supervisor;
-use crate::config::LogMode;
-use crate::log_writer::Dest;
 use crate::syslog::listener::Listener;
 use crate::time::Mono;
 use std::os::fd::{BorrowedFd, RawFd};
@@ -83,7 +81,7 @@ impl Supervisor {
             }
             let msg = crate::syslog::parse(&data);
             match self.syslog_sender(pid) {
-                Some(name) => self.syslog_line(&name, msg.line(), now),
+                Some(name) => self.syslog_line(&name, msg.line()),
                 None => log::info!(
                     "syslog from pid {pid} (no service's): [{}] {}",
                     msg.priority(),
@@ -119,32 +117,11 @@ impl Supervisor {
 
     /// One syslog line of `name`'s, stamped now, where its captured output goes: its
     /// ring (`log`), its followers (`log -f`) and the log writer.
-    fn syslog_line(&mut self, name: &str, text: String, now: Mono) {
-        let stamp = crate::time::utc_stamp(std::time::SystemTime::now());
-        let lines = vec![format!("{stamp} {text}")];
-        let Some(slot) = self.slots.get_mut(name) else {
+    fn syslog_line(&mut self, name: &str, text: String) {
+        let Some(out) = self.slots.get_mut(name).and_then(|s| s.output.as_mut()) else {
             return;
         };
-        let sent = match slot.cfg.log {
-            LogMode::File => {
-                let path = self.cfg.supd.log_dir.join(format!("{name}.log"));
-                let (max, keep) = (slot.cfg.log_max_size, slot.cfg.log_keep);
-                let dest = Dest::file(path, max, keep, self.control.group());
-                self.log_writer.send(name, &dest, &lines, now)
-            }
-            LogMode::Inherit => {
-                let texts = vec![text];
-                self.log_writer
-                    .send(name, &Dest::console(false), &texts, now)
-            }
-            LogMode::Null => true,
-        };
-        if let Some(out) = slot.output.as_mut() {
-            out.store_foreign(&lines);
-            if !sent {
-                out.dropped += 1;
-            }
-        }
-        self.control.broadcast_log(name, &lines);
+        let lines = [out.note(&text)];
+        self.deliver(name, &lines, false);
     }
 }
