@@ -110,25 +110,9 @@ impl NotifySocket {
         let mut out = Vec::new();
         let mut buf = [0u8; 4096];
         for _ in 0..256 {
-            let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
-            let mut iov = [IoSliceMut::new(&mut buf)];
-            let Ok(msg) = recvmsg::<()>(
-                self.fd.as_raw_fd(),
-                &mut iov,
-                Some(&mut cmsg),
-                MsgFlags::MSG_DONTWAIT,
-            ) else {
+            let Some((pid, len)) = recv_credited(self.fd.as_fd(), &mut buf) else {
                 break;
             };
-            let mut pid = 0;
-            if let Ok(cmsgs) = msg.cmsgs() {
-                for c in cmsgs {
-                    if let ControlMessageOwned::ScmCredentials(cred) = c {
-                        pid = cred.pid();
-                    }
-                }
-            }
-            let len = msg.bytes;
             out.push(Message {
                 pid,
                 fields: parse(&buf[..len]),
@@ -390,6 +374,30 @@ pub fn place(pid: i32, leader: i32, stat: impl Fn(i32) -> Option<Stat>) -> Sende
         }
     }
     Sender::Outside
+}
+
+/// One datagram waiting on `fd` (never waits): its sender's pid from SCM_CREDENTIALS
+/// (0 when the kernel did not say) and its length in `buf`. `None` when nothing is
+/// there, or on an error. The notify sockets and the syslog listener read this way.
+pub(crate) fn recv_credited(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<(i32, usize)> {
+    let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        fd.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_DONTWAIT,
+    )
+    .ok()?;
+    let mut pid = 0;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmCredentials(cred) = c {
+                pid = cred.pid();
+            }
+        }
+    }
+    Some((pid, msg.bytes))
 }
 
 #[cfg(test)]

@@ -5,10 +5,8 @@
 //! moves it, supd's exit).
 
 use nix::sys::socket::{
-    bind, recvmsg, setsockopt, socket, sockopt, AddressFamily, ControlMessageOwned, MsgFlags,
-    SockFlag, SockType, UnixAddr,
+    bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, UnixAddr,
 };
-use std::io::IoSliceMut;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -93,25 +91,10 @@ impl Listener {
         let mut out = Vec::new();
         let mut buf = vec![0u8; DATAGRAM_MAX];
         for _ in 0..PER_WAKE {
-            let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
-            let mut iov = [IoSliceMut::new(&mut buf)];
-            let Ok(msg) = recvmsg::<()>(
-                self.fd.as_raw_fd(),
-                &mut iov,
-                Some(&mut cmsg),
-                MsgFlags::MSG_DONTWAIT,
-            ) else {
+            let Some((pid, len)) = crate::notify::recv_credited(self.fd.as_fd(), &mut buf) else {
                 break;
             };
-            let mut pid = 0;
-            if let Ok(cmsgs) = msg.cmsgs() {
-                for c in cmsgs {
-                    if let ControlMessageOwned::ScmCredentials(cred) = c {
-                        pid = cred.pid();
-                    }
-                }
-            }
-            let len = msg.bytes.min(DATAGRAM_MAX);
+            let len = len.min(DATAGRAM_MAX);
             out.push((pid, buf[..len].to_vec()));
         }
         out
