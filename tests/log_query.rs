@@ -9,7 +9,7 @@ use common::*;
 use serde_json::json;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// A FIFO in the sandbox that a service's script reads a line from to go on.
 fn fifo(sb: &Sandbox, name: &str) -> String {
@@ -77,10 +77,16 @@ fn services_interleave_in_time_order_with_names() {
         until_line(&mut f, "a", " a1");
     }
     std::fs::write(&gb, "go\n").expect("release b");
-    until_line(&mut f, "b", " b1");
+    let b1 = until_line(&mut f, "b", " b1");
     // Lines are ordered by their stamps, to the millisecond (lines of one millisecond
-    // keep no order between services: supctl(8)); a2 must be stamped after b1.
-    std::thread::sleep(std::time::Duration::from_millis(2));
+    // keep no order between services: supctl(8)); a2 must be stamped after b1, so a is
+    // released once the clock has left b1's millisecond.
+    let b1_stamp = b1.split(' ').next().unwrap_or("").to_string();
+    let end = Instant::now() + Duration::from_secs(5);
+    while sup::time::utc_stamp(SystemTime::now()) <= b1_stamp {
+        assert!(Instant::now() < end, "the clock stays at {b1_stamp}");
+        std::hint::spin_loop();
+    }
     std::fs::write(&ga, "go\n").expect("release a");
     until_line(&mut f, "a", " a2");
     let merged = ok(&sb.supctl(&["log", "a", "b"]));
