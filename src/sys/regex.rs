@@ -67,6 +67,7 @@ impl std::fmt::Debug for Regex {
 
 #[cfg(test)]
 mod tests {
+    // Test code: an `expect` here fails a test, never supd.
     use super::*;
 
     #[test]

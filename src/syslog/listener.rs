@@ -125,6 +125,7 @@ fn holder(path: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
+    // Test code: an `expect` here fails a test, never supd.
     use super::*;
 
     fn scratch(name: &str) -> PathBuf {

@@ -1,3 +1,6 @@
+//! Overrides' unit tests.
+// Test code: an `expect` here fails a test, never supd.
+
 use super::super::lastgood;
 use super::super::{load, show, Config, ConfigError};
 use std::path::{Path, PathBuf};
