@@ -466,8 +466,15 @@ pub struct ServiceStatus {
     /// Time left until the service's next timer (restart, kill, ready timeout, cooldown).
     #[serde(default)]
     pub next_ms: Option<u64>,
+    /// Runs killed by the kernel for want of memory (under `memory_max`) since supd
+    /// started.
+    #[serde(default)]
+    pub oom_kills: u32,
     pub pid: Option<i32>,
     pub reason: Option<String>,
+    /// What its cgroup uses now, where cgroups exist and a run is there.
+    #[serde(default)]
+    pub resources: Option<Resources>,
     pub restarts: u32,
     /// Automatic restarts since supd started (`restarts` counts those of the current
     /// run of the current version).
@@ -489,6 +496,24 @@ pub struct ServiceStatus {
     /// "up" or "down": what the operator asked for.
     #[serde(default)]
     pub want: String,
+}
+
+/// What a service's cgroup uses, in `status` (fields in the order of their names; base
+/// units). A field is `None` where no hierarchy has its controller.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    /// CPU time of its processes, in microseconds (cpu.stat's usage_usec, or cpuacct.usage).
+    #[serde(default)]
+    pub cpu_usec: Option<u64>,
+    /// Memory charged to it now, in bytes (memory.current, or memory.usage_in_bytes).
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    /// The most it was charged, in bytes (memory.peak, or memory.max_usage_in_bytes).
+    #[serde(default)]
+    pub memory_peak_bytes: Option<u64>,
+    /// Its processes and threads (pids.current).
+    #[serde(default)]
+    pub tasks: Option<u64>,
 }
 
 /// A failed health check or watchdog, in `status` (fields in the order of their names).
@@ -550,8 +575,15 @@ mod tests {
             log_dropped: 4,
             name: "web@1".into(),
             next_ms: Some(250),
+            oom_kills: 2,
             pid: Some(42),
             reason: Some("why".into()),
+            resources: Some(Resources {
+                cpu_usec: Some(1500),
+                memory_bytes: Some(4096),
+                memory_peak_bytes: None,
+                tasks: Some(3),
+            }),
             restarts: 5,
             restarts_total: 7,
             state: "running".into(),
@@ -569,6 +601,7 @@ mod tests {
             held_by: None,
             last_exit: Some(LastExit::Code(1)),
             pid: None,
+            resources: None,
             ..st.clone()
         };
         let id = json!({"n": 1});

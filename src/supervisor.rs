@@ -911,6 +911,9 @@ impl Supervisor {
                 }
             }),
             unhealthy_since_ms: slot.health.unhealthy_since_ms(),
+            // (Issue 28: filled from the service's cgroup and its runs' exits.)
+            oom_kills: 0,
+            resources: None,
         }
     }
 }
