@@ -529,6 +529,18 @@ impl super::Cgroups {
     }
 }
 
+/// What `status`, the log and `watch` say of an OOM kill under `l`.
+pub fn oom_reason(l: &ResourceLimits) -> String {
+    use crate::config::resources::bytes;
+    match (l.memory_max, l.memory_high) {
+        (Some(max), _) => format!("killed by the kernel: out of memory (memory_max {})", bytes(max)),
+        (None, Some(high)) => {
+            format!("killed by the kernel: out of memory (memory_high {})", bytes(high))
+        }
+        (None, None) => "killed by the kernel: out of memory".to_string(),
+    }
+}
+
 /// The number after `key` in a `key value` lines text (cpu.stat, memory.events).
 fn keyed(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
