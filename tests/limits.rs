@@ -76,7 +76,11 @@ fn status_when(sb: &Sandbox, name: &str, pred: impl Fn(&Value) -> bool) -> Value
         if pred(&s) {
             return s;
         }
-        assert!(Instant::now() < end, "{name} never got there: {s}\n{}", sb.supd_log());
+        assert!(
+            Instant::now() < end,
+            "{name} never got there: {s}\n{}",
+            sb.supd_log()
+        );
         let _ = w.next_within(Duration::from_millis(200));
     }
 }
@@ -134,7 +138,9 @@ fn a_fork_bomb_stops_at_pids_max() {
         "[service.bomb]\ncommand = [\"/bin/sh\", \"{bomb}\"]\nrestart = \"never\"\npids_max = 8\n"
     ));
     sb.start();
-    let st = status_when(&sb, "bomb", |s| s["state"] == "failed" || s["state"] == "exited");
+    let st = status_when(&sb, "bomb", |s| {
+        s["state"] == "failed" || s["state"] == "exited"
+    });
     let started: u32 = fs::read_to_string(&count)
         .expect("count")
         .trim()
@@ -148,7 +154,9 @@ fn a_fork_bomb_stops_at_pids_max() {
         "{st}\n{log}"
     );
     // The host is fine: this test forks at will.
-    let out = std::process::Command::new("/bin/true").status().expect("fork");
+    let out = std::process::Command::new("/bin/true")
+        .status()
+        .expect("fork");
     assert!(out.success());
 }
 
@@ -185,29 +193,46 @@ fn reload_changes_memory_max_without_a_restart() {
     }
     let mut sb = Sandbox::new();
     let svc = |limit: &str| {
-        format!(
-            "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nmemory_max = \"{limit}\"\n"
-        )
+        format!("[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nmemory_max = \"{limit}\"\n")
     };
     sb.config(&svc("64MiB"));
     sb.start();
     let st = sb.wait_state("web", "running");
     let pid = st["pid"].as_i64().expect("pid") as i32;
-    let v1 = have_for_check(true).place(Controller::Memory)
-        != Some(sup::cgroup::limits::Place::V2);
-    let file = if v1 { "memory.limit_in_bytes" } else { "memory.max" };
+    let v1 = have_for_check(true).place(Controller::Memory) != Some(sup::cgroup::limits::Place::V2);
+    let file = if v1 {
+        "memory.limit_in_bytes"
+    } else {
+        "memory.max"
+    };
     let path = cgroup_file(pid, Controller::Memory, file);
-    let read = || fs::read_to_string(&path).expect("the limit").trim().to_string();
+    let read = || {
+        fs::read_to_string(&path)
+            .expect("the limit")
+            .trim()
+            .to_string()
+    };
     assert_eq!(read(), (64u64 << 20).to_string(), "{}", path.display());
-    let mem = st["resources"]["memory_bytes"].as_u64().expect("memory_bytes");
+    let mem = st["resources"]["memory_bytes"]
+        .as_u64()
+        .expect("memory_bytes");
     assert!(mem > 0 && mem < 64 << 20, "{st}");
     sb.config(&svc("128MiB"));
     let r = sb.ok(json!({"cmd": "reload"}));
     assert_eq!(r["limits"], json!(["web"]), "{r}");
     assert_eq!(r["changed"], json!([]), "{r}");
     assert_eq!(read(), (128u64 << 20).to_string());
+    let long = sb.supctl(&["status", "-l", "web"]);
+    let table = String::from_utf8_lossy(&long.stdout);
+    assert!(
+        table.contains("MEMORY") && table.contains("(peak "),
+        "{table}"
+    );
     let after = sb.status("web");
-    assert_eq!((after["pid"].clone(), after["state"].clone()), (json!(pid), json!("running")));
+    assert_eq!(
+        (after["pid"].clone(), after["state"].clone()),
+        (json!(pid), json!("running"))
+    );
 }
 
 #[test]

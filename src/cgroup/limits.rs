@@ -146,7 +146,10 @@ pub fn writes(new: &ResourceLimits, old: &ResourceLimits, have: &Have) -> Vec<Wr
     if let Some(v) = change(new.memory_max, old.memory_max) {
         put(Controller::Memory, &|p| match p {
             Place::V2 => one("memory.max", v.map_or("max".into(), |b| b.to_string())),
-            Place::V1(_) => one("memory.limit_in_bytes", v.map_or("-1".into(), |b| b.to_string())),
+            Place::V1(_) => one(
+                "memory.limit_in_bytes",
+                v.map_or("-1".into(), |b| b.to_string()),
+            ),
         });
     }
     if let Some(v) = change(new.memory_high, old.memory_high) {
@@ -257,9 +260,9 @@ pub fn v1_own_dirs(mountinfo: &str, proc_cgroup: &str) -> BTreeMap<String, PathB
     let mut out = BTreeMap::new();
     for name in V1_HIERARCHIES {
         let has = |opts: &str| opts.split(',').any(|o| o == name);
-        let Some((root, mount)) = super::find_mount(mountinfo, |fstype, opts| {
-            fstype == "cgroup" && has(opts)
-        }) else {
+        let Some((root, mount)) =
+            super::find_mount(mountinfo, |fstype, opts| fstype == "cgroup" && has(opts))
+        else {
             continue;
         };
         let own = proc_cgroup.lines().find_map(|l| {
@@ -409,7 +412,11 @@ impl super::Cgroups {
                 continue;
             };
             if let Err(e) = fs::write(&path, &w.value) {
-                problems.push(format!("cannot write {} to {}: {e}", w.value, path.display()));
+                problems.push(format!(
+                    "cannot write {} to {}: {e}",
+                    w.value,
+                    path.display()
+                ));
             }
         }
         problems
@@ -492,14 +499,15 @@ impl super::Cgroups {
     pub fn oom_kills(&self, service: &str) -> Option<u64> {
         let read = |p: PathBuf| fs::read_to_string(p).ok();
         match self.have.place(Controller::Memory)? {
-            Place::V2 => {
-                read(self.service_dir(service).join("memory.events")).and_then(|t| keyed(&t, "oom_kill"))
-            }
+            Place::V2 => read(self.service_dir(service).join("memory.events"))
+                .and_then(|t| keyed(&t, "oom_kill")),
             Place::V1(h) => {
                 let dir = self.v1_dir(h, service)?;
                 read(dir.join("memory.oom_control"))
                     .and_then(|t| keyed(&t, "oom_kill"))
-                    .or_else(|| read(dir.join("memory.failcnt")).and_then(|t| t.trim().parse().ok()))
+                    .or_else(|| {
+                        read(dir.join("memory.failcnt")).and_then(|t| t.trim().parse().ok())
+                    })
             }
         }
     }
@@ -533,9 +541,15 @@ impl super::Cgroups {
 pub fn oom_reason(l: &ResourceLimits) -> String {
     use crate::config::resources::bytes;
     match (l.memory_max, l.memory_high) {
-        (Some(max), _) => format!("killed by the kernel: out of memory (memory_max {})", bytes(max)),
+        (Some(max), _) => format!(
+            "killed by the kernel: out of memory (memory_max {})",
+            bytes(max)
+        ),
         (None, Some(high)) => {
-            format!("killed by the kernel: out of memory (memory_high {})", bytes(high))
+            format!(
+                "killed by the kernel: out of memory (memory_high {})",
+                bytes(high)
+            )
         }
         (None, None) => "killed by the kernel: out of memory".to_string(),
     }

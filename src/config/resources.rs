@@ -84,7 +84,9 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     if digits == 0 {
         return Err(expected());
     }
-    let n: u64 = t[..digits].parse().map_err(|_| format!("'{s}' is too large"))?;
+    let n: u64 = t[..digits]
+        .parse()
+        .map_err(|_| format!("'{s}' is too large"))?;
     let shift = match t[digits..].trim() {
         "" | "B" => 0,
         "K" | "KiB" => 10,
@@ -132,7 +134,11 @@ pub(super) fn read(ctx: &mut FileCtx, key: &str, v: &Value, f: &str, limits: &mu
                 match ctx.integer(v, f) {
                     Some(n) if n > 0 => Some(n as u64),
                     Some(_) => {
-                        ctx.err(v.span(), f, "a memory limit is more than 0 bytes, such as \"512MiB\"");
+                        ctx.err(
+                            v.span(),
+                            f,
+                            "a memory limit is more than 0 bytes, such as \"512MiB\"",
+                        );
                         None
                     }
                     None => None,
@@ -195,10 +201,20 @@ mod tests {
         assert_eq!(parse_bytes("2T"), Ok(2 << 40));
         assert_eq!(parse_bytes("3KiB"), Ok(3 << 10));
         assert_eq!(parse_bytes("4096"), Ok(4096));
-        for bad in ["", "MiB", "12MB", "1.5G", "-1", "0", "99999999999999999999T"] {
+        for bad in [
+            "",
+            "MiB",
+            "12MB",
+            "1.5G",
+            "-1",
+            "0",
+            "99999999999999999999T",
+        ] {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }
-        assert!(parse_bytes("12MB").unwrap_err().contains("KiB, MiB, GiB, TiB"));
+        assert!(parse_bytes("12MB")
+            .unwrap_err()
+            .contains("KiB, MiB, GiB, TiB"));
     }
 
     #[test]

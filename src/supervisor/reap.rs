@@ -313,11 +313,12 @@ impl Supervisor {
             let Some(slot) = self.slots.get_mut(&name) else {
                 continue;
             };
-            let (exit, others, oom) = slot.instance.take().map_or((None, Some(0), None), |mut i| {
-                i.disarm();
-                let oom = i.out_of_memory.take();
-                (i.exit, (!i.left_uncounted).then_some(i.left_at_exit), oom)
-            });
+            let (exit, others, oom) =
+                slot.instance.take().map_or((None, Some(0), None), |mut i| {
+                    i.disarm();
+                    let oom = i.out_of_memory.take();
+                    (i.exit, (!i.left_uncounted).then_some(i.left_at_exit), oom)
+                });
             if let Err(e) = pid_file_of(slot, &state_dir).and_then(|f| {
                 f.set(None)
                     .map_err(|e| format!("cannot clear its pid record: {e}"))
@@ -338,12 +339,13 @@ impl Supervisor {
                 (None, Some(_)) if oom.is_some() => {
                     let why = oom.unwrap_or_default();
                     log::warn!("{name}: {why}");
-                    self.control.broadcast(&crate::protocol::line(serde_json::json!({
-                        "event": "oom",
-                        "service": name,
-                        "reason": why,
-                        "time": crate::supervisor::unix_ms(),
-                    })));
+                    self.control
+                        .broadcast(&crate::protocol::line(serde_json::json!({
+                            "event": "oom",
+                            "service": name,
+                            "reason": why,
+                            "time": crate::supervisor::unix_ms(),
+                        })));
                     self.apply(&name, Event::OutOfMemory(why), now)
                 }
                 (None, Some(exit)) if others != Some(0) => {

@@ -658,7 +658,11 @@ fn move_into(dir: RawFd) {
     // SAFETY: opens a file under a directory fd this child owns by a static C string,
     // writes one byte from a static into it and closes it.
     unsafe {
-        let procs = libc::openat(dir, c"cgroup.procs".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        let procs = libc::openat(
+            dir,
+            c"cgroup.procs".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
         if procs < 0 {
             return;
         }

@@ -514,7 +514,11 @@ impl ChildPlan {
     pub(super) fn sources(&self) -> Vec<RawFd> {
         let stdio = self.stdio.iter().flatten().map(|f| f.as_raw_fd());
         let ready = self.ready.iter().map(|(f, _)| f.as_raw_fd());
-        let join = self.join.iter().chain(&self.also_join).map(|f| f.as_raw_fd());
+        let join = self
+            .join
+            .iter()
+            .chain(&self.also_join)
+            .map(|f| f.as_raw_fd());
         stdio.chain(ready).chain(join).collect()
     }
 }
@@ -614,7 +618,11 @@ mod tests {
         let plan = ChildPlan::new(spec).expect("plan");
         let (go, report) = nix::unistd::pipe().expect("pipe");
         let (msg, fds) = plan_message(&plan, go.as_raw_fd(), report.as_raw_fd());
-        assert_eq!(fds.len(), 7, "stdin, stdout, ready, join, also_join, go, report");
+        assert_eq!(
+            fds.len(),
+            7,
+            "stdin, stdout, ready, join, also_join, go, report"
+        );
         let dups: Vec<OwnedFd> = fds
             .iter()
             .map(|fd| nix::unistd::dup(unsafe_borrow(*fd)).expect("dup"))

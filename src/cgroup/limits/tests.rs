@@ -56,7 +56,11 @@ fn a_hybrid_host_takes_them_from_the_v1_hierarchies() {
         files(&w),
         vec![
             (Place::V1("memory"), "memory.limit_in_bytes", "67108864"),
-            (Place::V1("memory"), "memory.soft_limit_in_bytes", "50331648"),
+            (
+                Place::V1("memory"),
+                "memory.soft_limit_in_bytes",
+                "50331648"
+            ),
             (Place::V1("cpu"), "cpu.shares", "2048"),
             (Place::V1("cpu"), "cpu.cfs_period_us", "100000"),
             (Place::V1("cpu"), "cpu.cfs_quota_us", "20000"),
@@ -126,7 +130,8 @@ fn a_limit_without_its_controller_anywhere_is_refused_with_the_reason() {
     let keys: Vec<&str> = r.iter().map(|(k, _)| *k).collect();
     assert_eq!(keys, vec!["memory_max", "memory_high", "io_weight"]);
     assert!(
-        r[0].1.starts_with("no cgroup hierarchy here has the memory controller"),
+        r[0].1
+            .starts_with("no cgroup hierarchy here has the memory controller"),
         "{}",
         r[0].1
     );
@@ -149,7 +154,8 @@ fn finds_supds_own_cgroup_in_each_v1_hierarchy() {
                 39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n\
                 40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd\n\
                 41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
-    let own = "8:pids:/\n4:memory:/process_api/c1\n2:cpu,cpuacct:/user.slice\n1:name=systemd:/\n0::/\n";
+    let own =
+        "8:pids:/\n4:memory:/process_api/c1\n2:cpu,cpuacct:/user.slice\n1:name=systemd:/\n0::/\n";
     let dirs = v1_own_dirs(info, own);
     assert_eq!(
         dirs.get("memory"),
@@ -160,7 +166,10 @@ fn finds_supds_own_cgroup_in_each_v1_hierarchy() {
         Some(&PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/user.slice"))
     );
     assert_eq!(dirs.get("cpu"), dirs.get("cpuacct"));
-    assert_eq!(dirs.get("pids"), Some(&PathBuf::from("/sys/fs/cgroup/pids")));
+    assert_eq!(
+        dirs.get("pids"),
+        Some(&PathBuf::from("/sys/fs/cgroup/pids"))
+    );
     assert_eq!(dirs.get("blkio"), None);
 }
 
@@ -168,14 +177,25 @@ fn finds_supds_own_cgroup_in_each_v1_hierarchy() {
 fn reads_keyed_counters() {
     let events = "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n";
     assert_eq!(keyed(events, "oom_kill"), Some(1));
-    assert_eq!(keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"), Some(3));
-    assert_eq!(keyed("usage_usec 1234\nuser_usec 1000\n", "usage_usec"), Some(1234));
+    assert_eq!(
+        keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"),
+        Some(3)
+    );
+    assert_eq!(
+        keyed("usage_usec 1234\nuser_usec 1000\n", "usage_usec"),
+        Some(1234)
+    );
     assert_eq!(keyed("", "oom_kill"), None);
     assert_eq!(
         v2_controllers("cpuset cpu io memory hugetlb pids rdma\n"),
-        [Controller::Memory, Controller::Cpu, Controller::Pids, Controller::Io]
-            .into_iter()
-            .collect()
+        [
+            Controller::Memory,
+            Controller::Cpu,
+            Controller::Pids,
+            Controller::Io
+        ]
+        .into_iter()
+        .collect()
     );
     assert!(v2_controllers("hugetlb\n").is_empty());
 }
