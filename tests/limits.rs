@@ -95,11 +95,13 @@ fn an_allocation_past_memory_max_is_oom_killed_and_said_so() {
     }
     let mut sb = Sandbox::new();
     sb.config(&format!(
-        "[service.hog]\ncommand = [{ALLOCATE}]\nrestart = \"never\"\nmemory_max = \"32MiB\"\n"
+        "[service.hog]\ncommand = [{ALLOCATE}]\nrestart = \"never\"\nmemory_max = \"32MiB\"\nautostart = false\n"
     ));
     let want = "killed by the kernel: out of memory (memory_max 32MiB)";
     sb.start();
+    // Watched from before its start: the kill comes within milliseconds of it.
     let mut w = sb.watch();
+    sb.request(json!({"cmd": "start", "service": "hog"}));
     let st = status_when(&sb, "hog", |s| s["state"] == "failed");
     assert!(
         st["reason"].as_str().is_some_and(|r| r.starts_with(want)),
@@ -111,8 +113,8 @@ fn an_allocation_past_memory_max_is_oom_killed_and_said_so() {
     let e = w.until(&sb, |e| e["event"] == "oom" && e["service"] == "hog");
     assert_eq!(e["reason"], want, "{e}");
     assert!(sb.supd_log().contains(want), "{}", sb.supd_log());
-    let log = fs::read_to_string(sb.path("log/hog.log")).unwrap_or_default();
-    assert!(log.contains(want), "the run's marker: {log}");
+    // The run's marker, as the log writer writes it.
+    files::wait_file(&sb.path("log/hog.log"), |t| t.contains(want));
     // Counted since supd started, across a reexec.
     sb.reexec();
     assert_eq!(sb.status("hog")["oom_kills"], 1);
@@ -148,11 +150,8 @@ fn a_fork_bomb_stops_at_pids_max() {
         .expect("a number");
     // The shell and 7 sleeps are 8 tasks.
     assert!(started <= 7, "{started} sleeps started under pids_max = 8");
-    let log = fs::read_to_string(sb.path("log/bomb.log")).unwrap_or_default();
-    assert!(
-        log.contains("fork") && !log.contains("all 50 started"),
-        "{st}\n{log}"
-    );
+    let log = files::wait_file(&sb.path("log/bomb.log"), |t| t.contains("fork"));
+    assert!(!log.contains("all 50 started"), "{st}\n{log}");
     // The host is fine: this test forks at will.
     let out = std::process::Command::new("/bin/true")
         .status()
