@@ -940,15 +940,7 @@ impl Supervisor {
             // Read from its cgroups while a run is there: a stopped service costs none.
             resources: (self.cgroups.as_ref())
                 .filter(|_| slot.instance.is_some())
-                .map(|c| {
-                    let u = c.usage(&slot.cfg.name);
-                    crate::protocol::Resources {
-                        cpu_usec: u.cpu_usec,
-                        memory_bytes: u.memory_bytes,
-                        memory_peak_bytes: u.memory_peak_bytes,
-                        tasks: u.tasks,
-                    }
-                }),
+                .map(|c| c.usage(&slot.cfg.name)),
         }
     }
 }

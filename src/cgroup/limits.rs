@@ -331,15 +331,6 @@ pub fn have_for_check(cgroups: bool) -> Have {
     have_here(Some(kind))
 }
 
-/// What a service's cgroups say it uses now.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub cpu_usec: Option<u64>,
-    pub memory_bytes: Option<u64>,
-    pub memory_peak_bytes: Option<u64>,
-    pub tasks: Option<u64>,
-}
-
 impl super::Cgroups {
     /// The service's cgroup in the v1 hierarchy `h` (under supd's own cgroup there).
     pub fn v1_dir(&self, h: &str, service: &str) -> Option<PathBuf> {
@@ -468,11 +459,11 @@ impl super::Cgroups {
 
     /// What the service's cgroups say it uses: cgroup2's files, and for what they lack
     /// its v1 cgroups' (those that exist: made for its limits).
-    pub fn usage(&self, service: &str) -> Usage {
+    pub fn usage(&self, service: &str) -> crate::protocol::Resources {
         let dir = self.service_dir(service);
         let read = |p: PathBuf| fs::read_to_string(p).ok();
         let number = |p: PathBuf| read(p).and_then(|t| t.trim().parse::<u64>().ok());
-        let mut u = Usage::default();
+        let mut u = crate::protocol::Resources::default();
         if self.is_v2() {
             u.cpu_usec = read(dir.join("cpu.stat")).and_then(|t| keyed(&t, "usage_usec"));
             u.memory_bytes = number(dir.join("memory.current"));
