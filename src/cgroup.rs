@@ -22,6 +22,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub mod limits;
+
 /// The file in `state_dir` that names the root of the services' cgroups.
 const RECORD: &str = "cgroup";
 
@@ -45,6 +47,8 @@ pub enum Kind {
 pub struct Cgroups {
     pub root: PathBuf,
     pub kind: Kind,
+    /// The controllers the services' limits can be taken from (`limits.rs`).
+    pub have: limits::Have,
 }
 
 impl Cgroups {
@@ -63,16 +67,21 @@ impl Cgroups {
             Ok(root) => Cgroups {
                 root,
                 kind: Kind::V2,
+                have: limits::have_here(Some(Kind::V2)),
             },
             Err(no_v2) => match named_v1_own_dir(true).and_then(|own| make(&own.join(&name))) {
                 Ok(root) => Cgroups {
                     root,
                     kind: Kind::NamedV1,
+                    have: limits::have_here(Some(Kind::NamedV1)),
                 },
                 Err(no_v1) => return Err(format!("{no_v2}, and {no_v1}")),
             },
         };
         c.record(state_dir);
+        // What an earlier supd left empty in the v1 hierarchies holds its limits: gone,
+        // a service's next start makes its cgroups there anew.
+        c.remove_v1_roots();
         Ok(c)
     }
 
@@ -123,6 +132,7 @@ impl Cgroups {
             remove(&dir);
         }
         let _ = fs::remove_dir(&self.root);
+        self.remove_v1_roots();
     }
 }
 
@@ -517,6 +527,7 @@ mod tests {
         let c = Cgroups {
             root: "/sys/fs/cgroup/sup-1".into(),
             kind: Kind::V2,
+            have: Default::default(),
         };
         assert_eq!(
             c.service_dir("cgroup.procs"),

@@ -61,6 +61,13 @@ pub struct Instance {
     /// still dying then was not.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub left_uncounted: bool,
+    /// Its memory cgroup's OOM-kill count when it started (`cgroup/limits.rs`): a rise
+    /// by the time its leader dies of SIGKILL makes that exit an OOM kill.
+    #[serde(default)]
+    pub oom_at_start: Option<u64>,
+    /// Why its leader died, when the kernel's OOM killer killed it (found at its reap).
+    #[serde(default)]
+    pub out_of_memory: Option<String>,
 }
 
 impl Instance {

@@ -103,6 +103,11 @@ pub enum Event {
     Unavailable(String),
     Ready,
     Exited(Exit),
+    /// Its main process was SIGKILLed by the kernel's OOM killer (its memory cgroup's
+    /// OOM-kill count rose during the run): the reason, "killed by the kernel: out of
+    /// memory (memory_max 64MiB)". A crash, counted for the crash loop and in
+    /// `oom_kills`.
+    OutOfMemory(String),
     /// Its main process exited so, while this many other processes of its run (as
     /// `kill_mode` counts them; never with `"main"`) remained: with a success code, it
     /// daemonized, and the run is a failure, named so (`daemonize.rs`). `None`: some,
@@ -153,6 +158,9 @@ pub struct Service {
     /// older image, whose `restarts` counted so, gives it from there: `handoff::read`).
     #[serde(default)]
     pub restarts_total: u32,
+    /// Runs the kernel OOM-killed since supd started (carried across `reexec`).
+    #[serde(default)]
+    pub oom_kills: u32,
     pub last_exit: Option<Exit>,
     /// Why it is in its state, for people.
     pub reason: Option<String>,
@@ -184,6 +192,7 @@ impl Service {
             history: History::default(),
             restarts: 0,
             restarts_total: 0,
+            oom_kills: 0,
             last_exit: None,
             reason: None,
             after_stop: AfterStop::Down,
@@ -316,6 +325,15 @@ impl Service {
             }
             (Stopped | Running | Stopping | Backoff | Cooldown | Failed | Exited, Event::Ready) => {
                 vec![]
+            }
+            (Starting | Running, Event::OutOfMemory(why)) => {
+                self.oom_kills = self.oom_kills.saturating_add(1);
+                self.exited(Exit::Signal(libc::SIGKILL));
+                self.settle(cfg, true, why, now)
+            }
+            (Stopped | Stopping | Backoff | Cooldown | Failed | Exited, Event::OutOfMemory(_)) => {
+                self.oom_kills = self.oom_kills.saturating_add(1);
+                self.step(cfg, Event::Exited(Exit::Signal(libc::SIGKILL)), now)
             }
             (Stopping, Event::Exited(exit)) => {
                 self.exited(exit);

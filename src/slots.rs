@@ -57,6 +57,9 @@ pub struct Slot {
     pub health: crate::health::Watch,
     /// Its child asked of the spawner and not answered yet (`supervisor/forks.rs`).
     pub forking: Option<crate::spawner::Ticket>,
+    /// The cgroup limits this supd last wrote into its cgroups (`cgroup/limits.rs`):
+    /// what a start or a reload sets back where the config no longer sets it.
+    pub limits_written: crate::config::resources::ResourceLimits,
 }
 
 impl Slot {

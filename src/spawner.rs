@@ -45,7 +45,7 @@ use std::time::Duration;
 pub const ARG: &str = "--spawner";
 
 /// What the spawner says first: its protocol, which must be supd's.
-const HELLO: &[u8] = b"sup-spawner 4";
+const HELLO: &[u8] = b"sup-spawner 5";
 
 /// The largest request: a plan with a large environment still fits.
 const MAX_REQUEST: usize = 1 << 20;

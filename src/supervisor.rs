@@ -331,6 +331,7 @@ impl Supervisor {
             removed: false,
             health: Default::default(),
             forking: None,
+            limits_written: Default::default(),
         };
         self.slots.insert(slot);
     }
@@ -549,6 +550,28 @@ impl Supervisor {
                 }
             }
         };
+        // Its limits, written at each start; on a hybrid host the child joins the v1
+        // hierarchies they are taken from (`cgroup/limits.rs`).
+        let mut also_join = Vec::new();
+        if let (Some(c), Some(_)) = (self.cgroups.as_ref(), cgroup_dir.as_ref()) {
+            let new = slot.cfg.resources;
+            if new.any() || slot.limits_written.any() {
+                let (joins, problems) = c.apply(name, &new, &slot.limits_written);
+                slot.limits_written = new;
+                for p in problems {
+                    log::warn!("{name}: {p}: its limits may not hold");
+                }
+                for dir in joins {
+                    match cgroup::dir_fd(&dir) {
+                        Ok(fd) => also_join.push(fd),
+                        Err(e) => log::warn!(
+                            "{name}: cannot open {}: {e}: its limits there do not hold",
+                            dir.display()
+                        ),
+                    }
+                }
+            }
+        }
         let spec = SpawnSpec {
             program: plan.program,
             args: plan.args,
@@ -564,6 +587,7 @@ impl Supervisor {
             dies_with_supd: false,
             join,
             born_in,
+            also_join,
         };
         let forking = |pending| crate::starts::Forking {
             name: name.to_string(),
@@ -718,6 +742,7 @@ impl Supervisor {
             if let Some(c) = &self.cgroups {
                 cgroup::remove(&c.service_dir(&name));
                 cgroup::remove(&c.check_dir(&name));
+                c.remove_v1(&name);
             }
             if let Some(slot) = self.slots.remove(&name) {
                 self.fdset.sync(slot.id, &[]);
@@ -911,9 +936,11 @@ impl Supervisor {
                 }
             }),
             unhealthy_since_ms: slot.health.unhealthy_since_ms(),
-            // (Issue 28: filled from the service's cgroup and its runs' exits.)
-            oom_kills: 0,
-            resources: None,
+            oom_kills: svc.oom_kills,
+            // Read from its cgroups while a run is there: a stopped service costs none.
+            resources: (self.cgroups.as_ref())
+                .filter(|_| slot.instance.is_some())
+                .map(|c| c.usage(&slot.cfg.name)),
         }
     }
 }

@@ -312,7 +312,15 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
         {
             json!({"cmd": cmd})
         }
-        "status" => json!({"cmd": "status", "services": rest}),
+        "status" => {
+            // `-l`: the long table (a MEMORY column), of supctl's alone.
+            let long = |w: &String| w == "-l" || w == "--long";
+            if rest.iter().any(long) {
+                status::LONG.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            let names: Vec<&String> = rest.iter().filter(|w| !long(w)).collect();
+            json!({"cmd": "status", "services": names})
+        }
         // A service's own reload: its reload_signal.
         "reload" if rest.len() == 1 => json!({"cmd": "reload", "service": rest[0]}),
         "start" | "stop" | "restart" => match rest {
@@ -655,6 +663,10 @@ fn event_line(e: &Value, offset_s: i64) -> String {
             line.push(s("to").unwrap_or_else(|| "?".into()));
             detail(&mut line, "version", s("version"));
             detail(&mut line, "from", s("from"));
+        }
+        Some("oom") => {
+            line.push(s("service").unwrap_or_else(|| "?".into()));
+            line.push("oom".into());
         }
         Some("rollback") => {
             line.push(s("tool").unwrap_or_else(|| "?".into()));

@@ -144,3 +144,33 @@ fn find_cycle(cfg: &Config) -> Option<Vec<String>> {
     }
     None
 }
+
+/// Each cgroup limit whose controller no cgroup hierarchy of this machine has (cgroup2
+/// or that controller's v1 hierarchy; none at all with `cgroups = "off"`), at its key.
+/// The machine is looked at only when some service sets a limit.
+pub(super) fn check_controllers(
+    cfg: &Config,
+    origin: &BTreeMap<String, Origin>,
+    errors: &mut Vec<ConfigError>,
+) {
+    if origin.values().all(|o| o.resources.is_empty()) {
+        return;
+    }
+    let have = crate::cgroup::limits::have_for_check(cfg.supd.cgroups);
+    for (name, o) in origin {
+        let Some(svc) = cfg.services.get(name) else {
+            continue;
+        };
+        for (key, why) in crate::cgroup::limits::refusals(&svc.resources, &have) {
+            if let Some((_, file, line, column)) = o.resources.iter().find(|r| r.0 == key) {
+                errors.push(ConfigError {
+                    file: file.clone(),
+                    line: *line,
+                    column: *column,
+                    key: format!("service.{name}.{key}"),
+                    message: why,
+                });
+            }
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //! in `supd_table.rs`, `service_table.rs` (with `health_table.rs`) and `lease_table.rs`;
 //! the checks across services are in `checks.rs`; the include patterns in `include.rs`.
 
-use super::checks::{check_whole, instance_counts};
+use super::checks::{check_controllers, check_whole, instance_counts};
 use super::error::ConfigError;
 use super::include::glob;
 use super::lease_table::read_lease;
@@ -73,6 +73,7 @@ pub(super) fn load_from(
         &mut errors,
     );
     check_whole(&cfg, &seen.services, &mut errors);
+    check_controllers(&cfg, &seen.services, &mut errors);
     let counts = instance_counts(&seen.services, &mut errors);
     super::instances::expand(&mut cfg.services, &counts);
     super::instances::expand_origins(&mut cfg.origins, &counts);

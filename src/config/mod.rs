@@ -17,6 +17,7 @@ mod load;
 mod origins;
 mod overrides;
 mod read;
+pub mod resources;
 pub mod runtime_dir;
 mod service_table;
 pub mod show;
@@ -280,6 +281,9 @@ pub struct ServiceConfig {
     /// `runtime_dir = "NAME"`: /run/NAME, made at each start and given to `user`.
     #[serde(default)]
     pub runtime_dir: Option<String>,
+    /// `memory_max`, `cpu_max`, ...: its cgroup limits (`cgroup/limits.rs`).
+    #[serde(default)]
+    pub resources: resources::ResourceLimits,
 }
 
 /// `health = { command | tcp | http, interval, timeout, failures, start_delay }`.
@@ -396,6 +400,7 @@ impl ServiceConfig {
             health: None,
             kill_mode: KillMode::Cgroup,
             runtime_dir: None,
+            resources: Default::default(),
         }
     }
 }

@@ -48,6 +48,12 @@ pub(super) const SERVICE_KEYS: &[&str] = &[
     "health",
     "kill_mode",
     "runtime_dir",
+    "memory_max",
+    "memory_high",
+    "cpu_weight",
+    "cpu_max",
+    "pids_max",
+    "io_weight",
 ];
 
 /// Where a service was defined, for errors found after all files are read.
@@ -63,6 +69,9 @@ pub(super) struct Origin {
     pub(super) leader_only_in: PathBuf,
     /// `instances = N`: checked, 1 unless written.
     pub(super) instances: u32,
+    /// Where each cgroup limit that is set was written (the last table's), for the
+    /// check that the machine has its controller (`checks::check_controllers`).
+    pub(super) resources: Vec<(&'static str, PathBuf, usize, usize)>,
 }
 
 pub(super) fn read_service(
@@ -106,6 +115,7 @@ pub(super) fn read_service(
         leader_only: None,
         leader_only_in: ctx.path.to_path_buf(),
         instances: 1,
+        resources: Vec::new(),
     };
     let mut origins = Origins::new(ctx.path.to_path_buf());
     let saw_command = read_keys(ctx, &n, table, &mut svc, &mut org, &mut origins);
@@ -323,6 +333,14 @@ fn read_keys(
                 ),
             ),
             "runtime_dir" => svc.runtime_dir = ctx.parsed(v, f, super::runtime_dir::parse),
+            "memory_max" | "memory_high" | "cpu_weight" | "cpu_max" | "pids_max" | "io_weight" => {
+                super::resources::read(ctx, k, v, f, &mut svc.resources);
+                if let Some(&name) = super::resources::KEYS.iter().find(|&&x| x == k) {
+                    let (l, c) = ctx.pos(key.span().start);
+                    org.resources.retain(|(x, ..)| *x != name);
+                    org.resources.push((name, ctx.path.to_path_buf(), l, c));
+                }
+            }
             "instances" => match ctx
                 .integer(v, f)
                 .map(|count| super::instances::count(n, count))

@@ -151,6 +151,7 @@ pub fn settings(svc: &ServiceConfig, origins: &Origins) -> Vec<Setting> {
                 KillMode::Main => "main",
             })),
             "runtime_dir" => svc.runtime_dir.as_deref().map(quote),
+            k if super::resources::KEYS.contains(&k) => svc.resources.shown(k),
             _ => None,
         };
         if let Some(v) = value {

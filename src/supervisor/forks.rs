@@ -85,6 +85,8 @@ impl Supervisor {
             pending,
         } = f;
         let state_dir = self.cfg.supd.state_dir.clone();
+        // Before its program runs: an OOM kill of this run raises the count past it.
+        let oom_at_start = (self.cgroups.as_ref()).and_then(|c| c.oom_kills(&name));
         let Some(slot) = self.slots.get_mut(&name) else {
             return;
         };
@@ -137,6 +139,8 @@ impl Supervisor {
                 kill_mode: Some(kill_mode),
                 left_at_exit: 0,
                 left_uncounted: false,
+                oom_at_start,
+                out_of_memory: None,
             });
             Ok(())
         });
@@ -163,6 +167,8 @@ impl Supervisor {
                     kill_mode: Some(kill_mode),
                     left_at_exit: 0,
                     left_uncounted: false,
+                    oom_at_start: None,
+                    out_of_memory: None,
                 }));
                 // Its exit wakes the loop through the pidfd (kernels from 5.3).
                 slot.leader = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));

@@ -298,6 +298,8 @@ impl Supervisor {
             slot.notify = notify;
             slot.version = s.version;
             slot.ran_as = s.ran_as.map(Box::new);
+            // The image before wrote the config's limits into its cgroups.
+            slot.limits_written = slot.cfg.resources;
             // Its checks go on where they were, for the same run (one the config no
             // longer checks is stopped by the next `sync_health`).
             if let Some(h) = s.health {
@@ -320,6 +322,8 @@ impl Supervisor {
                     kill_mode: Some(slot.cfg.kill_mode),
                     left_at_exit: 0,
                     left_uncounted: false,
+                    oom_at_start: None,
+                    out_of_memory: None,
                 })
             });
             // A leader not reaped yet is still this process's child (exec keeps the

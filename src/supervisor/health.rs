@@ -121,6 +121,7 @@ impl Supervisor {
             dies_with_supd: true,
             join: None,
             born_in: false,
+            also_join: Vec::new(),
         };
         // Recorded before its program runs, as a service is: the command dies with a
         // killed supd, but what it started would stay; the record lets the next supd

@@ -145,7 +145,11 @@ impl Supervisor {
             .and_then(|s| s.svc.started_at)
             .map(|t| now.since(t))
             .unwrap_or_default();
+        let oom = (self.slots.get(name))
+            .and_then(|s| s.instance.as_ref())
+            .and_then(|i| i.out_of_memory.clone());
         let how = match exit {
+            _ if oom.is_some() => oom.unwrap_or_default(),
             Exit::Code(c) => format!("code {c}"),
             Exit::Signal(s) => format!("killed by signal {}", signal_label(s)),
         };

@@ -200,7 +200,17 @@ impl Supervisor {
                                 kill_mode: Some(slot.cfg.kill_mode),
                                 left_at_exit: others,
                                 left_uncounted: uncounted,
+                                oom_at_start: None,
+                                out_of_memory: None,
                             })
+                        }
+                    }
+                    // Killed by the kernel's OOM killer: its memory cgroup counted a
+                    // kill since the run started.
+                    if let (Some(c), Some(i)) = (self.cgroups.as_ref(), slot.instance.as_mut()) {
+                        if exit == Exit::Signal(libc::SIGKILL) {
+                            i.out_of_memory =
+                                out_of_memory(c, &name, i.oom_at_start, &slot.cfg.resources);
                         }
                     }
                     self.draining.insert(name.clone());
@@ -303,10 +313,12 @@ impl Supervisor {
             let Some(slot) = self.slots.get_mut(&name) else {
                 continue;
             };
-            let (exit, others) = slot.instance.take().map_or((None, Some(0)), |mut i| {
-                i.disarm();
-                (i.exit, (!i.left_uncounted).then_some(i.left_at_exit))
-            });
+            let (exit, others, oom) =
+                slot.instance.take().map_or((None, Some(0), None), |mut i| {
+                    i.disarm();
+                    let oom = i.out_of_memory.take();
+                    (i.exit, (!i.left_uncounted).then_some(i.left_at_exit), oom)
+                });
             if let Err(e) = pid_file_of(slot, &state_dir).and_then(|f| {
                 f.set(None)
                     .map_err(|e| format!("cannot clear its pid record: {e}"))
@@ -324,6 +336,18 @@ impl Supervisor {
                     }
                 }
                 (Some(e), _) => self.apply(&name, Event::SpawnFailed(e.why), now),
+                (None, Some(_)) if oom.is_some() => {
+                    let why = oom.unwrap_or_default();
+                    log::warn!("{name}: {why}");
+                    self.control
+                        .broadcast(&crate::protocol::line(serde_json::json!({
+                            "event": "oom",
+                            "service": name,
+                            "reason": why,
+                            "time": crate::supervisor::unix_ms(),
+                        })));
+                    self.apply(&name, Event::OutOfMemory(why), now)
+                }
                 (None, Some(exit)) if others != Some(0) => {
                     self.apply(&name, Event::Daemonized(exit, others), now)
                 }
@@ -337,6 +361,21 @@ impl Supervisor {
             (false, kept) => kept,
         };
     }
+}
+
+/// Why a run whose leader died of SIGKILL was OOM-killed, if it was: its memory
+/// cgroup's OOM-kill count rose past `at_start`.
+fn out_of_memory(
+    c: &crate::cgroup::Cgroups,
+    name: &str,
+    at_start: Option<u64>,
+    limits: &crate::config::resources::ResourceLimits,
+) -> Option<String> {
+    let now = c.oom_kills(name)?;
+    if now <= at_start? {
+        return None;
+    }
+    Some(crate::cgroup::limits::oom_reason(limits))
 }
 
 /// How long one turn reaps what a scan of all children finds, at most.

@@ -159,6 +159,7 @@ impl Supervisor {
         // A new log_dir is made by the log writer (a hung one must not block supd).
         self.warn_fixed_settings(&delta.supd);
         let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+        let mut limited = Vec::new();
         for name in &delta.removed {
             if self.slots.get(name).is_some_and(|s| !s.removed) {
                 if let Some(s) = self.slots.get_mut(name) {
@@ -175,6 +176,10 @@ impl Supervisor {
                 None => {
                     self.add_slot(def.clone());
                     added.push(name.clone());
+                }
+                Some(true) if self.limits_only(name, def) => {
+                    self.write_limits(name, def);
+                    limited.push(name.clone());
                 }
                 Some(true) => {
                     let Some(slot) = self.slots.get_mut(name) else {
@@ -226,10 +231,41 @@ impl Supervisor {
         self.broken_files.clear();
         self.end_kept(now);
         log::info!(
-            "reloaded {}: added {added:?}, removed {removed:?}, changed {changed:?}",
+            "reloaded {}: added {added:?}, removed {removed:?}, changed {changed:?}, limits changed {limited:?}",
             self.config_path.display()
         );
-        json!({"added": added, "removed": removed, "changed": changed})
+        json!({"added": added, "removed": removed, "changed": changed, "limits": limited})
+    }
+
+    /// Whether `def` changes only the cgroup limits of a running service `name`: they
+    /// are written to its cgroups, and the run goes on.
+    fn limits_only(&self, name: &str, def: &config::ServiceConfig) -> bool {
+        let Some(slot) = self.slots.get(name) else {
+            return false;
+        };
+        let mut same = slot.cfg.clone();
+        same.resources = def.resources;
+        !slot.removed && slot.instance.is_some() && self.cgroups.is_some() && same == *def
+    }
+
+    /// Takes `def` (whose limits alone changed) for `name` and writes its limits into
+    /// the cgroups of its run, moving the run into the cgroup v1 cgroups a new limit
+    /// needs (`cgroup/limits.rs`).
+    fn write_limits(&mut self, name: &str, def: &config::ServiceConfig) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        slot.cfg = def.clone();
+        let Some(c) = self.cgroups.as_ref() else {
+            return;
+        };
+        let (joins, mut problems) = c.apply(name, &def.resources, &slot.limits_written);
+        problems.extend(c.move_run(name, &joins));
+        slot.limits_written = def.resources;
+        for p in &problems {
+            log::warn!("{name}: {p}: its new limits may not hold");
+        }
+        log::info!("{name}: its cgroup limits were written to its running cgroups (no restart)");
     }
 
     fn warn_fixed_settings(&self, new: &SupdConfig) {

@@ -393,6 +393,10 @@ fn child_main(
             // The program gets no fd of supd's.
             libc::close(dir.as_raw_fd());
         }
+        for dir in &p.also_join {
+            move_into(dir.as_raw_fd());
+            libc::close(dir.as_raw_fd());
+        }
         // Wait for the parent's go-ahead: end-of-file means supd died or refused.
         let mut byte = 0u8;
         loop {
@@ -644,5 +648,25 @@ fn join_cgroup(dir: RawFd, report: RawFd) {
         msg[4..8].copy_from_slice(&4u32.to_ne_bytes());
         msg[8..].copy_from_slice(&errno.to_ne_bytes());
         write_all(report, &msg);
+    }
+}
+
+/// Moves the calling child into the cgroup v1 cgroup whose directory is `dir`
+/// (`SpawnSpec::also_join`); a refusal leaves it where it was (no allocation: it runs
+/// before the go-ahead).
+fn move_into(dir: RawFd) {
+    // SAFETY: opens a file under a directory fd this child owns by a static C string,
+    // writes one byte from a static into it and closes it.
+    unsafe {
+        let procs = libc::openat(
+            dir,
+            c"cgroup.procs".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if procs < 0 {
+            return;
+        }
+        while libc::write(procs, b"0".as_ptr().cast(), 1) < 0 && errno_now() == libc::EINTR {}
+        libc::close(procs);
     }
 }

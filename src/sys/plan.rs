@@ -91,6 +91,10 @@ pub struct SpawnSpec {
     /// The child is forked into `join`'s cgroup, where the kernel can (`sys::born_in`,
     /// and `cgroup::fit_to_be_born_in`); else it moves itself in.
     pub born_in: bool,
+    /// Cgroups of cgroup v1 hierarchies the child moves itself into too, first thing,
+    /// as into `join` (its limits' controllers on a hybrid host: `cgroup/limits.rs`).
+    /// A refused move leaves the child where it was: the limit does not hold.
+    pub also_join: Vec<OwnedFd>,
 }
 
 impl SpawnSpec {
@@ -119,6 +123,7 @@ impl SpawnSpec {
             dies_with_supd: false,
             join: None,
             born_in: false,
+            also_join: Vec::new(),
         }
     }
 }
@@ -155,6 +160,8 @@ pub(super) struct ChildPlan {
     pub(super) join: Option<OwnedFd>,
     /// Forked into it (`SpawnSpec::born_in`).
     pub(super) born_in: bool,
+    /// Further cgroups it moves itself into (`SpawnSpec::also_join`).
+    pub(super) also_join: Vec<OwnedFd>,
     /// Every fd the child uses as a source is at least this.
     pub(super) floor: RawFd,
 }
@@ -215,6 +222,8 @@ pub(super) fn plan_message(p: &ChildPlan, go: RawFd, report: RawFd) -> (Vec<u8>,
         (Some(_), true) => 2,
     });
     fds.extend(p.join.as_ref().map(|f| f.as_raw_fd()));
+    w.int(p.also_join.len() as i64);
+    fds.extend(p.also_join.iter().map(|f| f.as_raw_fd()));
     fds.extend([go, report]);
     (w.0, fds)
 }
@@ -277,6 +286,10 @@ pub(super) fn plan_from(
         0 => (None, false),
         n => (Some(next_fd()?), n == 2),
     };
+    let mut also_join = Vec::new();
+    for _ in 0..r.int()? {
+        also_join.push(next_fd()?);
+    }
     let go = next_fd()?;
     let report = next_fd()?;
     let ptrs = |v: &Vec<CString>| -> Vec<*const libc::c_char> {
@@ -305,6 +318,7 @@ pub(super) fn plan_from(
         limits,
         join,
         born_in,
+        also_join,
         floor,
     };
     Ok((plan, go, report))
@@ -479,6 +493,9 @@ impl ChildPlan {
                 .collect::<io::Result<_>>()?,
             join: spec.join.map(|fd| above(fd, floor)).transpose()?,
             born_in: spec.born_in,
+            also_join: (spec.also_join.into_iter())
+                .map(|fd| above(fd, floor))
+                .collect::<io::Result<_>>()?,
             floor,
         })
     }
@@ -497,7 +514,11 @@ impl ChildPlan {
     pub(super) fn sources(&self) -> Vec<RawFd> {
         let stdio = self.stdio.iter().flatten().map(|f| f.as_raw_fd());
         let ready = self.ready.iter().map(|(f, _)| f.as_raw_fd());
-        let join = self.join.iter().map(|f| f.as_raw_fd());
+        let join = self
+            .join
+            .iter()
+            .chain(&self.also_join)
+            .map(|f| f.as_raw_fd());
         stdio.chain(ready).chain(join).collect()
     }
 }
@@ -590,11 +611,18 @@ mod tests {
                 std::fs::File::open("/").expect("a directory"),
             )),
             born_in: true,
+            also_join: vec![OwnedFd::from(
+                std::fs::File::open("/tmp").expect("a directory"),
+            )],
         };
         let plan = ChildPlan::new(spec).expect("plan");
         let (go, report) = nix::unistd::pipe().expect("pipe");
         let (msg, fds) = plan_message(&plan, go.as_raw_fd(), report.as_raw_fd());
-        assert_eq!(fds.len(), 6, "stdin, stdout, ready, join, go, report");
+        assert_eq!(
+            fds.len(),
+            7,
+            "stdin, stdout, ready, join, also_join, go, report"
+        );
         let dups: Vec<OwnedFd> = fds
             .iter()
             .map(|fd| nix::unistd::dup(unsafe_borrow(*fd)).expect("dup"))
@@ -635,6 +663,7 @@ mod tests {
             back.stdio[1].as_ref().map(|f| f.as_raw_fd()),
             back.ready.as_ref().map(|r| r.0.as_raw_fd()),
             back.join.as_ref().map(|f| f.as_raw_fd()),
+            back.also_join.first().map(|f| f.as_raw_fd()),
             Some(go2.as_raw_fd()),
             Some(report2.as_raw_fd()),
         ];

@@ -105,8 +105,38 @@ fn broken_text(err: &mut String, d: &StatusData) {
     }
 }
 
+/// `status -l`: the table has a MEMORY column (current, and peak, from the service's
+/// cgroups).
+pub(crate) static LONG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A number of bytes for people: "512B", "12.5MiB".
+fn human_bytes(n: u64) -> String {
+    let units = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in units {
+        if n >= size {
+            return format!("{:.1}{unit}", n as f64 / size as f64);
+        }
+    }
+    format!("{n}B")
+}
+
+/// The MEMORY cell of `status -l`: "12.5MiB (peak 30.0MiB)", or "-" without a run or
+/// a memory controller.
+fn memory_cell(s: &ServiceStatus) -> String {
+    let r = s.resources.as_ref();
+    match (
+        r.and_then(|r| r.memory_bytes),
+        r.and_then(|r| r.memory_peak_bytes),
+    ) {
+        (Some(now), Some(peak)) => format!("{} (peak {})", human_bytes(now), human_bytes(peak)),
+        (Some(now), None) => human_bytes(now),
+        _ => "-".into(),
+    }
+}
+
 /// The aligned table of `status`.
 fn print_status(o: &mut String, list: &[ServiceStatus]) {
+    let long = LONG.load(std::sync::atomic::Ordering::Relaxed);
     // A HEALTH column only where some service has a check or a watchdog (a service
     // that does not run has no health, but its check still counts its failures).
     let checked = list
@@ -121,6 +151,7 @@ fn print_status(o: &mut String, list: &[ServiceStatus]) {
         "VERSION",
         "RESTARTS",
         "LAST EXIT",
+        "MEMORY",
         "REASON",
     ]
     .map(String::from)
@@ -174,11 +205,15 @@ fn print_status(o: &mut String, list: &[ServiceStatus]) {
             s.version.clone().unwrap_or_else(|| "-".into()),
             s.restarts.to_string(),
             last,
+            memory_cell(s),
             reason,
         ]);
     }
-    if !checked {
-        for r in rows.iter_mut() {
+    for r in rows.iter_mut() {
+        if !long {
+            r.remove(8);
+        }
+        if !checked {
             r.remove(2);
         }
     }

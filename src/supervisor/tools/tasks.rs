@@ -232,6 +232,7 @@ impl Supervisor {
             dies_with_supd: true,
             join: None,
             born_in: false,
+            also_join: Vec::new(),
         })
     }
 
