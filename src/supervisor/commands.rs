@@ -280,6 +280,10 @@ impl Supervisor {
                 };
                 self.log_answer(client, q).map(Outcome::Answer)
             }
+            Command::Metrics {} => {
+                let answer = std::collections::BTreeMap::from([("text", self.metrics_text(now))]);
+                Ok(Outcome::Encoded(protocol::encode_ok_with(id, &answer)))
+            }
             Command::Watch {} => {
                 self.control.watch(client);
                 Ok(Outcome::Answer(json!({"watching": true})))
