@@ -378,7 +378,8 @@ fn switches(pid: i32) -> u64 {
         .expect("voluntary_ctxt_switches")
 }
 
-/// Each write of the file, as (inode, mtime): a write renames a new file into place.
+/// Each write of the file, as (inode, mtime): a write renames a new file into place
+/// (whose inode may be the one freed by the write before).
 fn stamp(path: &Path) -> Option<(u64, SystemTime)> {
     let m = std::fs::metadata(path).ok()?;
     Some((m.ino(), m.modified().ok()?))
@@ -397,7 +398,7 @@ fn metrics_file_follows_changes_at_most_every_10s_and_an_idle_supd_never_wakes_f
     let mut writes: Vec<(u64, SystemTime)> = Vec::new();
     let note = |writes: &mut Vec<(u64, SystemTime)>| {
         if let Some(s) = stamp(&file) {
-            if writes.last().is_none_or(|w| w.0 != s.0) {
+            if writes.last() != Some(&s) {
                 writes.push(s);
             }
         }
@@ -443,7 +444,7 @@ fn metrics_file_follows_changes_at_most_every_10s_and_an_idle_supd_never_wakes_f
     let idle_until = last.1 + Duration::from_secs(11);
     while SystemTime::now() < idle_until {
         std::thread::sleep(Duration::from_millis(200));
-        assert_eq!(stamp(&file).map(|s| s.0), Some(last.0), "rewritten idle");
+        assert_eq!(stamp(&file), Some(last), "rewritten idle");
     }
     let woke = switches(pid) - before;
     assert_eq!(woke, 0, "supd woke {woke} times while idle\n{}", sb.supd_log());
