@@ -172,11 +172,17 @@ stop_timeout = "2s"
     let svc = |name: &str, service: &str| v(name, &[("service", service)]);
     // States, as labels, one sample per service.
     assert_eq!(
-        v("sup_service_state", &[("service", "web"), ("state", "running")]),
+        v(
+            "sup_service_state",
+            &[("service", "web"), ("state", "running")]
+        ),
         Some(1.0)
     );
     assert_eq!(
-        v("sup_service_state", &[("service", "off"), ("state", "stopped")]),
+        v(
+            "sup_service_state",
+            &[("service", "off"), ("state", "stopped")]
+        ),
         Some(1.0)
     );
     let crash_states: Vec<&Sample> = (s.iter())
@@ -202,7 +208,11 @@ stop_timeout = "2s"
     assert_eq!(
         v(
             "sup_tool_info",
-            &[("tool", "agent"), ("version", "1.1.0"), ("phase", "rolled-back")]
+            &[
+                ("tool", "agent"),
+                ("version", "1.1.0"),
+                ("phase", "rolled-back")
+            ]
         ),
         Some(1.0),
         "{text}"
@@ -211,7 +221,10 @@ stop_timeout = "2s"
         v("sup_tool_probations_total", &[("tool", "agent")]),
         Some(3.0)
     );
-    assert_eq!(v("sup_tool_rollbacks_total", &[("tool", "agent")]), Some(1.0));
+    assert_eq!(
+        v("sup_tool_rollbacks_total", &[("tool", "agent")]),
+        Some(1.0)
+    );
     assert_eq!(v("sup_tool_bad_versions", &[("tool", "agent")]), Some(1.0));
     // supd's own.
     let restarts = v("sup_supd_service_restarts_total", &[]).expect("restarts");
@@ -284,7 +297,10 @@ fn http_get(port: u16, path: &str) -> Option<String> {
     let mut answer = String::new();
     c.read_to_string(&mut answer).ok()?;
     let (head, body) = answer.split_once("\r\n\r\n")?;
-    assert!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "{head}");
+    assert!(
+        head.starts_with("HTTP/1.") && head.contains(" 200 "),
+        "{head}"
+    );
     Some(body.to_string())
 }
 
@@ -358,7 +374,10 @@ fn node_exporter_finds_the_metrics_in_metrics_file() {
         "# TYPE sup_service_restarts_total counter",
         "sup_supd_loop_stalls_total",
     ] {
-        assert!(body.contains(want), "no {want:?} in node_exporter's:\n{body}");
+        assert!(
+            body.contains(want),
+            "no {want:?} in node_exporter's:\n{body}"
+        );
     }
     // It read the file without complaint.
     assert!(
@@ -421,12 +440,18 @@ fn metrics_file_follows_changes_at_most_every_10s_and_an_idle_supd_never_wakes_f
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    until(&mut writes, "sup_service_state{service=\"a\",state=\"running\"} 1");
+    until(
+        &mut writes,
+        "sup_service_state{service=\"a\",state=\"running\"} 1",
+    );
     // A change: b started. The file follows, but not sooner than 10 s after its last
     // write.
     let out = sb.supctl(&["start", "b"]);
     assert_eq!(out.status.code(), Some(0));
-    until(&mut writes, "sup_service_state{service=\"b\",state=\"running\"} 1");
+    until(
+        &mut writes,
+        "sup_service_state{service=\"b\",state=\"running\"} 1",
+    );
     for pair in writes.windows(2) {
         let apart = pair[1].1.duration_since(pair[0].1).unwrap_or_default();
         assert!(
@@ -447,5 +472,10 @@ fn metrics_file_follows_changes_at_most_every_10s_and_an_idle_supd_never_wakes_f
         assert_eq!(stamp(&file), Some(last), "rewritten idle");
     }
     let woke = switches(pid) - before;
-    assert_eq!(woke, 0, "supd woke {woke} times while idle\n{}", sb.supd_log());
+    assert_eq!(
+        woke,
+        0,
+        "supd woke {woke} times while idle\n{}",
+        sb.supd_log()
+    );
 }

@@ -78,7 +78,9 @@ fn label_values_are_escaped_as_the_format_says() {
         "{text}"
     );
     // The newline did not break the sample's line.
-    assert!(text.lines().all(|l| l.starts_with('#') || l.starts_with("sup_")));
+    assert!(text
+        .lines()
+        .all(|l| l.starts_with('#') || l.starts_with("sup_")));
 }
 
 #[test]
@@ -121,13 +123,21 @@ fn every_family_has_one_help_one_type_and_its_samples_together() {
     let fams = families(&text);
     let mut seen = BTreeMap::new();
     for (name, lines) in &fams {
-        assert!(seen.insert(name.clone(), ()).is_none(), "{name} twice:\n{text}");
-        assert!(lines[0].starts_with(&format!("# HELP {name} ")), "{lines:?}");
+        assert!(
+            seen.insert(name.clone(), ()).is_none(),
+            "{name} twice:\n{text}"
+        );
+        assert!(
+            lines[0].starts_with(&format!("# HELP {name} ")),
+            "{lines:?}"
+        );
         let kind = lines[1].strip_prefix(&format!("# TYPE {name} "));
         assert!(matches!(kind, Some("gauge" | "counter")), "{lines:?}");
         assert!(lines.len() > 2, "{name} has no sample:\n{text}");
         for l in &lines[2..] {
-            let rest = l.strip_prefix(name.as_str()).unwrap_or_else(|| panic!("{l}"));
+            let rest = l
+                .strip_prefix(name.as_str())
+                .unwrap_or_else(|| panic!("{l}"));
             assert!(rest.starts_with('{') || rest.starts_with(' '), "{l}");
         }
         if kind == Some("counter") {
@@ -214,7 +224,9 @@ fn the_file_is_written_after_a_change_at_most_once_per_interval_and_idle_arms_no
     m.changed();
     m.changed();
     assert_eq!(m.deadline(true), Some(t0.plus(INTERVAL)), "one deadline");
-    let g = m.due(true, at(10_000)).expect("due at the last write + 10 s");
+    let g = m
+        .due(true, at(10_000))
+        .expect("due at the last write + 10 s");
     m.wrote(g, at(10_000));
     assert_eq!(m.deadline(true), None);
     // A change long after the last write: written at once.
