@@ -80,6 +80,9 @@ pub struct Handoff {
     /// The syslog listener (`[supd] syslog`): its fd and path (absent before it).
     #[serde(default)]
     pub syslog: Option<(RawFd, PathBuf)>,
+    /// supd's own counts for its metrics (absent before them: counted from the reexec).
+    #[serde(default)]
+    pub metrics: Option<crate::metrics::file::Carried>,
 }
 
 /// One service's runtime.

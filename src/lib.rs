@@ -29,6 +29,7 @@ pub mod leftovers;
 pub mod log_writer;
 pub mod logging;
 pub mod logs;
+pub mod metrics;
 pub mod notify;
 pub mod pid1;
 pub mod proc;

@@ -155,6 +155,8 @@ pub enum Command {
         stderr: bool,
     },
     Watch {},
+    /// The metrics in Prometheus' text format 0.0.4, answered as `{"text": TEXT}`.
+    Metrics {},
     /// The effective settings of a service, each with where it was set.
     Show {
         service: String,
@@ -247,6 +249,7 @@ const COMMANDS: &[&str] = &[
     "signal",
     "log",
     "watch",
+    "metrics",
     "show",
     "reload",
     "shutdown",
@@ -272,6 +275,7 @@ impl Command {
             | Command::Status { .. }
             | Command::Log { .. }
             | Command::Watch {}
+            | Command::Metrics {}
             | Command::Show { .. }
             | Command::Versions { .. }
             | Command::LeaseCandidacy { .. } => true,
@@ -323,6 +327,7 @@ impl Command {
             Command::Signal { .. } => "signal",
             Command::Log { .. } => "log",
             Command::Watch {} => "watch",
+            Command::Metrics {} => "metrics",
             Command::Show { .. } => "show",
             Command::Reload { .. } => "reload",
             Command::Shutdown {} => "shutdown",
@@ -797,6 +802,7 @@ mod tests {
             (json!({"cmd": "status"}), true, true),
             (json!({"cmd": "log", "service": "a"}), true, true),
             (json!({"cmd": "watch"}), true, true),
+            (json!({"cmd": "metrics"}), true, true),
             (json!({"cmd": "show", "service": "a"}), true, true),
             (json!({"cmd": "versions", "tool": "t"}), true, true),
             (json!({"cmd": "lease-candidacy", "lease": "l"}), true, true),

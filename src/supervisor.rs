@@ -20,6 +20,7 @@ mod held;
 mod indices;
 mod leases;
 mod log_lines;
+mod metrics;
 mod notify;
 mod shutdown;
 mod starts;
@@ -173,6 +174,8 @@ pub struct Supervisor {
     reload_job: Option<crate::reload::Job>,
     /// Health check commands under way: pid to service (`health/watch.rs`).
     check_pids: crate::health::CheckPids,
+    /// The metrics part: supd's own counts, and when `metrics_file` is written.
+    metrics: crate::metrics::file::MetricsFile,
 }
 
 impl Supervisor {
@@ -239,6 +242,7 @@ impl Supervisor {
             cleanup: None,
             reload_job: None,
             check_pids: Default::default(),
+            metrics: Default::default(),
         };
         // Moved, not copied: each service's config lives in its slot only (a second
         // copy of every one cost about a kilobyte a service).
@@ -334,6 +338,7 @@ impl Supervisor {
             limits_written: Default::default(),
         };
         self.slots.insert(slot);
+        self.metrics.changed();
     }
 
     /// Feeds one event to a service's machine and carries out its actions.
@@ -343,9 +348,11 @@ impl Supervisor {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
-        let from = slot.svc.state;
+        let (from, restarts) = (slot.svc.state, slot.svc.restarts_total);
         let actions = slot.svc.step(&slot.cfg, ev, now);
         let (instance, tool, to) = (slot.instance.clone(), slot.cfg.tool.clone(), slot.svc.state);
+        let restarted = slot.svc.restarts_total.saturating_sub(restarts);
+        self.metrics.restarted(u64::from(restarted));
         // The change is told before its consequences (a rollback restarts this service).
         if from != to {
             self.state_changed(name, from, to);
@@ -389,6 +396,7 @@ impl Supervisor {
     }
 
     fn state_changed(&mut self, name: &str, from: State, to: State) {
+        self.metrics.changed();
         let slot = &self.slots[name];
         let reason = slot.svc.reason.clone();
         match (to, &reason) {
@@ -711,6 +719,7 @@ impl Supervisor {
             .chain(crate::spawner::deadline())
             .chain(self.handshake_deadline())
             .chain(self.control.deadlines())
+            .chain(self.metrics_deadline())
             .min()
     }
 
@@ -747,6 +756,7 @@ impl Supervisor {
             if let Some(slot) = self.slots.remove(&name) {
                 self.fdset.sync(slot.id, &[]);
             }
+            self.metrics.changed();
         }
         // Checks begin and end with their service's run (spawned or stopped above).
         self.sync_health(now);

@@ -79,8 +79,11 @@ pub struct Record {
     pub boot_deadline_ms: Option<u64>,
     /// The probation may not be rolled back (`--irreversible` or the version's manifest).
     pub irreversible_upgrade: bool,
-    /// Upgrades tried, per version.
+    /// Upgrades tried, per version (their sum: the probations begun, for metrics).
     pub attempts: BTreeMap<String, u32>,
+    /// Rollbacks carried out: of failed probations (and regressions), by operators, by
+    /// the tool itself (absent in records of older supds: counted from then on).
+    pub rollbacks: u32,
     pub bad: BTreeMap<String, BadMark>,
     /// Versions that have run and may not be gone back from.
     pub irreversible: BTreeSet<String>,
@@ -545,6 +548,7 @@ fn end_probation(r: &Record, reason: &str, bad_at: Option<u64>) -> (Record, Outc
                 );
             }
             n.phase = Phase::RolledBack;
+            n.rollbacks = n.rollbacks.saturating_add(1);
             n.rolled_back_from = Some(v);
             n.current = Some(from.clone());
             n.link_seen = false;
@@ -618,6 +622,7 @@ pub fn begin_rollback(
         n.reason = Some("rolled back by an operator".into());
     }
     n.phase = Phase::RolledBack;
+    n.rollbacks = n.rollbacks.saturating_add(1);
     n.rolled_back_from = Some(cur.clone());
     n.previous = Some(cur);
     n.current = Some(to.clone());
@@ -686,6 +691,7 @@ pub fn on_start(r: &Record, version: &str, s: &SelfSwitch, c: &Clocks) -> (Recor
         // probation of it from itself would roll back, on failure, to itself.
         let mut n = r.clone();
         n.phase = Phase::RolledBack;
+        n.rollbacks = n.rollbacks.saturating_add(1);
         n.rolled_back_from = Some(last.to_string());
         n.previous = Some(last.to_string());
         n.current = Some(version.to_string());

@@ -26,6 +26,7 @@ const PARTS: &[(&str, &[&str])] = &[
     ),
     ("notify", &["src/notify.rs"]),
     ("tool_state", &["src/tool_state.rs"]),
+    ("metrics", &["src/metrics.rs", "src/metrics/file.rs"]),
 ];
 
 fn root() -> PathBuf {

@@ -726,6 +726,7 @@ fn bash_completion_offers_commands_services_tools_and_versions() {
     );
     assert_eq!(complete(&sb, &["signal", "web", "HU"]), ["HUP"]);
     assert_eq!(complete(&sb, &["sh"]), ["show", "shutdown"]);
+    assert_eq!(complete(&sb, &["me"]), ["metrics"]);
     assert_eq!(complete(&sb, &["show", "we"]), ["web"]);
     assert_eq!(complete(&sb, &["upgrade", ""]), ["agent"]);
     assert_eq!(

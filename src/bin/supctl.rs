@@ -57,6 +57,8 @@ commands:
                               or @EPOCH; --grep: POSIX extended regex;
                               --stderr: only stderr lines
   watch                       one line per event until interrupted (--json: JSON)
+  metrics                     Prometheus text format (0.0.4) of every service,
+                              tool and supd itself
   show SERVICE                its effective settings, each with the file:line
                               that set it (overrides included) or 'default'
   reload [SERVICE]            re-read the config (nothing changes on error);
@@ -307,7 +309,7 @@ fn is_up(s: &Value) -> bool {
 fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
     let usage = |m: &str| Failure::Usage(m.to_string());
     Ok(match cmd {
-        "hello" | "watch" | "reload" | "shutdown" | "poweroff" | "reboot" | "halt"
+        "hello" | "watch" | "metrics" | "reload" | "shutdown" | "poweroff" | "reboot" | "halt"
             if rest.is_empty() =>
         {
             json!({"cmd": cmd})
@@ -337,7 +339,7 @@ fn build(cmd: &str, rest: &[String]) -> Result<Value, Failure> {
             _ => return Err(usage("signal takes SERVICE SIG")),
         },
         "log" => log::request(rest)?,
-        "hello" | "watch" | "reload" | "shutdown" | "poweroff" | "reboot" | "halt" => {
+        "hello" | "watch" | "metrics" | "reload" | "shutdown" | "poweroff" | "reboot" | "halt" => {
             return Err(usage(&format!("{cmd} takes no arguments")))
         }
         "install" => {
@@ -749,6 +751,8 @@ fn print_answer(cmd: &str, data: &Value, json: bool) -> Result<(), Failure> {
             }
         }
         "log" => log::print(o, &mut err, data),
+        // As it came: Prometheus' text format, for a scraper or a file.
+        "metrics" => o.push_str(data["text"].as_str().unwrap_or_default()),
         "show" => {
             let files: Vec<&str> = (data["files"].as_array().into_iter().flatten())
                 .filter_map(Value::as_str)

@@ -108,6 +108,10 @@ pub struct SupdConfig {
     /// The syslog listener's socket (`syslog.rs`), when supd has one.
     #[serde(default)]
     pub syslog: Option<PathBuf>,
+    /// Where the metrics are written for node_exporter's textfile collector, if set
+    /// (`metrics/file.rs`: at most once per 10 s, only after a change).
+    #[serde(default)]
+    pub metrics_file: Option<PathBuf>,
 }
 
 impl Default for SupdConfig {
@@ -129,6 +133,7 @@ impl Default for SupdConfig {
             nice: None,
             realtime: false,
             syslog: None,
+            metrics_file: None,
         }
     }
 }

@@ -21,6 +21,7 @@ const SUPD_KEYS: &[&str] = &[
     "realtime",
     "control_group",
     "syslog",
+    "metrics_file",
 ];
 
 pub(super) fn read_supd(
@@ -98,6 +99,7 @@ pub(super) fn read_supd(
             },
             "realtime" => set(&mut supd.realtime, ctx.boolean(v, full)),
             "syslog" => supd.syslog = ctx.path(v, full),
+            "metrics_file" => supd.metrics_file = ctx.path(v, full),
             _ => ctx.unknown(key.span(), full, SUPD_KEYS),
         }
     }

@@ -98,7 +98,7 @@ impl Supervisor {
                 "{what} needs root or supd's own user; {}",
                 operators.unwrap_or_default()
             ),
-            Access::ReadOnly => format!("uid {} may only read (hello, status, log, watch); '{}' needs root{}", c.uid(), command.name(), operators.map(|o| format!("; {o}")).unwrap_or_default()),
+            Access::ReadOnly => format!("uid {} may only read (hello, status, log, watch, metrics); '{}' needs root{}", c.uid(), command.name(), operators.map(|o| format!("; {o}")).unwrap_or_default()),
             Access::None => format!("uid {} is not allowed to use this socket (not root, not supd's user, not in socket_group{})", c.uid(), if operators.is_some() { " nor control_group" } else { "" }),
         };
         let (pid, uid) = (c.pid(), c.uid());
@@ -279,6 +279,10 @@ impl Supervisor {
                     stderr,
                 };
                 self.log_answer(client, q).map(Outcome::Answer)
+            }
+            Command::Metrics {} => {
+                let answer = std::collections::BTreeMap::from([("text", self.metrics_text(now))]);
+                Ok(Outcome::Encoded(protocol::encode_ok_with(id, &answer)))
             }
             Command::Watch {} => {
                 self.control.watch(client);

@@ -39,6 +39,8 @@ const SERVICES_TIME: std::time::Duration = std::time::Duration::from_millis(4);
 
 /// Runs until the supervisor sets its exit status; returns it.
 pub fn run(sup: &mut Supervisor) -> i32 {
+    // When this turn began: poll's return (a stall is a turn longer than 100 ms).
+    let mut began = Mono::now();
     loop {
         let now = Mono::now();
         sup.fire_timers(now);
@@ -47,6 +49,9 @@ pub fn run(sup: &mut Supervisor) -> i32 {
         sup.control.reap_clients();
         // What this turn logged, for supd's own log file.
         sup.flush_own_log(now);
+        // After what this turn changed: the file if due (its deadline is armed below
+        // when a change came too soon after the last write; nothing when none came).
+        sup.write_metrics_file(now);
         if let Some(code) = sup.exit {
             return code;
         }
@@ -57,14 +62,18 @@ pub fn run(sup: &mut Supervisor) -> i32 {
             .chain(sup.control.socket_deadline());
         sup.leases.arm_timer();
         let timeout = timeout_until(deadline.min(), now);
+        // One read of the monotonic clock (vDSO: no system call) per turn.
+        sup.metrics.turn(Mono::now().since(began));
         let ready = match wait(sup, timeout) {
             Ok(r) => r,
             Err(e) => {
                 log::warn!("poll: {e}");
+                began = Mono::now();
                 continue;
             }
         };
         let now = Mono::now();
+        began = now;
         for (token, flags) in ready {
             dispatch(sup, token, flags, now);
         }

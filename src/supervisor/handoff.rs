@@ -97,6 +97,7 @@ impl Supervisor {
             queued,
             leftovers: self.cleanup.as_ref().map(|c| c.carry()),
             syslog,
+            metrics: Some(self.metrics.counts()),
         };
         (h, fds)
     }
@@ -246,6 +247,7 @@ impl Supervisor {
     /// Takes over the state of a previous image (after `Supervisor::new` from the config).
     pub fn restore(&mut self, h: Handoff) {
         self.started = h.started;
+        self.metrics.adopt(h.metrics.unwrap_or_default());
         // The config's errors are those of the config as this image read it (the
         // broken files stand in by their copies as at any start), not the last image's.
         self.kept = h.kept;

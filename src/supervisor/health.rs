@@ -274,6 +274,7 @@ impl Supervisor {
     }
 
     fn health_changed(&mut self, name: &str, change: &Change) {
+        self.metrics.changed();
         match &change.reason {
             Some(r) => log::warn!(
                 "{name}: {} -> {} ({r})",

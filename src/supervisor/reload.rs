@@ -230,6 +230,8 @@ impl Supervisor {
         self.config_errors.clear();
         self.broken_files.clear();
         self.end_kept(now);
+        // `metrics_file` may have been set or moved: written afresh.
+        self.metrics.changed();
         log::info!(
             "reloaded {}: added {added:?}, removed {removed:?}, changed {changed:?}, limits changed {limited:?}",
             self.config_path.display()

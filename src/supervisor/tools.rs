@@ -101,6 +101,7 @@ impl Supervisor {
             failpoint::hit(&format!("{name}-after-record"));
         }
         self.tools.hold_record(tool, change.record.clone());
+        self.metrics.changed();
         if let Some(v) = &change.switch {
             let switched = versions::switch(&self.cfg.supd.tools_dir, tool, v).map_err(|e| {
                 Failure::Switch(format!(
