@@ -107,7 +107,7 @@ pub enum Event {
     /// OOM-kill count rose during the run): the reason, "killed by the kernel: out of
     /// memory (memory_max 64MiB)". A crash, counted for the crash loop and in
     /// `oom_kills`.
-    OutOfMemory(String),
+    OutOfMemory(Exit, String),
     /// Its main process exited so, while this many other processes of its run (as
     /// `kill_mode` counts them; never with `"main"`) remained: with a success code, it
     /// daemonized, and the run is a failure, named so (`daemonize.rs`). `None`: some,
@@ -326,14 +326,17 @@ impl Service {
             (Stopped | Running | Stopping | Backoff | Cooldown | Failed | Exited, Event::Ready) => {
                 vec![]
             }
-            (Starting | Running, Event::OutOfMemory(why)) => {
+            (Starting | Running, Event::OutOfMemory(exit, why)) => {
                 self.oom_kills = self.oom_kills.saturating_add(1);
-                self.exited(Exit::Signal(libc::SIGKILL));
+                self.exited(exit);
                 self.settle(cfg, true, why, now)
             }
-            (Stopped | Stopping | Backoff | Cooldown | Failed | Exited, Event::OutOfMemory(_)) => {
+            (
+                Stopped | Stopping | Backoff | Cooldown | Failed | Exited,
+                Event::OutOfMemory(exit, _),
+            ) => {
                 self.oom_kills = self.oom_kills.saturating_add(1);
-                self.step(cfg, Event::Exited(Exit::Signal(libc::SIGKILL)), now)
+                self.step(cfg, Event::Exited(exit), now)
             }
             (Stopping, Event::Exited(exit)) => {
                 self.exited(exit);

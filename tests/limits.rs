@@ -120,6 +120,29 @@ fn an_allocation_past_memory_max_is_oom_killed_and_said_so() {
     assert_eq!(sb.status("hog")["oom_kills"], 1);
 }
 
+/// A shell whose child is OOM-killed exits 137 on its own: the kill is still the
+/// kernel's, said and counted, with the shell's exit as it was.
+#[test]
+fn a_child_oom_killed_under_a_shell_is_said_so_with_the_shell_exit() {
+    if skip(Controller::Memory) {
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[service.hog]\ncommand = [\"/bin/sh\", \"-c\", \"/bin/dd if=/dev/zero of=/dev/null bs=100M count=1; exit $?\"]\nrestart = \"never\"\nmemory_max = \"32MiB\"\n",
+    );
+    sb.start();
+    let st = status_when(&sb, "hog", |s| s["state"] == "failed");
+    let want = "killed by the kernel: out of memory (memory_max 32MiB)";
+    assert!(
+        st["reason"].as_str().is_some_and(|r| r.starts_with(want)),
+        "{st}\n{}",
+        sb.supd_log()
+    );
+    assert_eq!(st["oom_kills"], 1, "{st}");
+    assert_eq!(st["last_exit"], json!({"code": 137}), "{st}");
+}
+
 #[test]
 fn a_fork_bomb_stops_at_pids_max() {
     if skip(Controller::Pids) {

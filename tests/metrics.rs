@@ -119,13 +119,26 @@ fn supctl_metrics_reads_with_prometheus_client_and_says_what_is_so() {
     // Held open: the health check's connects succeed (the backlog takes them).
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
+    // With limits where this host has the controllers (as root): its cgroups then give
+    // memory, CPU and tasks (a hybrid host's v1 hierarchies are joined for a limit).
+    use sup::cgroup::limits::{have_for_check, Controller};
+    let have = have_for_check(true);
+    let limited = is_root()
+        && [Controller::Memory, Controller::Pids]
+            .into_iter()
+            .all(|c| have.place(c).is_some());
+    let limits = if limited {
+        "memory_max = \"256MiB\"\npids_max = 64\n"
+    } else {
+        ""
+    };
     let mut sb = Sandbox::new();
     sb.config(&format!(
         r#"
 [service.web]
 command = ["/bin/sleep", "3600"]
 health = {{ tcp = "{addr}", interval = "100ms", timeout = "1s" }}
-
+{limits}
 [service.crash]
 command = ["/bin/sh", "-c", "exit 3"]
 restart_delay = "10ms"
@@ -204,6 +217,22 @@ stop_timeout = "2s"
     assert!(svc("sup_service_uptime_seconds", "web").is_some_and(|u| u >= 0.0));
     assert_eq!(svc("sup_service_uptime_seconds", "off"), None);
     assert_eq!(svc("sup_service_oom_kills_total", "web"), Some(0.0));
+    // What its cgroups use, where they exist; none for a service without a run.
+    if limited {
+        assert!(
+            svc("sup_service_memory_bytes", "web").is_some_and(|b| b > 0.0),
+            "{text}"
+        );
+        assert!(
+            svc("sup_service_tasks", "web").is_some_and(|n| n >= 1.0),
+            "{text}"
+        );
+    } else {
+        eprintln!(
+            "(memory and tasks not looked at: no memory or pids hierarchy here, or not root)"
+        );
+    }
+    assert_eq!(svc("sup_service_memory_bytes", "off"), None);
     // The tool: its version and phase as labels, its probations and rollbacks counted.
     assert_eq!(
         v(

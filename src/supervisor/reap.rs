@@ -206,9 +206,11 @@ impl Supervisor {
                         }
                     }
                     // Killed by the kernel's OOM killer: its memory cgroup counted a
-                    // kill since the run started.
+                    // kill since the run started. Not only when the leader was the one
+                    // killed: a shell whose child was killed exits 137, a server whose
+                    // worker was killed exits 1, and the cause is the same.
                     if let (Some(c), Some(i)) = (self.cgroups.as_ref(), slot.instance.as_mut()) {
-                        if exit == Exit::Signal(libc::SIGKILL) {
+                        if exit != Exit::Code(0) {
                             i.out_of_memory =
                                 out_of_memory(c, &name, i.oom_at_start, &slot.cfg.resources);
                         }
@@ -336,7 +338,7 @@ impl Supervisor {
                     }
                 }
                 (Some(e), _) => self.apply(&name, Event::SpawnFailed(e.why), now),
-                (None, Some(_)) if oom.is_some() => {
+                (None, Some(exit)) if oom.is_some() => {
                     let why = oom.unwrap_or_default();
                     log::warn!("{name}: {why}");
                     self.control
@@ -346,7 +348,7 @@ impl Supervisor {
                             "reason": why,
                             "time": crate::supervisor::unix_ms(),
                         })));
-                    self.apply(&name, Event::OutOfMemory(why), now)
+                    self.apply(&name, Event::OutOfMemory(exit, why), now)
                 }
                 (None, Some(exit)) if others != Some(0) => {
                     self.apply(&name, Event::Daemonized(exit, others), now)
@@ -363,7 +365,7 @@ impl Supervisor {
     }
 }
 
-/// Why a run whose leader died of SIGKILL was OOM-killed, if it was: its memory
+/// Why a run that failed was OOM-killed (the leader or another of its processes), if it was: its memory
 /// cgroup's OOM-kill count rose past `at_start`.
 fn out_of_memory(
     c: &crate::cgroup::Cgroups,
