@@ -26,6 +26,59 @@ fn store(c: &Cluster) -> sup::lease::file::FileStore {
     sup::lease::file::FileStore::new(path.into())
 }
 
+/// Makes the file store unreadable: a corrupt generation after the latest, made as a
+/// writer makes one (create-if-absent: nobody writes after it, since nobody can read
+/// it); its path, whose removal makes the store readable again as it was.
+fn corrupt_generation(s: &sup::lease::file::FileStore) -> std::path::PathBuf {
+    let number = |p: &std::path::Path, skip: usize| -> Option<u64> {
+        let n = p.file_name()?.to_str()?.get(skip..)?;
+        n.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| n.parse().ok())?
+    };
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        assert!(Instant::now() < deadline, "no corrupt generation made");
+        let list = |dir: &std::path::Path, skip: usize| -> Vec<(u64, std::path::PathBuf)> {
+            let mut v: Vec<_> = std::fs::read_dir(dir)
+                .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|p| Some((number(&p, skip)?, p)))
+                .collect();
+            v.sort();
+            v
+        };
+        // The latest: the highest generation of the highest epoch that has one.
+        let Some((n, latest)) = list(s.dir(), 1)
+            .into_iter()
+            .rev()
+            .find_map(|(_, e)| list(&e, 0).pop())
+        else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(&latest) else {
+            continue;
+        };
+        if text.contains("\"sealed\":true") {
+            continue; // being carried into the next epoch
+        }
+        let next = latest.with_file_name((n + 1).to_string());
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&next)
+        {
+            Ok(mut f) => {
+                use std::io::Write;
+                f.write_all(b"{corrupt").expect("corrupt");
+                return next;
+            }
+            Err(_) => continue, // another writer wrote first
+        }
+    }
+}
+
 /// Writes `value` at `/sup/fleet/agent/KEY`, no condition, no lease.
 fn put_raw(c: &Cluster, key: &str, value: &str) {
     store(c)
@@ -318,32 +371,15 @@ fn a_store_unreadable_for_a_while_mid_probation_resumes_the_roll() {
     roll.until(&c, 1, DEADLINE, "a canary in probation", |_, o| {
         !o.is_empty()
     });
-    let path = std::path::PathBuf::from(c.store.strip_prefix("file:").expect("file"));
-    let lock = || {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path.with_extension("lock"))
-            .expect("lock file");
-        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).expect("flock")
-    };
-    let saved = {
-        let _l = lock();
-        let saved = std::fs::read(&path).expect("store");
-        std::fs::write(&path, b"{corrupt").expect("corrupt");
-        saved
-    };
+    let corrupt = corrupt_generation(&store(&c));
     // Longer than the TTL (1s) and than the probation (2s).
     let end = Instant::now() + Duration::from_secs(3);
     while Instant::now() < end {
         roll.look(&c);
         std::thread::sleep(Duration::from_millis(50));
     }
-    {
-        let _l = lock();
-        std::fs::write(&path, &saved).expect("restore");
-    }
+    // Gone, the generation before it is the latest again.
+    std::fs::remove_file(&corrupt).expect("restore");
     roll.until(&c, 1, DEADLINE * 3, "2.0.0 on every node", |s, _| {
         s["state"] == "done" && all_committed(s, "2.0.0", 3)
     });

@@ -472,7 +472,7 @@ mod tests {
     fn store(name: &str) -> (FileStore, std::path::PathBuf) {
         let path =
             std::env::temp_dir().join(format!("sup-fleet-{name}-{}.json", std::process::id()));
-        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
         (FileStore::new(path.clone()), path)
     }
 
@@ -518,7 +518,7 @@ mod tests {
         halt(&mut s, "agent", None).expect("halt");
         let e = write_target(&mut s, "agent", &old, None, |_| Ok(())).unwrap_err();
         assert!(e.contains("changed by another writer since epoch 1"), "{e}");
-        let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     }
 
     #[test]
@@ -554,7 +554,7 @@ mod tests {
         assert!(said.contains("forced 1 times"), "{said}");
         let t = snapshot(&mut s, "agent").expect("read").target;
         assert!(t.halted.is_none() && t.bad.is_empty() && t.forced == 1);
-        let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     }
 
     #[test]
@@ -611,6 +611,6 @@ mod tests {
             "n1 has not answered epoch 2 yet"
         );
         assert_eq!(j["state"], "halted");
-        let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     }
 }

@@ -1,13 +1,19 @@
-//! The file store: one JSON file, read and rewritten under an exclusive lock for every
-//! operation. For one host and for trying sup-lease out; it has etcd's revisions, leases
-//! and conditional writes.
+//! The file store: the store's JSON, written whole as a new generation for every
+//! change, under a directory `PATH.d` beside the path it is named by, with no lock
+//! (`dirs`: a write is a compare-and-swap by create-if-absent, so a sup-lease stopped
+//! or frozen in the middle of one holds nobody up). For one host and for trying
+//! sup-lease out; it has etcd's revisions, leases and conditional writes.
 //!
 //! Lease expiries are kept on `CLOCK_BOOTTIME`, the clock sup-lease dates its renewals
 //! and supd its grants by: the wall clock would let a `date -s` or an NTP step end a
 //! store lease early (two leaders) or late, and `CLOCK_MONOTONIC` stops during suspend.
-//! `CLOCK_BOOTTIME` starts again at every boot, so the file says which boot its
-//! expiries belong to; a file of another boot (or an older file, on the wall clock)
-//! has every lease ended at once.
+//! `CLOCK_BOOTTIME` starts again at every boot, so the data says which boot its
+//! expiries belong to; data of another boot (or older data, on the wall clock) has
+//! every lease ended at once.
+
+mod dirs;
+#[cfg(test)]
+mod tests;
 
 use super::store::{Change, Cond, Identity, Kv, LeaseId, Store, StoreError, Watched};
 use crate::time::Boot;
@@ -19,8 +25,8 @@ use std::time::Duration;
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 struct Data {
-    /// This store's identity, made when the file is (older files get one at their next
-    /// use): a deleted and remade file is another store.
+    /// This store's identity, made with the store (older stores get one at their next
+    /// use): a store moved away and made anew is another store.
     id: String,
     revision: u64,
     next_lease: LeaseId,
@@ -33,6 +39,8 @@ struct Data {
     gone: Vec<(String, u64, u64)>,
     /// Deletions up to this revision were dropped from `gone`.
     gone_floor: u64,
+    /// The last generation of its epoch: the data goes on in the next (`dirs`).
+    sealed: bool,
 }
 
 /// How many deletions `gone` keeps.
@@ -57,19 +65,19 @@ struct Entry {
     lease: LeaseId,
 }
 
-/// A store in a file.
+/// A store in a directory of files.
 pub struct FileStore {
-    path: PathBuf,
-    /// How long a call waits for the lock before it gives up (a sup-lease stopped while
-    /// holding it must not hang every other node's tick, nor `status`).
-    lock_wait: std::time::Duration,
+    dirs: dirs::Dirs,
+    /// How long a call goes on reading again and redoing its change while other
+    /// writers' changes beat it (each of them one that was made: nobody waits).
+    timeout: Duration,
 }
 
 fn now_ms() -> u64 {
     crate::time::Boot::now().as_ms()
 }
 
-/// This boot's id; empty when unreadable (then no file's leases are trusted across it).
+/// This boot's id; empty when unreadable (then no store's leases are trusted across it).
 fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
@@ -81,96 +89,77 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl FileStore {
+    /// The store named by `path` (in `PATH.d`).
     pub fn new(path: PathBuf) -> FileStore {
+        FileStore::with_timeout(path, Duration::from_secs(2))
+    }
+
+    /// The same, whose calls give up after `timeout` of losing to other writers.
+    pub fn with_timeout(path: PathBuf, timeout: Duration) -> FileStore {
         FileStore {
-            path,
-            lock_wait: std::time::Duration::from_secs(2),
+            dirs: dirs::Dirs::new(path),
+            timeout,
         }
     }
 
-    /// The same, whose calls wait at most `lock_wait` for the lock.
-    pub fn with_lock_wait(path: PathBuf, lock_wait: std::time::Duration) -> FileStore {
-        FileStore { path, lock_wait }
+    /// The directory the store is in, `PATH.d`.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dirs.dir()
     }
 
-    /// Takes the lock, waiting at most `lock_wait`: flock has no timeout, so a
-    /// non-blocking attempt is made again every few milliseconds until then.
-    fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, StoreError> {
-        let lock_path = self.path.with_extension("lock");
-        let mut lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| err(format!("{}: {e}", lock_path.display())))?;
-        let end = Boot::now().plus(self.lock_wait);
+    /// The data as the latest generation holds it. Expired leases are not carried out
+    /// (that is a write: `with`).
+    fn peek<T>(&self, mut f: impl FnMut(&mut Data) -> T) -> Result<T, StoreError> {
+        let mut head = self.dirs.latest(Boot::now().plus(self.timeout))?;
+        Ok(f(&mut head.data))
+    }
+
+    /// Runs `f` on the latest data, expired leases and their keys removed first, and
+    /// writes the result as the next generation when it changed. When another writer
+    /// wrote that generation first, `f` runs again on the data it made, and so on until
+    /// the timeout.
+    fn with<T>(&mut self, mut f: impl FnMut(&mut Data) -> T) -> Result<T, StoreError> {
+        let t0 = Boot::now();
+        let deadline = t0.plus(self.timeout);
+        let mut lost = 0u64;
         loop {
-            match nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-                Ok(g) => return Ok(g),
-                Err((l, nix::errno::Errno::EWOULDBLOCK)) if Boot::now() < end => {
-                    lock = l;
-                    std::thread::sleep(std::time::Duration::from_millis(5)); // flock has no timeout
-                }
-                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                    return Err(err(format!(
-                        "{} is held by another process for more than {} (a sup-lease stopped or hung while holding it?)",
-                        lock_path.display(),
-                        crate::time::Human(self.lock_wait)
-                    )))
-                }
-                Err((_, e)) => return Err(err(format!("lock {}: {e}", lock_path.display()))),
+            let head = self.dirs.latest(deadline)?;
+            let mut data = head.data.clone();
+            let fresh = data.id.is_empty();
+            let now = now_ms();
+            let boot = boot_id();
+            let other_boot = data.boot_id != boot;
+            data.boot_id = boot;
+            let expired: Vec<LeaseId> = data
+                .leases
+                .iter()
+                .filter(|(_, (_, until))| other_boot || *until <= now)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in &expired {
+                drop_lease(&mut data, *id);
+            }
+            if data.id.is_empty() {
+                data.id = new_id();
+            }
+            let before = serde_json::to_vec(&data).map_err(err)?;
+            let out = f(&mut data);
+            let after = serde_json::to_vec(&data).map_err(err)?;
+            if after == before && expired.is_empty() && !fresh {
+                return Ok(out);
+            }
+            if self.dirs.commit(&head, &data)? {
+                return Ok(out);
+            }
+            lost += 1;
+            if Boot::now() >= deadline {
+                return Err(err(format!(
+                    "{}: other writers wrote first {lost} times in a row in {}; try again",
+                    self.dirs.dir().display(),
+                    crate::time::Human(Boot::now().since(t0))
+                )));
             }
         }
-    }
-
-    /// The data as the file holds it now, without the lock: every write is a rename
-    /// onto the file, so a read sees one whole write. Expired leases are not carried
-    /// out (that takes the lock: `with`).
-    fn peek<T>(&self, f: impl FnOnce(&mut Data) -> T) -> Result<T, StoreError> {
-        let mut data = self.read_data()?;
-        Ok(f(&mut data))
-    }
-
-    fn read_data(&self) -> Result<Data, StoreError> {
-        match std::fs::read(&self.path) {
-            Ok(b) if b.is_empty() => Ok(Data::default()),
-            Ok(b) => serde_json::from_slice(&b)
-                .map_err(|e| err(format!("{} is corrupt: {e}", self.path.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Data::default()),
-            Err(e) => Err(err(format!("{}: {e}", self.path.display()))),
-        }
-    }
-
-    /// Runs `f` on the data under the lock, expired leases and their keys removed first,
-    /// and writes the result back (temp file and rename) when `f` changed it.
-    fn with<T>(&mut self, f: impl FnOnce(&mut Data) -> T) -> Result<T, StoreError> {
-        let _guard = self.lock()?;
-        let mut data = self.read_data()?;
-        let fresh = data.id.is_empty();
-        let now = now_ms();
-        let boot = boot_id();
-        let other_boot = data.boot_id != boot;
-        data.boot_id = boot;
-        let expired: Vec<LeaseId> = data
-            .leases
-            .iter()
-            .filter(|(_, (_, until))| other_boot || *until <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in &expired {
-            drop_lease(&mut data, *id);
-        }
-        if data.id.is_empty() {
-            data.id = new_id();
-        }
-        let before = serde_json::to_vec(&data).map_err(err)?;
-        let out = f(&mut data);
-        let after = serde_json::to_vec(&data).map_err(err)?;
-        if after != before || !expired.is_empty() || fresh {
-            crate::records::atomic_write_mode(&self.path, &after, false, 0o666)
-                .map_err(|e| err(format!("{}: {e}", self.path.display())))?;
-        }
-        Ok(out)
     }
 }
 
@@ -355,34 +344,48 @@ impl Store for FileStore {
         })
     }
 
-    /// inotify on the file's directory (every write is a rename onto the file), set up
-    /// before the data is read, so that no change is missed; and a look at the earliest
-    /// end of a store lease the keys rest on, since an expiry is carried out by whoever
-    /// touches the file next. `after` 0 gives every key (the file's revisions start
-    /// at 0). The changes are the keys written after `after` and the
-    /// deletions `gone` keeps (a key written twice meanwhile shows its last write).
+    /// inotify on `PATH.d` (new epochs) and on each epoch in it (new generations:
+    /// a write links one), set up again before every read of the data, so that no
+    /// change is missed, and on the directory `PATH.d` is in (for `PATH.d` made, or
+    /// moved away); and a look at the earliest end of a store lease the keys rest on,
+    /// since an expiry is carried out by whoever writes next. `after` 0 gives every
+    /// key (the store's revisions start at 0). The changes are the keys written after
+    /// `after` and the deletions `gone` keeps (a key written twice meanwhile shows its
+    /// last write).
     fn watch(&mut self, prefix: &str, after: u64, deadline: Boot) -> Result<Watched, StoreError> {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
         use std::os::fd::AsFd;
-        let dir = match self.path.parent() {
+        let store = self.dirs.dir().to_path_buf();
+        let parent = match store.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let name = self.path.file_name().map(|n| n.to_os_string());
+        let name = store.file_name().map(|n| n.to_os_string());
         let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .map_err(|e| err(format!("inotify: {e}")))?;
-        ino.add_watch(
-            &dir,
-            AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_CLOSE_WRITE,
-        )
-        .map_err(|e| err(format!("inotify {}: {e}", dir.display())))?;
+        let dir_changes = AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_MOVED_FROM
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_ONLYDIR;
+        let parent_wd = ino
+            .add_watch(&parent, dir_changes)
+            .map_err(|e| err(format!("inotify {}: {e}", parent.display())))?;
         // (An end already passed makes the first wait below end at once.)
         let mut due = false;
         loop {
-            // Without the lock, unless an expiry is due (carried out under it): the watch
-            // looks at every write of every node, and a lock taken that often by a
-            // sup-lease that is then stopped would hang everyone.
+            match ino.add_watch(&store, dir_changes) {
+                Ok(_) | Err(nix::errno::Errno::ENOENT) => {}
+                Err(e) => return Err(err(format!("inotify {}: {e}", store.display()))),
+            }
+            for epoch in self.dirs.epochs() {
+                match ino.add_watch(&epoch, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_ONLYDIR) {
+                    Ok(_) | Err(nix::errno::Errno::ENOENT) => {}
+                    Err(e) => return Err(err(format!("inotify {}: {e}", epoch.display()))),
+                }
+            }
+            // A read, unless an expiry is due (a write, carried out by `with`).
             let look = |d: &mut Data| {
                 if after > d.revision || after < d.gone_floor {
                     return (
@@ -442,8 +445,8 @@ impl Store for FileStore {
                 // A millisecond past the end: `with` drops a lease at its end.
                 until = until.min(Boot::from_ms(end + 1));
             }
-            // Waits for a write of the file itself: the lock file, which every look
-            // (this one too) opens for writing, does not count.
+            // Waits for a new generation or epoch, or for PATH.d made or moved: temp
+            // files and retired epochs do not count.
             loop {
                 let now = Boot::now();
                 if now >= until {
@@ -463,7 +466,16 @@ impl Store for FileStore {
                     if evs.is_empty() {
                         break;
                     }
-                    written |= evs.iter().any(|e| e.name.as_ref() == name.as_ref());
+                    written |= evs.iter().any(|e| {
+                        let Some(n) = e.name.as_ref() else {
+                            return false;
+                        };
+                        if e.wd == parent_wd {
+                            return Some(n) == name.as_ref();
+                        }
+                        let n = n.to_string_lossy();
+                        dirs::epoch_of(&n).is_some() || dirs::generation_of(&n).is_some()
+                    });
                 }
                 if written {
                     break;
@@ -472,185 +484,5 @@ impl Store for FileStore {
             // A store lease's end passed: the next look carries the expiry out.
             due = next_end.is_some_and(|end| Boot::now().as_ms() > end);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn leases_keys_and_conditions() {
-        let path = std::env::temp_dir().join(format!("sup-filestore-{}.json", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let mut s = FileStore::new(path.clone());
-        let a = s.grant(Duration::from_secs(10)).expect("grant");
-        let b = s.grant(Duration::from_millis(300)).expect("grant");
-        let r1 = s
-            .put("/x/leader", "a", a, Some(Cond::Absent))
-            .expect("put")
-            .expect("created");
-        assert_eq!(
-            s.put("/x/leader", "b", b, Some(Cond::Absent)).expect("put"),
-            None,
-            "compare-and-create fails"
-        );
-        assert!(s.check("/x/leader", Cond::Lease(a)).expect("check"));
-        assert!(!s.check("/x/leader", Cond::Lease(b)).expect("check"));
-        let r2 = s
-            .put("/x/leader", "a2", a, Some(Cond::ModRevision(r1)))
-            .expect("put")
-            .expect("cas");
-        assert!(r2 > r1);
-        assert_eq!(
-            s.put("/x/leader", "z", a, Some(Cond::ModRevision(r1)))
-                .expect("put"),
-            None,
-            "stale cas fails"
-        );
-        s.put("/x/members/b", "b", b, None).expect("put");
-        s.put("/y/other", "o", 0, None).expect("put");
-        // b's lease expires by the clock: its key goes with it.
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while s.range("/x/").expect("range").len() != 1 {
-            assert!(std::time::Instant::now() < deadline);
-        }
-        assert!(!s.keepalive(b).expect("keepalive"));
-        assert!(s.keepalive(a).expect("keepalive"));
-        let kvs = s.range("/x/").expect("range");
-        assert_eq!(
-            (
-                kvs[0].key.as_str(),
-                kvs[0].value.as_str(),
-                kvs[0].create_revision,
-                kvs[0].mod_revision
-            ),
-            ("/x/leader", "a2", r1, r2)
-        );
-        s.revoke(a).expect("revoke");
-        assert!(s.range("/x/").expect("range").is_empty());
-        assert!(!s.delete("/y/other", Cond::Lease(5)).expect("delete"));
-        assert!(s.delete("/y/other", Cond::Lease(0)).expect("delete"));
-        let _ = std::fs::remove_file(&path);
-    }
-
-    #[test]
-    fn a_file_has_an_id_that_a_new_file_does_not_share() {
-        let path = std::env::temp_dir().join(format!("sup-fileid-{}.json", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let mut s = FileStore::new(path.clone());
-        let first = s.identity().expect("identity");
-        assert!(first.id.starts_with("file:"), "{first:?}");
-        s.put("/x/a", "1", 0, None).expect("put");
-        let later = s.identity().expect("identity");
-        assert_eq!((later.id.as_str(), later.revision), (first.id.as_str(), 1));
-        let (kvs, with_range) = s.range_with_identity("/x/").expect("range");
-        assert_eq!((kvs.len(), with_range), (1, later.clone()));
-        std::fs::remove_file(&path).expect("wipe");
-        let wiped = s.identity().expect("identity");
-        assert_ne!(wiped.id, first.id);
-        assert_eq!(wiped.revision, 0);
-        let _ = std::fs::remove_file(&path);
-    }
-
-    #[test]
-    fn a_watch_sees_writes_and_deletions_with_their_last_write_and_wakes_at_an_expiry() {
-        let path = std::env::temp_dir().join(format!("sup-filewatch-{}.json", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let mut s = FileStore::new(path.clone());
-        let soon = || Boot::now().plus(Duration::from_millis(50));
-        let Watched::Changes { changes, revision } = s.watch("/x/", 0, soon()).expect("watch")
-        else {
-            panic!("no gap from 0");
-        };
-        assert!(changes.is_empty());
-        let a = s.grant(Duration::from_millis(400)).expect("grant");
-        let r1 = s.put("/x/leader", "a", a, None).expect("put").expect("rev");
-        let r2 = s
-            .put("/x/members/a", "a", a, None)
-            .expect("put")
-            .expect("rev");
-        s.put("/y/other", "o", 0, None).expect("put");
-        let Watched::Changes { changes, revision } =
-            s.watch("/x/", revision, soon()).expect("watch")
-        else {
-            panic!("gap");
-        };
-        let keys: Vec<(&str, u64)> = changes
-            .iter()
-            .map(|c| (c.key.as_str(), c.revision))
-            .collect();
-        assert_eq!(keys, [("/x/leader", r1), ("/x/members/a", r2)]);
-        // Nothing more: back at the deadline, with nothing.
-        let t0 = std::time::Instant::now();
-        let w = s.watch("/x/", revision, soon()).expect("watch");
-        assert_eq!(
-            w,
-            Watched::Changes {
-                changes: vec![],
-                revision
-            }
-        );
-        assert!(t0.elapsed() >= Duration::from_millis(40));
-        // The lease runs out with nobody touching the file: the watch sees both keys go
-        // in one revision, with their last writes, well before its deadline.
-        let t0 = std::time::Instant::now();
-        let Watched::Changes { changes, .. } = s
-            .watch("/x/", revision, Boot::now().plus(Duration::from_secs(5)))
-            .expect("watch")
-        else {
-            panic!("gap");
-        };
-        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
-        assert_eq!(changes.len(), 2, "{changes:?}");
-        assert!(changes
-            .iter()
-            .all(|c| c.deleted && c.revision == changes[0].revision));
-        assert_eq!((changes[0].prev, changes[1].prev), (r1, r2));
-        assert!(matches!(
-            s.watch("/x/", 1000, soon()),
-            Ok(Watched::Gap { .. })
-        ));
-        let _ = std::fs::remove_file(&path);
-        let _ = std::fs::remove_file(path.with_extension("lock"));
-    }
-
-    #[test]
-    fn a_lock_held_elsewhere_fails_a_call_in_time_and_does_not_stop_the_watch() {
-        let path = std::env::temp_dir().join(format!("sup-filelock-{}.json", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let mut s = FileStore::with_lock_wait(path.clone(), Duration::from_millis(200));
-        let rev = s.put("/x/a", "1", 0, None).expect("put").expect("rev");
-        // Another process (a sup-lease stopped while it held the lock) holds it.
-        let lock = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path.with_extension("lock"))
-            .expect("open the lock");
-        let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| e)
-            .expect("hold the lock");
-        let t0 = std::time::Instant::now();
-        let e = s.range("/x/").expect_err("the lock is held");
-        assert!(e.0.contains("held by another process"), "{e}");
-        assert!(
-            t0.elapsed() >= Duration::from_millis(200) && t0.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            t0.elapsed()
-        );
-        // The watch reads without it: it sees the store as it is, and waits.
-        let w = s
-            .watch("/x/", rev, Boot::now().plus(Duration::from_millis(50)))
-            .expect("a watch without the lock");
-        assert_eq!(
-            w,
-            Watched::Changes {
-                changes: vec![],
-                revision: rev
-            }
-        );
-        drop(held);
-        assert_eq!(s.range("/x/").expect("the lock is free").len(), 1);
-        let _ = std::fs::remove_file(&path);
-        let _ = std::fs::remove_file(path.with_extension("lock"));
     }
 }

@@ -40,7 +40,7 @@ pub fn open_with(
                  etcd store (etcd:https://HOST:PORT,...); a file store takes none"
             )));
         }
-        return Ok(Box::new(file::FileStore::with_lock_wait(
+        return Ok(Box::new(file::FileStore::with_timeout(
             path.into(),
             timeout,
         )));

@@ -35,7 +35,7 @@ fn a_node_that_took_the_key_and_waits_out_t_leads_the_tool_for_a_fleet() {
 #[test]
 fn a_holder_waiting_out_the_old_holders_grant_gives_the_key_up_without_a_released_mark() {
     let path = std::env::temp_dir().join(format!("sup-waiting-{}.json", std::process::id()));
-    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     let ttl = Duration::from_secs(3);
     let mut n = Node::new(
         "engine".into(),
@@ -64,7 +64,7 @@ fn a_holder_waiting_out_the_old_holders_grant_gives_the_key_up_without_a_release
     let snap = snapshot(n.store.as_mut(), "engine").expect("read");
     let now = Boot::now();
     let c_leads = lead_from_after_acquire(Some(rev), snap.released, None, now, ttl);
-    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     assert!(
         c_leads > now,
         "a candidate that saw term {rev} leads at once (released {:?}) while the old holder's runs may live for T",
@@ -80,7 +80,7 @@ fn a_holder_waiting_out_the_old_holders_grant_gives_the_key_up_without_a_release
 #[test]
 fn a_clean_release_after_a_wipe_names_the_revision_candidates_match() {
     let path = std::env::temp_dir().join(format!("sup-wiped-{}.json", std::process::id()));
-    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     let ttl = Duration::from_secs(3);
     let mut n = Node::new(
         "engine".into(),
@@ -117,7 +117,7 @@ fn a_clean_release_after_a_wipe_names_the_revision_candidates_match() {
     });
     n.finish_release();
     let snap = snapshot(n.store.as_mut(), "engine").expect("read");
-    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     assert!(snap.leader.is_none(), "the key is given up");
     // What a candidate that saw this leader remembers, and matches the mark with.
     let now = Boot::now();
@@ -132,7 +132,7 @@ fn a_clean_release_after_a_wipe_names_the_revision_candidates_match() {
 #[test]
 fn a_stale_policy_write_is_refused_and_bad_values_are_skipped() {
     let path = std::env::temp_dir().join(format!("sup-policy-{}.json", std::process::id()));
-    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     let mut store = FileStore::new(path.clone());
     let first = snapshot(&mut store, "engine").expect("read");
     let p = write_policy(&mut store, "engine", &first, |p| {
@@ -157,5 +157,5 @@ fn a_stale_policy_write_is_refused_and_bad_values_are_skipped() {
         .expect("put");
     let s = snapshot(&mut store, "engine").expect("read despite garbage");
     assert!(s.members.is_empty() && s.leader.is_none());
-    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
 }
