@@ -262,6 +262,12 @@ impl Supervisor {
             return;
         };
         let (joins, mut problems) = c.apply(name, &def.resources, &slot.limits_written);
+        // A run started without a memory cgroup had no OOM-kill count to start from:
+        // it starts from its new cgroup's, before the run moves in, so that a kill
+        // under the new `memory_max` is said as one.
+        if let Some(i) = slot.instance.as_mut().filter(|i| i.oom_at_start.is_none()) {
+            i.oom_at_start = c.oom_kills(name);
+        }
         problems.extend(c.move_run(name, &joins));
         slot.limits_written = def.resources;
         for p in &problems {
