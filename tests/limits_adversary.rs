@@ -305,3 +305,100 @@ fn an_oom_kill_during_stop_is_a_stop() {
     assert_eq!(st["state"], "stopped", "{st}\n{}", sb.supd_log());
     assert_eq!(st["oom_kills"], 1, "{st}");
 }
+
+/// A run carried over by `reexec` stays in its limited cgroups, and the next run (after
+/// a restart) is put in them again, with the limits.
+#[test]
+fn after_reexec_the_carried_run_and_the_next_are_limited() {
+    if skip(Controller::Memory) || !memory_in_v1() {
+        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.config(
+        "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nmemory_max = \"40MiB\"\npids_max = 12\nrestart_delay = \"0s\"\n",
+    );
+    sb.start();
+    let old = sb.wait_state("web", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    let mem = v1_cgroup(old, "memory").expect("its memory cgroup");
+    sb.reexec();
+    assert_eq!(v1_cgroup(old, "memory").as_ref(), Some(&mem));
+    let out = sb.supctl(&["restart", "web"]);
+    assert!(out.status.success(), "{out:?}");
+    let st = status_when(&sb, "web", |s| {
+        s["state"] == "running" && s["pid"].is_i64() && s["pid"] != json!(old)
+    });
+    let new = st["pid"].as_i64().expect("pid") as i32;
+    assert_eq!(v1_cgroup(new, "memory").as_ref(), Some(&mem), "{st}");
+    let limit = fs::read_to_string(mem.join("memory.limit_in_bytes")).expect("limit");
+    assert_eq!(limit.trim(), (40u64 << 20).to_string());
+    if let Some(p) = v1_cgroup(new, "pids") {
+        let max = fs::read_to_string(p.join("pids.max")).expect("pids.max");
+        assert_eq!(max.trim(), "12");
+    }
+    assert!(st["resources"]["memory_bytes"].is_u64(), "{st}");
+}
+
+/// A reload that takes `instances` from 3 to 2: the instance removed goes, and their
+/// cgroup v1 directories with them, while supd runs on.
+#[test]
+fn instances_removed_by_reload_leave_no_v1_cgroups() {
+    if skip(Controller::Memory) || !memory_in_v1() {
+        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let svc = |n: u32| {
+        format!("[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\ninstances = {n}\nmemory_max = \"48MiB\"\n")
+    };
+    sb.config(&svc(3));
+    sb.start();
+    let mut dirs = Vec::new();
+    for i in 0..3 {
+        let pid = sb.wait_state(&format!("web@{i}"), "running")["pid"]
+            .as_i64()
+            .expect("pid") as i32;
+        dirs.push(v1_cgroup(pid, "memory").expect("its memory cgroup"));
+    }
+    sb.config(&svc(2));
+    sb.ok(json!({"cmd": "reload"}));
+    for d in &dirs[2..] {
+        fs_until(
+            &format!("{} is left\n{}", d.display(), sb.supd_log()),
+            || !d.exists(),
+        );
+    }
+    assert!(dirs[0].exists() && dirs[1].exists());
+}
+
+/// A worker OOM-killed under `memory_max` while its service runs on (a shell, a
+/// server's master process, starts it and goes on): the kill is the kernel's all the
+/// same, and `oom_kills` and `sup_service_oom_kills_total` ("processes of the service
+/// killed by the kernel for want of memory") count it.
+#[test]
+#[ignore = "finding: oom_kills and sup_service_oom_kills_total count only runs that failed after an OOM kill (reap.rs out_of_memory, at most 1 per run); a worker OOM-killed while the service runs on (or several in one run, or one in a run that exits 0) is never counted, though supctl(8) says the metric counts 'its processes killed by the kernel' (sup.toml(5) and status say runs): the two docs disagree; counting the live run's rise of the cgroup's oom_kill count (status_of) and the whole rise at its end needs a decision on what the number means"]
+fn a_worker_oom_killed_while_its_service_runs_on_is_counted() {
+    if skip(Controller::Memory) {
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let marker = sb.path("after");
+    sb.config(&format!(
+        "[service.w]\ncommand = [\"/bin/sh\", \"-c\", \"/bin/dd if=/dev/zero of=/dev/null bs=100M count=1; echo $? > {}; exec /bin/sleep 3600\"]\nmemory_max = \"32MiB\"\n",
+        marker.display()
+    ));
+    sb.start();
+    let code = files::wait_file(&marker, |t| !t.is_empty());
+    assert_eq!(code.trim(), "137", "dd was not OOM-killed");
+    let st = sb.status("w");
+    assert_eq!(st["state"], "running", "{st}");
+    let out = sb.supctl(&["metrics"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("sup_service_oom_kills_total{service=\"w\"} 1"),
+        "status {st}\n{text}"
+    );
+    assert_eq!(st["oom_kills"], 1, "{st}");
+}
