@@ -402,3 +402,49 @@ fn a_worker_oom_killed_while_its_service_runs_on_is_counted() {
     );
     assert_eq!(st["oom_kills"], 1, "{st}");
 }
+
+/// supd started with `cgroups = "off"`; a reload turns them to `"auto"` and gives a
+/// service `memory_max`. supd makes its cgroups at its start only: the reload must not
+/// take a limit that will not hold without saying so. Either it refuses (or warns of)
+/// the limit, or the service's next run is under it.
+#[test]
+fn a_reload_that_turns_cgroups_on_with_a_limit_does_not_take_it_silently() {
+    if skip(Controller::Memory) || !memory_in_v1() {
+        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    sb.config_with(
+        "cgroups = \"off\"",
+        "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\n",
+    );
+    sb.start();
+    let old = sb.wait_state("web", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    sb.config_with(
+        "cgroups = \"auto\"",
+        "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\nmemory_max = \"32MiB\"\n",
+    );
+    let a = sb.request(json!({"cmd": "reload"}));
+    if a["ok"] != true {
+        // Refused, with why: fine.
+        return;
+    }
+    let said = sb.supd_log();
+    let warned = said
+        .lines()
+        .any(|l| l.contains("WARN") && l.contains("cgroups") && l.contains("restart"));
+    let st = status_when(&sb, "web", |s| {
+        s["state"] == "running" && s["pid"].is_i64() && s["pid"] != json!(old)
+    });
+    let pid = st["pid"].as_i64().expect("pid") as i32;
+    let limited = v1_cgroup(pid, "memory").is_some_and(|d| {
+        fs::read_to_string(d.join("memory.limit_in_bytes"))
+            .is_ok_and(|t| t.trim() == (32u64 << 20).to_string())
+    });
+    assert!(
+        limited || warned,
+        "the reload took memory_max; the new run {pid} is not under it, and nothing said so: {a}\n{said}"
+    );
+}
