@@ -561,6 +561,13 @@ impl Supervisor {
         // Its limits, written at each start; on a hybrid host the child joins the v1
         // hierarchies they are taken from (`cgroup/limits.rs`).
         let mut also_join = Vec::new();
+        if cgroup_dir.is_none() && slot.cfg.resources.any() {
+            // The config check passed them (a reload turned `cgroups` on, say), but
+            // this supd has no cgroup for the service.
+            log::warn!(
+                "{name}: its limits do not hold: it runs without a cgroup (supd set up none for its services at its start; restart supd)"
+            );
+        }
         if let (Some(c), Some(_)) = (self.cgroups.as_ref(), cgroup_dir.as_ref()) {
             let new = slot.cfg.resources;
             if new.any() || slot.limits_written.any() {

@@ -447,4 +447,10 @@ fn a_reload_that_turns_cgroups_on_with_a_limit_does_not_take_it_silently() {
         limited || warned,
         "the reload took memory_max; the new run {pid} is not under it, and nothing said so: {a}\n{said}"
     );
+    // And the start of a run whose limits do not hold says so.
+    assert!(
+        limited || sb.supd_log().contains("web: its limits do not hold"),
+        "{}",
+        sb.supd_log()
+    );
 }

@@ -284,6 +284,12 @@ impl Supervisor {
                 new.socket.display()
             );
         }
+        if new.cgroups != old.cgroups {
+            let was = if old.cgroups { "auto" } else { "off" };
+            log::warn!(
+                "reload: cgroups takes effect when supd restarts (it is set up once, at the start): services run as with cgroups = \"{was}\" until then, and limits a reload adds do not hold without cgroups"
+            );
+        }
         if new.control_group != old.control_group {
             log::warn!("reload: control_group takes effect when supd restarts (it is looked up once, at the start)");
         }
