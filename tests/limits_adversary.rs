@@ -454,3 +454,43 @@ fn a_reload_that_turns_cgroups_on_with_a_limit_does_not_take_it_silently() {
         sb.supd_log()
     );
 }
+
+/// A reload that takes every limit from a running service, then a restart: the new run
+/// is in no limited cgroup, the old run's cgroup v1 directories go (none is left while
+/// supd runs), and `resources` does not read the empty ones left (a running service
+/// shown using 0 bytes).
+#[test]
+fn limits_all_taken_away_by_reload_leave_no_v1_cgroups_after_the_next_start() {
+    if skip(Controller::Memory) || !memory_in_v1() {
+        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let svc = |limit: &str| {
+        format!("[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\n{limit}")
+    };
+    sb.config(&svc("memory_max = \"64MiB\"\n"));
+    sb.start();
+    let old = sb.wait_state("web", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    let mem = v1_cgroup(old, "memory").expect("its memory cgroup");
+    sb.config(&svc(""));
+    let r = sb.ok(json!({"cmd": "reload"}));
+    assert_eq!(r["limits"], json!(["web"]), "{r}");
+    assert!(sb.supctl(&["restart", "web"]).status.success());
+    let st = status_when(&sb, "web", |s| {
+        s["state"] == "running" && s["pid"].is_i64() && s["pid"] != json!(old)
+    });
+    let new = st["pid"].as_i64().expect("pid") as i32;
+    assert_eq!(v1_cgroup(new, "memory"), None, "{st}");
+    fs_until(
+        &format!("{} is left while supd runs", mem.display()),
+        || !mem.exists(),
+    );
+    let bytes = &sb.status("web")["resources"]["memory_bytes"];
+    assert!(
+        bytes.is_null() || bytes.as_u64().is_some_and(|b| b > 0),
+        "a running service shown using {bytes} bytes"
+    );
+}
