@@ -585,6 +585,12 @@ impl Supervisor {
                         ),
                     }
                 }
+            } else {
+                // No limits now: what is left of v1 cgroups a run had (its limits taken
+                // away by a reload, or by the config a killed or re-executed supd
+                // started on) goes, now that its last run is over (rmdir refuses a
+                // populated one); else `resources` would read them, empty.
+                c.remove_v1(name);
             }
         }
         let spec = SpawnSpec {
