@@ -129,3 +129,33 @@ fn after_a_restart_storm_an_idle_supd_does_not_wake_for_metrics_file() {
     let woke = switches(pid) - before;
     assert_eq!(woke, 0, "supd woke {woke} times while idle\n{}", sb.supd_log());
 }
+
+/// `metrics_file` moved by a reload within node_exporter's textfile directory, then
+/// taken away: the file supd wrote before goes each time. Left, it would say stale
+/// values forever, and beside the new one the same series twice, which fails the
+/// textfile collector.
+#[test]
+fn metrics_file_moved_or_taken_away_by_reload_leaves_no_stale_file() {
+    let mut sb = Sandbox::new();
+    let services = "[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n";
+    sb.config_with("metrics_file = \"tf/one.prom\"", services);
+    std::fs::create_dir(sb.path("tf")).expect("mkdir");
+    sb.start();
+    let one = sb.path("tf/one.prom");
+    let two = sb.path("tf/two.prom");
+    let running = "sup_service_state{service=\"a\",state=\"running\"} 1";
+    wait_file(&sb, &one, running, Duration::from_secs(25));
+    sb.config_with("metrics_file = \"tf/two.prom\"", services);
+    let a = sb.request(serde_json::json!({"cmd": "reload"}));
+    assert_eq!(a["ok"], true, "{a}");
+    wait_file(&sb, &two, running, Duration::from_secs(25));
+    assert!(!one.exists(), "{} is left beside {}", one.display(), two.display());
+    sb.config(services);
+    let a = sb.request(serde_json::json!({"cmd": "reload"}));
+    assert_eq!(a["ok"], true, "{a}");
+    let end = Instant::now() + DEADLINE;
+    while two.exists() {
+        assert!(Instant::now() < end, "{} is left, stale", two.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
