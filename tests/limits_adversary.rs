@@ -50,8 +50,7 @@ fn v1_cgroup(pid: i32, h: &str) -> Option<PathBuf> {
         let mut r = right.split_whitespace();
         let (t, _, opts) = (r.next()?, r.next()?, r.next()?);
         let f: Vec<&str> = left.split_whitespace().collect();
-        (t == "cgroup" && opts.split(',').any(|o| o == h) && f[3] == "/")
-            .then(|| f[4].to_string())
+        (t == "cgroup" && opts.split(',').any(|o| o == h) && f[3] == "/").then(|| f[4].to_string())
     })?;
     Some(PathBuf::from(mount).join(path.trim_start_matches('/')))
 }
@@ -467,7 +466,9 @@ fn limits_all_taken_away_by_reload_leave_no_v1_cgroups_after_the_next_start() {
     }
     let mut sb = Sandbox::new();
     let svc = |limit: &str| {
-        format!("[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\n{limit}")
+        format!(
+            "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\n{limit}"
+        )
     };
     sb.config(&svc("memory_max = \"64MiB\"\n"));
     sb.start();

@@ -109,14 +109,20 @@ fn after_a_restart_storm_an_idle_supd_does_not_wake_for_metrics_file() {
     sb.start();
     let file = sb.path("sup.prom");
     let st = sb.wait_state("storm", "failed");
-    assert!(st["restarts_total"].as_u64().is_some_and(|n| n >= 20), "{st}");
+    assert!(
+        st["restarts_total"].as_u64().is_some_and(|n| n >= 20),
+        "{st}"
+    );
     let text = wait_file(
         &sb,
         &file,
         "sup_service_state{service=\"storm\",state=\"failed\"} 1",
         Duration::from_secs(25),
     );
-    assert!(text.contains("sup_supd_service_restarts_total 20"), "{text}");
+    assert!(
+        text.contains("sup_supd_service_restarts_total 20"),
+        "{text}"
+    );
     let last = stamp(&file).expect("the file");
     let pid = sb.supd_pid();
     std::thread::sleep(Duration::from_millis(500));
@@ -127,7 +133,12 @@ fn after_a_restart_storm_an_idle_supd_does_not_wake_for_metrics_file() {
         assert_eq!(stamp(&file), Some(last), "rewritten idle");
     }
     let woke = switches(pid) - before;
-    assert_eq!(woke, 0, "supd woke {woke} times while idle\n{}", sb.supd_log());
+    assert_eq!(
+        woke,
+        0,
+        "supd woke {woke} times while idle\n{}",
+        sb.supd_log()
+    );
 }
 
 /// `metrics_file` moved by a reload within node_exporter's textfile directory, then
@@ -149,7 +160,12 @@ fn metrics_file_moved_or_taken_away_by_reload_leaves_no_stale_file() {
     let a = sb.request(serde_json::json!({"cmd": "reload"}));
     assert_eq!(a["ok"], true, "{a}");
     wait_file(&sb, &two, running, Duration::from_secs(25));
-    assert!(!one.exists(), "{} is left beside {}", one.display(), two.display());
+    assert!(
+        !one.exists(),
+        "{} is left beside {}",
+        one.display(),
+        two.display()
+    );
     sb.config(services);
     let a = sb.request(serde_json::json!({"cmd": "reload"}));
     assert_eq!(a["ok"], true, "{a}");

@@ -213,6 +213,7 @@ impl Supervisor {
             self.cfg.supd.socket.clone(),
             self.cfg.supd.state_dir.clone(),
         );
+        let metrics_was = self.cfg.supd.metrics_file.take();
         self.cfg.supd = SupdConfig {
             socket,
             state_dir,
@@ -231,6 +232,7 @@ impl Supervisor {
         self.broken_files.clear();
         self.end_kept(now);
         // `metrics_file` may have been set or moved: written afresh.
+        self.metrics_file_moved(metrics_was);
         self.metrics.changed();
         log::info!(
             "reloaded {}: added {added:?}, removed {removed:?}, changed {changed:?}, limits changed {limited:?}",
