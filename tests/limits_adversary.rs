@@ -495,3 +495,37 @@ fn limits_all_taken_away_by_reload_leave_no_v1_cgroups_after_the_next_start() {
         "a running service shown using {bytes} bytes"
     );
 }
+
+/// A reload whose limit is invalid (`pids_max = 0`, `cpu_max = "0%"`) is refused with
+/// the reason, and the running service keeps its limit, run and all.
+#[test]
+fn a_reload_with_an_invalid_limit_is_refused_and_the_limit_holds() {
+    if skip(Controller::Memory) || !memory_in_v1() {
+        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let svc = |extra: &str| {
+        format!(
+            "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nmemory_max = \"64MiB\"\n{extra}"
+        )
+    };
+    sb.config(&svc(""));
+    sb.start();
+    let pid = sb.wait_state("web", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    let mem = v1_cgroup(pid, "memory").expect("its memory cgroup");
+    for bad in [
+        "pids_max = 0\n",
+        "cpu_max = \"0%\"\n",
+        "memory_max = \"lots\"\n",
+    ] {
+        sb.config(&svc(bad).replace("memory_max = \"64MiB\"\nmemory_max", "memory_max"));
+        let a = sb.request(json!({"cmd": "reload"}));
+        assert_eq!(a["ok"], false, "{bad}: {a}");
+        let limit = fs::read_to_string(mem.join("memory.limit_in_bytes")).expect("limit");
+        assert_eq!(limit.trim(), (64u64 << 20).to_string(), "{bad}");
+        assert_eq!(sb.status("web")["pid"], json!(pid), "{bad}");
+    }
+}
