@@ -561,6 +561,13 @@ impl Supervisor {
         // Its limits, written at each start; on a hybrid host the child joins the v1
         // hierarchies they are taken from (`cgroup/limits.rs`).
         let mut also_join = Vec::new();
+        if cgroup_dir.is_none() && slot.cfg.resources.any() {
+            // The config check passed them (a reload turned `cgroups` on, say), but
+            // this supd has no cgroup for the service.
+            log::warn!(
+                "{name}: its limits do not hold: it runs without a cgroup (supd set up none for its services at its start; restart supd)"
+            );
+        }
         if let (Some(c), Some(_)) = (self.cgroups.as_ref(), cgroup_dir.as_ref()) {
             let new = slot.cfg.resources;
             if new.any() || slot.limits_written.any() {
@@ -578,6 +585,12 @@ impl Supervisor {
                         ),
                     }
                 }
+            } else {
+                // No limits now: what is left of v1 cgroups a run had (its limits taken
+                // away by a reload, or by the config a killed or re-executed supd
+                // started on) goes, now that its last run is over (rmdir refuses a
+                // populated one); else `resources` would read them, empty.
+                c.remove_v1(name);
             }
         }
         let spec = SpawnSpec {

@@ -44,6 +44,25 @@ impl Supervisor {
         self.metrics.deadline(self.cfg.supd.metrics_file.is_some())
     }
 
+    /// A reload moved `metrics_file` from `was`, or took it away: the file written
+    /// there goes, as its values would stay as they are for good (and beside the new
+    /// file, in node_exporter's textfile directory, say the same series twice, which
+    /// fails its collector).
+    pub(super) fn metrics_file_moved(&mut self, was: Option<std::path::PathBuf>) {
+        let Some(was) = was.filter(|w| self.cfg.supd.metrics_file.as_ref() != Some(w)) else {
+            return;
+        };
+        match std::fs::remove_file(&was) {
+            Ok(()) => log::info!("metrics_file {}: removed (no longer the config's)", was.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => log::warn!(
+                "cannot remove the former metrics_file {}: {}; remove it, or a scraper reads its values as they were",
+                was.display(),
+                crate::tool_state::errno_text(&e)
+            ),
+        }
+    }
+
     /// Writes `metrics_file` if it is due (something changed, and the last write is
     /// old enough). A failure is logged once per kind until a write succeeds again, and
     /// stops nothing: the file is left as it was (its values, stale, are as of its last

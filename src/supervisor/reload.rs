@@ -213,6 +213,7 @@ impl Supervisor {
             self.cfg.supd.socket.clone(),
             self.cfg.supd.state_dir.clone(),
         );
+        let metrics_was = self.cfg.supd.metrics_file.take();
         self.cfg.supd = SupdConfig {
             socket,
             state_dir,
@@ -231,6 +232,7 @@ impl Supervisor {
         self.broken_files.clear();
         self.end_kept(now);
         // `metrics_file` may have been set or moved: written afresh.
+        self.metrics_file_moved(metrics_was);
         self.metrics.changed();
         log::info!(
             "reloaded {}: added {added:?}, removed {removed:?}, changed {changed:?}, limits changed {limited:?}",
@@ -262,6 +264,12 @@ impl Supervisor {
             return;
         };
         let (joins, mut problems) = c.apply(name, &def.resources, &slot.limits_written);
+        // A run started without a memory cgroup had no OOM-kill count to start from:
+        // it starts from its new cgroup's, before the run moves in, so that a kill
+        // under the new `memory_max` is said as one.
+        if let Some(i) = slot.instance.as_mut().filter(|i| i.oom_at_start.is_none()) {
+            i.oom_at_start = c.oom_kills(name);
+        }
         problems.extend(c.move_run(name, &joins));
         slot.limits_written = def.resources;
         for p in &problems {
@@ -276,6 +284,12 @@ impl Supervisor {
             log::warn!(
                 "reload: the socket moves to {} only when supd restarts",
                 new.socket.display()
+            );
+        }
+        if new.cgroups != old.cgroups {
+            let was = if old.cgroups { "auto" } else { "off" };
+            log::warn!(
+                "reload: cgroups takes effect when supd restarts (it is set up once, at the start): services run as with cgroups = \"{was}\" until then, and limits a reload adds do not hold without cgroups"
             );
         }
         if new.control_group != old.control_group {

@@ -1,0 +1,177 @@
+//! `[supd] metrics_file` under faults (issue 28): its directory replaced by a file while
+//! supd runs, and the end of a restart storm, after which an idle supd must not wake
+//! for the file.
+
+mod common;
+use common::*;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Waits (with `limit`) until the file at `path` holds `needle`; its text. No event
+/// tells that a file was renamed into place: looked at every 20 ms.
+fn wait_file(sb: &Sandbox, path: &Path, needle: &str, limit: Duration) -> String {
+    let end = Instant::now() + limit;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < end,
+            "{} never held {needle:?}; it holds:\n{text}\n{}",
+            path.display(),
+            sb.supd_log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// supd's voluntary context switches so far (each a wait begun: a wake-up).
+fn switches(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches")
+}
+
+fn stamp(path: &Path) -> Option<(u64, SystemTime)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.ino(), m.modified().ok()?))
+}
+
+/// The directory of `metrics_file` is replaced by a plain file while supd runs: supd
+/// goes on serving, says so once however many writes fail, and writes the file again
+/// once the directory is back.
+#[test]
+fn metrics_file_whose_directory_goes_away_is_written_again_when_it_comes_back() {
+    let mut sb = Sandbox::new();
+    std::fs::create_dir(sb.path("m")).expect("mkdir");
+    sb.config_with(
+        "metrics_file = \"m/sup.prom\"",
+        "[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n\
+         [service.b]\ncommand = [\"/bin/sleep\", \"3600\"]\nautostart = false\n",
+    );
+    sb.start();
+    let file = sb.path("m/sup.prom");
+    wait_file(
+        &sb,
+        &file,
+        "sup_service_state{service=\"a\",state=\"running\"} 1",
+        DEADLINE,
+    );
+    std::fs::remove_dir_all(sb.path("m")).expect("rm m");
+    std::fs::write(sb.path("m"), "in the way\n").expect("a file in the way");
+    // Changes while the file cannot be written: b started and stopped, twice.
+    for _ in 0..2 {
+        assert!(sb.supctl(&["start", "b"]).status.success());
+        assert!(sb.supctl(&["stop", "b"]).status.success());
+    }
+    // The first write after them fails (10 s after the last write), and is said.
+    let end = Instant::now() + DEADLINE;
+    while !sb.supd_log().contains("cannot write metrics_file") {
+        assert!(Instant::now() < end, "no failure said\n{}", sb.supd_log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(sb.status("a")["state"], "running");
+    std::fs::remove_file(sb.path("m")).expect("rm the file");
+    std::fs::create_dir(sb.path("m")).expect("mkdir again");
+    assert!(sb.supctl(&["start", "b"]).status.success());
+    // The retry comes at most 20 s after the failure.
+    wait_file(
+        &sb,
+        &file,
+        "sup_service_state{service=\"b\",state=\"running\"} 1",
+        Duration::from_secs(45),
+    );
+    // Said just after the rename the test saw.
+    let end = Instant::now() + DEADLINE;
+    while !sb.supd_log().contains("written again") {
+        assert!(Instant::now() < end, "recovery not said\n{}", sb.supd_log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let said = sb.supd_log().matches("cannot write metrics_file").count();
+    assert_eq!(said, 1, "{}", sb.supd_log());
+}
+
+/// A restart storm (a service that fails at once, restarted at once until the crash
+/// loop rule stops it): once the file says how it ended, an idle supd does not wake.
+#[test]
+fn after_a_restart_storm_an_idle_supd_does_not_wake_for_metrics_file() {
+    let mut sb = Sandbox::new();
+    sb.config_with(
+        "metrics_file = \"sup.prom\"",
+        "[service.storm]\ncommand = [\"/bin/false\"]\nrestart_delay = \"0s\"\n\
+         crash_loop = { restarts = 20, window = \"1m\" }\non_crash_loop = \"stop\"\n",
+    );
+    sb.start();
+    let file = sb.path("sup.prom");
+    let st = sb.wait_state("storm", "failed");
+    assert!(
+        st["restarts_total"].as_u64().is_some_and(|n| n >= 20),
+        "{st}"
+    );
+    let text = wait_file(
+        &sb,
+        &file,
+        "sup_service_state{service=\"storm\",state=\"failed\"} 1",
+        Duration::from_secs(25),
+    );
+    assert!(
+        text.contains("sup_supd_service_restarts_total 20"),
+        "{text}"
+    );
+    let last = stamp(&file).expect("the file");
+    let pid = sb.supd_pid();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = switches(pid);
+    let idle_until = last.1 + Duration::from_secs(11);
+    while SystemTime::now() < idle_until {
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(stamp(&file), Some(last), "rewritten idle");
+    }
+    let woke = switches(pid) - before;
+    assert_eq!(
+        woke,
+        0,
+        "supd woke {woke} times while idle\n{}",
+        sb.supd_log()
+    );
+}
+
+/// `metrics_file` moved by a reload within node_exporter's textfile directory, then
+/// taken away: the file supd wrote before goes each time. Left, it would say stale
+/// values forever, and beside the new one the same series twice, which fails the
+/// textfile collector.
+#[test]
+fn metrics_file_moved_or_taken_away_by_reload_leaves_no_stale_file() {
+    let mut sb = Sandbox::new();
+    let services = "[service.a]\ncommand = [\"/bin/sleep\", \"3600\"]\n";
+    sb.config_with("metrics_file = \"tf/one.prom\"", services);
+    std::fs::create_dir(sb.path("tf")).expect("mkdir");
+    sb.start();
+    let one = sb.path("tf/one.prom");
+    let two = sb.path("tf/two.prom");
+    let running = "sup_service_state{service=\"a\",state=\"running\"} 1";
+    wait_file(&sb, &one, running, Duration::from_secs(25));
+    sb.config_with("metrics_file = \"tf/two.prom\"", services);
+    let a = sb.request(serde_json::json!({"cmd": "reload"}));
+    assert_eq!(a["ok"], true, "{a}");
+    wait_file(&sb, &two, running, Duration::from_secs(25));
+    assert!(
+        !one.exists(),
+        "{} is left beside {}",
+        one.display(),
+        two.display()
+    );
+    sb.config(services);
+    let a = sb.request(serde_json::json!({"cmd": "reload"}));
+    assert_eq!(a["ok"], true, "{a}");
+    let end = Instant::now() + DEADLINE;
+    while two.exists() {
+        assert!(Instant::now() < end, "{} is left, stale", two.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
