@@ -471,8 +471,8 @@ pub struct ServiceStatus {
     /// Time left until the service's next timer (restart, kill, ready timeout, cooldown).
     #[serde(default)]
     pub next_ms: Option<u64>,
-    /// Runs killed by the kernel for want of memory (under `memory_max`) since supd
-    /// started.
+    /// Its processes killed by the kernel for want of memory (under `memory_max`) since
+    /// supd started, of ended runs and of the run that goes on.
     #[serde(default)]
     pub oom_kills: u32,
     pub pid: Option<i32>,

@@ -103,10 +103,10 @@ pub enum Event {
     Unavailable(String),
     Ready,
     Exited(Exit),
-    /// Its main process was SIGKILLed by the kernel's OOM killer (its memory cgroup's
-    /// OOM-kill count rose during the run): the reason, "killed by the kernel: out of
-    /// memory (memory_max 64MiB)". A crash, counted for the crash loop and in
-    /// `oom_kills`.
+    /// Its run failed after the kernel's OOM killer killed one of its processes (its
+    /// memory cgroup's OOM-kill count rose during the run): the reason, "killed by the
+    /// kernel: out of memory (memory_max 64MiB)". A crash, counted for the crash loop.
+    /// (`oom_kills` counts the processes killed: [`Service::count_oom_kills`].)
     OutOfMemory(Exit, String),
     /// Its main process exited so, while this many other processes of its run (as
     /// `kill_mode` counts them; never with `"main"`) remained: with a success code, it
@@ -158,7 +158,8 @@ pub struct Service {
     /// older image, whose `restarts` counted so, gives it from there: `handoff::read`).
     #[serde(default)]
     pub restarts_total: u32,
-    /// Runs the kernel OOM-killed since supd started (carried across `reexec`).
+    /// Processes of its ended runs the kernel OOM-killed since supd started (carried
+    /// across `reexec`; `status` adds those of the run that goes on).
     #[serde(default)]
     pub oom_kills: u32,
     pub last_exit: Option<Exit>,
@@ -226,6 +227,13 @@ impl Service {
     pub fn unkillable(&self) -> Option<Mono> {
         self.killed_at
             .filter(|_| self.state == State::Stopping && self.kills >= 2)
+    }
+
+    /// Counts `n` of its processes killed by the kernel's OOM killer in a run that
+    /// ended (whether the run failed for it or went on).
+    pub fn count_oom_kills(&mut self, n: u64) {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        self.oom_kills = self.oom_kills.saturating_add(n);
     }
 
     /// Ready, for services that come `after` it.
@@ -327,17 +335,13 @@ impl Service {
                 vec![]
             }
             (Starting | Running, Event::OutOfMemory(exit, why)) => {
-                self.oom_kills = self.oom_kills.saturating_add(1);
                 self.exited(exit);
                 self.settle(cfg, true, why, now)
             }
             (
                 Stopped | Stopping | Backoff | Cooldown | Failed | Exited,
                 Event::OutOfMemory(exit, _),
-            ) => {
-                self.oom_kills = self.oom_kills.saturating_add(1);
-                self.step(cfg, Event::Exited(exit), now)
-            }
+            ) => self.step(cfg, Event::Exited(exit), now),
             (Stopping, Event::Exited(exit)) => {
                 self.exited(exit);
                 match std::mem::replace(&mut self.after_stop, AfterStop::Down) {

@@ -377,7 +377,6 @@ fn instances_removed_by_reload_leave_no_v1_cgroups() {
 /// same, and `oom_kills` and `sup_service_oom_kills_total` ("processes of the service
 /// killed by the kernel for want of memory") count it.
 #[test]
-#[ignore = "finding: oom_kills and sup_service_oom_kills_total count only runs that failed after an OOM kill (reap.rs out_of_memory, at most 1 per run); a worker OOM-killed while the service runs on (or several in one run, or one in a run that exits 0) is never counted, though supctl(8) says the metric counts 'its processes killed by the kernel' (sup.toml(5) and status say runs): the two docs disagree; counting the live run's rise of the cgroup's oom_kill count (status_of) and the whole rise at its end needs a decision on what the number means"]
 fn a_worker_oom_killed_while_its_service_runs_on_is_counted() {
     if skip(Controller::Memory) {
         return;

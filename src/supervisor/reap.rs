@@ -318,6 +318,11 @@ impl Supervisor {
             let (exit, others, oom) =
                 slot.instance.take().map_or((None, Some(0), None), |mut i| {
                     i.disarm();
+                    // Every process of the run the OOM killer took, the leader or not,
+                    // the run failed for it or went on.
+                    if let Some(c) = self.cgroups.as_ref() {
+                        slot.svc.count_oom_kills(oom_rise(c, &name, i.oom_at_start));
+                    }
                     let oom = i.out_of_memory.take();
                     (i.exit, (!i.left_uncounted).then_some(i.left_at_exit), oom)
                 });
@@ -362,6 +367,15 @@ impl Supervisor {
             (false, None) => Some((now.plus(DRAIN_FIRST), DRAIN_FIRST)),
             (false, kept) => kept,
         };
+    }
+}
+
+/// How many of a run's processes the OOM killer took since it started (its memory
+/// cgroup's count now, less the count at its start); 0 without a memory cgroup.
+pub(crate) fn oom_rise(c: &crate::cgroup::Cgroups, name: &str, at_start: Option<u64>) -> u64 {
+    match (c.oom_kills(name), at_start) {
+        (Some(now), Some(then)) => now.saturating_sub(then),
+        _ => 0,
     }
 }
 

@@ -98,7 +98,16 @@ impl Supervisor {
                 }
             }),
             unhealthy_since_ms: slot.health.unhealthy_since_ms(),
-            oom_kills: svc.oom_kills,
+            // Those of ended runs, and those of the run that goes on (a worker killed).
+            oom_kills: svc.oom_kills.saturating_add(
+                match (self.cgroups.as_ref(), slot.instance.as_ref()) {
+                    (Some(c), Some(i)) if i.exit.is_none() => {
+                        let n = super::reap::oom_rise(c, &slot.cfg.name, i.oom_at_start);
+                        u32::try_from(n).unwrap_or(u32::MAX)
+                    }
+                    _ => 0,
+                },
+            ),
             // Read from its cgroups while a run is there: a stopped service costs none.
             resources: (self.cgroups.as_ref())
                 .filter(|_| slot.instance.is_some())
