@@ -30,6 +30,11 @@ const RECORD: &str = "cgroup";
 /// The name of supd's own cgroup v1 hierarchy (the `name=` mount option).
 const V1_NAME: &str = "sup";
 
+/// The cgroup2 leaf under supd's own cgroup that supd, and whatever else was in its own
+/// cgroup, moves into before it enables a controller there for the services' root
+/// ([`vacate`]). Its own cgroup is still the one above it ([`own_cgroup_dir`]).
+pub const LEAF: &str = "supd.leaf";
+
 /// Where supd mounts its named cgroup v1 hierarchy when no mount of it is seen.
 pub const MOUNT_POINT: &str = "/run/sup/cgroup";
 
@@ -305,6 +310,47 @@ pub fn members(dir: &Path) -> Vec<i32> {
         .unwrap_or_default()
 }
 
+/// Moves every process of `own` (supd's own cgroup2 cgroup: supd, its helpers, what
+/// else its starter put there) into its leaf [`LEAF`], so that `own` may enable
+/// controllers for its children. cgroup2 lets no cgroup but the root have both
+/// processes and domain controllers (memory, io) in its `cgroup.subtree_control`
+/// (EBUSY), and a threaded one (pids, cpu) enabled there with processes in it makes it
+/// a thread root whose children can take no domain controller (EOPNOTSUPP): under
+/// systemd (`Delegate=yes`) or in a container, supd's own cgroup is such a cgroup, and
+/// no memory_max or pids_max held. The root (no `cgroup.type`) needs no move.
+pub fn vacate(own: &Path) -> Result<(), String> {
+    if !own.join("cgroup.type").exists() {
+        return Ok(());
+    }
+    let pids = members(own);
+    if pids.is_empty() {
+        return Ok(());
+    }
+    let leaf = own.join(LEAF);
+    make(&leaf)?;
+    for pid in &pids {
+        if let Err(e) = fs::write(leaf.join("cgroup.procs"), pid.to_string()) {
+            // A process that exited meanwhile is no problem.
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                return Err(format!(
+                    "cannot move process {pid} from {} into {}: {e} (cgroup2 lets a cgroup \
+                     with processes enable no controller for its children)",
+                    own.display(),
+                    leaf.display()
+                ));
+            }
+        }
+    }
+    log::info!(
+        "moved the {} processes of {} (supd among them) into {}: cgroup2 lets a cgroup with \
+         processes enable no controller for its children",
+        pids.len(),
+        own.display(),
+        leaf.display()
+    );
+    Ok(())
+}
+
 /// Removes an empty cgroup (a populated one stays: rmdir refuses it).
 pub fn remove(dir: &Path) {
     let _ = fs::remove_dir(dir);
@@ -369,13 +415,18 @@ fn forced_v1() -> bool {
 }
 
 /// This process's own cgroup as a directory: the cgroup2 mount joined with the `0::`
-/// line of `/proc/self/cgroup` (supd's; tests ask it too).
+/// line of `/proc/self/cgroup` (supd's; tests ask it too), or the one above it where
+/// that is supd's leaf ([`vacate`]: a later supd, a reexec, finds the same root).
 pub fn own_cgroup_dir() -> Option<PathBuf> {
     let cgroup = fs::read_to_string("/proc/self/cgroup").ok()?;
     let own = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
     let (root, mount) = cgroup2_mount(&mountinfo)?;
-    Some(under_mount(own, &root, &mount))
+    let dir = under_mount(own, &root, &mount);
+    match (dir.file_name(), dir.parent()) {
+        (Some(name), Some(up)) if name == LEAF => Some(up.to_path_buf()),
+        _ => Some(dir),
+    }
 }
 
 /// supd's own cgroup in the named v1 hierarchy as a directory: its mount joined with the

@@ -190,6 +190,16 @@ impl Supervisor {
         handed_over: bool,
     ) -> Self {
         let down = records::read_down(&cfg.supd.state_dir);
+        // Before /proc is mounted (as an init), the path supd was started by.
+        let program = std::env::current_exe()
+            .ok()
+            .or_else(|| {
+                std::env::args_os()
+                    .next()
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute())
+            })
+            .unwrap_or_else(|| "/usr/sbin/supd".into());
         let mut sup = Supervisor {
             cfg,
             config_path,
@@ -217,19 +227,11 @@ impl Supervisor {
             tools: crate::tool_state::Tools::default(),
             leases: crate::leases::Leases::default(),
             lock: None,
-            log_writer: LogWriter::new(
-                std::env::current_exe().unwrap_or_else(|_| "/usr/sbin/supd".into()),
-            ),
-            // Before /proc is mounted (as an init), the path supd was started by.
-            program: std::env::current_exe()
-                .ok()
-                .or_else(|| {
-                    std::env::args_os()
-                        .next()
-                        .map(PathBuf::from)
-                        .filter(|p| p.is_absolute())
-                })
-                .unwrap_or_else(|| "/usr/sbin/supd".into()),
+            // The writer is this program too: as an init, before /proc is mounted, the
+            // path supd was started by (/init), not /usr/sbin/supd (not there in an
+            // initramfs: the lines of the first services were dropped).
+            log_writer: LogWriter::new(program.clone()),
+            program,
             system: false,
             image_started: Mono::now(),
             final_action: None,

@@ -452,6 +452,7 @@ impl super::Cgroups {
         };
         if !has(&self.root, "cgroup.controllers") {
             let parent = self.root.parent().unwrap_or(&self.root);
+            super::vacate(parent)?;
             enable(parent)?;
         }
         enable(&self.root)
