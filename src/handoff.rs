@@ -108,6 +108,10 @@ pub struct ServiceState {
     /// The uid and groups its last child took as its user (older images: none).
     #[serde(default)]
     pub ran_as: Option<(Option<String>, crate::access::Who)>,
+    /// The limits this image last wrote into its cgroups (older images: none said; the
+    /// new image then takes the config's as written).
+    #[serde(default)]
+    pub limits_written: Option<crate::config::resources::ResourceLimits>,
     /// The report pipe of its child's exec, not read to its end yet (a start just
     /// before the exec), with the program and cwd: the new image reads it. (An older
     /// image ignores it: its service waits for `ready_timeout`, as it did before.)

@@ -340,6 +340,53 @@ fn after_reexec_the_carried_run_and_the_next_are_limited() {
     assert!(st["resources"]["memory_bytes"].is_u64(), "{st}");
 }
 
+/// A limit the config on disk no longer sets when `reexec` reads it: the new image
+/// knows the old one wrote it (the handoff says what was written), and the next start
+/// sets it back to the kernel's default instead of leaving it.
+#[test]
+fn a_limit_dropped_from_the_config_a_reexec_reads_is_set_back_at_the_next_start() {
+    if skip(Controller::Memory) || !memory_in_v1() {
+        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let keys = "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nmemory_max = \"40MiB\"\nrestart_delay = \"0s\"\n";
+    sb.config(&format!("{keys}memory_high = \"30MiB\"\n"));
+    sb.start();
+    let old = sb.wait_state("web", "running")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    let mem = v1_cgroup(old, "memory").expect("its memory cgroup");
+    let soft = || {
+        fs::read_to_string(mem.join("memory.soft_limit_in_bytes"))
+            .expect("soft limit")
+            .trim()
+            .to_string()
+    };
+    assert_eq!(soft(), (30u64 << 20).to_string());
+    sb.config(keys);
+    sb.reexec();
+    let shown = sb.ok(json!({"cmd": "show", "service": "web"}));
+    let high =
+        (shown["settings"].as_array().into_iter().flatten()).find(|s| s["key"] == "memory_high");
+    assert!(
+        high.is_none_or(|h| h["origin"] == "default"),
+        "the reexec read the config on disk: {shown}"
+    );
+    let out = sb.supctl(&["restart", "web"]);
+    assert!(out.status.success(), "{out:?}");
+    let st = status_when(&sb, "web", |s| {
+        s["state"] == "running" && s["pid"].is_i64() && s["pid"] != json!(old)
+    });
+    let new = st["pid"].as_i64().expect("pid") as i32;
+    assert_eq!(v1_cgroup(new, "memory").as_ref(), Some(&mem), "{st}");
+    assert_ne!(
+        soft(),
+        (30u64 << 20).to_string(),
+        "memory_high left in place after the config dropped it"
+    );
+}
+
 /// A reload that takes `instances` from 3 to 2: the instance removed goes, and their
 /// cgroup v1 directories with them, while supd runs on.
 #[test]

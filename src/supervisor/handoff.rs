@@ -59,6 +59,7 @@ impl Supervisor {
                 svc: slot.svc.clone(),
                 version: slot.version.clone(),
                 ran_as: slot.ran_as.as_deref().cloned(),
+                limits_written: Some(slot.limits_written),
                 output,
                 output_err,
                 ready_fd,
@@ -300,8 +301,10 @@ impl Supervisor {
             slot.notify = notify;
             slot.version = s.version;
             slot.ran_as = s.ran_as.map(Box::new);
-            // The image before wrote the config's limits into its cgroups.
-            slot.limits_written = slot.cfg.resources;
+            // What the image before wrote into its cgroups: a limit the config read
+            // anew by the reexec no longer sets is set back at the next start. (An
+            // older image did not say: the config's limits, as it would have written.)
+            slot.limits_written = s.limits_written.unwrap_or(slot.cfg.resources);
             // Its checks go on where they were, for the same run (one the config no
             // longer checks is stopped by the next `sync_health`).
             if let Some(h) = s.health {

@@ -177,15 +177,47 @@ impl Node {
              restart_delay = \"10ms\"\ncrash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\n\
              probation = \"{}ms\"\nstop_timeout = \"{}ms\"\nlog = \"null\"\n\
              env = {{ COMBO_DIR = \"{}\", COMBO_VAR = \"{}\", COMBO_KILL_MODE = \"{}\" }}\n\
-             kill_mode = \"{}\"\n",
+             kill_mode = \"{}\"\n{}",
             self.seq.ready_timeout_ms,
             self.seq.probation_ms,
             self.seq.stop_timeout_ms,
             self.sb.dir.display(),
             self.var,
             self.seq.kill_mode,
-            self.seq.kill_mode
+            self.seq.kill_mode,
+            // A limit that changes with each changed reload (issue 28): the run's cgroup
+            // must hold what supd says it holds, across reexec, kill -9 and upgrades.
+            if pids_limited() {
+                format!("pids_max = {}\n", 1000 + self.var)
+            } else {
+                String::new()
+            }
         )
+    }
+
+    /// With limits: the running agent's cgroup holds the `pids_max` that `show` says
+    /// supd has (not one an older config, a previous supd or image wrote).
+    fn check_limits(&mut self, st: &Value) {
+        let Some(pid) = st["pid"].as_i64().filter(|_| pids_limited()) else {
+            return;
+        };
+        let shown = self.sb.request(json!({"cmd": "show", "service": "agent"}));
+        let said = (shown["data"]["settings"].as_array().into_iter().flatten())
+            .find(|s| s["key"] == "pids_max")
+            .and_then(|s| s["value"].as_str())
+            .map(|v| v.trim_matches('"').to_string());
+        // (The run may have ended meanwhile: its /proc entry gone, nothing to compare.)
+        let Some(held) = pids_max_of(pid as i32) else {
+            return;
+        };
+        self.count("limits checked");
+        if said.as_deref() != Some(held.as_str()) {
+            self.violate(
+                "LIMITS",
+                format!("agent (pid {pid}) runs under pids.max {held}; supd says {said:?}"),
+                None,
+            );
+        }
     }
 
     /// sup.toml (supd's table, the lease) and services.d/agent.toml (the services).
@@ -611,6 +643,9 @@ impl Node {
                     st["version"].as_str().unwrap_or("-"),
                     bad_list(&v)
                 ));
+                if state == "running" {
+                    self.check_limits(&st);
+                }
                 self.model
                     .settled(&v, link.as_deref(), recorded.as_deref(), &state, unix_ms());
                 self.collect_model();
@@ -984,6 +1019,42 @@ impl StatusText for Sandbox {
             Err(e) => format!("(no answer: {e})"),
         }
     }
+}
+
+/// Whether the agent gets a `pids_max`: as root, where a hierarchy has the pids
+/// controller.
+fn pids_limited() -> bool {
+    use sup::cgroup::limits::{have_for_check, Controller};
+    static LIMITED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LIMITED.get_or_init(|| is_root() && have_for_check(true).place(Controller::Pids).is_some())
+}
+
+/// The pids.max of the cgroup `pid` is in: its pids v1 hierarchy's cgroup where it is
+/// in one below the root, else its cgroup2 cgroup; `None` once it is gone.
+fn pids_max_of(pid: i32) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let v1 = text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, subs, path) = (f.next()?, f.next()?, f.next()?);
+        (subs.split(',').any(|s| s == "pids") && path != "/").then_some(path)
+    });
+    let (fstype, path) = match v1 {
+        Some(p) => ("cgroup", p),
+        None => ("cgroup2", text.lines().find_map(|l| l.strip_prefix("0::"))?),
+    };
+    let mount = mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mut r = right.split_whitespace();
+        let (t, _, opts) = (r.next()?, r.next()?, r.next()?);
+        let ok = t == fstype && (t == "cgroup2" || opts.split(',').any(|o| o == "pids"));
+        let f: Vec<&str> = left.split_whitespace().collect();
+        (ok && f.get(3) == Some(&"/")).then(|| f.get(4).map(|m| m.to_string()))?
+    })?;
+    let file = std::path::Path::new(&mount)
+        .join(path.trim_start_matches('/'))
+        .join("pids.max");
+    fs::read_to_string(file).ok().map(|t| t.trim().to_string())
 }
 
 fn answer(a: &Value) -> String {
