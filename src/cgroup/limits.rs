@@ -513,6 +513,22 @@ impl super::Cgroups {
         }
     }
 
+    /// Removes the v1 cgroups of services `keep` does not name: those of runs a
+    /// previous supd left, once they are ended (at the start they still held them).
+    pub fn remove_v1_unused(&self, keep: impl Fn(&str) -> bool) {
+        let Some(root) = self.root.file_name() else {
+            return;
+        };
+        for own in self.have.v1.values() {
+            for dir in super::children(&own.join(root)) {
+                let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                if name.strip_suffix(".service").is_some_and(|n| !keep(n)) {
+                    let _ = fs::remove_dir(&dir);
+                }
+            }
+        }
+    }
+
     /// Removes the v1 roots (`sup-<id>` in each hierarchy) once their services' are gone,
     /// and what an earlier supd left empty in them.
     pub fn remove_v1_roots(&self) {

@@ -75,6 +75,11 @@ impl Supervisor {
         }
         if over {
             self.cleanup = None;
+            // What the runs left had in the v1 hierarchies, for services no longer
+            // defined (a defined one's are its own again).
+            if let Some(c) = self.cgroups.as_ref() {
+                c.remove_v1_unused(|name| self.slots.get(name).is_some());
+            }
             self.end_kept(now);
         }
     }
