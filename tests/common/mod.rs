@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod certs;
+pub mod cgroup_sweep;
 pub mod clock;
 pub mod cluster;
 pub mod etcd;
@@ -401,6 +402,8 @@ impl Drop for Sandbox {
                 );
             }
         }
+        // Its cgroups, once what ran in them is gone (a killed supd leaves them).
+        cgroup_sweep::sweep(&self.dir.join("state"));
         if !std::thread::panicking() {
             let _ = fs::remove_dir_all(&self.dir);
         }
