@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod certs;
+pub mod cgroups;
 pub mod clock;
 pub mod cluster;
 pub mod etcd;
@@ -13,6 +14,7 @@ pub mod fleet;
 pub mod freezer;
 pub mod grants;
 pub mod locking;
+pub mod metrics_file;
 pub mod oldkernel;
 pub mod preload;
 pub mod proxy;
