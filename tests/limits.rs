@@ -7,83 +7,12 @@
 //! hierarchy for its controller at all.
 
 mod common;
+use common::cgroups::{cgroup_dir, memory_in_v1, skip, status_when};
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::fs;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use sup::cgroup::limits::{have_for_check, Controller};
-
-/// Whether the test cannot run here (said why): not root, or no hierarchy has `c`.
-fn skip(c: Controller) -> bool {
-    if !is_root() {
-        eprintln!("skipped: cgroup limits need root");
-        return true;
-    }
-    if have_for_check(true).place(c).is_none() {
-        eprintln!(
-            "skipped: no cgroup hierarchy here has the {} controller",
-            c.v2()
-        );
-        return true;
-    }
-    false
-}
-
-/// The file `file` of the cgroup process `pid` is in, for the controller `c`: its v1
-/// hierarchy's cgroup where it is in one below the root, else its cgroup2 cgroup.
-fn cgroup_file(pid: i32, c: Controller, file: &str) -> PathBuf {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("its cgroups");
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    let v1 = text.lines().find_map(|l| {
-        let mut f = l.splitn(3, ':');
-        let (_, subs, path) = (f.next()?, f.next()?, f.next()?);
-        (subs.split(',').any(|s| s == c.v1()) && path.contains("/sup-")).then_some(path)
-    });
-    let (fstype, path) = match v1 {
-        Some(p) => ("cgroup", p.to_string()),
-        None => (
-            "cgroup2",
-            text.lines()
-                .find_map(|l| l.strip_prefix("0::"))
-                .expect("a cgroup2 line")
-                .to_string(),
-        ),
-    };
-    let mount = mountinfo
-        .lines()
-        .find_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let mut r = right.split_whitespace();
-            let (t, _, opts) = (r.next()?, r.next()?, r.next()?);
-            let ok = t == fstype && (t == "cgroup2" || opts.split(',').any(|o| o == c.v1()));
-            let f: Vec<&str> = left.split_whitespace().collect();
-            (ok && f[3] == "/").then(|| f[4].to_string())
-        })
-        .expect("the hierarchy's mount");
-    PathBuf::from(mount)
-        .join(path.trim_start_matches('/'))
-        .join(file)
-}
-
-/// The status of `name` once `pred` holds of it, looked at again at each event of the
-/// service, within the deadline.
-fn status_when(sb: &Sandbox, name: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let mut w = sb.watch();
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let s = sb.status(name);
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < end,
-            "{name} never got there: {s}\n{}",
-            sb.supd_log()
-        );
-        let _ = w.next_within(Duration::from_millis(200));
-    }
-}
+use sup::cgroup::limits::Controller;
 
 /// An allocation of 100 MiB (dd's buffer, filled from /dev/zero) as the leader itself.
 const ALLOCATE: &str = "\"/bin/dd\", \"if=/dev/zero\", \"of=/dev/null\", \"bs=100M\", \"count=1\"";
@@ -221,13 +150,14 @@ fn reload_changes_memory_max_without_a_restart() {
     sb.start();
     let st = sb.wait_state("web", "running");
     let pid = st["pid"].as_i64().expect("pid") as i32;
-    let v1 = have_for_check(true).place(Controller::Memory) != Some(sup::cgroup::limits::Place::V2);
-    let file = if v1 {
+    let file = if memory_in_v1() {
         "memory.limit_in_bytes"
     } else {
         "memory.max"
     };
-    let path = cgroup_file(pid, Controller::Memory, file);
+    let path = cgroup_dir(pid, Controller::Memory)
+        .expect("its memory cgroup")
+        .join(file);
     let read = || {
         fs::read_to_string(&path)
             .expect("the limit")

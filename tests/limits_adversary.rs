@@ -4,74 +4,37 @@
 //! needs root and the memory controller somewhere (it skips, saying why, otherwise).
 
 mod common;
+use common::cgroups::{memory_in_v1, skip, status_when, v1_cgroup};
 use common::*;
 use serde_json::{json, Value};
 use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use sup::cgroup::limits::{have_for_check, Controller};
+use sup::cgroup::limits::Controller;
 
-/// Whether the test cannot run here (said why): not root, or no hierarchy has `c`.
-fn skip(c: Controller) -> bool {
-    if !is_root() {
-        eprintln!("skipped: cgroup limits need root");
+/// Whether the test cannot run here (said why): as for `skip`, or the memory controller
+/// is not a cgroup v1 hierarchy's.
+fn skip_unless_memory_in_v1() -> bool {
+    if skip(Controller::Memory) {
         return true;
     }
-    if have_for_check(true).place(c).is_none() {
-        eprintln!(
-            "skipped: no cgroup hierarchy here has the {} controller",
-            c.v2()
-        );
+    if !memory_in_v1() {
+        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
         return true;
     }
     false
 }
 
-/// Whether the memory controller is a cgroup v1 hierarchy's here (a hybrid host).
-fn memory_in_v1() -> bool {
-    matches!(
-        have_for_check(true).place(Controller::Memory),
-        Some(sup::cgroup::limits::Place::V1(_))
-    )
+/// The pid of `name`'s run, once it is running.
+fn running_pid(sb: &Sandbox, name: &str) -> i32 {
+    sb.wait_state(name, "running")["pid"].as_i64().expect("pid") as i32
 }
 
-/// The cgroup of `pid` in the v1 hierarchy `h` as a directory, if it is one of supd's
-/// (`.../sup-<id>/<service>.service`).
-fn v1_cgroup(pid: i32, h: &str) -> Option<PathBuf> {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let path = text.lines().find_map(|l| {
-        let mut f = l.splitn(3, ':');
-        let (_, subs, path) = (f.next()?, f.next()?, f.next()?);
-        (subs.split(',').any(|s| s == h) && path.contains("/sup-")).then_some(path)
-    })?;
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mount = mountinfo.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        let mut r = right.split_whitespace();
-        let (t, _, opts) = (r.next()?, r.next()?, r.next()?);
-        let f: Vec<&str> = left.split_whitespace().collect();
-        (t == "cgroup" && opts.split(',').any(|o| o == h) && f[3] == "/").then(|| f[4].to_string())
-    })?;
-    Some(PathBuf::from(mount).join(path.trim_start_matches('/')))
-}
-
-/// The status of `name` once `pred` holds of it, looked at again at each event, within
-/// the deadline.
-fn status_when(sb: &Sandbox, name: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let mut w = sb.watch();
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let s = sb.status(name);
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < end,
-            "{name} never got there: {s}\n{}",
-            sb.supd_log()
-        );
-        let _ = w.next_within(Duration::from_millis(200));
-    }
+/// The status of `name` once a run other than `old` is running.
+fn next_run(sb: &Sandbox, name: &str, old: i32) -> Value {
+    status_when(sb, name, |s| {
+        s["state"] == "running" && s["pid"].is_i64() && s["pid"] != json!(old)
+    })
 }
 
 /// Waits (polling the file system: no event tells of a cgroup removed) until `pred`
@@ -116,9 +79,7 @@ fn an_oom_kill_after_a_reload_gave_memory_max_is_said_so() {
     };
     sb.config(&svc(""));
     sb.start();
-    let pid = sb.wait_state("hog", "running")["pid"]
-        .as_i64()
-        .expect("pid") as i32;
+    let pid = running_pid(&sb, "hog");
     sb.config(&svc("memory_max = \"32MiB\"\n"));
     let r = sb.ok(json!({"cmd": "reload"}));
     assert_eq!(r["limits"], json!(["hog"]), "{r}");
@@ -153,9 +114,7 @@ fn an_oom_kill_of_a_run_carried_over_by_reexec_is_said_so() {
         go.display()
     ));
     sb.start();
-    let pid = sb.wait_state("hog", "running")["pid"]
-        .as_i64()
-        .expect("pid") as i32;
+    let pid = running_pid(&sb, "hog");
     sb.reexec();
     assert_eq!(sb.status("hog")["pid"], json!(pid));
     release(&go);
@@ -173,8 +132,7 @@ fn an_oom_kill_of_a_run_carried_over_by_reexec_is_said_so() {
 /// is counted, and a clean exit leaves no cgroup v1 directory of its own.
 #[test]
 fn a_killed_supd_started_again_limits_the_new_run_and_leaves_no_v1_cgroups() {
-    if skip(Controller::Memory) || !memory_in_v1() {
-        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+    if skip_unless_memory_in_v1() {
         return;
     }
     let mut sb = Sandbox::new();
@@ -182,9 +140,7 @@ fn a_killed_supd_started_again_limits_the_new_run_and_leaves_no_v1_cgroups() {
         "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nmemory_max = \"64MiB\"\npids_max = 16\n",
     );
     sb.start();
-    let old = sb.wait_state("web", "running")["pid"]
-        .as_i64()
-        .expect("pid") as i32;
+    let old = running_pid(&sb, "web");
     let mem = v1_cgroup(old, "memory").expect("its memory cgroup");
     let pids = v1_cgroup(old, "pids");
     sb.stop_supd(nix::sys::signal::Signal::SIGKILL);
@@ -194,9 +150,7 @@ fn a_killed_supd_started_again_limits_the_new_run_and_leaves_no_v1_cgroups() {
         wait_exit(old, DEADLINE).is_some(),
         "the old run was not ended"
     );
-    let st = status_when(&sb, "web", |s| {
-        s["state"] == "running" && s["pid"] != json!(old)
-    });
+    let st = next_run(&sb, "web", old);
     let new = st["pid"].as_i64().expect("pid") as i32;
     assert_eq!(v1_cgroup(new, "memory").as_ref(), Some(&mem));
     let limit = fs::read_to_string(mem.join("memory.limit_in_bytes")).expect("limit");
@@ -221,8 +175,7 @@ fn a_killed_supd_started_again_limits_the_new_run_and_leaves_no_v1_cgroups() {
 /// (supd runs on; they are not left until its exit).
 #[test]
 fn a_killed_supd_started_without_the_service_removes_its_v1_cgroups() {
-    if skip(Controller::Memory) || !memory_in_v1() {
-        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+    if skip_unless_memory_in_v1() {
         return;
     }
     let mut sb = Sandbox::new();
@@ -230,9 +183,7 @@ fn a_killed_supd_started_without_the_service_removes_its_v1_cgroups() {
         "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nmemory_max = \"64MiB\"\n[service.other]\ncommand = [\"/bin/sleep\", \"3600\"]\n",
     );
     sb.start();
-    let old = sb.wait_state("web", "running")["pid"]
-        .as_i64()
-        .expect("pid") as i32;
+    let old = running_pid(&sb, "web");
     let mem = v1_cgroup(old, "memory").expect("its memory cgroup");
     sb.stop_supd(nix::sys::signal::Signal::SIGKILL);
     sb.config("[service.other]\ncommand = [\"/bin/sleep\", \"3600\"]\n");
@@ -256,8 +207,7 @@ fn a_killed_supd_started_without_the_service_removes_its_v1_cgroups() {
 /// with the limit.
 #[test]
 fn each_instance_has_its_own_limited_cgroups() {
-    if skip(Controller::Memory) || !memory_in_v1() {
-        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+    if skip_unless_memory_in_v1() {
         return;
     }
     let mut sb = Sandbox::new();
@@ -268,9 +218,7 @@ fn each_instance_has_its_own_limited_cgroups() {
     let mut dirs = Vec::new();
     for i in 0..3 {
         let name = format!("web@{i}");
-        let pid = sb.wait_state(&name, "running")["pid"]
-            .as_i64()
-            .expect("pid") as i32;
+        let pid = running_pid(&sb, &name);
         let mem = v1_cgroup(pid, "memory").expect("its memory cgroup");
         let limit = fs::read_to_string(mem.join("memory.limit_in_bytes")).expect("limit");
         assert_eq!(limit.trim(), (48u64 << 20).to_string(), "{name}");
@@ -309,8 +257,7 @@ fn an_oom_kill_during_stop_is_a_stop() {
 /// a restart) is put in them again, with the limits.
 #[test]
 fn after_reexec_the_carried_run_and_the_next_are_limited() {
-    if skip(Controller::Memory) || !memory_in_v1() {
-        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+    if skip_unless_memory_in_v1() {
         return;
     }
     let mut sb = Sandbox::new();
@@ -318,17 +265,13 @@ fn after_reexec_the_carried_run_and_the_next_are_limited() {
         "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nmemory_max = \"40MiB\"\npids_max = 12\nrestart_delay = \"0s\"\n",
     );
     sb.start();
-    let old = sb.wait_state("web", "running")["pid"]
-        .as_i64()
-        .expect("pid") as i32;
+    let old = running_pid(&sb, "web");
     let mem = v1_cgroup(old, "memory").expect("its memory cgroup");
     sb.reexec();
     assert_eq!(v1_cgroup(old, "memory").as_ref(), Some(&mem));
     let out = sb.supctl(&["restart", "web"]);
     assert!(out.status.success(), "{out:?}");
-    let st = status_when(&sb, "web", |s| {
-        s["state"] == "running" && s["pid"].is_i64() && s["pid"] != json!(old)
-    });
+    let st = next_run(&sb, "web", old);
     let new = st["pid"].as_i64().expect("pid") as i32;
     assert_eq!(v1_cgroup(new, "memory").as_ref(), Some(&mem), "{st}");
     let limit = fs::read_to_string(mem.join("memory.limit_in_bytes")).expect("limit");
@@ -345,17 +288,14 @@ fn after_reexec_the_carried_run_and_the_next_are_limited() {
 /// sets it back to the kernel's default instead of leaving it.
 #[test]
 fn a_limit_dropped_from_the_config_a_reexec_reads_is_set_back_at_the_next_start() {
-    if skip(Controller::Memory) || !memory_in_v1() {
-        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+    if skip_unless_memory_in_v1() {
         return;
     }
     let mut sb = Sandbox::new();
     let keys = "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nmemory_max = \"40MiB\"\nrestart_delay = \"0s\"\n";
     sb.config(&format!("{keys}memory_high = \"30MiB\"\n"));
     sb.start();
-    let old = sb.wait_state("web", "running")["pid"]
-        .as_i64()
-        .expect("pid") as i32;
+    let old = running_pid(&sb, "web");
     let mem = v1_cgroup(old, "memory").expect("its memory cgroup");
     let soft = || {
         fs::read_to_string(mem.join("memory.soft_limit_in_bytes"))
@@ -375,9 +315,7 @@ fn a_limit_dropped_from_the_config_a_reexec_reads_is_set_back_at_the_next_start(
     );
     let out = sb.supctl(&["restart", "web"]);
     assert!(out.status.success(), "{out:?}");
-    let st = status_when(&sb, "web", |s| {
-        s["state"] == "running" && s["pid"].is_i64() && s["pid"] != json!(old)
-    });
+    let st = next_run(&sb, "web", old);
     let new = st["pid"].as_i64().expect("pid") as i32;
     assert_eq!(v1_cgroup(new, "memory").as_ref(), Some(&mem), "{st}");
     assert_ne!(
@@ -391,8 +329,7 @@ fn a_limit_dropped_from_the_config_a_reexec_reads_is_set_back_at_the_next_start(
 /// cgroup v1 directories with them, while supd runs on.
 #[test]
 fn instances_removed_by_reload_leave_no_v1_cgroups() {
-    if skip(Controller::Memory) || !memory_in_v1() {
-        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+    if skip_unless_memory_in_v1() {
         return;
     }
     let mut sb = Sandbox::new();
@@ -403,9 +340,7 @@ fn instances_removed_by_reload_leave_no_v1_cgroups() {
     sb.start();
     let mut dirs = Vec::new();
     for i in 0..3 {
-        let pid = sb.wait_state(&format!("web@{i}"), "running")["pid"]
-            .as_i64()
-            .expect("pid") as i32;
+        let pid = running_pid(&sb, &format!("web@{i}"));
         dirs.push(v1_cgroup(pid, "memory").expect("its memory cgroup"));
     }
     sb.config(&svc(2));
@@ -454,8 +389,7 @@ fn a_worker_oom_killed_while_its_service_runs_on_is_counted() {
 /// the limit, or the service's next run is under it.
 #[test]
 fn a_reload_that_turns_cgroups_on_with_a_limit_does_not_take_it_silently() {
-    if skip(Controller::Memory) || !memory_in_v1() {
-        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+    if skip_unless_memory_in_v1() {
         return;
     }
     let mut sb = Sandbox::new();
@@ -464,9 +398,7 @@ fn a_reload_that_turns_cgroups_on_with_a_limit_does_not_take_it_silently() {
         "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\n",
     );
     sb.start();
-    let old = sb.wait_state("web", "running")["pid"]
-        .as_i64()
-        .expect("pid") as i32;
+    let old = running_pid(&sb, "web");
     sb.config_with(
         "cgroups = \"auto\"",
         "[service.web]\ncommand = [\"/bin/sleep\", \"3600\"]\nrestart_delay = \"0s\"\nmemory_max = \"32MiB\"\n",
@@ -480,9 +412,7 @@ fn a_reload_that_turns_cgroups_on_with_a_limit_does_not_take_it_silently() {
     let warned = said
         .lines()
         .any(|l| l.contains("WARN") && l.contains("cgroups") && l.contains("restart"));
-    let st = status_when(&sb, "web", |s| {
-        s["state"] == "running" && s["pid"].is_i64() && s["pid"] != json!(old)
-    });
+    let st = next_run(&sb, "web", old);
     let pid = st["pid"].as_i64().expect("pid") as i32;
     let limited = v1_cgroup(pid, "memory").is_some_and(|d| {
         fs::read_to_string(d.join("memory.limit_in_bytes"))
@@ -506,8 +436,7 @@ fn a_reload_that_turns_cgroups_on_with_a_limit_does_not_take_it_silently() {
 /// shown using 0 bytes).
 #[test]
 fn limits_all_taken_away_by_reload_leave_no_v1_cgroups_after_the_next_start() {
-    if skip(Controller::Memory) || !memory_in_v1() {
-        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+    if skip_unless_memory_in_v1() {
         return;
     }
     let mut sb = Sandbox::new();
@@ -518,17 +447,13 @@ fn limits_all_taken_away_by_reload_leave_no_v1_cgroups_after_the_next_start() {
     };
     sb.config(&svc("memory_max = \"64MiB\"\n"));
     sb.start();
-    let old = sb.wait_state("web", "running")["pid"]
-        .as_i64()
-        .expect("pid") as i32;
+    let old = running_pid(&sb, "web");
     let mem = v1_cgroup(old, "memory").expect("its memory cgroup");
     sb.config(&svc(""));
     let r = sb.ok(json!({"cmd": "reload"}));
     assert_eq!(r["limits"], json!(["web"]), "{r}");
     assert!(sb.supctl(&["restart", "web"]).status.success());
-    let st = status_when(&sb, "web", |s| {
-        s["state"] == "running" && s["pid"].is_i64() && s["pid"] != json!(old)
-    });
+    let st = next_run(&sb, "web", old);
     let new = st["pid"].as_i64().expect("pid") as i32;
     assert_eq!(v1_cgroup(new, "memory"), None, "{st}");
     fs_until(
@@ -546,8 +471,7 @@ fn limits_all_taken_away_by_reload_leave_no_v1_cgroups_after_the_next_start() {
 /// the reason, and the running service keeps its limit, run and all.
 #[test]
 fn a_reload_with_an_invalid_limit_is_refused_and_the_limit_holds() {
-    if skip(Controller::Memory) || !memory_in_v1() {
-        eprintln!("skipped: the memory controller is not a cgroup v1 hierarchy here");
+    if skip_unless_memory_in_v1() {
         return;
     }
     let mut sb = Sandbox::new();
@@ -558,9 +482,7 @@ fn a_reload_with_an_invalid_limit_is_refused_and_the_limit_holds() {
     };
     sb.config(&svc(""));
     sb.start();
-    let pid = sb.wait_state("web", "running")["pid"]
-        .as_i64()
-        .expect("pid") as i32;
+    let pid = running_pid(&sb, "web");
     let mem = v1_cgroup(pid, "memory").expect("its memory cgroup");
     for bad in [
         "pids_max = 0\n",

@@ -4,11 +4,11 @@
 //! an idle supd never woken for it.
 
 mod common;
+use common::metrics_file::{assert_idle_past, stamp, wait_text};
 use common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -295,25 +295,6 @@ stop_timeout = "2s"
     drop(listener);
 }
 
-/// Waits (with the deadline) until the file at `path` holds `needle`; its text.
-fn wait_file(sb: &Sandbox, path: &Path, needle: &str) -> String {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(needle) {
-            return text;
-        }
-        assert!(
-            Instant::now() < end,
-            "{} never held {needle:?}; it holds:\n{text}\n{}",
-            path.display(),
-            sb.supd_log()
-        );
-        // No event tells that a file was renamed into place: looked at every 20 ms.
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A GET of `path` on 127.0.0.1:`port`: the body, or `None` while nothing listens.
 fn http_get(port: u16, path: &str) -> Option<String> {
     let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -348,10 +329,11 @@ fn node_exporter_finds_the_metrics_in_metrics_file() {
     );
     sb.start();
     let file = sb.path("textfile/sup.prom");
-    wait_file(
+    wait_text(
         &sb,
         &file,
         "sup_service_state{service=\"web\",state=\"running\"} 1",
+        DEADLINE,
     );
     // A free port: the kernel's, let go just before node_exporter takes it.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -415,24 +397,6 @@ fn node_exporter_finds_the_metrics_in_metrics_file() {
     );
 }
 
-/// supd's voluntary context switches so far: each is a wait begun, so each is a
-/// wake-up (preemptions, which load adds, are not supd's own).
-fn switches(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("voluntary_ctxt_switches")
-}
-
-/// Each write of the file, as (inode, mtime): a write renames a new file into place
-/// (whose inode may be the one freed by the write before).
-fn stamp(path: &Path) -> Option<(u64, SystemTime)> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.ino(), m.modified().ok()?))
-}
-
 #[test]
 fn metrics_file_follows_changes_at_most_every_10s_and_an_idle_supd_never_wakes_for_it() {
     let mut sb = Sandbox::new();
@@ -489,22 +453,7 @@ fn metrics_file_follows_changes_at_most_every_10s_and_an_idle_supd_never_wakes_f
         );
     }
     let last = *writes.last().expect("a write");
-    // Idle: nothing changes now. Past the last write + 10 s (when a deadline armed
-    // without a change would have come), the file is the same file and supd has not
-    // woken once. The uptime in it is as of its write.
-    let pid = sb.supd_pid();
-    std::thread::sleep(Duration::from_millis(500));
-    let before = switches(pid);
-    let idle_until = last.1 + Duration::from_secs(11);
-    while SystemTime::now() < idle_until {
-        std::thread::sleep(Duration::from_millis(200));
-        assert_eq!(stamp(&file), Some(last), "rewritten idle");
-    }
-    let woke = switches(pid) - before;
-    assert_eq!(
-        woke,
-        0,
-        "supd woke {woke} times while idle\n{}",
-        sb.supd_log()
-    );
+    // Idle: nothing changes now. Past the last write + 10 s, the file is the same file
+    // and supd has not woken once. The uptime in it is as of its write.
+    assert_idle_past(&sb, &file, last);
 }

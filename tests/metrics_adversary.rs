@@ -3,44 +3,9 @@
 //! for the file.
 
 mod common;
+use common::metrics_file::{assert_idle_past, stamp, wait_text};
 use common::*;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
-
-/// Waits (with `limit`) until the file at `path` holds `needle`; its text. No event
-/// tells that a file was renamed into place: looked at every 20 ms.
-fn wait_file(sb: &Sandbox, path: &Path, needle: &str, limit: Duration) -> String {
-    let end = Instant::now() + limit;
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(needle) {
-            return text;
-        }
-        assert!(
-            Instant::now() < end,
-            "{} never held {needle:?}; it holds:\n{text}\n{}",
-            path.display(),
-            sb.supd_log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// supd's voluntary context switches so far (each a wait begun: a wake-up).
-fn switches(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("voluntary_ctxt_switches")
-}
-
-fn stamp(path: &Path) -> Option<(u64, SystemTime)> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.ino(), m.modified().ok()?))
-}
+use std::time::{Duration, Instant};
 
 /// The directory of `metrics_file` is replaced by a plain file while supd runs: supd
 /// goes on serving, says so once however many writes fail, and writes the file again
@@ -56,7 +21,7 @@ fn metrics_file_whose_directory_goes_away_is_written_again_when_it_comes_back() 
     );
     sb.start();
     let file = sb.path("m/sup.prom");
-    wait_file(
+    wait_text(
         &sb,
         &file,
         "sup_service_state{service=\"a\",state=\"running\"} 1",
@@ -80,7 +45,7 @@ fn metrics_file_whose_directory_goes_away_is_written_again_when_it_comes_back() 
     std::fs::create_dir(sb.path("m")).expect("mkdir again");
     assert!(sb.supctl(&["start", "b"]).status.success());
     // The retry comes at most 20 s after the failure.
-    wait_file(
+    wait_text(
         &sb,
         &file,
         "sup_service_state{service=\"b\",state=\"running\"} 1",
@@ -113,7 +78,7 @@ fn after_a_restart_storm_an_idle_supd_does_not_wake_for_metrics_file() {
         st["restarts_total"].as_u64().is_some_and(|n| n >= 20),
         "{st}"
     );
-    let text = wait_file(
+    let text = wait_text(
         &sb,
         &file,
         "sup_service_state{service=\"storm\",state=\"failed\"} 1",
@@ -124,21 +89,7 @@ fn after_a_restart_storm_an_idle_supd_does_not_wake_for_metrics_file() {
         "{text}"
     );
     let last = stamp(&file).expect("the file");
-    let pid = sb.supd_pid();
-    std::thread::sleep(Duration::from_millis(500));
-    let before = switches(pid);
-    let idle_until = last.1 + Duration::from_secs(11);
-    while SystemTime::now() < idle_until {
-        std::thread::sleep(Duration::from_millis(200));
-        assert_eq!(stamp(&file), Some(last), "rewritten idle");
-    }
-    let woke = switches(pid) - before;
-    assert_eq!(
-        woke,
-        0,
-        "supd woke {woke} times while idle\n{}",
-        sb.supd_log()
-    );
+    assert_idle_past(&sb, &file, last);
 }
 
 /// `metrics_file` moved by a reload within node_exporter's textfile directory, then
@@ -155,11 +106,11 @@ fn metrics_file_moved_or_taken_away_by_reload_leaves_no_stale_file() {
     let one = sb.path("tf/one.prom");
     let two = sb.path("tf/two.prom");
     let running = "sup_service_state{service=\"a\",state=\"running\"} 1";
-    wait_file(&sb, &one, running, Duration::from_secs(25));
+    wait_text(&sb, &one, running, Duration::from_secs(25));
     sb.config_with("metrics_file = \"tf/two.prom\"", services);
     let a = sb.request(serde_json::json!({"cmd": "reload"}));
     assert_eq!(a["ok"], true, "{a}");
-    wait_file(&sb, &two, running, Duration::from_secs(25));
+    wait_text(&sb, &two, running, Duration::from_secs(25));
     assert!(
         !one.exists(),
         "{} is left beside {}",

@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use sup::cgroup::limits::Controller;
 
 /// supd's `shutdown_timeout` here; SIGTERM must end supd within it and `TERM_MARGIN`.
 const SHUTDOWN_TIMEOUT_MS: u64 = 2000;
@@ -207,7 +208,9 @@ impl Node {
             .and_then(|s| s["value"].as_str())
             .map(|v| v.trim_matches('"').to_string());
         // (The run may have ended meanwhile: its /proc entry gone, nothing to compare.)
-        let Some(held) = pids_max_of(pid as i32) else {
+        let held = cgroups::cgroup_dir(pid as i32, Controller::Pids)
+            .and_then(|d| fs::read_to_string(d.join("pids.max")).ok());
+        let Some(held) = held.map(|t| t.trim().to_string()) else {
             return;
         };
         self.count("limits checked");
@@ -1024,37 +1027,9 @@ impl StatusText for Sandbox {
 /// Whether the agent gets a `pids_max`: as root, where a hierarchy has the pids
 /// controller.
 fn pids_limited() -> bool {
-    use sup::cgroup::limits::{have_for_check, Controller};
+    use sup::cgroup::limits::have_for_check;
     static LIMITED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *LIMITED.get_or_init(|| is_root() && have_for_check(true).place(Controller::Pids).is_some())
-}
-
-/// The pids.max of the cgroup `pid` is in: its pids v1 hierarchy's cgroup where it is
-/// in one below the root, else its cgroup2 cgroup; `None` once it is gone.
-fn pids_max_of(pid: i32) -> Option<String> {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let v1 = text.lines().find_map(|l| {
-        let mut f = l.splitn(3, ':');
-        let (_, subs, path) = (f.next()?, f.next()?, f.next()?);
-        (subs.split(',').any(|s| s == "pids") && path != "/").then_some(path)
-    });
-    let (fstype, path) = match v1 {
-        Some(p) => ("cgroup", p),
-        None => ("cgroup2", text.lines().find_map(|l| l.strip_prefix("0::"))?),
-    };
-    let mount = mountinfo.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        let mut r = right.split_whitespace();
-        let (t, _, opts) = (r.next()?, r.next()?, r.next()?);
-        let ok = t == fstype && (t == "cgroup2" || opts.split(',').any(|o| o == "pids"));
-        let f: Vec<&str> = left.split_whitespace().collect();
-        (ok && f.get(3) == Some(&"/")).then(|| f.get(4).map(|m| m.to_string()))?
-    })?;
-    let file = std::path::Path::new(&mount)
-        .join(path.trim_start_matches('/'))
-        .join("pids.max");
-    fs::read_to_string(file).ok().map(|t| t.trim().to_string())
 }
 
 fn answer(a: &Value) -> String {

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod certs;
 pub mod cgroup_sweep;
+pub mod cgroups;
 pub mod clock;
 pub mod cluster;
 pub mod etcd;
@@ -14,6 +15,7 @@ pub mod fleet;
 pub mod freezer;
 pub mod grants;
 pub mod locking;
+pub mod metrics_file;
 pub mod oldkernel;
 pub mod preload;
 pub mod proxy;
