@@ -2,7 +2,8 @@
 //! `state/cgroup`, and the roots of the same name in the cgroup v1 hierarchies of its
 //! limits), removed. A supd killed with SIGKILL leaves them, and each sandbox's state
 //! directory names another root: without this, every test run leaves hundreds behind.
-//! Only empty cgroups go (rmdir): a populated one is left as it is.
+//! What still runs in them is the test's (a run a supd killed with SIGKILL left, a
+//! process `kill_mode = "main"` let live on): ended by its pid first.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,12 +14,54 @@ pub fn sweep(state: &Path) {
         return;
     };
     let root = PathBuf::from(text.trim());
-    let Some(name) = root.file_name().map(|n| n.to_os_string()) else {
+    // Only a root supd made for a sandbox (`sup-<id>`): never a cgroup of others.
+    let Some(name) = root
+        .file_name()
+        .filter(|n| n.to_string_lossy().starts_with("sup-"))
+        .map(|n| n.to_os_string())
+    else {
         return;
     };
-    remove_tree(&root);
-    for dir in v1_dirs() {
-        remove_tree(&dir.join(&name));
+    let mut trees = vec![root];
+    trees.extend(v1_dirs().into_iter().map(|d| d.join(&name)));
+    for t in &trees {
+        end_members(t);
+    }
+    for t in &trees {
+        remove_tree(t);
+    }
+}
+
+/// SIGKILL to every process in `dir` and the cgroups below it, and a wait (with a
+/// deadline) for each to be gone.
+fn end_members(dir: &Path) {
+    let mut pids = Vec::new();
+    members(dir, &mut pids);
+    for &pid in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    for pid in pids {
+        let _ = super::wait_exit(pid, std::time::Duration::from_secs(5));
+    }
+}
+
+fn members(dir: &Path, out: &mut Vec<i32>) {
+    if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+        out.extend(
+            text.lines()
+                .filter_map(|l| l.trim().parse::<i32>().ok())
+                .filter(|p| *p > 1),
+        );
+    }
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                members(&e.path(), out);
+            }
+        }
     }
 }
 
