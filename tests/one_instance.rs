@@ -889,6 +889,8 @@ fn supd_in_a_cgroup_killed_once_starts_its_services_at_the_first_try() {
     let restarts = sb.status("one")["restarts"].as_i64();
     let log = sb.supd_log();
     sb.stop_supd(Signal::SIGTERM);
+    // The sandbox first (its sweep removes supd's root, inside `dir`), then `dir`.
+    drop(sb);
     let _ = fs::remove_dir(&dir);
     assert!(
         first["state"] == "running" || first["to"] == "running",
