@@ -341,18 +341,6 @@ health = {{ command = ["{check}"], interval = "100ms", timeout = "1s", failures 
     assert!(text.contains("last health failure at"), "{text}");
 }
 
-/// supd's context switches so far.
-fn switches(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        // Voluntary ones: each is a wait begun. (Preemptions, which load adds, are not
-        // wake-ups of supd's own.)
-        .filter(|l| l.starts_with("voluntary_ctxt_switches"))
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .sum()
-}
-
 #[test]
 fn without_checks_supd_stays_idle_and_with_one_it_wakes_per_run_only() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -375,9 +363,9 @@ health = {{ tcp = "{addr}", interval = "200ms", timeout = "1s" }}
     // Nothing is due: supd sleeps in poll. A window of one second with no wake-up at
     // all, among five (what the requests above set going may take a moment to end).
     let quiet = (0..5).any(|_| {
-        let before = switches(pid);
+        let before = voluntary_switches(pid);
         std::thread::sleep(Duration::from_secs(1));
-        switches(pid) == before
+        voluntary_switches(pid) == before
     });
     assert!(quiet, "an idle supd kept waking up");
 
@@ -388,9 +376,9 @@ health = {{ tcp = "{addr}", interval = "200ms", timeout = "1s" }}
     }
     drop(w);
     std::thread::sleep(Duration::from_millis(300));
-    let before = switches(pid);
+    let before = voluntary_switches(pid);
     std::thread::sleep(Duration::from_secs(2));
-    let woke = switches(pid) - before;
+    let woke = voluntary_switches(pid) - before;
     // About ten runs: each is one wake-up when due and one when its connect is done.
     assert!((5..=25).contains(&woke), "{woke} wake-ups for ten runs");
     drop(listener);

@@ -5,7 +5,7 @@
 mod common;
 use common::metrics_file::{assert_idle_past, stamp, wait_text};
 use common::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The directory of `metrics_file` is replaced by a plain file while supd runs: supd
 /// goes on serving, says so once however many writes fail, and writes the file again
@@ -22,7 +22,6 @@ fn metrics_file_whose_directory_goes_away_is_written_again_when_it_comes_back() 
     sb.start();
     let file = sb.path("m/sup.prom");
     wait_text(
-        &sb,
         &file,
         "sup_service_state{service=\"a\",state=\"running\"} 1",
         DEADLINE,
@@ -35,28 +34,21 @@ fn metrics_file_whose_directory_goes_away_is_written_again_when_it_comes_back() 
         assert!(sb.supctl(&["stop", "b"]).status.success());
     }
     // The first write after them fails (10 s after the last write), and is said.
-    let end = Instant::now() + DEADLINE;
-    while !sb.supd_log().contains("cannot write metrics_file") {
-        assert!(Instant::now() < end, "no failure said\n{}", sb.supd_log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    files::wait_file(&sb.path("supd.stderr"), |t| {
+        t.contains("cannot write metrics_file")
+    });
     assert_eq!(sb.status("a")["state"], "running");
     std::fs::remove_file(sb.path("m")).expect("rm the file");
     std::fs::create_dir(sb.path("m")).expect("mkdir again");
     assert!(sb.supctl(&["start", "b"]).status.success());
     // The retry comes at most 20 s after the failure.
     wait_text(
-        &sb,
         &file,
         "sup_service_state{service=\"b\",state=\"running\"} 1",
         Duration::from_secs(45),
     );
     // Said just after the rename the test saw.
-    let end = Instant::now() + DEADLINE;
-    while !sb.supd_log().contains("written again") {
-        assert!(Instant::now() < end, "recovery not said\n{}", sb.supd_log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    files::wait_file(&sb.path("supd.stderr"), |t| t.contains("written again"));
     let said = sb.supd_log().matches("cannot write metrics_file").count();
     assert_eq!(said, 1, "{}", sb.supd_log());
 }
@@ -79,7 +71,6 @@ fn after_a_restart_storm_an_idle_supd_does_not_wake_for_metrics_file() {
         "{st}"
     );
     let text = wait_text(
-        &sb,
         &file,
         "sup_service_state{service=\"storm\",state=\"failed\"} 1",
         Duration::from_secs(25),
@@ -106,11 +97,11 @@ fn metrics_file_moved_or_taken_away_by_reload_leaves_no_stale_file() {
     let one = sb.path("tf/one.prom");
     let two = sb.path("tf/two.prom");
     let running = "sup_service_state{service=\"a\",state=\"running\"} 1";
-    wait_text(&sb, &one, running, Duration::from_secs(25));
+    wait_text(&one, running, Duration::from_secs(25));
     sb.config_with("metrics_file = \"tf/two.prom\"", services);
     let a = sb.request(serde_json::json!({"cmd": "reload"}));
     assert_eq!(a["ok"], true, "{a}");
-    wait_text(&sb, &two, running, Duration::from_secs(25));
+    wait_text(&two, running, Duration::from_secs(25));
     assert!(
         !one.exists(),
         "{} is left beside {}",
@@ -120,9 +111,5 @@ fn metrics_file_moved_or_taken_away_by_reload_leaves_no_stale_file() {
     sb.config(services);
     let a = sb.request(serde_json::json!({"cmd": "reload"}));
     assert_eq!(a["ok"], true, "{a}");
-    let end = Instant::now() + DEADLINE;
-    while two.exists() {
-        assert!(Instant::now() < end, "{} is left, stale", two.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    files::wait_gone(&two);
 }

@@ -1,3 +1,5 @@
+//! The renderer's and the file part's tests (their `expect`s are a test's, not supd's).
+
 use super::file::{Failed, MetricsFile, INTERVAL, RETRY_MAX};
 use super::*;
 use crate::protocol::Resources;

@@ -11,18 +11,17 @@ use std::time::Instant;
 /// Waits until the text of `path` satisfies `pred` (the file may not exist yet); returns
 /// it. Panics with what it last read after [`DEADLINE`].
 pub fn wait_file(path: &Path, pred: impl Fn(&str) -> bool) -> String {
-    let dir = path.parent().expect("a file in a directory");
-    std::fs::create_dir_all(dir).expect("the file's directory");
-    let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).expect("inotify");
-    ino.add_watch(
-        dir,
-        AddWatchFlags::IN_CREATE
-            | AddWatchFlags::IN_MODIFY
-            | AddWatchFlags::IN_MOVED_TO
-            | AddWatchFlags::IN_CLOSE_WRITE,
-    )
-    .expect("watch the directory");
-    let end = Instant::now() + DEADLINE;
+    wait_file_within(path, DEADLINE, pred)
+}
+
+/// The same, within `limit`.
+pub fn wait_file_within(
+    path: &Path,
+    limit: std::time::Duration,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let ino = watch_dir_of(path);
+    let end = Instant::now() + limit;
     loop {
         // Read after the watch is set: nothing written in between is missed.
         let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -32,7 +31,7 @@ pub fn wait_file(path: &Path, pred: impl Fn(&str) -> bool) -> String {
         let left = end.saturating_duration_since(Instant::now());
         assert!(
             !left.is_zero(),
-            "{} did not come as expected within {DEADLINE:?}; it holds:\n{text}",
+            "{} did not come as expected within {limit:?}; it holds:\n{text}",
             path.display()
         );
         next_events(&ino, left);
@@ -67,7 +66,38 @@ pub fn wait_file_named(dir: &Path, prefix: &str) -> String {
 
 /// Waits up to `left` for `ino` to have events, and reads them (they only wake the
 /// caller, which looks at the files themselves).
-fn next_events(ino: &Inotify, left: std::time::Duration) {
+/// An inotify watch on the directory of `path` (made if need be) for every way a file
+/// comes or changes there: created, written, renamed in or away, removed.
+pub fn watch_dir_of(path: &Path) -> Inotify {
+    let dir = path.parent().expect("a file in a directory");
+    std::fs::create_dir_all(dir).expect("the file's directory");
+    let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).expect("inotify");
+    ino.add_watch(
+        dir,
+        AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_MODIFY
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_MOVED_FROM
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_CLOSE_WRITE,
+    )
+    .expect("watch the directory");
+    ino
+}
+
+/// Waits until `path` is gone (removed or renamed away), within the deadline.
+pub fn wait_gone(path: &Path) {
+    let ino = watch_dir_of(path);
+    let end = Instant::now() + DEADLINE;
+    while path.exists() {
+        let left = end.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "{} is still there", path.display());
+        next_events(&ino, left);
+    }
+}
+
+/// Waits for the next events of `ino` (at most `left`), and reads them all.
+pub fn next_events(ino: &Inotify, left: std::time::Duration) {
     let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
     let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
     let _ = poll(&mut fds, PollTimeout::from(ms));

@@ -412,6 +412,38 @@ impl Drop for Sandbox {
     }
 }
 
+/// A process's voluntary context switches so far: each is a wait begun, so each is a
+/// wake-up (preemptions, which load adds, are not its own).
+pub fn voluntary_switches(pid: i32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches")
+}
+
+/// Waits until `pid` (supd) is blocked in its loop's poll (`/proc/PID/syscall` names
+/// poll or ppoll), within the deadline. No event tells that a process went to sleep:
+/// the state is looked at every millisecond.
+pub fn wait_in_poll(pid: i32) {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let call = fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+        // x86_64: 7 poll, 271 ppoll; aarch64 has ppoll alone, 73.
+        let nr = call.split_whitespace().next().unwrap_or("");
+        let polling = matches!(
+            (std::env::consts::ARCH, nr),
+            ("x86_64", "7" | "271") | ("aarch64", "73")
+        );
+        if polling {
+            return;
+        }
+        assert!(Instant::now() < end, "{pid} never waited in poll: {call}");
+        std::thread::sleep(Duration::from_millis(1)); // a state, not an event: looked at again
+    }
+}
+
 /// Waits for any process (child or not) to exit, through a pidfd. `None` on timeout.
 pub fn wait_exit(pid: i32, timeout: Duration) -> Option<()> {
     let Ok(fd) = sup::sys::pidfd_open(pid) else {

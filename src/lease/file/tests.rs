@@ -1,5 +1,6 @@
 //! The file store's tests: its operations, and writers that race, lose, are
-//! stopped, rotate epochs and find what a stopped or killed writer left.
+//! stopped, rotate epochs and find what a stopped or killed writer left. Their
+//! `unwrap`s and `expect`s are a test's: a failure there fails the test, never supd.
 
 use super::*;
 use std::path::Path;
