@@ -1,5 +1,5 @@
 //! The services' fds (output pipes, readiness pipes, notify sockets, exec reports, health
-//! check sockets, leaders' pidfds) in one epoll set, which sits in the loop's `poll` as
+//! check sockets, leaders' pidfds, stored fds) in one epoll set, which sits in the loop's `poll` as
 //! a single fd. A slot's fds are registered again only when the slot was touched, so a
 //! turn costs the same with ten services or ten thousand.
 //!
@@ -29,9 +29,11 @@ pub enum ServiceFd {
     Health,
     /// The pidfd of its run's leader: readable once the leader has exited.
     Leader,
+    /// A stored fd (watched for POLLHUP and POLLERR only).
+    Stored,
 }
 
-const KINDS: [ServiceFd; 7] = [
+const KINDS: [ServiceFd; 8] = [
     ServiceFd::Output,
     ServiceFd::OutputErr,
     ServiceFd::Ready,
@@ -39,6 +41,7 @@ const KINDS: [ServiceFd; 7] = [
     ServiceFd::Exec,
     ServiceFd::Health,
     ServiceFd::Leader,
+    ServiceFd::Stored,
 ];
 
 /// One fd a slot wants watched: for what, and for which events (`POLLIN` or `POLLOUT`).

@@ -124,6 +124,9 @@ pub struct ServiceState {
     /// part's, whole (`health::Carried`).
     #[serde(default)]
     pub health: Option<crate::health::Carried>,
+    /// Its held `listen` sockets and stored fds (format 8): the kept part's, whole.
+    #[serde(default, skip_serializing_if = "crate::kept::Carried::is_empty")]
+    pub kept: crate::kept::Carried,
 }
 
 /// Reads a handoff (and deletes the file: it is used once).

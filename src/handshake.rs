@@ -29,8 +29,11 @@ use std::time::Duration;
 /// services beside what is left of them, so it is refused one. 7: the runs of a broken
 /// file's services kept from a killed supd (`Handoff::kept`): an older image would
 /// forget them and a later reload start a second instance beside one, so it is refused
-/// one. (Also the kill_mode of each run, `ServiceState`, read with a default.)
-pub const FORMAT: u32 = 7;
+/// one. (Also the kill_mode of each run, `ServiceState`, read with a default.) 8: each
+/// service's held `listen` sockets and stored fds (`ServiceState::kept`): an older
+/// image would close them (its clients refused, its port taken by the run that holds
+/// a copy), so it is refused one.
+pub const FORMAT: u32 = 8;
 
 /// How long the program has to answer (it reads a config; a loaded machine is slow).
 pub const DEADLINE: Duration = Duration::from_secs(30);

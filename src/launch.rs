@@ -95,9 +95,9 @@ pub fn resolve(
     if let Some(v) = &version {
         env.push(("SUP_VERSION".into(), v.clone()));
     }
-    // A notify service's socket, or a watchdog's (given only to those).
-    if let Some(sock) =
-        notify_socket.filter(|_| cfg.ready == Ready::Notify || cfg.watchdog.is_some())
+    // A notify service's socket, a watchdog's or an fd store's (given only to those).
+    if let Some(sock) = notify_socket
+        .filter(|_| cfg.ready == Ready::Notify || cfg.watchdog.is_some() || cfg.fd_store > 0)
     {
         env.push(("NOTIFY_SOCKET".into(), sock.to_string_lossy().into_owned()));
     }

@@ -21,6 +21,7 @@ pub mod fleet;
 pub mod handoff;
 pub mod handshake;
 pub mod health;
+pub mod kept;
 pub mod instance;
 pub mod launch;
 pub mod lease;

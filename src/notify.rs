@@ -37,13 +37,26 @@ use std::path::{Path, PathBuf};
 /// sd_notify clients refuse a `NOTIFY_SOCKET` that fills it.
 pub const PATH_MAX: usize = 107;
 
-/// One datagram: who sent it and its `KEY=value` lines.
-#[derive(Debug, PartialEq, Eq)]
+/// One datagram: who sent it, its `KEY=value` lines and the fds it carried
+/// (SCM_RIGHTS: an `FDSTORE=1`'s; closed unless something keeps them).
+#[derive(Debug)]
 pub struct Message {
     /// The sender's pid as the kernel saw it at send time (0 when it is in a pid
     /// namespace supd cannot see).
     pub pid: i32,
     pub fields: Vec<(String, String)>,
+    pub fds: Vec<OwnedFd>,
+    /// The kernel dropped some of its fds (more than supd takes in one message).
+    pub fds_cut: bool,
+}
+
+impl Message {
+    /// The value of `key`, its last if it is there several times.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        (self.fields.iter().rev())
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// A bound notify socket; its file is removed when it is dropped.
@@ -110,12 +123,14 @@ impl NotifySocket {
         let mut out = Vec::new();
         let mut buf = [0u8; 4096];
         for _ in 0..256 {
-            let Some((pid, len)) = recv_credited(self.fd.as_fd(), &mut buf) else {
+            let Some((pid, len, fds, fds_cut)) = recv_with_fds(self.fd.as_fd(), &mut buf) else {
                 break;
             };
             out.push(Message {
                 pid,
                 fields: parse(&buf[..len]),
+                fds,
+                fds_cut,
             });
         }
         out
@@ -400,6 +415,39 @@ pub(crate) fn recv_credited(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<(i32, 
     Some((pid, msg.bytes))
 }
 
+/// The most fds supd takes from one notify message (the kernel's own bound, SCM_MAX_FD).
+const FDS_PER_MESSAGE: usize = 253;
+
+/// As [`recv_credited`], with the fds the datagram carried (close-on-exec, owned here so
+/// that nothing leaks) and whether the kernel had to drop some.
+fn recv_with_fds(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<(i32, usize, Vec<OwnedFd>, bool)> {
+    let mut cmsg =
+        nix::cmsg_space!(nix::sys::socket::UnixCredentials, [RawFd; FDS_PER_MESSAGE]);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        fd.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .ok()?;
+    let mut pid = 0;
+    let mut fds = Vec::new();
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            match c {
+                ControlMessageOwned::ScmCredentials(cred) => pid = cred.pid(),
+                ControlMessageOwned::ScmRights(raw) => {
+                    fds.extend(raw.into_iter().filter_map(|r| crate::sys::adopt_fd(r).ok()))
+                }
+                _ => {}
+            }
+        }
+    }
+    let cut = msg.flags.contains(MsgFlags::MSG_CTRUNC);
+    Some((pid, msg.bytes, fds, cut))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -530,13 +578,29 @@ mod tests {
         let tx = std::os::unix::net::UnixDatagram::unbound().expect("socket");
         tx.send_to(b"READY=1\n", &path).expect("send");
         let got = sock.drain();
-        assert_eq!(
-            got,
-            vec![Message {
-                pid: std::process::id() as i32,
-                fields: vec![("READY".into(), "1".into())]
-            }]
-        );
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].pid, std::process::id() as i32);
+        assert_eq!(got[0].fields, [("READY".to_string(), "1".to_string())]);
+        assert!(got[0].fds.is_empty());
+        // Fds sent along are taken, close-on-exec, and owned by the message.
+        let (r, _w) = nix::unistd::pipe().expect("pipe");
+        let rights = [r.as_raw_fd()];
+        let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&rights)];
+        let to = UnixAddr::new(&path).expect("addr");
+        nix::sys::socket::sendmsg(
+            tx.as_raw_fd(),
+            &[std::io::IoSlice::new(b"FDSTORE=1\nFDNAME=conn")],
+            &cmsg,
+            MsgFlags::empty(),
+            Some(&to),
+        )
+        .expect("sendmsg");
+        let got = sock.drain();
+        assert_eq!(got[0].get("FDNAME"), Some("conn"));
+        assert_eq!(got[0].fds.len(), 1);
+        assert!(!got[0].fds_cut);
+        let flags = nix::fcntl::fcntl(&got[0].fds[0], nix::fcntl::FcntlArg::F_GETFD).expect("fd");
+        assert_ne!(flags & libc::FD_CLOEXEC, 0, "a received fd would leak into children");
         assert!(sock.drain().is_empty());
         drop(sock);
         assert!(!path.exists(), "removed with its socket");

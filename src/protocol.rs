@@ -464,6 +464,9 @@ pub struct ServiceStatus {
     #[serde(default)]
     pub held_by: Option<HeldBy>,
     pub last_exit: Option<LastExit>,
+    /// The sockets of its `listen` supd holds for it (bound once, kept between runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listening: Vec<String>,
     /// Output lines lost to a full log or a failing disk.
     #[serde(default)]
     pub log_dropped: u64,
@@ -489,6 +492,9 @@ pub struct ServiceStatus {
     /// The last `STATUS=` a notify service sent.
     #[serde(default)]
     pub status: Option<String>,
+    /// The fds it stored in supd (`FDSTORE=1`), in the order its next run gets them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stored_fds: Vec<StoredFd>,
     /// When it last became unhealthy (Unix milliseconds).
     #[serde(default)]
     pub unhealthy_since_ms: Option<u64>,
@@ -519,6 +525,15 @@ pub struct Resources {
     /// Its processes and threads (pids.current).
     #[serde(default)]
     pub tasks: Option<u64>,
+}
+
+/// One fd of a service's fd store, in `status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredFd {
+    /// Its `FDNAME=`.
+    pub name: String,
+    /// What it is: a socket's addresses, else the file /proc names.
+    pub what: String,
 }
 
 /// A failed health check or watchdog, in `status` (fields in the order of their names).

@@ -60,6 +60,9 @@ pub struct Slot {
     /// The cgroup limits this supd last wrote into its cgroups (`cgroup/limits.rs`):
     /// what a start or a reload sets back where the config no longer sets it.
     pub limits_written: crate::config::resources::ResourceLimits,
+    /// What supd keeps for it between runs: its `listen` sockets and its fd store
+    /// (`kept.rs`).
+    pub kept: crate::kept::Kept,
 }
 
 impl Slot {

@@ -45,7 +45,10 @@ use std::time::Duration;
 pub const ARG: &str = "--spawner";
 
 /// What the spawner says first: its protocol, which must be supd's.
-const HELLO: &[u8] = b"sup-spawner 5";
+/// The most fds one request carries (the kernel passes at most 253 in a message).
+const MAX_FDS: usize = 250;
+
+const HELLO: &[u8] = b"sup-spawner 6";
 
 /// The largest request: a plan with a large environment still fits.
 const MAX_REQUEST: usize = 1 << 20;
@@ -190,6 +193,11 @@ pub enum Begun {
 pub fn begin_service(spec: SpawnSpec) -> Result<Begun, String> {
     let prepared = Prepared::new(spec)?;
     let (msg, fds) = prepared.message();
+    if fds.len() > MAX_FDS {
+        // More than one request carries (a large fd store): supd forks it itself.
+        let (pid, pending) = prepared.fork_here()?;
+        return Ok(Begun::Forked(pid, pending));
+    }
     match ask(&msg, &fds) {
         Asked::Queued(ticket) => Ok(Begun::Asked(ticket, prepared.pending())),
         Asked::NoSpawner => {
@@ -609,7 +617,7 @@ fn serve_one(fd: RawFd, queued: bool, buf: &mut [u8], own: &[RawFd]) -> Result<b
 
 /// One request: its length, its fds, and whether it was cut short; `None` at the end.
 fn receive(fd: RawFd, buf: &mut [u8]) -> nix::Result<Option<(usize, Vec<OwnedFd>, bool)>> {
-    let mut space = nix::cmsg_space!([RawFd; 16]);
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
     let mut iov = [IoSliceMut::new(buf)];
     let msg = recvmsg::<()>(fd, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
     let mut fds = Vec::new();

@@ -17,6 +17,7 @@ mod forks;
 mod handoff;
 mod health;
 mod held;
+mod kept;
 mod indices;
 mod leases;
 mod log_lines;
@@ -338,6 +339,7 @@ impl Supervisor {
             health: Default::default(),
             forking: None,
             limits_written: Default::default(),
+            kept: Default::default(),
         };
         self.slots.insert(slot);
         self.metrics.changed();
@@ -352,6 +354,14 @@ impl Supervisor {
         };
         let (from, restarts) = (slot.svc.state, slot.svc.restarts_total);
         let actions = slot.svc.step(&slot.cfg, ev, now);
+        // Stopped for good (not a restart, which wants it up): its sockets close, so
+        // that clients are refused rather than left waiting in a backlog nobody reads.
+        if slot.svc.want == crate::service::Want::Down
+            && matches!(slot.svc.state, State::Stopped | State::Failed | State::Exited)
+            && !slot.kept.is_empty()
+        {
+            slot.kept.release();
+        }
         let (instance, tool, to) = (slot.instance.clone(), slot.cfg.tool.clone(), slot.svc.state);
         let restarted = slot.svc.restarts_total.saturating_sub(restarts);
         self.metrics.restarted(u64::from(restarted));
@@ -472,7 +482,7 @@ impl Supervisor {
             },
             None => None,
         };
-        let give = plan
+        let give: Vec<std::path::PathBuf> = plan
             .creds
             .as_ref()
             .and_then(|c| c.user.as_ref())
@@ -511,6 +521,26 @@ impl Supervisor {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
+        // Its `listen` sockets (bound once, held between runs) and stored fds, as 3..
+        let passed = match kept::for_run(slot) {
+            Ok(p) => p,
+            Err(why) => return self.apply(name, Event::SpawnFailed(why), now),
+        };
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        let mut give = give;
+        if plan.creds.as_ref().is_some_and(|c| c.user.is_some()) {
+            give.extend(passed.give);
+        }
+        plan.env.extend(passed.env);
+        let mut own_pid_env = Vec::new();
+        if plan.watchdog_pid {
+            own_pid_env.push("WATCHDOG_PID".to_string());
+        }
+        if !passed.fds.is_empty() {
+            own_pid_env.push("LISTEN_PID".to_string());
+        }
         let (stdout, stderr) = match streams(slot) {
             Ok(s) => s,
             Err(e) => {
@@ -606,7 +636,8 @@ impl Supervisor {
             ready_fd: ready.as_ref().map(|(_, w, n)| (sys::raw(w), *n)),
             give,
             tuning: plan.tuning,
-            own_pid_env: plan.watchdog_pid.then(|| "WATCHDOG_PID".to_string()),
+            own_pid_env,
+            pass: passed.fds,
             dies_with_supd: false,
             join,
             born_in,

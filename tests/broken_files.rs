@@ -307,7 +307,7 @@ fn a_broken_file_does_not_stop_a_reexec_but_a_program_that_would_lose_one_is_ref
     let losing = sb.script(
         "losing-supd",
         &format!(
-            "echo \"supd handoff 7 $2\"\necho \"broken nothing {}\"\nexit 0",
+            "echo \"supd handoff 8 $2\"\necho \"broken nothing {}\"\nexit 0",
             good.display()
         ),
     );

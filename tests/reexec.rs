@@ -296,7 +296,7 @@ fn an_older_supd_refuses_a_newer_handoff() {
         .expect("run");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "supd handoff 7 n0nce\n"
+        "supd handoff 8 n0nce\n"
     );
 }
 

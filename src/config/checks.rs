@@ -86,6 +86,30 @@ pub(super) fn check_whole(
             }
         }
     }
+    // Two services (or the instances of one table) cannot bind one address.
+    let mut bound: BTreeMap<&listen::ListenAddr, &str> = BTreeMap::new();
+    for (name, svc) in &cfg.services {
+        let Some(o) = origin.get(name) else {
+            continue;
+        };
+        let mut problem = None;
+        for addr in &svc.listen {
+            if o.instances > 1 {
+                problem = Some(format!(
+                    "'{addr}' cannot be bound by each of its {} instances: run one instance, or give each its own table and address",
+                    o.instances
+                ));
+            } else if let Some(other) = bound.insert(addr, name) {
+                problem = Some(format!("'{addr}' is {other}'s too: one address, one service"));
+            }
+            if problem.is_some() {
+                break;
+            }
+        }
+        if let Some(message) = problem {
+            errors.push(err(&o.file, o.line, o.column, format!("service.{name}.listen"), message));
+        }
+    }
     if let Some(cycle) = find_cycle(cfg) {
         let o = &origin[&cycle[0]];
         let msg = format!("`after` makes a cycle: {}", cycle.join(" -> "));

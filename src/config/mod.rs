@@ -18,6 +18,7 @@ mod origins;
 mod overrides;
 mod read;
 pub mod resources;
+pub mod listen;
 pub mod runtime_dir;
 mod service_table;
 pub mod show;
@@ -289,6 +290,12 @@ pub struct ServiceConfig {
     /// `memory_max`, `cpu_max`, ...: its cgroup limits (`cgroup/limits.rs`).
     #[serde(default)]
     pub resources: resources::ResourceLimits,
+    /// `listen = [...]`: the sockets supd binds and hands to each run (`kept.rs`).
+    #[serde(default)]
+    pub listen: Vec<listen::ListenAddr>,
+    /// `fd_store = N`: how many fds the service may keep in supd (`FDSTORE=1`).
+    #[serde(default)]
+    pub fd_store: u32,
 }
 
 /// `health = { command | tcp | http, interval, timeout, failures, start_delay }`.
@@ -406,6 +413,8 @@ impl ServiceConfig {
             kill_mode: KillMode::Cgroup,
             runtime_dir: None,
             resources: Default::default(),
+            listen: Vec::new(),
+            fd_store: 0,
         }
     }
 }

@@ -54,6 +54,8 @@ pub(super) const SERVICE_KEYS: &[&str] = &[
     "cpu_max",
     "pids_max",
     "io_weight",
+    "listen",
+    "fd_store",
 ];
 
 /// Where a service was defined, for errors found after all files are read.
@@ -341,6 +343,31 @@ fn read_keys(
                     org.resources.push((name, ctx.path.to_path_buf(), l, c));
                 }
             }
+            "listen" => {
+                let mut listen = Vec::new();
+                for item in ctx.array(v, f).unwrap_or(&[]) {
+                    if let Some(addr) = ctx.parsed(item, f, super::listen::parse) {
+                        if listen.contains(&addr) {
+                            ctx.err(item.span(), f, format!("'{addr}' is listed twice"));
+                        } else {
+                            listen.push(addr);
+                        }
+                    }
+                }
+                if listen.len() > super::listen::LISTEN_MAX {
+                    ctx.err(
+                        v.span(),
+                        f,
+                        format!("at most {} sockets", super::listen::LISTEN_MAX),
+                    );
+                }
+                svc.listen = listen;
+            }
+            "fd_store" => match ctx.integer(v, f).map(super::listen::fd_store) {
+                Some(Ok(n)) => svc.fd_store = n,
+                Some(Err(why)) => ctx.err(v.span(), f, why),
+                None => {}
+            },
             "instances" => match ctx
                 .integer(v, f)
                 .map(|count| super::instances::count(n, count))
@@ -418,6 +445,18 @@ fn problems(svc: &ServiceConfig) -> Vec<(&'static str, &'static str)> {
             "restart_delay_max",
             "must not be shorter than restart_delay",
         ));
+    }
+    if let Ready::Fd(n) = svc.ready {
+        // The sockets and stored fds are fds 3.. of each run (sd_listen_fds(3)).
+        if !svc.listen.is_empty() || svc.fd_store > 0 {
+            let top = 3 + svc.listen.len() as i64 + i64::from(svc.fd_store);
+            if (n as i64) < top {
+                out.push((
+                    "ready",
+                    "ready = \"fd:N\" takes an fd the sockets of `listen` and the fds of `fd_store` are given as (3 and up, one each): choose N above them all",
+                ));
+            }
+        }
     }
     if svc.ready == Ready::Exited && p.restart == RestartMode::Always {
         out.push((

@@ -151,6 +151,11 @@ pub fn settings(svc: &ServiceConfig, origins: &Origins) -> Vec<Setting> {
                 KillMode::Main => "main",
             })),
             "runtime_dir" => svc.runtime_dir.as_deref().map(quote),
+            "listen" if !svc.listen.is_empty() => {
+                let items: Vec<String> = svc.listen.iter().map(|a| a.to_string()).collect();
+                Some(strings(&items))
+            }
+            "fd_store" if svc.fd_store > 0 => Some(svc.fd_store.to_string()),
             k if super::resources::KEYS.contains(&k) => svc.resources.shown(k),
             _ => None,
         };

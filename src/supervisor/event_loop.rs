@@ -222,6 +222,7 @@ fn on_service_fd(sup: &mut Supervisor, name: &str, kind: ServiceFd, now: Mono) {
         ServiceFd::Exec => sup.on_exec_report(name, now),
         ServiceFd::Health => sup.on_health_fd(name, now),
         ServiceFd::Leader => sup.on_leader_exit(name, now),
+        ServiceFd::Stored => sup.on_stored_hangup(name),
     }
 }
 

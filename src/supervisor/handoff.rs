@@ -46,6 +46,7 @@ impl Supervisor {
                 p.as_raw_fd()
             });
             let notify = slot.notify.carry(&mut fds);
+            let kept = slot.kept.carry(&mut fds);
             let exec = slot.exec.as_ref().map(|e| {
                 fds.push(e.report.as_fd());
                 let (program, cwd) = e.names();
@@ -68,6 +69,7 @@ impl Supervisor {
                 exec,
                 exec_read,
                 health: slot.health.carry(),
+                kept,
             });
         }
         let tools = self.tools.handoff();
@@ -257,6 +259,11 @@ impl Supervisor {
             if let Some(e) = lost {
                 log::warn!("{}: its notify socket was not handed over ({e})", s.name);
             }
+            // Its held sockets and stored fds (dropped, so closed, if it is gone below).
+            let (kept, lost) = crate::kept::Kept::adopt(s.kept);
+            for why in lost {
+                log::warn!("{}: {why}", s.name);
+            }
             // A service the re-read config no longer has is kept, as a removed one,
             // until it has stopped as any removed service does (stop_timeout, then
             // KILL, its record and its remaining processes awaited).
@@ -299,6 +306,7 @@ impl Supervisor {
                 Some(crate::sys::Exec::adopt(fd, program, cwd, s.exec_read))
             });
             slot.notify = notify;
+            slot.kept = kept;
             slot.version = s.version;
             slot.ran_as = s.ran_as.map(Box::new);
             // What the image before wrote into its cgroups: a limit the config read

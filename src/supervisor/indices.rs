@@ -81,7 +81,7 @@ fn deadline_of(slot: &Slot) -> Option<Mono> {
 }
 
 /// The fds of a slot to watch: output, readiness, notify, exec report, health check,
-/// leader pidfd.
+/// leader pidfd, stored fds.
 fn wanted_fds(s: &Slot) -> Vec<crate::fdset::Wanted<'_>> {
     use nix::sys::epoll::EpollFlags;
     let input = EpollFlags::EPOLLIN;
@@ -108,6 +108,10 @@ fn wanted_fds(s: &Slot) -> Vec<crate::fdset::Wanted<'_>> {
         s.leader
             .as_ref()
             .map(|(_, fd)| (fd.as_fd(), ServiceFd::Leader, input)),
+    );
+    // Only a hang-up or an error (which epoll always reports) wakes the loop for them.
+    out.extend(
+        (s.kept.watched()).map(|fd| (fd, ServiceFd::Stored, EpollFlags::empty())),
     );
     out
 }

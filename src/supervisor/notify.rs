@@ -9,10 +9,15 @@ use crate::time::Mono;
 use std::path::PathBuf;
 
 impl Supervisor {
-    /// The socket path a `ready = "notify"` service gets, `None` for other services.
+    /// The socket path a `ready = "notify"` service (or one with a watchdog or an fd
+    /// store) gets, `None` for other services.
     pub fn notify_path(&self, name: &str) -> Result<Option<PathBuf>, String> {
         match self.slots.get(name) {
-            Some(s) if s.cfg.ready == crate::config::Ready::Notify || s.cfg.watchdog.is_some() => {
+            Some(s)
+                if s.cfg.ready == crate::config::Ready::Notify
+                    || s.cfg.watchdog.is_some()
+                    || s.cfg.fd_store > 0 =>
+            {
                 socket_path(&dir_for(&self.cfg.supd.socket), name).map(Some)
             }
             _ => Ok(None),
@@ -67,17 +72,32 @@ impl Supervisor {
             return;
         };
         let mut refused: Option<(usize, i32, i32)> = None;
-        for msg in msgs {
+        for mut msg in msgs {
             let Some(leader) = self.slots.get(name).and_then(|s| s.svc.pid) else {
+                let fds = if msg.fds.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (its {} fds closed)", msg.fds.len())
+                };
                 log::debug!(
-                    "{name}: notify message from pid {} while it has no process: ignored",
+                    "{name}: notify message from pid {} while it has no process: ignored{fds}",
                     msg.pid
                 );
                 continue;
             };
             match place(msg.pid, leader, crate::proc::stat) {
-                Sender::Inside | Sender::Gone => self.notified(name, msg.fields, now),
+                Sender::Inside | Sender::Gone => {
+                    self.fd_store_message(name, &mut msg);
+                    self.notified(name, msg.fields, now)
+                }
                 Sender::Outside => {
+                    if !msg.fds.is_empty() {
+                        log::warn!(
+                            "{name}: {} fds sent by pid {}, not a process of the service: refused, closed",
+                            msg.fds.len(),
+                            msg.pid
+                        );
+                    }
                     let n = refused.map_or(0, |(n, _, _)| n);
                     refused = Some((n + 1, msg.pid, leader));
                 }

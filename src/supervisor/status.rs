@@ -53,6 +53,7 @@ impl Supervisor {
     pub fn status_of(&self, slot: &Slot, now: Mono) -> ServiceStatus {
         let svc = &slot.svc;
         let holder = self.holder(slot, now);
+        let (listening, stored) = slot.kept.shown();
         ServiceStatus {
             name: slot.cfg.name.clone(),
             state: svc.state.as_str().to_string(),
@@ -112,6 +113,11 @@ impl Supervisor {
             resources: (self.cgroups.as_ref())
                 .filter(|_| slot.instance.is_some())
                 .map(|c| c.usage(&slot.cfg.name)),
+            listening,
+            stored_fds: stored
+                .into_iter()
+                .map(|(name, what)| crate::protocol::StoredFd { name, what })
+                .collect(),
         }
     }
 }

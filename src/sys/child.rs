@@ -441,6 +441,13 @@ fn child_main(
                 }
             }
         }
+        // The passed fds (held sockets, stored fds) as 3, 4, ... (sd_listen_fds(3)),
+        // then the readiness fd, numbered above them.
+        for (i, fd) in p.pass.iter().enumerate() {
+            if libc::dup2(fd.as_raw_fd(), 3 + i as RawFd) < 0 {
+                fail(report, STAGE_FDS);
+            }
+        }
         if let Some((fd, n)) = &p.ready {
             if libc::dup2(fd.as_raw_fd(), *n) < 0 {
                 fail(report, STAGE_FDS);
@@ -451,18 +458,18 @@ fn child_main(
         let with_home: Vec<*const libc::c_char>;
         // Allocating here is sound: supd has one thread, so no lock of the allocator
         // can be held by another in this copy of it.
-        let own_pid: Option<CString> = p
-            .own_pid_env
-            .as_ref()
-            .and_then(|k| CString::new(format!("{k}{}", libc::getpid())).ok());
+        let me = libc::getpid();
+        let own_pid: Vec<CString> = (p.own_pid_env.iter())
+            .filter_map(|k| CString::new(format!("{k}{me}")).ok())
+            .collect();
         let home = ids.home.as_ref().filter(|_| !p.has_home);
-        if home.is_some() || own_pid.is_some() {
+        if home.is_some() || !own_pid.is_empty() {
             let n = p.envp_ptrs.len() - 1;
             with_home = p.envp_ptrs[..n]
                 .iter()
                 .copied()
                 .chain(home.map(|h| h.as_ptr()))
-                .chain(own_pid.as_ref().map(|c| c.as_ptr()))
+                .chain(own_pid.iter().map(|c| c.as_ptr()))
                 .chain([std::ptr::null()])
                 .collect();
             envp = with_home.as_ptr();

@@ -74,8 +74,12 @@ pub struct SpawnSpec {
     pub give: Vec<std::path::PathBuf>,
     /// umask, nice and resource limits.
     pub tuning: Tuning,
-    /// An environment variable the child sets to its own pid (`WATCHDOG_PID`).
-    pub own_pid_env: Option<String>,
+    /// Environment variables the child sets to its own pid (`WATCHDOG_PID`,
+    /// `LISTEN_PID`).
+    pub own_pid_env: Vec<String>,
+    /// Fds the child gets as 3, 4, ... in this order (held sockets and stored fds:
+    /// `kept.rs`); `ready_fd`'s number is above them.
+    pub pass: Vec<OwnedFd>,
     /// The child is killed when supd dies (a health check: there is nothing for it to
     /// do without supd, and what it started is ended by the next supd from its record
     /// in `state_dir/checks`; a service must outlive supd, and does not set this).
@@ -119,7 +123,8 @@ impl SpawnSpec {
             give: Vec::new(),
             ready_fd: Some((fd, 3)),
             tuning: Default::default(),
-            own_pid_env: None,
+            own_pid_env: Vec::new(),
+            pass: Vec::new(),
             dies_with_supd: false,
             join: None,
             born_in: false,
@@ -148,8 +153,10 @@ pub(super) struct ChildPlan {
     pub(super) give: Vec<CString>,
     /// `env` sets HOME already (else the user's home directory is added).
     pub(super) has_home: bool,
-    /// `NAME=` of a variable set to the child's own pid.
-    pub(super) own_pid_env: Option<String>,
+    /// `NAME=` of each variable set to the child's own pid.
+    pub(super) own_pid_env: Vec<String>,
+    /// Sources of fds 3, 4, ... (`SpawnSpec::pass`), above `floor`.
+    pub(super) pass: Vec<OwnedFd>,
     /// supd's pid when it dies with supd (see `SpawnSpec::dies_with_supd`).
     pub(super) dies_with: Option<libc::pid_t>,
     pub(super) nofile: Option<libc::rlimit>,
@@ -202,7 +209,10 @@ pub(super) fn plan_message(p: &ChildPlan, go: RawFd, report: RawFd) -> (Vec<u8>,
     }
     w.list(&p.give);
     w.int(i64::from(p.has_home));
-    w.opt_bytes(p.own_pid_env.as_ref().map(|s| s.as_bytes()));
+    w.int(p.own_pid_env.len() as i64);
+    for k in &p.own_pid_env {
+        w.bytes(k.as_bytes());
+    }
     w.opt_int(p.dies_with.map(i64::from));
     w.opt_int(p.nofile.map(|l| l.rlim_cur as i64));
     w.opt_int(p.nofile.map(|l| l.rlim_max as i64));
@@ -224,6 +234,8 @@ pub(super) fn plan_message(p: &ChildPlan, go: RawFd, report: RawFd) -> (Vec<u8>,
     fds.extend(p.join.as_ref().map(|f| f.as_raw_fd()));
     w.int(p.also_join.len() as i64);
     fds.extend(p.also_join.iter().map(|f| f.as_raw_fd()));
+    w.int(p.pass.len() as i64);
+    fds.extend(p.pass.iter().map(|f| f.as_raw_fd()));
     fds.extend([go, report]);
     (w.0, fds)
 }
@@ -256,10 +268,10 @@ pub(super) fn plan_from(
     let group = r.opt_cstring()?;
     let give = r.list()?;
     let has_home = r.int()? != 0;
-    let own_pid_env = match r.opt_bytes()? {
-        Some(b) => Some(String::from_utf8(b.to_vec()).map_err(|_| bad())?),
-        None => None,
-    };
+    let mut own_pid_env = Vec::new();
+    for _ in 0..r.int()?.clamp(0, 16) {
+        own_pid_env.push(String::from_utf8(r.bytes()?.to_vec()).map_err(|_| bad())?);
+    }
     let dies_with = r.opt_int()?.map(|p| p as libc::pid_t);
     let nofile = match (r.opt_int()?, r.opt_int()?) {
         (Some(c), Some(m)) => Some(libc::rlimit {
@@ -290,6 +302,10 @@ pub(super) fn plan_from(
     for _ in 0..r.int()? {
         also_join.push(next_fd()?);
     }
+    let mut pass = Vec::new();
+    for _ in 0..r.int()? {
+        pass.push(next_fd()?);
+    }
     let go = next_fd()?;
     let report = next_fd()?;
     let ptrs = |v: &Vec<CString>| -> Vec<*const libc::c_char> {
@@ -311,6 +327,7 @@ pub(super) fn plan_from(
         give,
         has_home,
         own_pid_env,
+        pass,
         dies_with,
         nofile,
         umask,
@@ -401,7 +418,10 @@ impl Unwire<'_> {
 
 impl ChildPlan {
     pub(super) fn new(spec: SpawnSpec) -> io::Result<ChildPlan> {
-        let floor = spec.ready_fd.map(|(_, n)| n + 1).unwrap_or(3).max(3);
+        // Every source is above every fd the child `dup2`s onto: 0-2, the passed fds
+        // from 3 up, the readiness fd.
+        let floor = (spec.ready_fd.map(|(_, n)| n + 1).unwrap_or(3))
+            .max(3 + spec.pass.len() as RawFd);
         let mut argv = vec![cstring(&spec.program)?];
         for a in &spec.args {
             argv.push(cstring(a)?);
@@ -477,7 +497,10 @@ impl ChildPlan {
                 .map(|p| cstring(&p.to_string_lossy()))
                 .collect::<io::Result<_>>()?,
             has_home: spec.env.iter().any(|(k, _)| k == "HOME"),
-            own_pid_env: spec.own_pid_env.as_ref().map(|k| format!("{k}=")),
+            own_pid_env: spec.own_pid_env.iter().map(|k| format!("{k}=")).collect(),
+            pass: (spec.pass.into_iter())
+                .map(|fd| above(fd, floor))
+                .collect::<io::Result<_>>()?,
             dies_with: spec
                 .dies_with_supd
                 .then(std::process::id)
@@ -518,6 +541,7 @@ impl ChildPlan {
             .join
             .iter()
             .chain(&self.also_join)
+            .chain(&self.pass)
             .map(|f| f.as_raw_fd());
         stdio.chain(ready).chain(join).collect()
     }

@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod freezer;
 pub mod grants;
 pub mod locking;
+pub mod lossless;
 pub mod metrics_file;
 pub mod oldkernel;
 pub mod preload;

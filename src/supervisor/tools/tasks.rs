@@ -227,7 +227,8 @@ impl Supervisor {
             give: Vec::new(),
             ready_fd: None,
             tuning: Default::default(),
-            own_pid_env: None,
+            own_pid_env: Vec::new(),
+            pass: Vec::new(),
             // Nothing for it to do without supd: what it leaves is swept at the next start.
             dies_with_supd: true,
             join: None,

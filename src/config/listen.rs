@@ -1,0 +1,140 @@
+//! `listen = ["tcp:127.0.0.1:8080", "tcp:[::1]:8080", "unix:/run/app.sock"]` and
+//! `fd_store = N`: the sockets supd binds for a service and hands to each of its runs
+//! (`kept.rs` holds them), and how many fds the service may keep in supd. Here only the
+//! values are read and checked; nothing is bound.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The most fds one service may keep in supd's store: each is an open file of supd's,
+/// and the kernel passes at most 253 in one message (SCM_MAX_FD).
+pub const FD_STORE_MAX: u32 = 4096;
+
+/// The most `listen` entries of one service.
+pub const LISTEN_MAX: usize = 64;
+
+/// One `listen` entry: a stream socket supd binds and listens on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ListenAddr {
+    /// `tcp:ADDRESS:PORT`: an IPv4 or (in brackets) IPv6 literal; never a name, which
+    /// supd would have to look up.
+    Tcp(SocketAddr),
+    /// `unix:/ABSOLUTE/PATH`: a Unix stream socket there, given to the service's user.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Tcp(a) => write!(f, "tcp:{a}"),
+            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// The longest path a Unix socket address holds (sun_path, less its final NUL).
+const SUN_PATH_MAX: usize = 107;
+
+/// Reads one `listen` entry.
+pub fn parse(s: &str) -> Result<ListenAddr, String> {
+    let expected = "expected \"tcp:ADDRESS:PORT\" (such as \"tcp:127.0.0.1:8080\" or \
+                    \"tcp:[::1]:8080\") or \"unix:/PATH\"";
+    if let Some(rest) = s.strip_prefix("tcp:") {
+        let addr: SocketAddr = rest.parse().map_err(|_| {
+            if rest.rsplit_once(':').is_some_and(|(host, _)| {
+                !host.is_empty() && host.parse::<std::net::IpAddr>().is_err()
+            }) && !rest.starts_with('[')
+            {
+                format!("'{s}': the address is not an IP address (supd looks up no host names); {expected}")
+            } else {
+                format!("'{s}' is not an address and a port; {expected}")
+            }
+        })?;
+        if addr.port() == 0 {
+            return Err(format!(
+                "'{s}': port 0 would be a different port at each bind; name one"
+            ));
+        }
+        return Ok(ListenAddr::Tcp(addr));
+    }
+    if let Some(path) = s.strip_prefix("unix:") {
+        if !path.starts_with('/') {
+            return Err(format!("'{s}': the path must be absolute; {expected}"));
+        }
+        if path.ends_with('/') {
+            return Err(format!("'{s}' names a directory, not a socket"));
+        }
+        if path.contains('\0') || path.chars().any(char::is_control) {
+            return Err(format!("'{s}' holds a control character"));
+        }
+        if path.len() > SUN_PATH_MAX {
+            return Err(format!(
+                "'{s}': the path is {} bytes, longer than a Unix socket address holds ({SUN_PATH_MAX})",
+                path.len()
+            ));
+        }
+        return Ok(ListenAddr::Unix(PathBuf::from(path)));
+    }
+    Err(format!("'{s}': {expected}"))
+}
+
+/// Reads `fd_store = N`.
+pub fn fd_store(n: i64) -> Result<u32, String> {
+    u32::try_from(n)
+        .ok()
+        .filter(|n| *n <= FD_STORE_MAX)
+        .ok_or_else(|| format!("expected a number of fds from 0 to {FD_STORE_MAX}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcp_and_unix_addresses_are_read() {
+        assert_eq!(
+            parse("tcp:127.0.0.1:8080"),
+            Ok(ListenAddr::Tcp("127.0.0.1:8080".parse().unwrap()))
+        );
+        assert_eq!(
+            parse("tcp:[::1]:8080"),
+            Ok(ListenAddr::Tcp("[::1]:8080".parse().unwrap()))
+        );
+        assert_eq!(
+            parse("unix:/run/app.sock"),
+            Ok(ListenAddr::Unix("/run/app.sock".into()))
+        );
+        for s in ["tcp:127.0.0.1:8080", "tcp:[::1]:8080", "unix:/run/app.sock"] {
+            assert_eq!(parse(s).unwrap().to_string(), s);
+        }
+    }
+
+    #[test]
+    fn bad_entries_say_what_was_expected() {
+        for (s, says) in [
+            ("tcp:localhost:8080", "no host names"),
+            ("tcp:127.0.0.1", "not an address and a port"),
+            ("tcp:127.0.0.1:0", "port 0"),
+            ("tcp:127.0.0.1:99999", "not an address and a port"),
+            ("tcp:::1:80", "not an address and a port"),
+            ("unix:run/app.sock", "absolute"),
+            ("unix:/run/", "directory"),
+            ("udp:127.0.0.1:53", "expected \"tcp:"),
+            ("127.0.0.1:8080", "expected \"tcp:"),
+        ] {
+            let e = parse(s).unwrap_err();
+            assert!(e.contains(says), "{s}: {e}");
+        }
+        let long = format!("unix:/{}", "a".repeat(120));
+        assert!(parse(&long).unwrap_err().contains("longer than"));
+    }
+
+    #[test]
+    fn fd_store_is_bounded() {
+        assert_eq!(fd_store(0), Ok(0));
+        assert_eq!(fd_store(16), Ok(16));
+        assert!(fd_store(-1).is_err());
+        assert!(fd_store(i64::from(FD_STORE_MAX) + 1).is_err());
+    }
+}

@@ -1,0 +1,356 @@
+//! What supd holds for a service between its runs: the sockets of its `listen` (bound
+//! once, handed to every run) and its fd store (fds the service gave supd to keep with
+//! `FDSTORE=1`, handed back to its next run). A connection that arrives while no run is
+//! there waits in a held socket's backlog, so a restart, an upgrade or a rollback of
+//! the service refuses none.
+//!
+//! Each run gets them as fds 3.. as sd_listen_fds(3) expects: the `listen` sockets in
+//! the config's order, then the stored fds in the order they were stored;
+//! `LISTEN_FDS`, `LISTEN_FDNAMES` (the service's name for a socket, `FDNAME=` for a
+//! stored fd) and `LISTEN_PID` (set by the child itself). They are held while the
+//! service is wanted up (across restarts, crash loops, upgrades, rollbacks, a reload
+//! that keeps the entry, and `reexec`, which carries them), and let go when it is
+//! stopped or removed.
+//!
+//! The part: a slot's [`Kept`] keeps its sockets and store in private fields; the
+//! coordinator asks it for the fds of a run, hands it what a notify message brought,
+//! and carries it whole across `reexec`. It imports no part and not the coordinator.
+
+mod bind;
+
+use crate::config::listen::ListenAddr;
+use serde::{Deserialize, Serialize};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+
+/// The name of a stored fd sent without `FDNAME=` (as systemd names it).
+pub const DEFAULT_NAME: &str = "stored";
+
+/// One held `listen` socket.
+struct Listener {
+    addr: ListenAddr,
+    fd: OwnedFd,
+    /// A Unix socket's file as supd made it (device, inode): removed when let go.
+    made: Option<(u64, u64)>,
+}
+
+/// One stored fd.
+struct Stored {
+    name: String,
+    fd: OwnedFd,
+    /// Dropped when it reports POLLHUP or POLLERR (`FDPOLL=0` says not to watch it).
+    poll: bool,
+}
+
+/// A service's held sockets and stored fds.
+#[derive(Default)]
+pub struct Kept {
+    listen: Vec<Listener>,
+    stored: Vec<Stored>,
+}
+
+/// What a run is given: its fds (3.. in this order) and their names.
+pub struct ForRun<'a> {
+    pub fds: Vec<BorrowedFd<'a>>,
+    pub names: Vec<String>,
+    /// Unix socket files to give to the run's user.
+    pub give: Vec<PathBuf>,
+}
+
+/// Why an `FDSTORE=1` was refused (its fds are closed).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The service has no store (`fd_store = 0`).
+    NoStore,
+    /// They would take it past `fd_store`.
+    Full { have: usize, sent: usize, max: u32 },
+    /// `FDNAME=` is not a name sd_listen_fds(3) can pass.
+    BadName(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::NoStore => write!(f, "it has no fd store (set fd_store = N)"),
+            Refused::Full { have, sent, max } => write!(
+                f,
+                "{sent} more would make {}, over fd_store = {max} (it holds {have}; FDSTOREREMOVE=1 drops some, or raise fd_store)",
+                have + sent
+            ),
+            Refused::BadName(n) => write!(
+                f,
+                "FDNAME={n:?} is not a name (1 to 255 printable ASCII characters, no ':')"
+            ),
+        }
+    }
+}
+
+/// Whether `name` may name a stored fd: it goes into `LISTEN_FDNAMES`, ':'-separated.
+pub fn valid_name(name: &str) -> bool {
+    (1..=255).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+}
+
+impl Kept {
+    /// Before a start: holds exactly the sockets of `want`, in its order. Those held
+    /// already are kept (a reload that keeps an entry keeps its socket and its
+    /// backlog), new ones are bound, the others let go. An address that cannot be bound
+    /// is the error; what could be bound is held either way.
+    pub fn reconcile(&mut self, want: &[ListenAddr]) -> Result<(), String> {
+        let mut old = std::mem::take(&mut self.listen);
+        let mut first_error = None;
+        for addr in want {
+            if let Some(i) = old.iter().position(|l| l.addr == *addr) {
+                self.listen.push(old.swap_remove(i));
+                continue;
+            }
+            match bind::bind_listen(addr) {
+                Ok((fd, made)) => {
+                    log::info!("bound {addr}");
+                    self.listen.push(Listener {
+                        addr: addr.clone(),
+                        fd,
+                        made,
+                    })
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        for l in old {
+            log::info!("let go of {} (no longer listed)", l.addr);
+            drop(l);
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every held socket holds its address (`reconcile` bound them all).
+    pub fn complete(&self, want: &[ListenAddr]) -> bool {
+        want.len() == self.listen.len() && want.iter().zip(&self.listen).all(|(a, l)| *a == l.addr)
+    }
+
+    /// The fds a run gets, in order, with their names (`service` names the sockets).
+    pub fn for_run(&self, service: &str) -> ForRun<'_> {
+        let mut run = ForRun {
+            fds: Vec::with_capacity(self.listen.len() + self.stored.len()),
+            names: Vec::with_capacity(self.listen.len() + self.stored.len()),
+            give: Vec::new(),
+        };
+        for l in &self.listen {
+            run.fds.push(l.fd.as_fd());
+            run.names.push(service.to_string());
+            if let ListenAddr::Unix(p) = &l.addr {
+                run.give.push(p.clone());
+            }
+        }
+        for s in &self.stored {
+            run.fds.push(s.fd.as_fd());
+            run.names.push(s.name.clone());
+        }
+        run
+    }
+
+    /// `FDSTORE=1` with `fds`: kept under `name` (all of them, or none: the message is
+    /// refused whole), within `max` (`fd_store`).
+    pub fn store(
+        &mut self,
+        fds: Vec<OwnedFd>,
+        name: Option<&str>,
+        poll: bool,
+        max: u32,
+    ) -> Result<usize, Refused> {
+        let name = name.unwrap_or(DEFAULT_NAME);
+        if max == 0 {
+            return Err(Refused::NoStore);
+        }
+        if !valid_name(name) {
+            return Err(Refused::BadName(name.to_string()));
+        }
+        if self.stored.len() + fds.len() > max as usize {
+            return Err(Refused::Full {
+                have: self.stored.len(),
+                sent: fds.len(),
+                max,
+            });
+        }
+        let n = fds.len();
+        self.stored.extend(fds.into_iter().map(|fd| Stored {
+            name: name.to_string(),
+            poll: poll && can_hang_up(fd.as_fd()),
+            fd,
+        }));
+        Ok(n)
+    }
+
+    /// `FDSTOREREMOVE=1`: drops the stored fds named `name`; how many.
+    pub fn remove(&mut self, name: &str) -> usize {
+        let before = self.stored.len();
+        self.stored.retain(|s| s.name != name);
+        before - self.stored.len()
+    }
+
+    /// Drops the stored fds that hung up or failed (POLLHUP, POLLERR); their names.
+    pub fn drop_hung(&mut self) -> Vec<String> {
+        let mut gone = Vec::new();
+        self.stored.retain(|s| {
+            let hung = s.poll && hung_up(s.fd.as_fd());
+            if hung {
+                gone.push(s.name.clone());
+            }
+            !hung
+        });
+        gone
+    }
+
+    /// The stored fds to watch for a hang-up.
+    pub fn watched(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
+        self.stored.iter().filter(|s| s.poll).map(|s| s.fd.as_fd())
+    }
+
+    /// How many fds are stored.
+    pub fn stored_count(&self) -> usize {
+        self.stored.len()
+    }
+
+    /// The store is emptied (the service was stopped: what it kept was for its next run).
+    pub fn clear_store(&mut self) -> usize {
+        let n = self.stored.len();
+        self.stored.clear();
+        n
+    }
+
+    /// Everything is let go (the service is stopped or removed): the sockets close (a
+    /// Unix socket's file is removed) and the store is emptied.
+    pub fn release(&mut self) {
+        for l in self.listen.drain(..) {
+            log::info!("let go of {}", l.addr);
+        }
+        self.stored.clear();
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.listen.is_empty() && self.stored.is_empty()
+    }
+
+    /// For `status`: the held sockets' addresses, and each stored fd's name and what it
+    /// is.
+    pub fn shown(&self) -> (Vec<String>, Vec<(String, String)>) {
+        let sockets = self.listen.iter().map(|l| l.addr.to_string()).collect();
+        let stored = self
+            .stored
+            .iter()
+            .map(|s| (s.name.clone(), describe(s.fd.as_fd())))
+            .collect();
+        (sockets, stored)
+    }
+
+    /// What a `reexec` carries, naming its fds in `fds`.
+    pub fn carry<'a>(&'a self, fds: &mut Vec<BorrowedFd<'a>>) -> Carried {
+        let mut c = Carried::default();
+        for l in &self.listen {
+            fds.push(l.fd.as_fd());
+            c.listen.push((l.addr.clone(), l.fd.as_raw_fd(), l.made));
+        }
+        for s in &self.stored {
+            fds.push(s.fd.as_fd());
+            c.stored.push((s.name.clone(), s.fd.as_raw_fd(), s.poll));
+        }
+        c
+    }
+
+    /// Takes over what a previous image carried; what could not be taken is named in
+    /// the messages (the next start binds a missing socket again).
+    pub fn adopt(c: Carried) -> (Kept, Vec<String>) {
+        let mut held = Kept::default();
+        let mut lost = Vec::new();
+        for (addr, fd, made) in c.listen {
+            match crate::sys::adopt_fd(fd) {
+                Ok(fd) => held.listen.push(Listener { addr, fd, made }),
+                Err(e) => lost.push(format!("its socket {addr} (fd {fd}) was lost: {e}")),
+            }
+        }
+        for (name, fd, poll) in c.stored {
+            match crate::sys::adopt_fd(fd) {
+                Ok(fd) => held.stored.push(Stored { name, fd, poll }),
+                Err(e) => lost.push(format!("its stored fd {name} (fd {fd}) was lost: {e}")),
+            }
+        }
+        (held, lost)
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let (ListenAddr::Unix(p), Some(made)) = (&self.addr, self.made) {
+            bind::remove_file(p, made);
+        }
+    }
+}
+
+/// A service's kept part as the handoff carries it.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Carried {
+    /// Each socket: its address, fd and (Unix) file.
+    #[serde(default)]
+    listen: Vec<(ListenAddr, RawFd, Option<(u64, u64)>)>,
+    /// Each stored fd: its name, fd and whether it is watched.
+    #[serde(default)]
+    stored: Vec<(String, RawFd, bool)>,
+}
+
+impl Carried {
+    /// Nothing carried (serde skips it then).
+    pub fn is_empty(&self) -> bool {
+        self.listen.is_empty() && self.stored.is_empty()
+    }
+}
+
+/// Whether `fd` can ever hang up: not a regular file (a memfd among them), a directory
+/// or a block device, which epoll refuses and which are always ready.
+fn can_hang_up(fd: BorrowedFd<'_>) -> bool {
+    use nix::sys::stat::{fstat, SFlag};
+    match fstat(fd) {
+        Ok(st) => {
+            let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+            ![SFlag::S_IFREG, SFlag::S_IFDIR, SFlag::S_IFBLK].contains(&kind)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Whether `fd` reports POLLHUP or POLLERR now (never waits).
+fn hung_up(fd: BorrowedFd<'_>) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut p = [PollFd::new(fd, PollFlags::empty())];
+    match poll(&mut p, PollTimeout::ZERO) {
+        Ok(n) if n > 0 => p[0].revents().is_some_and(|r| {
+            r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL)
+        }),
+        _ => false,
+    }
+}
+
+/// What a stored fd is, for `status`: a socket's addresses, else what /proc names it.
+fn describe(fd: BorrowedFd<'_>) -> String {
+    use nix::sys::socket::{getpeername, getsockname, SockaddrStorage};
+    let raw = fd.as_raw_fd();
+    let local = getsockname::<SockaddrStorage>(raw).ok();
+    if let Some(local) = local {
+        let peer = getpeername::<SockaddrStorage>(raw).ok();
+        return match peer {
+            Some(p) => format!("socket {local} <- {p}"),
+            None => format!("socket {local}"),
+        };
+    }
+    match std::fs::read_link(format!("/proc/self/fd/{raw}")) {
+        Ok(p) => p.to_string_lossy().into_owned(),
+        Err(_) => "an fd".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

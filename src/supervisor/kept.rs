@@ -1,0 +1,96 @@
+//! The coordinator side of what supd keeps for a service between its runs (`kept.rs`):
+//! its `listen` sockets handed to each run, what its notify messages store in or remove
+//! from its fd store, stored fds that hung up, and letting all go when it is stopped.
+
+use super::Supervisor;
+use crate::notify::Message;
+use crate::slots::Slot;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+/// What a run is given of what is kept: its fds 3.. (dups, for the spawn request), the
+/// environment that names them, and Unix socket files to give to its user.
+pub(super) struct Passed {
+    pub(super) fds: Vec<OwnedFd>,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) give: Vec<PathBuf>,
+}
+
+/// Before a start of `slot`: its `listen` sockets bound (those held already are kept),
+/// and what its run gets. An address that cannot be bound fails the start (and the
+/// next start tries again); the sockets bound meanwhile stay held.
+pub(super) fn for_run(slot: &mut Slot) -> Result<Passed, String> {
+    slot.kept.reconcile(&slot.cfg.listen)?;
+    let run = slot.kept.for_run(&slot.cfg.name);
+    let mut fds = Vec::with_capacity(run.fds.len());
+    for fd in &run.fds {
+        fds.push(
+            fd.try_clone_to_owned()
+                .map_err(|e| format!("cannot pass its sockets: {e}"))?,
+        );
+    }
+    let mut env = Vec::new();
+    if !fds.is_empty() {
+        env.push(("LISTEN_FDS".to_string(), fds.len().to_string()));
+        env.push(("LISTEN_FDNAMES".to_string(), run.names.join(":")));
+    }
+    Ok(Passed {
+        fds,
+        env,
+        give: run.give,
+    })
+}
+
+impl Supervisor {
+    /// What an accepted notify message of `name` does to its fd store: `FDSTORE=1`
+    /// keeps the fds it carried (within `fd_store`), `FDSTOREREMOVE=1` drops those named
+    /// by `FDNAME=`. Fds sent otherwise, or refused, are closed, and the refusal told.
+    pub(super) fn fd_store_message(&mut self, name: &str, msg: &mut Message) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        let fds = std::mem::take(&mut msg.fds);
+        if msg.fds_cut {
+            log::warn!(
+                "{name}: a notify message carried more fds than supd takes in one (253): the kernel closed the rest; send fewer at a time"
+            );
+        }
+        if msg.get("FDSTOREREMOVE") == Some("1") {
+            match msg.get("FDNAME") {
+                Some(n) => {
+                    let dropped = slot.kept.remove(n);
+                    log::debug!("{name}: FDSTOREREMOVE: {dropped} stored fds named {n} dropped");
+                }
+                None => log::warn!(
+                    "{name}: FDSTOREREMOVE=1 without FDNAME=: nothing dropped (name the fds to drop)"
+                ),
+            }
+        }
+        if msg.get("FDSTORE") == Some("1") {
+            let n = fds.len();
+            let poll = msg.get("FDPOLL") != Some("0");
+            match slot.kept.store(fds, msg.get("FDNAME"), poll, slot.cfg.fd_store) {
+                Ok(n) => log::debug!(
+                    "{name}: FDSTORE: {n} fds stored ({} held)",
+                    slot.kept.stored_count()
+                ),
+                Err(why) => log::warn!("{name}: FDSTORE of {n} fds refused, closed: {why}"),
+            }
+        } else if !fds.is_empty() {
+            log::warn!(
+                "{name}: a notify message carried {} fds without FDSTORE=1: closed",
+                fds.len()
+            );
+        }
+    }
+
+    /// A stored fd of `name` reported a hang-up or an error: those that did are dropped.
+    pub(super) fn on_stored_hangup(&mut self, name: &str) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        for n in slot.kept.drop_hung() {
+            log::info!("{name}: stored fd {n} hung up: dropped from its fd store");
+        }
+    }
+}
