@@ -421,8 +421,7 @@ const FDS_PER_MESSAGE: usize = 253;
 /// As [`recv_credited`], with the fds the datagram carried (close-on-exec, owned here so
 /// that nothing leaks) and whether the kernel had to drop some.
 fn recv_with_fds(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<(i32, usize, Vec<OwnedFd>, bool)> {
-    let mut cmsg =
-        nix::cmsg_space!(nix::sys::socket::UnixCredentials, [RawFd; FDS_PER_MESSAGE]);
+    let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials, [RawFd; FDS_PER_MESSAGE]);
     let mut iov = [IoSliceMut::new(buf)];
     let msg = recvmsg::<()>(
         fd.as_raw_fd(),
@@ -600,7 +599,11 @@ mod tests {
         assert_eq!(got[0].fds.len(), 1);
         assert!(!got[0].fds_cut);
         let flags = nix::fcntl::fcntl(&got[0].fds[0], nix::fcntl::FcntlArg::F_GETFD).expect("fd");
-        assert_ne!(flags & libc::FD_CLOEXEC, 0, "a received fd would leak into children");
+        assert_ne!(
+            flags & libc::FD_CLOEXEC,
+            0,
+            "a received fd would leak into children"
+        );
         assert!(sock.drain().is_empty());
         drop(sock);
         assert!(!path.exists(), "removed with its socket");

@@ -592,6 +592,7 @@ mod tests {
                 state: "D".into(),
             }),
             last_exit: Some(LastExit::Signal("KILL".into())),
+            listening: vec!["tcp:127.0.0.1:80".into(), "unix:/run/a.sock".into()],
             log_dropped: 4,
             name: "web@1".into(),
             next_ms: Some(250),
@@ -608,6 +609,10 @@ mod tests {
             restarts_total: 7,
             state: "running".into(),
             status: Some("serving".into()),
+            stored_fds: vec![StoredFd {
+                name: "conn".into(),
+                what: "socket 127.0.0.1:80 <- 127.0.0.1:5000".into(),
+            }],
             unhealthy_since_ms: Some(9),
             up: true,
             uptime_ms: Some(1000),
@@ -622,6 +627,8 @@ mod tests {
             last_exit: Some(LastExit::Code(1)),
             pid: None,
             resources: None,
+            listening: Vec::new(),
+            stored_fds: Vec::new(),
             ..st.clone()
         };
         let id = json!({"n": 1});

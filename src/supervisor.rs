@@ -17,8 +17,8 @@ mod forks;
 mod handoff;
 mod health;
 mod held;
-mod kept;
 mod indices;
+mod kept;
 mod leases;
 mod log_lines;
 mod metrics;
@@ -357,7 +357,10 @@ impl Supervisor {
         // Stopped for good (not a restart, which wants it up): its sockets close, so
         // that clients are refused rather than left waiting in a backlog nobody reads.
         if slot.svc.want == crate::service::Want::Down
-            && matches!(slot.svc.state, State::Stopped | State::Failed | State::Exited)
+            && matches!(
+                slot.svc.state,
+                State::Stopped | State::Failed | State::Exited
+            )
             && !slot.kept.is_empty()
         {
             slot.kept.release();

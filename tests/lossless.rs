@@ -23,7 +23,12 @@ fn wait_runs(sb: &Sandbox, report: &std::path::Path, n: usize) -> Vec<serde_json
             return r;
         }
         let left = end.saturating_duration_since(Instant::now());
-        assert!(!left.is_zero(), "{} runs, not {n}\n{}", r.len(), sb.supd_log());
+        assert!(
+            !left.is_zero(),
+            "{} runs, not {n}\n{}",
+            r.len(),
+            sb.supd_log()
+        );
         common::files::next_events(&dir, left);
     }
 }
@@ -48,7 +53,10 @@ listen = ["tcp:127.0.0.1:{port}", "tcp:[::1]:{port}", "unix:{unix}"]
     assert_eq!(run["listen_pid"], run["pid"].to_string(), "{run}");
     assert_eq!(run["names"], "web:web:web", "{run}");
     let fds = run["fds"].as_array().expect("fds");
-    let addrs: Vec<&str> = fds.iter().map(|f| f["addr"].as_str().unwrap_or("")).collect();
+    let addrs: Vec<&str> = fds
+        .iter()
+        .map(|f| f["addr"].as_str().unwrap_or(""))
+        .collect();
     assert!(addrs[0].contains(&format!("'127.0.0.1', {port}")), "{run}");
     assert!(addrs[1].contains(&format!("'::1', {port}")), "{run}");
     assert!(addrs[2].contains("app.sock"), "{run}");
@@ -149,7 +157,11 @@ restart_delay = "200ms"
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut client, &mut rest).expect("the connection ends");
     assert_eq!(rest, "");
-    assert!(sb.status("web").get("stored_fds").is_none(), "{}", sb.status("web"));
+    assert!(
+        sb.status("web").get("stored_fds").is_none(),
+        "{}",
+        sb.status("web")
+    );
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
 }
 
@@ -173,7 +185,10 @@ env = {{ SRV_STORE_N = "4" }}
     ));
     sb.start();
     let keeper = wait_runs(&sb, &report, 1);
-    assert!(keeper[0]["notify"].is_string(), "an fd store needs NOTIFY_SOCKET");
+    assert!(
+        keeper[0]["notify"].is_string(),
+        "an fd store needs NOTIFY_SOCKET"
+    );
     // Both pipes are stored, shown with their name; greedy's 4 are over fd_store = 3,
     // refused whole, and the log says why.
     let end = Instant::now() + Duration::from_secs(10);
@@ -185,7 +200,13 @@ env = {{ SRV_STORE_N = "4" }}
     let stored = st["stored_fds"].as_array().expect("stored");
     assert_eq!(stored.len(), 2, "{st}");
     assert!(stored.iter().all(|s| s["name"] == "extra"), "{st}");
-    assert!(stored[0]["what"].as_str().unwrap_or("").contains("memfd:extra"), "{st}");
+    assert!(
+        stored[0]["what"]
+            .as_str()
+            .unwrap_or("")
+            .contains("memfd:extra"),
+        "{st}"
+    );
     let log = common::files::wait_file(&sb.path("supd.stderr"), |l| {
         l.contains("greedy: FDSTORE of 4 fds refused")
     });
@@ -229,16 +250,28 @@ restart_delay = "100ms"
         e["event"] == "state" && e["service"] == "busy" && e["to"] == "backoff"
     });
     let why = e["reason"].as_str().unwrap_or("");
-    assert!(why.contains("in use") && why.contains(&port.to_string()), "{e}");
+    assert!(
+        why.contains("in use") && why.contains(&port.to_string()),
+        "{e}"
+    );
     let e = w.until(&sb, |e| {
         e["event"] == "state" && e["service"] == "nodir" && e["to"] == "backoff"
     });
-    assert!(e["reason"].as_str().unwrap_or("").contains("does not exist"), "{e}");
+    assert!(
+        e["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("does not exist"),
+        "{e}"
+    );
     assert!(runs(&report).is_empty(), "a run started without its socket");
     // Freed: the next start binds it.
     drop(taken);
     let run = wait_runs(&sb, &report, 1);
-    assert_eq!(ask(&format!("127.0.0.1:{port}")).expect("bound at last"), run[0]["pid"].to_string());
+    assert_eq!(
+        ask(&format!("127.0.0.1:{port}")).expect("bound at last"),
+        run[0]["pid"].to_string()
+    );
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
 }
 
@@ -265,14 +298,21 @@ env = {{ SRV_STORE_N = "1" }}
     }
     sb.reexec();
     let st = sb.status("web");
-    assert_eq!(st["listening"], json!([format!("tcp:127.0.0.1:{port}")]), "{st}");
+    assert_eq!(
+        st["listening"],
+        json!([format!("tcp:127.0.0.1:{port}")]),
+        "{st}"
+    );
     assert_eq!(st["stored_fds"].as_array().map(Vec::len), Some(1), "{st}");
     assert_eq!(ask(&format!("127.0.0.1:{port}")).expect("same run"), first);
     // The next run gets the carried socket and the stored pipe.
     assert!(sb.supctl(&["restart", "web"]).status.success());
     let r = wait_runs(&sb, &report, 2);
     assert_eq!(r[1]["names"], "web:extra", "{:?}", r[1]);
-    assert_eq!(ask(&format!("127.0.0.1:{port}")).expect("next run"), r[1]["pid"].to_string());
+    assert_eq!(
+        ask(&format!("127.0.0.1:{port}")).expect("next run"),
+        r[1]["pid"].to_string()
+    );
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
 }
 
@@ -289,7 +329,10 @@ fd_store = 4
     ));
     sb.start();
     let run = wait_runs(&sb, &report, 1);
-    let notify = run[0]["notify"].as_str().expect("NOTIFY_SOCKET").to_string();
+    let notify = run[0]["notify"]
+        .as_str()
+        .expect("NOTIFY_SOCKET")
+        .to_string();
     // This test process is no process of the service (root may write to the socket).
     let (r, _w) = nix::unistd::pipe().expect("pipe");
     let rights = [std::os::fd::AsRawFd::as_raw_fd(&r)];

@@ -100,14 +100,22 @@ pub(super) fn check_whole(
                     o.instances
                 ));
             } else if let Some(other) = bound.insert(addr, name) {
-                problem = Some(format!("'{addr}' is {other}'s too: one address, one service"));
+                problem = Some(format!(
+                    "'{addr}' is {other}'s too: one address, one service"
+                ));
             }
             if problem.is_some() {
                 break;
             }
         }
         if let Some(message) = problem {
-            errors.push(err(&o.file, o.line, o.column, format!("service.{name}.listen"), message));
+            errors.push(err(
+                &o.file,
+                o.line,
+                o.column,
+                format!("service.{name}.listen"),
+                message,
+            ));
         }
     }
     if let Some(cycle) = find_cycle(cfg) {

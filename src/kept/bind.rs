@@ -5,8 +5,8 @@
 use crate::config::listen::ListenAddr;
 use nix::errno::Errno;
 use nix::sys::socket::{
-    bind, connect, listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag,
-    SockType, SockaddrIn, SockaddrIn6, UnixAddr,
+    bind, connect, listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
+    SockaddrIn, SockaddrIn6, UnixAddr,
 };
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -37,8 +37,7 @@ fn bind_tcp(addr: &ListenAddr, a: &std::net::SocketAddr) -> Result<OwnedFd, Stri
         std::net::SocketAddr::V4(v4) => bind(fd.as_raw_fd(), &SockaddrIn::from(*v4)),
         std::net::SocketAddr::V6(v6) => {
             // [::]:80 is IPv6 alone, so that "tcp:0.0.0.0:80" may be listed beside it.
-            setsockopt(&fd, sockopt::Ipv6V6Only, &true)
-                .map_err(|e| fail("set IPV6_V6ONLY", e))?;
+            setsockopt(&fd, sockopt::Ipv6V6Only, &true).map_err(|e| fail("set IPV6_V6ONLY", e))?;
             bind(fd.as_raw_fd(), &SockaddrIn6::from(*v6))
         }
     };
@@ -111,12 +110,14 @@ fn bind_unix(addr: &ListenAddr, path: &Path) -> Result<(OwnedFd, Option<(u64, u6
     )
     .map_err(|e| fail("make a socket", e))?;
     bind(fd.as_raw_fd(), &sock_addr).map_err(|e| match e {
-        Errno::EADDRINUSE => format!(
-            "cannot bind {addr}: the path was taken while supd bound it; try again"
-        ),
+        Errno::EADDRINUSE => {
+            format!("cannot bind {addr}: the path was taken while supd bound it; try again")
+        }
         e => fail("bind", e),
     })?;
-    let made = std::fs::symlink_metadata(path).map(|m| (m.dev(), m.ino())).ok();
+    let made = std::fs::symlink_metadata(path)
+        .map(|m| (m.dev(), m.ino()))
+        .ok();
     // Anyone may connect, as with systemd's default SocketMode=0666; the file is the
     // service's user's (its child gives it before it drops root), who may narrow it.
     if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)) {

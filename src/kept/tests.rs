@@ -28,12 +28,18 @@ fn a_kept_entry_keeps_its_socket_and_its_backlog() {
     h.reconcile(&[a.clone()]).expect("bind");
     let fd = h.for_run("web").fds[0].as_raw_fd();
     // A client connects while no run is there: the kernel completes it in the backlog.
-    let ListenAddr::Tcp(sa) = &a else { unreachable!() };
+    let ListenAddr::Tcp(sa) = &a else {
+        unreachable!()
+    };
     let mut client = std::net::TcpStream::connect(sa).expect("connect to the held socket");
     h.reconcile(&[b.clone(), a.clone()]).expect("bind b");
     let run = h.for_run("web");
     assert_eq!(run.fds.len(), 2);
-    assert_eq!(run.fds[1].as_raw_fd(), fd, "a kept entry is the same socket");
+    assert_eq!(
+        run.fds[1].as_raw_fd(),
+        fd,
+        "a kept entry is the same socket"
+    );
     assert_eq!(run.names, ["web", "web"]);
     // The waiting connection is accepted from the kept socket.
     let listener = std::net::TcpListener::from(run.fds[1].try_clone_to_owned().expect("dup"));
@@ -46,7 +52,10 @@ fn a_kept_entry_keeps_its_socket_and_its_backlog() {
     // An entry no longer listed is let go: its port refuses.
     h.reconcile(&[b.clone()]).expect("keep b");
     assert_eq!(h.for_run("web").fds.len(), 1);
-    assert!(std::net::TcpStream::connect(sa).is_err(), "{a} still listens");
+    assert!(
+        std::net::TcpStream::connect(sa).is_err(),
+        "{a} still listens"
+    );
 }
 
 #[test]
@@ -60,7 +69,8 @@ fn a_port_in_use_is_an_error_that_says_so_and_the_rest_is_held() {
     assert!(!h.complete(&[busy.clone(), free.clone()]));
     assert_eq!(h.shown().0, [free.to_string()]);
     drop(taken);
-    h.reconcile(&[busy.clone(), free.clone()]).expect("free now");
+    h.reconcile(&[busy.clone(), free.clone()])
+        .expect("free now");
     assert!(h.complete(&[busy, free]));
 }
 
@@ -75,14 +85,19 @@ fn unix_sockets_refuse_what_is_not_theirs_and_replace_a_stale_one() {
     std::fs::write(&file, "data").expect("write");
     let e = h.reconcile(&[ListenAddr::Unix(file.clone())]).unwrap_err();
     assert!(e.contains("not a socket"), "{e}");
-    assert_eq!(std::fs::read(&file).expect("read"), b"data", "a file was replaced");
+    assert_eq!(
+        std::fs::read(&file).expect("read"),
+        b"data",
+        "a file was replaced"
+    );
     // Somebody else's live socket is refused; a stale one is replaced.
     let path = dir.join("app.sock");
     let other = std::os::unix::net::UnixListener::bind(&path).expect("bind");
     let e = h.reconcile(&[ListenAddr::Unix(path.clone())]).unwrap_err();
     assert!(e.contains("another program listens"), "{e}");
     drop(other);
-    h.reconcile(&[ListenAddr::Unix(path.clone())]).expect("stale socket replaced");
+    h.reconcile(&[ListenAddr::Unix(path.clone())])
+        .expect("stale socket replaced");
     let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
     assert_eq!(mode, 0o666);
     UnixStream::connect(&path).expect("connect");
@@ -90,7 +105,8 @@ fn unix_sockets_refuse_what_is_not_theirs_and_replace_a_stale_one() {
     // Let go: its file goes, but only while it is the file supd made.
     h.release();
     assert!(!path.exists(), "the socket file was left");
-    h.reconcile(&[ListenAddr::Unix(path.clone())]).expect("bind again");
+    h.reconcile(&[ListenAddr::Unix(path.clone())])
+        .expect("bind again");
     std::fs::remove_file(&path).expect("rm");
     std::fs::write(&path, "someone else's").expect("write");
     h.release();
@@ -99,9 +115,7 @@ fn unix_sockets_refuse_what_is_not_theirs_and_replace_a_stale_one() {
 }
 
 fn pipes(n: usize) -> (Vec<OwnedFd>, Vec<OwnedFd>) {
-    (0..n)
-        .map(|_| nix::unistd::pipe().expect("pipe"))
-        .unzip()
+    (0..n).map(|_| nix::unistd::pipe().expect("pipe")).unzip()
 }
 
 #[test]
@@ -120,7 +134,11 @@ fn the_store_keeps_names_within_its_bound_and_refuses_a_message_whole() {
             max: 4
         })
     );
-    assert_eq!(h.stored_count(), 3, "a refused message stored part of its fds");
+    assert_eq!(
+        h.stored_count(),
+        3,
+        "a refused message stored part of its fds"
+    );
     let (r, _w3) = pipes(1);
     assert_eq!(
         h.store(r, Some("a:b"), true, 4),
@@ -147,14 +165,19 @@ fn a_stored_fd_that_hangs_up_is_dropped_unless_it_asked_not_to_be_watched() {
     h.store(vec![c.into()], Some("c"), true, 8).expect("store");
     // A regular file (a memfd too) never hangs up, and epoll refuses it: not watched.
     let file = std::fs::File::open("/proc/self/status").expect("open");
-    h.store(vec![file.into()], Some("file"), true, 8).expect("store");
+    h.store(vec![file.into()], Some("file"), true, 8)
+        .expect("store");
     assert_eq!(h.watched().count(), 2);
     assert!(h.drop_hung().is_empty());
     drop(peer_a);
     drop(peer_b);
     assert_eq!(h.drop_hung(), ["a"]);
     let names: Vec<String> = h.shown().1.into_iter().map(|(n, _)| n).collect();
-    assert_eq!(names, ["b", "c", "file"], "FDPOLL=0's fd was dropped, or a live one");
+    assert_eq!(
+        names,
+        ["b", "c", "file"],
+        "FDPOLL=0's fd was dropped, or a live one"
+    );
     assert_eq!(h.watched().count(), 1);
 }
 
@@ -176,7 +199,9 @@ fn a_reexec_carries_sockets_and_stored_fds_by_number() {
     assert!(lost.is_empty(), "{lost:?}");
     assert!(h.complete(&[a.clone()]));
     assert_eq!(h.for_run("web").names, ["web", "conn"]);
-    let ListenAddr::Tcp(sa) = &a else { unreachable!() };
+    let ListenAddr::Tcp(sa) = &a else {
+        unreachable!()
+    };
     std::net::TcpStream::connect(sa).expect("the carried socket listens");
     // An fd the previous image did not leave open is named, not taken.
     let bad: Carried = serde_json::from_str(

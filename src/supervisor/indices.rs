@@ -110,8 +110,6 @@ fn wanted_fds(s: &Slot) -> Vec<crate::fdset::Wanted<'_>> {
             .map(|(_, fd)| (fd.as_fd(), ServiceFd::Leader, input)),
     );
     // Only a hang-up or an error (which epoll always reports) wakes the loop for them.
-    out.extend(
-        (s.kept.watched()).map(|fd| (fd, ServiceFd::Stored, EpollFlags::empty())),
-    );
+    out.extend((s.kept.watched()).map(|fd| (fd, ServiceFd::Stored, EpollFlags::empty())));
     out
 }

@@ -69,7 +69,10 @@ impl Supervisor {
         if msg.get("FDSTORE") == Some("1") {
             let n = fds.len();
             let poll = msg.get("FDPOLL") != Some("0");
-            match slot.kept.store(fds, msg.get("FDNAME"), poll, slot.cfg.fd_store) {
+            match slot
+                .kept
+                .store(fds, msg.get("FDNAME"), poll, slot.cfg.fd_store)
+            {
                 Ok(n) => log::debug!(
                     "{name}: FDSTORE: {n} fds stored ({} held)",
                     slot.kept.stored_count()

@@ -170,7 +170,11 @@ impl Supervisor {
             log::debug!("{name}: reaped its leader {pid} ({exit}) {how}");
             // What it sent before it exited is read while it is still the service's
             // process: an `FDSTORE=1` just before an exit is the common case.
-            if self.slots.get(&name).is_some_and(|s| s.notify.fd().is_some()) {
+            if self
+                .slots
+                .get(&name)
+                .is_some_and(|s| s.notify.fd().is_some())
+            {
                 self.on_notify(&name, now);
             }
             match self.slots.get_mut(&name) {

@@ -420,8 +420,8 @@ impl ChildPlan {
     pub(super) fn new(spec: SpawnSpec) -> io::Result<ChildPlan> {
         // Every source is above every fd the child `dup2`s onto: 0-2, the passed fds
         // from 3 up, the readiness fd.
-        let floor = (spec.ready_fd.map(|(_, n)| n + 1).unwrap_or(3))
-            .max(3 + spec.pass.len() as RawFd);
+        let floor =
+            (spec.ready_fd.map(|(_, n)| n + 1).unwrap_or(3)).max(3 + spec.pass.len() as RawFd);
         let mut argv = vec![cstring(&spec.program)?];
         for a in &spec.args {
             argv.push(cstring(a)?);
@@ -629,7 +629,11 @@ mod tests {
                     hard: None,
                 }],
             },
-            own_pid_env: Some("WATCHDOG_PID".into()),
+            own_pid_env: vec!["WATCHDOG_PID".into(), "LISTEN_PID".into()],
+            pass: vec![
+                OwnedFd::from(std::fs::File::open("/dev/null").expect("a file")),
+                OwnedFd::from(std::fs::File::open("/").expect("a directory")),
+            ],
             dies_with_supd: true,
             join: Some(OwnedFd::from(
                 std::fs::File::open("/").expect("a directory"),
@@ -644,8 +648,12 @@ mod tests {
         let (msg, fds) = plan_message(&plan, go.as_raw_fd(), report.as_raw_fd());
         assert_eq!(
             fds.len(),
-            7,
-            "stdin, stdout, ready, join, also_join, go, report"
+            9,
+            "stdin, stdout, ready, join, also_join, 2 passed, go, report"
+        );
+        assert_eq!(
+            plan.floor, 6,
+            "above 0-2, the 2 passed fds (3, 4) and ready (5)"
         );
         let dups: Vec<OwnedFd> = fds
             .iter()
@@ -681,6 +689,7 @@ mod tests {
         assert_eq!(limits(&back), limits(&plan));
         assert_eq!(back.stdio[2].is_none(), plan.stdio[2].is_none());
         assert_eq!(back.ready.as_ref().map(|r| r.1), Some(5));
+        assert_eq!(back.pass.len(), 2);
         // Each fd names the same file as supd's, numbered at or above the floor.
         let got = [
             back.stdio[0].as_ref().map(|f| f.as_raw_fd()),
@@ -688,6 +697,8 @@ mod tests {
             back.ready.as_ref().map(|r| r.0.as_raw_fd()),
             back.join.as_ref().map(|f| f.as_raw_fd()),
             back.also_join.first().map(|f| f.as_raw_fd()),
+            back.pass.first().map(|f| f.as_raw_fd()),
+            back.pass.get(1).map(|f| f.as_raw_fd()),
             Some(go2.as_raw_fd()),
             Some(report2.as_raw_fd()),
         ];
