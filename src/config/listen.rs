@@ -137,4 +137,63 @@ mod tests {
         assert!(fd_store(-1).is_err());
         assert!(fd_store(i64::from(FD_STORE_MAX) + 1).is_err());
     }
+
+    fn errors_of(text: &str) -> Vec<String> {
+        let path = std::path::Path::new("/etc/sup/sup.toml");
+        match crate::config::load_text(path, text) {
+            Ok(_) => Vec::new(),
+            Err(errors) => errors.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn config_errors_name_their_place_and_what_to_do() {
+        let base = "[service.a]\ncommand = [\"/bin/true\"]\n";
+        let e = errors_of(&format!(
+            "{base}listen = [\"tcp:127.0.0.1:80\", \"tcp:web:80\"]\n"
+        ));
+        assert!(
+            e[0].starts_with("/etc/sup/sup.toml:3:31: service.a.listen: 'tcp:web:80'"),
+            "{e:?}"
+        );
+        let e = errors_of(&format!(
+            "{base}listen = [\"unix:/run/a.sock\", \"unix:/run/a.sock\"]\n"
+        ));
+        assert!(e[0].contains("listed twice"), "{e:?}");
+        let e = errors_of(&format!("{base}fd_store = -1\n"));
+        assert!(
+            e[0].contains("3:12: service.a.fd_store: expected a number"),
+            "{e:?}"
+        );
+        // fd:N among the fds given (3 for the socket, 4 and 5 for the store).
+        let e = errors_of(&format!(
+            "{base}listen = [\"tcp:127.0.0.1:80\"]\nfd_store = 2\nready = \"fd:5\"\n"
+        ));
+        assert!(
+            e[0].contains("service.a.ready") && e[0].contains("above them"),
+            "{e:?}"
+        );
+        assert!(errors_of(&format!(
+            "{base}listen = [\"tcp:127.0.0.1:80\"]\nfd_store = 2\nready = \"fd:6\"\n"
+        ))
+        .is_empty());
+    }
+
+    #[test]
+    fn one_address_is_one_service() {
+        let text = "[service.a]\ncommand = [\"/bin/true\"]\nlisten = [\"tcp:[::1]:80\"]\n\
+                    [service.b]\ncommand = [\"/bin/true\"]\nlisten = [\"tcp:[::1]:80\"]\n";
+        let e = errors_of(text);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("service.b.listen: 'tcp:[::1]:80' is a's too"),
+            "{e:?}"
+        );
+        let text = "[service.w]\ncommand = [\"/bin/true\"]\ninstances = 2\n\
+                    listen = [\"tcp:127.0.0.1:80\"]\n";
+        let e = errors_of(text);
+        assert!(e[0].contains("each of its 2 instances"), "{e:?}");
+        let ok = "[service.a]\ncommand = [\"/bin/true\"]\nlisten = [\"tcp:0.0.0.0:80\", \"tcp:[::]:80\"]\n";
+        assert!(errors_of(ok).is_empty());
+    }
 }

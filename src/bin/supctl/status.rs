@@ -232,4 +232,13 @@ fn print_status(o: &mut String, list: &[ServiceStatus]) {
         }
         outln!(o, "{}", line.trim_end());
     }
+    // `-l`: what supd holds for each service between its runs.
+    for s in list.iter().filter(|_| long) {
+        if !s.listening.is_empty() {
+            outln!(o, "{}: listening on {}", s.name, s.listening.join(", "));
+        }
+        for f in &s.stored_fds {
+            outln!(o, "{}: stored fd {}: {}", s.name, f.name, f.what);
+        }
+    }
 }
