@@ -106,6 +106,11 @@ env = {{ SRV_DELAY = "0.5" }}
         let r = wait_runs(&sb, &report, round + 1);
         assert_eq!(got, r[round]["pid"].to_string());
         assert_eq!(r[round]["listen_fds"], "1");
+        // The same socket, held by supd between the runs, not one bound anew.
+        assert_eq!(
+            r[round]["fds"][0]["inode"], r[0]["fds"][0]["inode"],
+            "{r:?}"
+        );
     }
     // Stopped: the port is closed (clients are refused, not left waiting), and status
     // holds nothing; started again, it is bound again.
@@ -351,5 +356,56 @@ fd_store = 4
     });
     assert!(log.contains("1 fds sent by pid"), "{log}");
     assert!(sb.status("web").get("stored_fds").is_none());
+    sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+}
+
+#[test]
+fn a_reload_keeps_the_sockets_it_still_lists_and_closes_the_others() {
+    let mut sb = Sandbox::new();
+    let (srv, report) = server(&sb);
+    let (kept, dropped, added) = (free_port(), free_port(), free_port());
+    let write = |sb: &Sandbox, listen: &str, env: &str| {
+        sb.config(&format!(
+            r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = [{listen}]
+env = {{ X = "{env}" }}
+"#,
+            report = report.display()
+        ))
+    };
+    write(
+        &sb,
+        &format!("\"tcp:127.0.0.1:{kept}\", \"tcp:127.0.0.1:{dropped}\""),
+        "1",
+    );
+    sb.start();
+    let first = wait_runs(&sb, &report, 1);
+    // The service changes (its env and its listen): restarted with the new definition.
+    write(
+        &sb,
+        &format!("\"tcp:127.0.0.1:{added}\", \"tcp:127.0.0.1:{kept}\""),
+        "2",
+    );
+    assert!(sb.supctl(&["reload"]).status.success());
+    let r = wait_runs(&sb, &report, 2);
+    let second = &r[1];
+    assert_eq!(second["listen_fds"], "2", "{second}");
+    assert!(second["fds"][0]["addr"]
+        .as_str()
+        .unwrap_or("")
+        .contains(&added.to_string()));
+    // The entry it still lists is the same socket: its backlog went on through the
+    // reload.
+    assert_eq!(
+        second["fds"][1]["inode"], first[0]["fds"][0]["inode"],
+        "{r:?}"
+    );
+    let e = TcpStream::connect(("127.0.0.1", dropped)).expect_err("a dropped entry still listens");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+    assert_eq!(
+        ask(&format!("127.0.0.1:{added}")).expect("added"),
+        second["pid"].to_string()
+    );
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
 }

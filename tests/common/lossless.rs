@@ -38,7 +38,7 @@ for i in range(n):
         continue
     name = names[i] if i < len(names) else None
     got.append({"fd": fd, "name": name, "listening": bool(acc), "addr": str(addr),
-                "family": int(s.family)})
+                "family": int(s.family), "inode": os.fstat(fd).st_ino})
     socks.append((s, name, acc))
 with open(sys.argv[1], "a") as f:
     f.write(json.dumps({"pid": pid, "listen_fds": os.environ.get("LISTEN_FDS"),
