@@ -3,10 +3,12 @@
 //! each new supd and each reexec), settling, and the checks that need processes (at
 //! most one instance, the bound on SIGTERM). What the contract says is the model's.
 
+use crate::common::lossless::free_port;
 use crate::common::*;
 use crate::model::{Info, Model, Violation};
 use crate::steps::{Action, Kind, Sequence, Then, Version};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
@@ -43,9 +45,11 @@ if ! flock -n 9; then
   exit 1
 fi
 echo "pid $$ of $SUP_VERSION since $(date +%s.%N 9>&-)" >"$d/holder.$SUP_SERVICE"
+echo "$SUP_SERVICE $PPID $(readlink /proc/$$/fd/3 9>&-)" >>"$d/sockets"
 "#;
 
-/// A good version: ready (a newline on fd 3), runs until stopped; on SIGUSR1 with
+/// A good version: ready (a newline on fd 4; fd 3 is its `listen` socket), runs until
+/// stopped; on SIGUSR1 with
 /// `switch-to` present, it points `current` at the version named there and exits 0 (a
 /// tool updating itself).
 ///
@@ -56,16 +60,16 @@ echo "pid $$ of $SUP_VERSION since $(date +%s.%N 9>&-)" >"$d/holder.$SUP_SERVICE
 /// is in its session: a stop of the run before that ends it with the run's group.
 const GOOD: &str = r#"trap 'true' USR1
 if [ "$COMBO_KILL_MODE" = main ]; then
-  sleep 100000 3>&- 9>&- &
+  sleep 100000 3>&- 4>&- 9>&- &
   s=$!
   echo "$s" >>"$d/workers"
 else
-  sleep 100000 3>&- &
+  sleep 100000 3>&- 4>&- &
   s=$!
 fi
-setsid sh -c 'echo $$ >>"$0/sessions"; exec sleep 100000' "$d" 3>&- 9>&- </dev/null >/dev/null 2>&1 &
-echo >&3
-exec 3>&-
+setsid sh -c 'echo $$ >>"$0/sessions"; exec sleep 100000' "$d" 3>&- 4>&- 9>&- </dev/null >/dev/null 2>&1 &
+echo >&4
+exec 4>&-
 while :; do
   wait $s
   if [ -e "$d/switch-to" ]; then
@@ -83,8 +87,8 @@ fn body(kind: Kind) -> String {
         Kind::Good => GOOD,
         Kind::Crash => "exit 3",
         Kind::Hang => "exec sleep 100000",
-        Kind::Flaky => "echo >&3\nexec 3>&-\nsleep 0.02 9>&-\nexit 3",
-        Kind::Slow => "echo >&3\nexec 3>&-\nsleep 0.15 9>&-\nexit 3",
+        Kind::Flaky => "echo >&4\nexec 4>&-\nsleep 0.02 3>&- 9>&-\nexit 3",
+        Kind::Slow => "echo >&4\nexec 4>&-\nsleep 0.15 3>&- 9>&-\nexit 3",
     };
     format!("{PROLOGUE}{tail}")
 }
@@ -119,6 +123,8 @@ pub struct Node {
     pub figures: std::collections::BTreeMap<&'static str, usize>,
     ready: Option<UnixDatagram>,
     gen: u64,
+    /// The ports the agent and the engine listen on (`listen`).
+    ports: (u16, u16),
 }
 
 impl Node {
@@ -148,6 +154,7 @@ impl Node {
             figures: Default::default(),
             ready: None,
             gen: 0,
+            ports: (free_port(), free_port()),
         };
         n.write_config();
         n
@@ -172,9 +179,12 @@ impl Node {
         *self.figures.entry(what).or_default() += 1;
     }
 
-    fn service_keys(&self) -> String {
+    /// A service's keys; it listens on `port` (issue 29: the socket supd holds must be
+    /// the one every run of one supd gets, across upgrades, rollbacks, restarts,
+    /// reloads and reexec).
+    fn service_keys(&self, port: u16) -> String {
         format!(
-            "tool = \"agent\"\ncommand = [\"bin/agent\"]\nready = \"fd:3\"\nready_timeout = \"{}ms\"\n\
+            "tool = \"agent\"\ncommand = [\"bin/agent\"]\nready = \"fd:4\"\nlisten = [\"tcp:127.0.0.1:{port}\"]\nready_timeout = \"{}ms\"\n\
              restart_delay = \"10ms\"\ncrash_loop = {{ restarts = 3, window = \"1m\" }}\ncooldown = \"1h\"\n\
              probation = \"{}ms\"\nstop_timeout = \"{}ms\"\nlog = \"null\"\n\
              env = {{ COMBO_DIR = \"{}\", COMBO_VAR = \"{}\", COMBO_KILL_MODE = \"{}\" }}\n\
@@ -223,18 +233,61 @@ impl Node {
         }
     }
 
+    /// Issue 29: every run a supd started (by its pid, the same across `reexec`) got the
+    /// same `listen` socket; a running agent's is held (status lists it, and the port
+    /// takes a connection into its backlog).
+    fn check_socket(&mut self, st: &Value) {
+        let text = fs::read_to_string(self.sb.path("sockets")).unwrap_or_default();
+        let mut seen: BTreeMap<(String, String), String> = BTreeMap::new();
+        for line in text.lines() {
+            let mut it = line.split_whitespace();
+            let (Some(svc), Some(supd), Some(sock)) = (it.next(), it.next(), it.next()) else {
+                continue;
+            };
+            let key = (svc.to_string(), supd.to_string());
+            match seen.get(&key) {
+                Some(first) if first != sock => {
+                    self.violate(
+                        "SOCKET",
+                        format!("{svc}: runs of supd {supd} got {first}, then {sock}"),
+                        None,
+                    );
+                    return;
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(key, sock.to_string());
+                }
+            }
+        }
+        self.count("sockets checked");
+        let addr = format!("tcp:127.0.0.1:{}", self.ports.0);
+        if st["listening"] != json!([addr]) {
+            self.violate(
+                "SOCKET",
+                format!(
+                    "the running agent's socket is not held: listening {}",
+                    st["listening"]
+                ),
+                None,
+            );
+        } else if std::net::TcpStream::connect(("127.0.0.1", self.ports.0)).is_err() {
+            self.violate("SOCKET", format!("{addr} refused a connection"), None);
+        }
+    }
+
     /// sup.toml (supd's table, the lease) and services.d/agent.toml (the services).
     fn write_config(&self) {
         let mut main = format!(
             "[supd]\nsocket = \"sup.sock\"\nstate_dir = \"state\"\nlog_dir = \"log\"\ntools_dir = \"tools\"\n\
              shutdown_timeout = \"{SHUTDOWN_TIMEOUT_MS}ms\"\ninclude = [\"services.d/*.toml\"]\n"
         );
-        let mut services = format!("[service.agent]\n{}", self.service_keys());
+        let mut services = format!("[service.agent]\n{}", self.service_keys(self.ports.0));
         if self.seq.lease {
             main += "\n[lease.engine]\ntool = \"agent\"\n";
             services += &format!(
                 "\n[service.engine]\n{}leader_only = \"engine\"\n",
-                self.service_keys()
+                self.service_keys(self.ports.1)
             );
         }
         fs::create_dir_all(self.sb.path("services.d")).expect("mkdir services.d");
@@ -648,6 +701,7 @@ impl Node {
                 ));
                 if state == "running" {
                     self.check_limits(&st);
+                    self.check_socket(&st);
                 }
                 self.model
                     .settled(&v, link.as_deref(), recorded.as_deref(), &state, unix_ms());
