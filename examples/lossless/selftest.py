@@ -371,6 +371,38 @@ def slow_start(sup):
     print(f"  --start-ms 300: READY=1 after {ready:.2f} s; a request sent before it answered")
 
 
+def stop_during_slow_start(sup):
+    """A SIGTERM while a run still sleeps (--start-ms) ends it gracefully once it has
+    its sockets: the connection it was given goes back to the store, unanswered or
+    answered, never lost."""
+    z = Client(("127.0.0.1", sup.port))
+    accepted, _ = sup.listener.accept()  # as if an earlier run had stored it
+    sup.stored.append(("conn", accepted.detach()))
+    z.request(path="/z")
+    run = sup.spawn(["--version", "6.0.0", "--store", "--start-ms", "500"],
+                    [("web", sup.listener.fileno())] + sup.take_store())
+    run.wait_log("a slow start")  # its signals are caught from then on
+    run.proc.send_signal(signal.SIGTERM)
+    sup.expect(run, "FDSTOREREMOVE=1")
+    sup.remove_store("conn")
+    sup.expect(run, "READY=1")
+    check(sup.collect_store(run) == 0, f"a run stopped during its start exited non-zero:\n{run.log()}")
+    check(len(sup.stored) == 1, f"expected the connection back in the store, got {len(sup.stored)} fds")
+    run = sup.spawn(["--version", "7.0.0"], [("web", sup.listener.fileno())] + sup.take_store())
+    sup.expect(run, "FDSTOREREMOVE=1")
+    sup.remove_store("conn")
+    sup.expect(run, "READY=1")
+    status, _, body = z.response()
+    check(status == 200 and body in ("6.0.0\n", "7.0.0\n"), f"got {status} {body!r}")
+    answered = ("answered by the stopping run, then stored" if body == "6.0.0\n"
+                else "stored unanswered, answered by the next run")
+    run.proc.send_signal(signal.SIGTERM)
+    z.expect_eof(4.0)
+    check(sup.collect_store(run) == 0, "the run after did not exit 0")
+    z.close()
+    print(f"  SIGTERM during --start-ms: exit 0, the connection kept ({answered}: {body.strip()})")
+
+
 def plain(sup):
     """Plain mode: it binds its own port and ends its connections cleanly on SIGTERM."""
     port = free_port()
@@ -436,7 +468,7 @@ def main():
     sup = FakeSupd(tmp)
     start = time.monotonic()
     try:
-        for case in (store_across_restarts, slow_start, plain, crash):
+        for case in (store_across_restarts, slow_start, stop_during_slow_start, plain, crash):
             print(f"{case.__name__}:")
             case(sup)
     except (Fail, OSError) as e:

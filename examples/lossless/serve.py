@@ -254,13 +254,13 @@ class Notify:
 
 
 class Conn:
-    def __init__(self, sock, resumed=False):
+    def __init__(self, sock):
         self.sock = sock
         self.inbuf = bytearray()  # read, not yet answered: a partial request at most
         self.outbuf = bytearray()  # answered, not yet sent
         self.close_after = False  # close once outbuf is sent
         self.eof = False
-        self.resumed = resumed
+        self.writing = False  # registered for EVENT_WRITE too
 
     def idle(self):
         return not self.inbuf and not self.outbuf
@@ -290,9 +290,9 @@ class Server:
         self.listeners.append(sock)
         self.sel.register(sock, selectors.EVENT_READ, "listener")
 
-    def add_conn(self, sock, resumed=False):
+    def add_conn(self, sock):
         sock.setblocking(False)
-        conn = Conn(sock, resumed)
+        conn = Conn(sock)
         self.conns[sock.fileno()] = conn
         self.sel.register(sock, selectors.EVENT_READ, conn)
 
@@ -377,7 +377,9 @@ class Server:
                 return
             del conn.outbuf[:n]
         if conn.outbuf:
-            self.sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            if not conn.writing:
+                self.sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+                conn.writing = True
             return
         if conn.close_after or conn.eof:
             # Answered and done; or the client half-closed, and what is left in inbuf
@@ -388,7 +390,9 @@ class Server:
                 pass
             self.close(conn)
             return
-        self.sel.modify(conn.sock, selectors.EVENT_READ, conn)
+        if conn.writing:
+            self.sel.modify(conn.sock, selectors.EVENT_READ, conn)
+            conn.writing = False
         if self.stopping is not None and self.storing() and conn.idle():
             self.set_aside(conn)
 
@@ -497,13 +501,16 @@ def main():
     if args.crash:
         log(f"version {args.version}: --crash: exiting 1")
         sys.exit(1)
-    if args.start_ms > 0:
-        time.sleep(args.start_ms / 1000)
-
     notify = Notify()
     if args.store and notify.sock is None:
         log("--store without a NOTIFY_SOCKET to store in: a stop will close idle connections")
+    # Signals are caught from here on: a SIGTERM during a slow start stops the run
+    # gracefully once it has taken its sockets (its resumed connections go back to
+    # the store), rather than killing it.
     server = Server(args.version, args.store, notify)
+    if args.start_ms > 0:
+        log(f"version {args.version}: a slow start: {args.start_ms} ms before taking the sockets")
+        time.sleep(args.start_ms / 1000)
     listeners, conns = take_listen_fds()
     passed = len(listeners) + len(conns)
     # No listener passed: we bind our own (plain mode; or a service that binds its
@@ -518,7 +525,7 @@ def main():
     for _, sock in listeners:
         server.add_listener(sock)
     for _, sock in conns:
-        server.add_conn(sock, resumed=True)
+        server.add_conn(sock)
     # Our copies are the only ones we want now: the store's would hold each connection
     # open after we close it (a Connection: close answer would never end it).
     for name in sorted({name for name, _ in conns}):
