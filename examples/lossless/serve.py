@@ -73,14 +73,17 @@ class BadRequest(Exception):
 class Request:
     """The head of one request, and where the request ends in the buffer."""
 
-    def __init__(self, method, keep_alive, end):
+    def __init__(self, method, keep_alive, end, whole, expect_continue):
         self.method = method
         self.keep_alive = keep_alive
         self.end = end  # bytes from the buffer's start to the end of its body
+        self.whole = whole  # its body is all in the buffer
+        self.expect_continue = expect_continue  # the client waits for 100 Continue
 
 
 def parse_request(buf):
-    """The first request in `buf` if it is there whole, None if more bytes are needed.
+    """The first request in `buf` once its head is there (see `whole` for its body),
+    None while the head is not.
 
     Raises BadRequest for what cannot be a request. Empty lines before a request
     line are skipped (RFC 9112, 2.2), so `end` counts them."""
@@ -99,6 +102,7 @@ def parse_request(buf):
     method, _, version = parts
     length = None
     connection = ""
+    expect = ""
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
@@ -114,18 +118,20 @@ def parse_request(buf):
             raise BadRequest(501, "Transfer-Encoding is not supported; send Content-Length")
         elif name == "connection":
             connection += "," + value.lower()
+        elif name == "expect":
+            expect = value.lower()
     length = length or 0
     if length > MAX_BODY:
         raise BadRequest(413, "body too large")
     end = head_end + 4 + length
-    if len(buf) < end:
-        return None
     tokens = {t.strip() for t in connection.split(",")}
     if version == "HTTP/1.0":
         keep_alive = "keep-alive" in tokens
     else:  # HTTP/1.1: keep-alive unless the client says close
         keep_alive = "close" not in tokens
-    return Request(method, keep_alive, end)
+    whole = len(buf) >= end
+    return Request(method, keep_alive, end, whole,
+                   expect == "100-continue" and version != "HTTP/1.0" and not whole)
 
 
 def response(status, body, method, close, keep_alive_header=False):
@@ -261,6 +267,7 @@ class Conn:
         self.close_after = False  # close once outbuf is sent
         self.eof = False
         self.writing = False  # registered for EVENT_WRITE too
+        self.continued = False  # 100 Continue sent for the request in inbuf
 
     def idle(self):
         return not self.inbuf and not self.outbuf
@@ -341,7 +348,8 @@ class Server:
             req = parse_request(conn.inbuf + peek)
         except BadRequest:
             req = None  # take it all; serve() answers 400 and closes
-        take = len(peek) if req is None else req.end - len(conn.inbuf)
+        # Not whole: every byte peeked belongs to this request.
+        take = req.end - len(conn.inbuf) if req and req.whole else len(peek)
         return conn.sock.recv(take)
 
     def serve(self, conn):
@@ -356,6 +364,12 @@ class Server:
                 break
             if req is None:
                 break
+            if not req.whole:
+                if req.expect_continue and not conn.continued:
+                    conn.outbuf += b"HTTP/1.1 100 Continue\r\n\r\n"
+                    conn.continued = True
+                break
+            conn.continued = False
             del conn.inbuf[:req.end]
             # Without --store a stop ends each connection after its next answer.
             close = not req.keep_alive or (self.stopping is not None and not self.storing())
