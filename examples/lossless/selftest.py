@@ -408,6 +408,33 @@ def stop_during_slow_start(sup):
     print(f"  SIGTERM during --start-ms: exit 0, the connection kept ({answered}: {body.strip()})")
 
 
+def store_refused(sup):
+    """When the store cannot be reached at the stop, the idle connections are served
+    as without --store: one more answer, with Connection: close."""
+    path = os.path.join(sup.tmp, "notify-gone.sock")
+    gone = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    gone.bind(path)
+    gone.settimeout(STEP)
+    run = sup.spawn(["--version", "8.0.0", "--store"], [("web", sup.listener.fileno())],
+                    env={"NOTIFY_SOCKET": path})
+    try:
+        check(gone.recv(4096).startswith(b"READY=1"), "no READY=1")
+    except socket.timeout:
+        raise Fail(f"no READY=1 within {STEP} s; its log:\n{run.log()}")
+    gone.close()  # the "supervisor" is gone: FDSTORE=1 will be refused
+    q = Client(("127.0.0.1", sup.port))
+    q.get("8.0.0")
+    run.proc.send_signal(signal.SIGTERM)
+    run.wait_log("could not be stored")
+    headers = q.get("8.0.0")
+    check(headers.get("connection") == "close", f"no Connection: close: {headers}")
+    q.expect_eof(2.0)
+    code = run.wait_exit()
+    check(code == 0, f"exited {code}")
+    q.close()
+    print("  a refused FDSTORE=1: the idle connection got one more answer, with Connection: close")
+
+
 def plain(sup):
     """Plain mode: it binds its own port and ends its connections cleanly on SIGTERM."""
     port = free_port()
@@ -473,7 +500,8 @@ def main():
     sup = FakeSupd(tmp)
     start = time.monotonic()
     try:
-        for case in (store_across_restarts, slow_start, stop_during_slow_start, plain, crash):
+        for case in (store_across_restarts, slow_start, stop_during_slow_start, store_refused, plain,
+                     crash):
             print(f"{case.__name__}:")
             case(sup)
     except (Fail, OSError) as e:

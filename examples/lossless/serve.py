@@ -25,8 +25,9 @@ On SIGTERM (or SIGINT) it stops gracefully:
    connection to its supervisor's fd store (FDSTORE=1, FDNAME=conn, the fds over
    SCM_RIGHTS) without reading the next request from it: whatever the client sent
    meanwhile stays in the kernel, and the next run, which gets the connection back
-   in LISTEN_FDS, reads it. Without `--store` it waits up to 2 s for each idle
-   connection's next request, answers it with `Connection: close`, and closes;
+   in LISTEN_FDS, reads it. Without `--store` (or when the store refuses them) it
+   waits up to 2 s for each idle connection's next request, answers it with
+   `Connection: close`, and closes;
 4. exits 0.
 
 Bytes it has read are always answered: during the stop it reads with MSG_PEEK
@@ -284,6 +285,7 @@ class Server:
         self.stopping = None  # monotonic time of the stop, once asked
         self.to_store = []  # idle connections set aside for the fd store
         self.answered_in_stop = 0
+        self.stored = 0
         # Signals arrive as a byte on this pipe, so the loop sees them between two
         # events and never in the middle of one (set_wakeup_fd also makes select()
         # return, which a Python handler alone would not: PEP 475 retries it).
@@ -436,7 +438,7 @@ class Server:
         self.to_store.append(conn)
 
     def stop_timeout(self):
-        """Seconds until the stop's next deadline (None: no deadline pending)."""
+        """Seconds until the stop's next deadline."""
         now = time.monotonic()
         if not self.storing() and any(c.idle() for c in self.conns.values()):
             return max(0.0, self.stopping + IDLE_GRACE - now)
@@ -454,19 +456,33 @@ class Server:
                 self.close(conn)
 
     def finish_stop(self):
-        """Everything is answered: the idle connections go to the store, in batches."""
-        stored = 0
+        """Everything is answered: the idle connections go to the store, in batches.
+        Says whether the run may end: when a batch could not be stored, its
+        connections are served as without --store (one more answer, with Connection:
+        close, or closed after 2 s of silence) and the loop goes on."""
+        unstored = []
         for i in range(0, len(self.to_store), STORE_BATCH):
             batch = self.to_store[i:i + STORE_BATCH]
             if self.notify.send(f"FDSTORE=1\nFDNAME={STORE_NAME}",
                                 [c.sock.fileno() for c in batch]):
-                stored += len(batch)
-            # Refused or not, our copies go: a stored connection lives on in supd.
-            for conn in batch:
-                conn.sock.close()
-        lost = len(self.to_store) - stored
-        log(f"stopped: {self.answered_in_stop} answered during the stop, {stored} "
-            f"connection(s) stored" + (f", {lost} could not be stored: closed" if lost else ""))
+                for conn in batch:  # ours go; the connection lives on in the store
+                    conn.sock.close()
+                self.stored += len(batch)
+            else:
+                unstored += batch
+        self.to_store = []
+        if unstored:
+            log(f"stop: {len(unstored)} connection(s) could not be stored: each gets one "
+                "more answer, then is closed")
+            self.store = False
+            self.stopping = time.monotonic()  # the grace of an idle connection starts now
+            for conn in unstored:
+                self.conns[conn.sock.fileno()] = conn
+                self.sel.register(conn.sock, selectors.EVENT_READ, conn)
+            return False
+        log(f"stopped: {self.answered_in_stop} answered during the stop, {self.stored} "
+            "connection(s) stored")
+        return True
 
     # -- the loop
 
@@ -474,8 +490,7 @@ class Server:
         while True:
             if self.stopping is not None:
                 self.stop_deadlines()
-                if not self.conns:
-                    self.finish_stop()
+                if not self.conns and self.finish_stop():
                     return
                 timeout = self.stop_timeout()
             else:
