@@ -2,6 +2,9 @@
 """selftest.py: checks serve.py against a fake supd, on loopback, in bounded time.
 
     python3 examples/lossless/selftest.py      # exit 0: all checks passed
+    python3 examples/lossless/selftest.py --under-wrk 50
+                    # 50 restarts through the fake store under wrk and bench/lossless/probe.py:
+                    # exit 0 when no client saw an error, a refusal or a failed request
 
 The fake supd does what supd does for a service with `listen` and `fd_store`: it binds
 the listening socket and holds it, gives each run an AF_UNIX datagram NOTIFY_SOCKET,
@@ -495,15 +498,70 @@ def crash(sup):
     print("  --crash: exit 1 at once, nothing sent")
 
 
+def under_load(sup, restarts):
+    """`--under-wrk N`: N restarts through the fake store, 100 ms apart, under wrk
+    (`-t1 -c16`) and bench/lossless/probe.py; any error, refusal or failure fails."""
+    url = f"http://127.0.0.1:{sup.port}/"
+    probe_py = os.path.join(HERE, "..", "..", "bench", "lossless", "probe.py")
+    run = sup.spawn(["--version", "1.0.0", "--store"], [("web", sup.listener.fileno())])
+    sup.expect(run, "READY=1")
+    loads = []
+    try:
+        loads.append(subprocess.Popen(["wrk", "-t1", "-c16", "-d600s", "--timeout", "10s", url],
+                                      stdout=subprocess.PIPE, text=True))
+        loads.append(subprocess.Popen([sys.executable, probe_py, str(sup.port)],
+                                      stdout=subprocess.PIPE, text=True))
+        stored = []
+        t0 = time.monotonic()
+        for i in range(restarts):
+            time.sleep(0.1)  # a load between two restarts, not a wait for an event
+            run.proc.send_signal(signal.SIGTERM)
+            code = sup.collect_store(run)
+            check(code == 0, f"restart {i + 1}: exited {code}")
+            stored.append(len(sup.stored))
+            run = sup.spawn(["--version", "1.0.0", "--store"],
+                            [("web", sup.listener.fileno())] + sup.take_store())
+            if sup.stored:
+                sup.expect(run, "FDSTOREREMOVE=1")
+                sup.remove_store("conn")
+            sup.expect(run, "READY=1")
+        took = time.monotonic() - t0
+        for load in loads:
+            load.send_signal(signal.SIGINT)
+        wrk_out, probe_out = (load.communicate(timeout=STEP)[0] for load in loads)
+    finally:
+        for load in loads:
+            if load.poll() is None:
+                load.kill()
+                load.wait()
+    summary = [line.strip() for line in wrk_out.splitlines() if "requests in" in line
+               or "errors" in line or "Non-2xx" in line]
+    print(f"  {restarts} restarts in {took:.1f} s, {min(stored)} to {max(stored)} connections "
+          f"stored at each; wrk: {'; '.join(summary)}; probe: {probe_out.strip()}")
+    figures = probe_out.split()
+    check(len(summary) == 1 and figures[3] == "0" and figures[5] == "0",
+          "a restart cost the clients something (above)")
+
+
 def main():
+    restarts = None
+    if sys.argv[1:2] == ["--under-wrk"] and len(sys.argv) == 3 and sys.argv[2].isdigit():
+        restarts = int(sys.argv[2])
+    elif sys.argv[1:]:
+        print("usage: selftest.py [--under-wrk RESTARTS]", file=sys.stderr)
+        return 2
     tmp = tempfile.mkdtemp(prefix="serve-selftest.")
     sup = FakeSupd(tmp)
     start = time.monotonic()
     try:
-        for case in (store_across_restarts, slow_start, stop_during_slow_start, store_refused, plain,
-                     crash):
-            print(f"{case.__name__}:")
-            case(sup)
+        if restarts is not None:
+            print("under_load:")
+            under_load(sup, restarts)
+        else:
+            for case in (store_across_restarts, slow_start, stop_during_slow_start,
+                         store_refused, plain, crash):
+                print(f"{case.__name__}:")
+                case(sup)
     except (Fail, OSError) as e:
         where = traceback.extract_tb(e.__traceback__)
         where = [f for f in where if f.name not in ("check", "expect", "get", "response", "_more")][-1]

@@ -30,8 +30,9 @@ On SIGTERM (or SIGINT) it stops gracefully:
    `Connection: close`, and closes;
 4. exits 0.
 
-Bytes it has read are always answered: during the stop it reads with MSG_PEEK
-first and takes no byte past the end of the request it is finishing.
+Bytes it has read are answered (a request begun has 10 s to arrive whole): during
+the stop it reads with MSG_PEEK first and takes no byte past the end of the request
+it is finishing.
 
 Other options: `--version V` (the body), `--crash` (exit 1 at once: a broken
 version), `--start-ms N` (sleep N ms before taking the sockets: a slow start).
