@@ -438,6 +438,38 @@ def store_refused(sup):
     print("  a refused FDSTORE=1: the idle connection got one more answer, with Connection: close")
 
 
+def store_max(sup):
+    """--store-max 1 with two idle connections: one is stored, the other gets one
+    more answer with Connection: close."""
+    run = sup.spawn(["--version", "9.0.0", "--store", "--store-max", "1"],
+                    [("web", sup.listener.fileno())])
+    sup.expect(run, "READY=1")
+    m = Client(("127.0.0.1", sup.port))
+    n = Client(("127.0.0.1", sup.port))
+    m.get("9.0.0")
+    n.get("9.0.0")
+    run.proc.send_signal(signal.SIGTERM)
+    run.wait_log("could not be stored")
+    for client in (m, n):
+        client.request()
+    # The one stored gets no answer from this run; the other one does, and its end.
+    code = sup.collect_store(run)
+    check(code == 0, f"exited {code}")
+    check(len(sup.stored) == 1, f"expected 1 stored (--store-max 1), got {len(sup.stored)}")
+    run = sup.spawn(["--version", "9.0.1"], [("web", sup.listener.fileno())] + sup.take_store())
+    sup.expect(run, "FDSTOREREMOVE=1")
+    sup.remove_store("conn")
+    sup.expect(run, "READY=1")
+    answers = sorted((m.response()[2], n.response()[2]))
+    check(answers == ["9.0.0\n", "9.0.1\n"], f"expected one answer from each run, got {answers}")
+    run.proc.send_signal(signal.SIGTERM)
+    check(sup.collect_store(run) == 0, "the run after did not exit 0")
+    m.close()
+    n.close()
+    print("  --store-max 1: one connection stored (answered by the next run), the other "
+          "answered by the stopping run")
+
+
 def plain(sup):
     """Plain mode: it binds its own port and ends its connections cleanly on SIGTERM."""
     port = free_port()
@@ -559,7 +591,7 @@ def main():
             under_load(sup, restarts)
         else:
             for case in (store_across_restarts, slow_start, stop_during_slow_start,
-                         store_refused, plain, crash):
+                         store_refused, store_max, plain, crash):
                 print(f"{case.__name__}:")
                 case(sup)
     except (Fail, OSError) as e:

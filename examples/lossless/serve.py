@@ -25,7 +25,9 @@ On SIGTERM (or SIGINT) it stops gracefully:
    connection to its supervisor's fd store (FDSTORE=1, FDNAME=conn, the fds over
    SCM_RIGHTS) without reading the next request from it: whatever the client sent
    meanwhile stays in the kernel, and the next run, which gets the connection back
-   in LISTEN_FDS, reads it. Without `--store` (or when the store refuses them) it
+   in LISTEN_FDS, reads it (at most `--store-max N` of them: give it the
+   service's fd_store, since supd refuses whole a message that would go past it).
+   Without `--store` (and for those it cannot store) it
    waits up to 2 s for each idle connection's next request, answers it with
    `Connection: close`, and closes;
 4. exits 0.
@@ -276,9 +278,10 @@ class Conn:
 
 
 class Server:
-    def __init__(self, version, store, notify):
+    def __init__(self, version, store, store_max, notify):
         self.body = f"{version}\n".encode()
         self.store = store
+        self.store_max = store_max  # None: no limit
         self.notify = notify
         self.sel = selectors.DefaultSelector()
         self.listeners = []
@@ -461,9 +464,12 @@ class Server:
         Says whether the run may end: when a batch could not be stored, its
         connections are served as without --store (one more answer, with Connection:
         close, or closed after 2 s of silence) and the loop goes on."""
-        unstored = []
-        for i in range(0, len(self.to_store), STORE_BATCH):
-            batch = self.to_store[i:i + STORE_BATCH]
+        # A message that would take the store past its limit is refused whole (supd
+        # closes its fds): past --store-max, connections are not offered at all.
+        offered = self.to_store[:self.store_max]
+        unstored = self.to_store[len(offered):]
+        for i in range(0, len(offered), STORE_BATCH):
+            batch = offered[i:i + STORE_BATCH]
             if self.notify.send(f"FDSTORE=1\nFDNAME={STORE_NAME}",
                                 [c.sock.fileno() for c in batch]):
                 for conn in batch:  # ours go; the connection lives on in the store
@@ -473,8 +479,8 @@ class Server:
                 unstored += batch
         self.to_store = []
         if unstored:
-            log(f"stop: {len(unstored)} connection(s) could not be stored: each gets one "
-                "more answer, then is closed")
+            log(f"stop: {len(unstored)} connection(s) could not be stored (past --store-max, "
+                "or refused): each gets one more answer, then is closed")
             self.store = False
             self.stopping = time.monotonic()  # the grace of an idle connection starts now
             for conn in unstored:
@@ -523,6 +529,9 @@ def main():
     ap.add_argument("--bind", help="HOST:PORT or unix:PATH, when no LISTEN_FDS are passed")
     ap.add_argument("--store", action="store_true",
                     help="on SIGTERM, hand idle connections to the fd store (NOTIFY_SOCKET)")
+    ap.add_argument("--store-max", type=int, metavar="N",
+                    help="store at most N connections (the service's fd_store); the rest "
+                         "are served as without --store")
     ap.add_argument("--crash", action="store_true", help="exit 1 at once (a broken version)")
     ap.add_argument("--start-ms", type=int, default=0,
                     help="sleep this long before taking the sockets (a slow start)")
@@ -537,7 +546,7 @@ def main():
     # Signals are caught from here on: a SIGTERM during a slow start stops the run
     # gracefully once it has taken its sockets (its resumed connections go back to
     # the store), rather than killing it.
-    server = Server(args.version, args.store, notify)
+    server = Server(args.version, args.store, args.store_max, notify)
     if args.start_ms > 0:
         log(f"version {args.version}: a slow start: {args.start_ms} ms before taking the sockets")
         time.sleep(args.start_ms / 1000)
