@@ -542,7 +542,7 @@ def main():
         sys.exit(1)
     notify = Notify()
     if args.store and notify.sock is None:
-        log("--store without a NOTIFY_SOCKET to store in: a stop will close idle connections")
+        log("--store without a NOTIFY_SOCKET to store in: a stop serves idle connections as without it")
     # Signals are caught from here on: a SIGTERM during a slow start stops the run
     # gracefully once it has taken its sockets (its resumed connections go back to
     # the store), rather than killing it.
