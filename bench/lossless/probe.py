@@ -16,7 +16,8 @@ Counted: answered (200), refused (the fresh connections refused: one is tried ev
 10 ms, so 100 a second while the port is closed), failed (a request that was sent
 and got no whole 200 answer: reset, closed, 10 s without one), and the longest
 stretch during which fresh connections were refused. Runs until SIGINT or
-SIGTERM, then prints `answered N refused N failed N longest_refusal_ms N`.
+SIGTERM, then prints `answered N refused N failed N longest_refusal_ms N`; each
+failure is told on stderr as it happens.
 """
 
 import signal
@@ -48,14 +49,16 @@ def connect(port):
 
 
 def exchange(sock, buf, close):
-    """Sends one GET and reads its answer: (ok, keep, rest of buf)."""
+    """Sends one GET and reads its answer: (ok, keep, rest of buf). A failure is told
+    on stderr, with its reason."""
+    kind = "fresh" if close else "kept"
     req = b"GET / HTTP/1.1\r\nHost: probe\r\n" + (b"Connection: close\r\n" if close else b"") + b"\r\n"
     try:
         sock.sendall(req)
         while b"\r\n\r\n" not in buf:
             data = sock.recv(65536)
             if not data:
-                return False, False, b""
+                return failed(kind, "closed before an answer")
             buf += data
         head, buf = buf.split(b"\r\n\r\n", 1)
         lines = head.decode("latin-1").lower().split("\r\n")
@@ -70,11 +73,20 @@ def exchange(sock, buf, close):
         while len(buf) < length:
             data = sock.recv(65536)
             if not data:
-                return False, False, b""
+                return failed(kind, "closed in the middle of an answer")
             buf += data
-        return lines[0].split(" ")[1] == "200", keep, buf[length:]
-    except (OSError, ValueError, IndexError):
-        return False, False, b""
+        if lines[0].split(" ")[1] != "200":
+            return failed(kind, lines[0])
+        return True, keep, buf[length:]
+    except (OSError, ValueError, IndexError) as e:
+        return failed(kind, repr(e))
+
+
+def failed(kind, why):
+    if not stop.is_set():
+        print(f"{time.strftime('%H:%M:%S')} failed ({kind} connection): {why}",
+              file=sys.stderr, flush=True)
+    return False, False, b""
 
 
 def fresh(port):

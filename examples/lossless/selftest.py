@@ -2,6 +2,9 @@
 """selftest.py: checks serve.py against a fake supd, on loopback, in bounded time.
 
     python3 examples/lossless/selftest.py      # exit 0: all checks passed
+    python3 examples/lossless/selftest.py --under-wrk 50
+                    # 50 restarts through the fake store under wrk and bench/lossless/probe.py:
+                    # exit 0 when no client saw an error, a refusal or a failed request
 
 The fake supd does what supd does for a service with `listen` and `fd_store`: it binds
 the listening socket and holds it, gives each run an AF_UNIX datagram NOTIFY_SOCKET,
@@ -312,6 +315,11 @@ def store_across_restarts(sup):
         client.get("2.0.0")
     a.request("POST", body=b"x" * 200_000)
     a.expect("2.0.0")
+    a.send(b"POST /e HTTP/1.1\r\nHost: s\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+    status, _, _ = a.response()
+    check(status == 100, f"Expect: 100-continue got {status}, not 100 first")
+    a.send(b"abcde")
+    a.expect("2.0.0")
     a.send(b"GET /1 HTTP/1.1\r\nHost: s\r\n\r\nHEAD /2 HTTP/1.1\r\nHost: s\r\n\r\n")
     a.expect("2.0.0")
     status, headers, body = a.response(to_head=True)
@@ -369,6 +377,97 @@ def slow_start(sup):
     check(ready >= 0.3, f"READY=1 came after {ready:.2f} s, before --start-ms 300")
     early.close()
     print(f"  --start-ms 300: READY=1 after {ready:.2f} s; a request sent before it answered")
+
+
+def stop_during_slow_start(sup):
+    """A SIGTERM while a run still sleeps (--start-ms) ends it gracefully once it has
+    its sockets: the connection it was given goes back to the store, unanswered or
+    answered, never lost."""
+    z = Client(("127.0.0.1", sup.port))
+    accepted, _ = sup.listener.accept()  # as if an earlier run had stored it
+    sup.stored.append(("conn", accepted.detach()))
+    z.request(path="/z")
+    run = sup.spawn(["--version", "6.0.0", "--store", "--start-ms", "500"],
+                    [("web", sup.listener.fileno())] + sup.take_store())
+    run.wait_log("a slow start")  # its signals are caught from then on
+    run.proc.send_signal(signal.SIGTERM)
+    sup.expect(run, "FDSTOREREMOVE=1")
+    sup.remove_store("conn")
+    sup.expect(run, "READY=1")
+    check(sup.collect_store(run) == 0, f"a run stopped during its start exited non-zero:\n{run.log()}")
+    check(len(sup.stored) == 1, f"expected the connection back in the store, got {len(sup.stored)} fds")
+    run = sup.spawn(["--version", "7.0.0"], [("web", sup.listener.fileno())] + sup.take_store())
+    sup.expect(run, "FDSTOREREMOVE=1")
+    sup.remove_store("conn")
+    sup.expect(run, "READY=1")
+    status, _, body = z.response()
+    check(status == 200 and body in ("6.0.0\n", "7.0.0\n"), f"got {status} {body!r}")
+    answered = ("answered by the stopping run, then stored" if body == "6.0.0\n"
+                else "stored unanswered, answered by the next run")
+    run.proc.send_signal(signal.SIGTERM)
+    z.expect_eof(4.0)
+    check(sup.collect_store(run) == 0, "the run after did not exit 0")
+    z.close()
+    print(f"  SIGTERM during --start-ms: exit 0, the connection kept ({answered}: {body.strip()})")
+
+
+def store_refused(sup):
+    """When the store cannot be reached at the stop, the idle connections are served
+    as without --store: one more answer, with Connection: close."""
+    path = os.path.join(sup.tmp, "notify-gone.sock")
+    gone = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    gone.bind(path)
+    gone.settimeout(STEP)
+    run = sup.spawn(["--version", "8.0.0", "--store"], [("web", sup.listener.fileno())],
+                    env={"NOTIFY_SOCKET": path})
+    try:
+        check(gone.recv(4096).startswith(b"READY=1"), "no READY=1")
+    except socket.timeout:
+        raise Fail(f"no READY=1 within {STEP} s; its log:\n{run.log()}")
+    gone.close()  # the "supervisor" is gone: FDSTORE=1 will be refused
+    q = Client(("127.0.0.1", sup.port))
+    q.get("8.0.0")
+    run.proc.send_signal(signal.SIGTERM)
+    run.wait_log("could not be stored")
+    headers = q.get("8.0.0")
+    check(headers.get("connection") == "close", f"no Connection: close: {headers}")
+    q.expect_eof(2.0)
+    code = run.wait_exit()
+    check(code == 0, f"exited {code}")
+    q.close()
+    print("  a refused FDSTORE=1: the idle connection got one more answer, with Connection: close")
+
+
+def store_max(sup):
+    """--store-max 1 with two idle connections: one is stored, the other gets one
+    more answer with Connection: close."""
+    run = sup.spawn(["--version", "9.0.0", "--store", "--store-max", "1"],
+                    [("web", sup.listener.fileno())])
+    sup.expect(run, "READY=1")
+    m = Client(("127.0.0.1", sup.port))
+    n = Client(("127.0.0.1", sup.port))
+    m.get("9.0.0")
+    n.get("9.0.0")
+    run.proc.send_signal(signal.SIGTERM)
+    run.wait_log("could not be stored")
+    for client in (m, n):
+        client.request()
+    # The one stored gets no answer from this run; the other one does, and its end.
+    code = sup.collect_store(run)
+    check(code == 0, f"exited {code}")
+    check(len(sup.stored) == 1, f"expected 1 stored (--store-max 1), got {len(sup.stored)}")
+    run = sup.spawn(["--version", "9.0.1"], [("web", sup.listener.fileno())] + sup.take_store())
+    sup.expect(run, "FDSTOREREMOVE=1")
+    sup.remove_store("conn")
+    sup.expect(run, "READY=1")
+    answers = sorted((m.response()[2], n.response()[2]))
+    check(answers == ["9.0.0\n", "9.0.1\n"], f"expected one answer from each run, got {answers}")
+    run.proc.send_signal(signal.SIGTERM)
+    check(sup.collect_store(run) == 0, "the run after did not exit 0")
+    m.close()
+    n.close()
+    print("  --store-max 1: one connection stored (answered by the next run), the other "
+          "answered by the stopping run")
 
 
 def plain(sup):
@@ -431,14 +530,70 @@ def crash(sup):
     print("  --crash: exit 1 at once, nothing sent")
 
 
+def under_load(sup, restarts):
+    """`--under-wrk N`: N restarts through the fake store, 100 ms apart, under wrk
+    (`-t1 -c16`) and bench/lossless/probe.py; any error, refusal or failure fails."""
+    url = f"http://127.0.0.1:{sup.port}/"
+    probe_py = os.path.join(HERE, "..", "..", "bench", "lossless", "probe.py")
+    run = sup.spawn(["--version", "1.0.0", "--store"], [("web", sup.listener.fileno())])
+    sup.expect(run, "READY=1")
+    loads = []
+    try:
+        loads.append(subprocess.Popen(["wrk", "-t1", "-c16", "-d600s", "--timeout", "10s", url],
+                                      stdout=subprocess.PIPE, text=True))
+        loads.append(subprocess.Popen([sys.executable, probe_py, str(sup.port)],
+                                      stdout=subprocess.PIPE, text=True))
+        stored = []
+        t0 = time.monotonic()
+        for i in range(restarts):
+            time.sleep(0.1)  # a load between two restarts, not a wait for an event
+            run.proc.send_signal(signal.SIGTERM)
+            code = sup.collect_store(run)
+            check(code == 0, f"restart {i + 1}: exited {code}")
+            stored.append(len(sup.stored))
+            run = sup.spawn(["--version", "1.0.0", "--store"],
+                            [("web", sup.listener.fileno())] + sup.take_store())
+            if sup.stored:
+                sup.expect(run, "FDSTOREREMOVE=1")
+                sup.remove_store("conn")
+            sup.expect(run, "READY=1")
+        took = time.monotonic() - t0
+        for load in loads:
+            load.send_signal(signal.SIGINT)
+        wrk_out, probe_out = (load.communicate(timeout=STEP)[0] for load in loads)
+    finally:
+        for load in loads:
+            if load.poll() is None:
+                load.kill()
+                load.wait()
+    summary = [line.strip() for line in wrk_out.splitlines() if "requests in" in line
+               or "errors" in line or "Non-2xx" in line]
+    print(f"  {restarts} restarts in {took:.1f} s, {min(stored)} to {max(stored)} connections "
+          f"stored at each; wrk: {'; '.join(summary)}; probe: {probe_out.strip()}")
+    figures = probe_out.split()
+    check(len(summary) == 1 and figures[3] == "0" and figures[5] == "0",
+          "a restart cost the clients something (above)")
+
+
 def main():
+    restarts = None
+    if sys.argv[1:2] == ["--under-wrk"] and len(sys.argv) == 3 and sys.argv[2].isdigit():
+        restarts = int(sys.argv[2])
+    elif sys.argv[1:]:
+        print("usage: selftest.py [--under-wrk RESTARTS]", file=sys.stderr)
+        return 2
     tmp = tempfile.mkdtemp(prefix="serve-selftest.")
     sup = FakeSupd(tmp)
     start = time.monotonic()
     try:
-        for case in (store_across_restarts, slow_start, plain, crash):
-            print(f"{case.__name__}:")
-            case(sup)
+        if restarts is not None:
+            print("under_load:")
+            under_load(sup, restarts)
+        else:
+            for case in (store_across_restarts, slow_start, stop_during_slow_start,
+                         store_refused, store_max, plain, crash):
+                print(f"{case.__name__}:")
+                case(sup)
     except (Fail, OSError) as e:
         where = traceback.extract_tb(e.__traceback__)
         where = [f for f in where if f.name not in ("check", "expect", "get", "response", "_more")][-1]

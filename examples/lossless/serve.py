@@ -25,12 +25,16 @@ On SIGTERM (or SIGINT) it stops gracefully:
    connection to its supervisor's fd store (FDSTORE=1, FDNAME=conn, the fds over
    SCM_RIGHTS) without reading the next request from it: whatever the client sent
    meanwhile stays in the kernel, and the next run, which gets the connection back
-   in LISTEN_FDS, reads it. Without `--store` it waits up to 2 s for each idle
-   connection's next request, answers it with `Connection: close`, and closes;
+   in LISTEN_FDS, reads it (at most `--store-max N` of them: give it the
+   service's fd_store, since supd refuses whole a message that would go past it).
+   Without `--store` (and for those it cannot store) it
+   waits up to 2 s for each idle connection's next request, answers it with
+   `Connection: close`, and closes;
 4. exits 0.
 
-Bytes it has read are always answered: during the stop it reads with MSG_PEEK
-first and takes no byte past the end of the request it is finishing.
+Bytes it has read are answered (a request begun has 10 s to arrive whole): during
+the stop it reads with MSG_PEEK first and takes no byte past the end of the request
+it is finishing.
 
 Other options: `--version V` (the body), `--crash` (exit 1 at once: a broken
 version), `--start-ms N` (sleep N ms before taking the sockets: a slow start).
@@ -73,14 +77,17 @@ class BadRequest(Exception):
 class Request:
     """The head of one request, and where the request ends in the buffer."""
 
-    def __init__(self, method, keep_alive, end):
+    def __init__(self, method, keep_alive, end, whole, expect_continue):
         self.method = method
         self.keep_alive = keep_alive
         self.end = end  # bytes from the buffer's start to the end of its body
+        self.whole = whole  # its body is all in the buffer
+        self.expect_continue = expect_continue  # the client waits for 100 Continue
 
 
 def parse_request(buf):
-    """The first request in `buf` if it is there whole, None if more bytes are needed.
+    """The first request in `buf` once its head is there (see `whole` for its body),
+    None while the head is not.
 
     Raises BadRequest for what cannot be a request. Empty lines before a request
     line are skipped (RFC 9112, 2.2), so `end` counts them."""
@@ -99,6 +106,7 @@ def parse_request(buf):
     method, _, version = parts
     length = None
     connection = ""
+    expect = ""
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
@@ -114,18 +122,20 @@ def parse_request(buf):
             raise BadRequest(501, "Transfer-Encoding is not supported; send Content-Length")
         elif name == "connection":
             connection += "," + value.lower()
+        elif name == "expect":
+            expect = value.lower()
     length = length or 0
     if length > MAX_BODY:
         raise BadRequest(413, "body too large")
     end = head_end + 4 + length
-    if len(buf) < end:
-        return None
     tokens = {t.strip() for t in connection.split(",")}
     if version == "HTTP/1.0":
         keep_alive = "keep-alive" in tokens
     else:  # HTTP/1.1: keep-alive unless the client says close
         keep_alive = "close" not in tokens
-    return Request(method, keep_alive, end)
+    whole = len(buf) >= end
+    return Request(method, keep_alive, end, whole,
+                   expect == "100-continue" and version != "HTTP/1.0" and not whole)
 
 
 def response(status, body, method, close, keep_alive_header=False):
@@ -254,22 +264,24 @@ class Notify:
 
 
 class Conn:
-    def __init__(self, sock, resumed=False):
+    def __init__(self, sock):
         self.sock = sock
         self.inbuf = bytearray()  # read, not yet answered: a partial request at most
         self.outbuf = bytearray()  # answered, not yet sent
         self.close_after = False  # close once outbuf is sent
         self.eof = False
-        self.resumed = resumed
+        self.writing = False  # registered for EVENT_WRITE too
+        self.continued = False  # 100 Continue sent for the request in inbuf
 
     def idle(self):
         return not self.inbuf and not self.outbuf
 
 
 class Server:
-    def __init__(self, version, store, notify):
+    def __init__(self, version, store, store_max, notify):
         self.body = f"{version}\n".encode()
         self.store = store
+        self.store_max = store_max  # None: no limit
         self.notify = notify
         self.sel = selectors.DefaultSelector()
         self.listeners = []
@@ -277,6 +289,7 @@ class Server:
         self.stopping = None  # monotonic time of the stop, once asked
         self.to_store = []  # idle connections set aside for the fd store
         self.answered_in_stop = 0
+        self.stored = 0
         # Signals arrive as a byte on this pipe, so the loop sees them between two
         # events and never in the middle of one (set_wakeup_fd also makes select()
         # return, which a Python handler alone would not: PEP 475 retries it).
@@ -290,9 +303,9 @@ class Server:
         self.listeners.append(sock)
         self.sel.register(sock, selectors.EVENT_READ, "listener")
 
-    def add_conn(self, sock, resumed=False):
+    def add_conn(self, sock):
         sock.setblocking(False)
-        conn = Conn(sock, resumed)
+        conn = Conn(sock)
         self.conns[sock.fileno()] = conn
         self.sel.register(sock, selectors.EVENT_READ, conn)
 
@@ -341,7 +354,8 @@ class Server:
             req = parse_request(conn.inbuf + peek)
         except BadRequest:
             req = None  # take it all; serve() answers 400 and closes
-        take = len(peek) if req is None else req.end - len(conn.inbuf)
+        # Not whole: every byte peeked belongs to this request.
+        take = req.end - len(conn.inbuf) if req and req.whole else len(peek)
         return conn.sock.recv(take)
 
     def serve(self, conn):
@@ -356,6 +370,12 @@ class Server:
                 break
             if req is None:
                 break
+            if not req.whole:
+                if req.expect_continue and not conn.continued:
+                    conn.outbuf += b"HTTP/1.1 100 Continue\r\n\r\n"
+                    conn.continued = True
+                break
+            conn.continued = False
             del conn.inbuf[:req.end]
             # Without --store a stop ends each connection after its next answer.
             close = not req.keep_alive or (self.stopping is not None and not self.storing())
@@ -377,7 +397,9 @@ class Server:
                 return
             del conn.outbuf[:n]
         if conn.outbuf:
-            self.sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            if not conn.writing:
+                self.sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+                conn.writing = True
             return
         if conn.close_after or conn.eof:
             # Answered and done; or the client half-closed, and what is left in inbuf
@@ -388,7 +410,9 @@ class Server:
                 pass
             self.close(conn)
             return
-        self.sel.modify(conn.sock, selectors.EVENT_READ, conn)
+        if conn.writing:
+            self.sel.modify(conn.sock, selectors.EVENT_READ, conn)
+            conn.writing = False
         if self.stopping is not None and self.storing() and conn.idle():
             self.set_aside(conn)
 
@@ -418,7 +442,7 @@ class Server:
         self.to_store.append(conn)
 
     def stop_timeout(self):
-        """Seconds until the stop's next deadline (None: no deadline pending)."""
+        """Seconds until the stop's next deadline."""
         now = time.monotonic()
         if not self.storing() and any(c.idle() for c in self.conns.values()):
             return max(0.0, self.stopping + IDLE_GRACE - now)
@@ -436,19 +460,36 @@ class Server:
                 self.close(conn)
 
     def finish_stop(self):
-        """Everything is answered: the idle connections go to the store, in batches."""
-        stored = 0
-        for i in range(0, len(self.to_store), STORE_BATCH):
-            batch = self.to_store[i:i + STORE_BATCH]
+        """Everything is answered: the idle connections go to the store, in batches.
+        Says whether the run may end: when a batch could not be stored, its
+        connections are served as without --store (one more answer, with Connection:
+        close, or closed after 2 s of silence) and the loop goes on."""
+        # A message that would take the store past its limit is refused whole (supd
+        # closes its fds): past --store-max, connections are not offered at all.
+        offered = self.to_store[:self.store_max]
+        unstored = self.to_store[len(offered):]
+        for i in range(0, len(offered), STORE_BATCH):
+            batch = offered[i:i + STORE_BATCH]
             if self.notify.send(f"FDSTORE=1\nFDNAME={STORE_NAME}",
                                 [c.sock.fileno() for c in batch]):
-                stored += len(batch)
-            # Refused or not, our copies go: a stored connection lives on in supd.
-            for conn in batch:
-                conn.sock.close()
-        lost = len(self.to_store) - stored
-        log(f"stopped: {self.answered_in_stop} answered during the stop, {stored} "
-            f"connection(s) stored" + (f", {lost} could not be stored: closed" if lost else ""))
+                for conn in batch:  # ours go; the connection lives on in the store
+                    conn.sock.close()
+                self.stored += len(batch)
+            else:
+                unstored += batch
+        self.to_store = []
+        if unstored:
+            log(f"stop: {len(unstored)} connection(s) could not be stored (past --store-max, "
+                "or refused): each gets one more answer, then is closed")
+            self.store = False
+            self.stopping = time.monotonic()  # the grace of an idle connection starts now
+            for conn in unstored:
+                self.conns[conn.sock.fileno()] = conn
+                self.sel.register(conn.sock, selectors.EVENT_READ, conn)
+            return False
+        log(f"stopped: {self.answered_in_stop} answered during the stop, {self.stored} "
+            "connection(s) stored")
+        return True
 
     # -- the loop
 
@@ -456,8 +497,7 @@ class Server:
         while True:
             if self.stopping is not None:
                 self.stop_deadlines()
-                if not self.conns:
-                    self.finish_stop()
+                if not self.conns and self.finish_stop():
                     return
                 timeout = self.stop_timeout()
             else:
@@ -489,6 +529,9 @@ def main():
     ap.add_argument("--bind", help="HOST:PORT or unix:PATH, when no LISTEN_FDS are passed")
     ap.add_argument("--store", action="store_true",
                     help="on SIGTERM, hand idle connections to the fd store (NOTIFY_SOCKET)")
+    ap.add_argument("--store-max", type=int, metavar="N",
+                    help="store at most N connections (the service's fd_store); the rest "
+                         "are served as without --store")
     ap.add_argument("--crash", action="store_true", help="exit 1 at once (a broken version)")
     ap.add_argument("--start-ms", type=int, default=0,
                     help="sleep this long before taking the sockets (a slow start)")
@@ -497,13 +540,16 @@ def main():
     if args.crash:
         log(f"version {args.version}: --crash: exiting 1")
         sys.exit(1)
-    if args.start_ms > 0:
-        time.sleep(args.start_ms / 1000)
-
     notify = Notify()
     if args.store and notify.sock is None:
-        log("--store without a NOTIFY_SOCKET to store in: a stop will close idle connections")
-    server = Server(args.version, args.store, notify)
+        log("--store without a NOTIFY_SOCKET to store in: a stop serves idle connections as without it")
+    # Signals are caught from here on: a SIGTERM during a slow start stops the run
+    # gracefully once it has taken its sockets (its resumed connections go back to
+    # the store), rather than killing it.
+    server = Server(args.version, args.store, args.store_max, notify)
+    if args.start_ms > 0:
+        log(f"version {args.version}: a slow start: {args.start_ms} ms before taking the sockets")
+        time.sleep(args.start_ms / 1000)
     listeners, conns = take_listen_fds()
     passed = len(listeners) + len(conns)
     # No listener passed: we bind our own (plain mode; or a service that binds its
@@ -518,7 +564,7 @@ def main():
     for _, sock in listeners:
         server.add_listener(sock)
     for _, sock in conns:
-        server.add_conn(sock, resumed=True)
+        server.add_conn(sock)
     # Our copies are the only ones we want now: the store's would hold each connection
     # open after we close it (a Connection: close answer would never end it).
     for name in sorted({name for name, _ in conns}):
