@@ -363,7 +363,11 @@ impl Supervisor {
             )
             && !slot.kept.is_empty()
         {
-            slot.kept.release();
+            // Out of the epoll set before they close: a process of the run that is left
+            // may hold them too.
+            for fd in slot.kept.release() {
+                self.fdset.forget(fd.as_fd());
+            }
         }
         let (instance, tool, to) = (slot.instance.clone(), slot.cfg.tool.clone(), slot.svc.state);
         let restarted = slot.svc.restarts_total.saturating_sub(restarts);

@@ -5,7 +5,7 @@
 use super::Supervisor;
 use crate::notify::Message;
 use crate::slots::Slot;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
 /// What a run is given of what is kept: its fds 3.. (dups, for the spawn request), the
@@ -59,7 +59,14 @@ impl Supervisor {
             match msg.get("FDNAME") {
                 Some(n) => {
                     let dropped = slot.kept.remove(n);
-                    log::debug!("{name}: FDSTOREREMOVE: {dropped} stored fds named {n} dropped");
+                    // Out of the epoll set while they are open: the run may hold them.
+                    for fd in &dropped {
+                        self.fdset.forget(fd.as_fd());
+                    }
+                    log::debug!(
+                        "{name}: FDSTOREREMOVE: {} stored fds named {n} dropped",
+                        dropped.len()
+                    );
                 }
                 None => log::warn!(
                     "{name}: FDSTOREREMOVE=1 without FDNAME=: nothing dropped (name the fds to drop)"
@@ -92,7 +99,9 @@ impl Supervisor {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
-        for n in slot.kept.drop_hung() {
+        for (n, fd) in slot.kept.drop_hung() {
+            // Out of the epoll set before it closes: the run may hold it too.
+            self.fdset.forget(fd.as_fd());
             log::info!("{name}: stored fd {n} hung up: dropped from its fd store");
         }
     }

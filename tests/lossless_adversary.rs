@@ -1,0 +1,245 @@
+//! Lossless upgrades (issue 29) pushed at their edges with real processes: stored fds of
+//! every kind, stored fds dropped while a run still holds their file, floods of notify
+//! messages, a supd killed while it holds a service's sockets, odd Unix socket paths.
+//! Each test: its own sandbox, waits with deadlines, every process ended by its pid.
+
+mod common;
+use common::lossless::{ask, free_port, runs, SERVER};
+use common::Sandbox;
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The python helpers every test service here starts with: `tell` sends a notify
+/// message with fds; `note` appends one JSON line to the report (argv[1]).
+const PRELUDE: &str = r#"#!/usr/bin/env python3
+import json, os, signal, socket, sys, time
+notify = os.environ.get("NOTIFY_SOCKET")
+report = sys.argv[1]
+def tell(msg, fds=()):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.connect(notify)
+    socket.send_fds(s, [msg.encode()], list(fds))
+    s.close()
+def note(**kw):
+    kw["pid"] = os.getpid()
+    kw["listen_fds"] = os.environ.get("LISTEN_FDS")
+    kw["names"] = os.environ.get("LISTEN_FDNAMES")
+    with open(report, "a") as f:
+        f.write(json.dumps(kw) + "\n")
+"#;
+
+/// A test service: [`PRELUDE`] then `body`; returns its command line (with the report).
+fn service(sb: &Sandbox, name: &str, body: &str) -> (String, PathBuf) {
+    let report = sb.path(&format!("{name}.jsonl"));
+    let path = sb.file(&format!("{name}.py"), &format!("{PRELUDE}{body}"));
+    (format!("[\"{path}\", \"{}\"]", report.display()), report)
+}
+
+/// Waits until `report` holds a line for which `pred` holds; returns all lines.
+fn wait_report(sb: &Sandbox, report: &Path, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let dir = common::files::watch_dir_of(report);
+    let end = Instant::now() + common::DEADLINE;
+    loop {
+        let r = runs(report);
+        if pred(&r) {
+            return r;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "report: {r:?}\n{}", sb.supd_log());
+        common::files::next_events(&dir, left);
+    }
+}
+
+/// Waits (looking after each turn of supd's loop) until `service`'s status satisfies
+/// `pred`; returns it.
+fn wait_status(sb: &Sandbox, service: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let end = Instant::now() + common::DEADLINE;
+    loop {
+        let st = sb.status(service);
+        if pred(&st) {
+            return st;
+        }
+        assert!(Instant::now() < end, "status: {st}\n{}", sb.supd_log());
+        common::wait_in_poll(sb.supd_pid());
+    }
+}
+
+/// The names of the stored fds `status` shows.
+fn stored_names(st: &Value) -> Vec<String> {
+    st["stored_fds"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| s["name"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How many fds `pid` has open.
+fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("its fds")
+        .count()
+}
+
+/// Whether `pid` blocks in poll within `limit`: a supd whose loop is woken for ever by
+/// a ready fd never does. Its state is looked at every millisecond (no event tells that
+/// a process went to sleep).
+fn idle_within(pid: i32, limit: Duration) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+        let nr = call.split_whitespace().next().unwrap_or("");
+        if matches!(
+            (std::env::consts::ARCH, nr),
+            ("x86_64", "7" | "271") | ("aarch64", "73")
+        ) {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1)); // a state, not an event
+    }
+}
+
+/// supd's log holds no panic.
+fn no_panic(sb: &Sandbox) {
+    let log = sb.supd_log();
+    assert!(!log.contains("panicked"), "supd panicked:\n{log}");
+}
+
+/// `status` answers within a second.
+fn answers_quickly(sb: &Sandbox, service: &str) {
+    let t = Instant::now();
+    sb.status(service);
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "status took {:?}",
+        t.elapsed()
+    );
+}
+
+/// A stored fd that hangs up while the run still holds it too (a pipe whose writer
+/// closes), and one dropped by `FDSTOREREMOVE` while the run keeps its copy and which
+/// hangs up afterwards: supd drops its own fd, and must then go back to sleep. The
+/// epoll set watches a file, not an fd number: closing supd's fd while another process
+/// holds the file left it in the set, reporting its hang-up at every turn, and supd
+/// spun at full CPU until the run closed its copy.
+#[test]
+fn a_stored_fd_dropped_while_the_run_holds_it_too_leaves_supd_idle() {
+    let mut sb = Sandbox::new();
+    let (cmd, report) = service(
+        &sb,
+        "keeper",
+        r#"
+r, w = os.pipe()
+a, b = socket.socketpair()
+tell("FDSTORE=1\nFDNAME=pipe", [r])
+tell("FDSTORE=1\nFDNAME=pair", [a.fileno()])
+def removed_then_hung(*_):
+    tell("FDSTOREREMOVE=1\nFDNAME=pair")
+    note(step="removed")
+def hang_pipe(*_):
+    b.close()
+    os.close(w)
+    note(step="hung")
+signal.signal(signal.SIGUSR1, removed_then_hung)
+signal.signal(signal.SIGUSR2, hang_pipe)
+note(step="stored")
+while True:
+    signal.pause()
+"#,
+    );
+    sb.config(&format!(
+        "[service.keeper]\ncommand = {cmd}\nfd_store = 4\n"
+    ));
+    sb.start();
+    wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "stored"));
+    wait_status(&sb, "keeper", |st| stored_names(st) == ["pipe", "pair"]);
+    let supd = sb.supd_pid();
+    let before = fd_count(supd);
+    // The pair is dropped from the store; the run keeps its end.
+    assert!(sb.supctl(&["signal", "keeper", "USR1"]).status.success());
+    wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "removed"));
+    wait_status(&sb, "keeper", |st| stored_names(st) == ["pipe"]);
+    // Its peer closes: the run's copy hangs up; so does the stored pipe (its writer
+    // closed): supd drops it, the run keeps its own copy of both.
+    assert!(sb.supctl(&["signal", "keeper", "USR2"]).status.success());
+    wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "hung"));
+    wait_status(&sb, "keeper", |st| st.get("stored_fds").is_none());
+    assert!(
+        idle_within(supd, Duration::from_secs(5)),
+        "supd never went back to sleep: a hang-up of a file it no longer holds wakes it for ever\n{}",
+        sb.supd_log()
+    );
+    answers_quickly(&sb, "keeper");
+    assert_eq!(
+        fd_count(supd),
+        before - 2,
+        "supd holds its 2 stored fds no more"
+    );
+    no_panic(&sb);
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// Fds epoll cannot watch (character devices without poll such as /dev/null and
+/// /dev/zero, an `O_PATH` fd, a regular file, a directory) are stored like any other and
+/// given to the next run: a refused watch must not upset supd (a debug supd asserted
+/// its epoll set held every stored fd, panicked and re-executed itself in a loop; a
+/// release one warned at each turn that touched the service).
+#[test]
+fn stored_fds_epoll_cannot_watch_are_kept_and_passed() {
+    let mut sb = Sandbox::new();
+    let (cmd, report) = service(
+        &sb,
+        "odd",
+        r#"
+if os.environ.get("LISTEN_FDS"):
+    note(step="next")
+    while True:
+        signal.pause()
+kinds = [
+    ("null", os.open("/dev/null", os.O_RDWR)),
+    ("zero", os.open("/dev/zero", os.O_RDONLY)),
+    ("opath", os.open("/tmp", os.O_PATH)),
+    ("file", os.open(report, os.O_RDONLY)),
+    ("dir", os.open("/", os.O_RDONLY | os.O_DIRECTORY)),
+    ("memfd", os.memfd_create("m")),
+    ("eventfd", os.eventfd(0)),
+]
+for name, fd in kinds:
+    tell("FDSTORE=1\nFDNAME=" + name, [fd])
+note(step="stored")
+while True:
+    signal.pause()
+"#,
+    );
+    // The report exists before the run opens it.
+    std::fs::write(&report, "").expect("report");
+    sb.config(&format!("[service.odd]\ncommand = {cmd}\nfd_store = 16\n"));
+    sb.start();
+    wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "stored"));
+    let st = wait_status(&sb, "odd", |st| stored_names(st).len() == 7);
+    assert_eq!(
+        stored_names(&st),
+        ["null", "zero", "opath", "file", "dir", "memfd", "eventfd"],
+        "{st}"
+    );
+    answers_quickly(&sb, "odd");
+    assert!(sb.supctl(&["restart", "odd"]).status.success());
+    let r = wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "next"));
+    let next = r.iter().find(|l| l["step"] == "next").expect("next");
+    assert_eq!(
+        next["names"], "null:zero:opath:file:dir:memfd:eventfd",
+        "{next}"
+    );
+    answers_quickly(&sb, "odd");
+    no_panic(&sb);
+    let log = sb.supd_log();
+    assert!(!log.contains("cannot watch"), "{log}");
+    sb.stop_supd(Signal::SIGTERM);
+}
