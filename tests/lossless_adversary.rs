@@ -243,3 +243,146 @@ while True:
     assert!(!log.contains("cannot watch"), "{log}");
     sb.stop_supd(Signal::SIGTERM);
 }
+
+/// The uid of user `name`.
+fn uid_of(name: &str) -> u32 {
+    nix::unistd::User::from_name(name)
+        .expect("user database")
+        .unwrap_or_else(|| panic!("no user {name}"))
+        .uid
+        .as_raw()
+}
+
+/// A Unix socket in a directory its service's user may write: the user puts a link to
+/// a file of root's where the socket was. Each start gives the socket's file to the
+/// user (as root, before the switch): the link must not be followed, or the user owns
+/// root's file (here a stand-in for /etc/shadow).
+#[test]
+fn a_link_put_where_the_socket_was_does_not_give_its_target_to_the_user() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root (a user switch)");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let nobody = uid_of("nobody");
+    let dir = sb.path("run");
+    std::fs::create_dir(&dir).expect("mkdir");
+    nix::unistd::chown(&dir, Some(nobody.into()), None).expect("chown");
+    let victim = sb.path("victim");
+    std::fs::write(&victim, "secret").expect("victim");
+    common::files::chmod(&victim, 0o600);
+    let sock = dir.join("app.sock");
+    let (cmd, report) = service(
+        &sb,
+        "swap",
+        &format!(
+            r#"
+marker = "{dir}/swapped"
+if not os.path.exists(marker):
+    os.remove("{sock}")
+    os.symlink("{victim}", "{sock}")
+    open(marker, "w").close()
+    note(step="swapped")
+    sys.exit(3)
+note(step="next")
+while True:
+    signal.pause()
+"#,
+            dir = dir.display(),
+            sock = sock.display(),
+            victim = victim.display()
+        ),
+    );
+    std::fs::write(&report, "").expect("report");
+    common::files::chmod(&report, 0o666);
+    sb.config(&format!(
+        "[service.swap]\ncommand = {cmd}\nuser = \"nobody\"\nlisten = [\"unix:{}\"]\nrestart_delay = \"100ms\"\n",
+        sock.display()
+    ));
+    sb.start();
+    wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "next"));
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(&victim).expect("victim");
+    assert_eq!(
+        (m.uid(), m.mode() & 0o777),
+        (0, 0o600),
+        "root's file was given to the service's user through the link"
+    );
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// A store of more fds than the open-files limit runs get (1024 here; a run may raise
+/// its own, as Go's runtime does): the next run must still get them. Each start failed
+/// "cannot set up its fds: Bad file descriptor" (the child set the run's limit, then
+/// `dup2`'d past it), for as long as the store held them.
+#[test]
+#[ignore = "bug: a run is given fds past its open-files soft limit (supd's original one): \
+            each start fails until the service is stopped; the child sets the limit before \
+            its dup2s, and a run whose fds fill its limit could not even load its libraries \
+            (the fix needs a policy: raise the run's soft limit by the fds passed, or refuse \
+            FDSTORE beyond the limit)"]
+fn a_store_larger_than_the_open_files_limit_of_runs_is_passed_whole() {
+    let mut sb = Sandbox::new();
+    let (cmd, report) = service(
+        &sb,
+        "many",
+        r#"
+import resource
+if os.environ.get("LISTEN_FDS"):
+    note(step="next")
+    while True:
+        signal.pause()
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+fds = [os.eventfd(0) for _ in range(1100)]
+for i in range(0, len(fds), 250):
+    tell("FDSTORE=1\nFDNAME=e", fds[i:i + 250])
+note(step="stored", soft=soft)
+sys.exit(3)
+"#,
+    );
+    sb.config(&format!(
+        "[service.many]\ncommand = {cmd}\nfd_store = 1200\nrestart_delay = \"100ms\"\n"
+    ));
+    let (_, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).expect("limit");
+    assert!(hard >= 4096, "the hard open-files limit ({hard}) is too low for this test");
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.arg(format!("--nofile=1024:{hard}")).arg(common::SUPD);
+    sb.start_with(cmd, &["-c"]);
+    let r = wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "stored"));
+    assert_eq!(r[0]["soft"], 1024, "{r:?}");
+    // The next start, with 1100 stored fds (the report's wait fails with supd's log,
+    // which says why each start failed).
+    let r = wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "next"));
+    let next = r.iter().find(|l| l["step"] == "next").expect("next");
+    assert_eq!(next["listen_fds"], "1100", "{next}");
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// A service that failed for good (`restart = "never"` here; `on_crash_loop = "stop"`
+/// likewise) has no run coming: its port must refuse clients as a stopped service's
+/// does, not take them into a backlog nobody will read (they hang until their own
+/// timeout).
+#[test]
+#[ignore = "gap: sockets are let go only when the service is wanted down; a failed \
+            service (restart = never, on_crash_loop = stop) is wanted up and keeps them, \
+            so clients connect and hang; letting go at failed must not break a rollback's \
+            restart, which holds the socket on purpose"]
+fn a_service_that_failed_for_good_refuses_clients() {
+    let mut sb = Sandbox::new();
+    let port = free_port();
+    sb.config(&format!(
+        r#"[service.web]
+command = ["/bin/sh", "-c", "exit 2"]
+listen = ["tcp:127.0.0.1:{port}"]
+restart = "never"
+"#
+    ));
+    sb.start();
+    sb.wait_state("web", "failed");
+    let e = std::net::TcpStream::connect(("127.0.0.1", port))
+        .expect_err("a failed service's port accepted a connection nobody will serve");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+    sb.stop_supd(Signal::SIGTERM);
+}
