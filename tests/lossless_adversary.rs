@@ -346,7 +346,10 @@ sys.exit(3)
     ));
     let (_, hard) =
         nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).expect("limit");
-    assert!(hard >= 4096, "the hard open-files limit ({hard}) is too low for this test");
+    assert!(
+        hard >= 4096,
+        "the hard open-files limit ({hard}) is too low for this test"
+    );
     let mut cmd = std::process::Command::new("prlimit");
     cmd.arg(format!("--nofile=1024:{hard}")).arg(common::SUPD);
     sb.start_with(cmd, &["-c"]);
@@ -385,4 +388,60 @@ restart = "never"
         .expect_err("a failed service's port accepted a connection nobody will serve");
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
     sb.stop_supd(Signal::SIGTERM);
+}
+
+/// `supd --check` of `services`: its exit code and what it said.
+fn check(sb: &Sandbox, services: &str) -> (Option<i32>, String) {
+    sb.config(services);
+    let out = std::process::Command::new(common::SUPD)
+        .arg("-c")
+        .arg(sb.path("sup.toml"))
+        .arg("--check")
+        .output()
+        .expect("supd --check");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+/// Addresses that cannot both be bound are refused by the config, not found at each
+/// start: a wildcard beside an address of its port and family (in one service or two;
+/// one of the two services crash-looped for ever on "the address is in use (another
+/// program listens there: `ss -ltnp` names it)", and `ss` named supd), and an IPv4
+/// address in IPv6 form (supd binds IPv6 alone: each start failed on EINVAL). Nothing
+/// is bound here: `--check` only reads.
+#[test]
+fn addresses_that_cannot_all_be_bound_are_refused_by_the_config() {
+    let sb = Sandbox::new();
+    for (services, says) in [
+        (
+            "[service.a]\ncommand = [\"/bin/true\"]\nlisten = [\"tcp:0.0.0.0:8080\"]\n\
+             [service.b]\ncommand = [\"/bin/true\"]\nlisten = [\"tcp:127.0.0.1:8080\"]\n",
+            "service.b.listen: 'tcp:127.0.0.1:8080' cannot be bound beside a's 'tcp:0.0.0.0:8080'",
+        ),
+        (
+            "[service.a]\ncommand = [\"/bin/true\"]\nlisten = [\"tcp:[::1]:8080\", \"tcp:[::]:8080\"]\n",
+            "service.a.listen: 'tcp:[::]:8080' cannot be bound beside 'tcp:[::1]:8080'",
+        ),
+        (
+            "[service.a]\ncommand = [\"/bin/true\"]\nlisten = [\"tcp:[::ffff:127.0.0.1]:8080\"]\n",
+            "write \"tcp:127.0.0.1:8080\"",
+        ),
+        (
+            "[service.a]\ncommand = [\"/bin/true\"]\nlisten = [\"unix:/run/x/a.sock\"]\n\
+             [service.b]\ncommand = [\"/bin/true\"]\nlisten = [\"unix:/run/x/./a.sock\"]\n",
+            "is a's too: one address, one service",
+        ),
+    ] {
+        let (code, text) = check(&sb, services);
+        assert_eq!(code, Some(1), "{services}\n{text}");
+        assert!(text.contains(says), "{services}\n{text}");
+    }
+    // The wildcards of the two families are apart (IPv6 alone), as are two ports.
+    let (code, text) = check(
+        &sb,
+        "[service.a]\ncommand = [\"/bin/true\"]\nlisten = [\"tcp:0.0.0.0:8080\", \"tcp:[::]:8080\"]\n\
+         [service.b]\ncommand = [\"/bin/true\"]\nlisten = [\"tcp:127.0.0.1:8081\"]\n",
+    );
+    assert_eq!(code, Some(0), "{text}");
 }
