@@ -127,6 +127,18 @@ impl Kept {
         }
     }
 
+    /// Whether it holds a socket of `addr`.
+    pub fn holds(&self, addr: &ListenAddr) -> bool {
+        self.listen.iter().any(|l| l.addr == *addr)
+    }
+
+    /// A held socket whose address `addr` cannot be bound beside.
+    pub fn clashing(&self, addr: &ListenAddr) -> Option<&ListenAddr> {
+        (self.listen.iter())
+            .map(|l| &l.addr)
+            .find(|a| crate::config::listen::clashes(a, addr))
+    }
+
     /// Every held socket holds its address (`reconcile` bound them all).
     pub fn complete(&self, want: &[ListenAddr]) -> bool {
         want.len() == self.listen.len() && want.iter().zip(&self.listen).all(|(a, l)| *a == l.addr)

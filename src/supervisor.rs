@@ -531,7 +531,10 @@ impl Supervisor {
         // Its `listen` sockets (bound once, held between runs) and stored fds, as 3..
         let passed = match kept::for_run(slot) {
             Ok(p) => p,
-            Err(why) => return self.apply(name, Event::SpawnFailed(why), now),
+            Err(why) => {
+                let why = self.held_by_another(name, why);
+                return self.apply(name, Event::SpawnFailed(why), now);
+            }
         };
         let Some(slot) = self.slots.get_mut(name) else {
             return;

@@ -445,3 +445,53 @@ fn addresses_that_cannot_all_be_bound_are_refused_by_the_config() {
     );
     assert_eq!(code, Some(0), "{text}");
 }
+
+/// A reload moves an address from one service to another: the one that takes it starts
+/// while the other (slow to stop) still holds it. Its start fails and is tried again
+/// until the other lets go, and the reason says which service holds it (it said
+/// "another program listens there: `ss -ltnp` names it", and ss named supd).
+#[test]
+fn an_address_moved_by_a_reload_is_taken_once_its_old_service_lets_go() {
+    let mut sb = Sandbox::new();
+    let report = sb.path("runs.jsonl");
+    let srv = sb.file("srv.py", SERVER);
+    let slow = sb.script("slow.sh", "trap 'sleep 1; exit 0' TERM\nsleep 1000 &\nwait");
+    let (p1, p2, p3) = (free_port(), free_port(), free_port());
+    let services = |a: u16, b: u16| {
+        format!(
+            r#"[service.a]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{a}"]
+restart_delay = "100ms"
+
+[service.b]
+command = ["{slow}"]
+listen = ["tcp:127.0.0.1:{b}"]
+"#,
+            report = report.display()
+        )
+    };
+    sb.config(&services(p1, p2));
+    sb.start();
+    sb.wait_state("b", "running");
+    let first = wait_report(&sb, &report, |r| !r.is_empty())[0]["pid"].to_string();
+    assert_eq!(ask(&format!("127.0.0.1:{p1}")).expect("a on p1"), first);
+    let mut w = sb.watch();
+    sb.config(&services(p2, p3));
+    let out = sb.supctl(&["reload"]);
+    assert!(out.status.success(), "{out:?}");
+    let e = w.until(&sb, |e| {
+        e["event"] == "state" && e["service"] == "a" && e["to"] == "backoff"
+    });
+    let why = e["reason"].as_str().unwrap_or("");
+    assert!(
+        why.contains(&format!("b still holds tcp:127.0.0.1:{p2}")),
+        "{e}"
+    );
+    let r = wait_report(&sb, &report, |r| r.len() >= 2);
+    assert_eq!(
+        ask(&format!("127.0.0.1:{p2}")).expect("a on p2"),
+        r.last().expect("a run")["pid"].to_string()
+    );
+    sb.stop_supd(Signal::SIGTERM);
+}

@@ -94,6 +94,27 @@ impl Supervisor {
         }
     }
 
+    /// Why a start of `name` could not bind its sockets, saying so when another service
+    /// holds one of them: a reload moved the address, and the other lets go of it at
+    /// its next start (under way: this start is tried again), not "another program".
+    pub(super) fn held_by_another(&self, name: &str, why: String) -> String {
+        let Some(slot) = self.slots.get(name) else {
+            return why;
+        };
+        let missing = (slot.cfg.listen.iter()).filter(|a| !slot.kept.holds(a));
+        for addr in missing {
+            let other = (self.slots.iter())
+                .filter(|(n, _)| *n != name)
+                .find_map(|(n, s)| s.kept.clashing(addr).map(|a| (n, a)));
+            if let Some((other, held)) = other {
+                return format!(
+                    "cannot bind {addr}: {other} still holds {held} (a reload moved it: {other} lets go of it at its next start)"
+                );
+            }
+        }
+        why
+    }
+
     /// A stored fd of `name` reported a hang-up or an error: those that did are dropped.
     pub(super) fn on_stored_hangup(&mut self, name: &str) {
         let Some(slot) = self.slots.get_mut(name) else {
