@@ -495,3 +495,345 @@ listen = ["tcp:127.0.0.1:{b}"]
     );
     sb.stop_supd(Signal::SIGTERM);
 }
+
+/// A stored connection whose client resets it while no run is there (the service waits
+/// out a long backoff): supd drops it at once, `status` shows it gone, and supd sleeps.
+#[test]
+fn a_stored_connection_reset_between_runs_is_dropped() {
+    let mut sb = Sandbox::new();
+    let report = sb.path("runs.jsonl");
+    let srv = sb.file("srv.py", SERVER);
+    let port = free_port();
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{port}"]
+fd_store = 4
+env = {{ SRV_MODE = "store", SRV_EXIT = "3" }}
+restart_delay = "1h"
+restart_delay_max = "1h"
+"#,
+        report = report.display()
+    ));
+    sb.start();
+    wait_report(&sb, &report, |r| !r.is_empty());
+    let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    std::io::Write::write_all(&mut client, b"hello\n").expect("write");
+    let st = wait_status(&sb, "web", |st| {
+        st["state"] == "backoff" && stored_names(st) == ["conn"]
+    });
+    assert!(
+        st["stored_fds"][0]["what"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("127.0.0.1:{port}")),
+        "{st}"
+    );
+    let supd = sb.supd_pid();
+    let before = fd_count(supd);
+    // A reset (SO_LINGER 0): the stored socket reports POLLHUP and POLLERR.
+    nix::sys::socket::setsockopt(
+        &client,
+        nix::sys::socket::sockopt::Linger,
+        &nix::libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        },
+    )
+    .expect("linger");
+    drop(client);
+    let st = wait_status(&sb, "web", |st| st.get("stored_fds").is_none());
+    assert_eq!(st["state"], "backoff", "{st}");
+    assert_eq!(fd_count(supd), before - 1);
+    assert!(idle_within(supd, Duration::from_secs(5)), "{}", sb.supd_log());
+    assert!(sb
+        .supd_log()
+        .contains("web: stored fd conn hung up: dropped from its fd store"));
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// supd killed (SIGKILL) while a service holds its sockets and stored fds: those are
+/// lost with it, but nothing hangs. The next supd ends the run it finds, binds the
+/// sockets again (the Unix socket's stale file replaced) and serves.
+#[test]
+fn a_killed_supd_loses_its_store_but_the_next_one_binds_and_serves() {
+    let mut sb = Sandbox::new();
+    let report = sb.path("runs.jsonl");
+    let srv = sb.file("srv.py", SERVER);
+    let port = free_port();
+    let unix = sb.path("app.sock");
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{port}", "unix:{unix}"]
+fd_store = 4
+env = {{ SRV_STORE_N = "2" }}
+"#,
+        report = report.display(),
+        unix = unix.display()
+    ));
+    sb.start();
+    let first = wait_report(&sb, &report, |r| !r.is_empty())[0]["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    wait_status(&sb, "web", |st| stored_names(st).len() == 2);
+    sb.stop_supd(Signal::SIGKILL);
+    // The run lives on and still answers on its copy of the sockets.
+    assert!(common::alive(first));
+    assert_eq!(
+        ask(&format!("127.0.0.1:{port}")).expect("the run"),
+        first.to_string()
+    );
+    assert!(unix.exists(), "the socket file of a killed supd is left");
+    sb.start();
+    assert!(common::wait_exit(first, common::DEADLINE).is_some());
+    let r = wait_report(&sb, &report, |r| r.len() >= 2);
+    let second = r[1]["pid"].to_string();
+    assert_eq!(r[1]["listen_fds"], "2", "the store went with the killed supd");
+    assert_eq!(ask(&format!("127.0.0.1:{port}")).expect("tcp"), second);
+    let mut s = std::os::unix::net::UnixStream::connect(&unix).expect("unix");
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut s, &mut got).expect("read");
+    assert_eq!(got.trim(), second);
+    answers_quickly(&sb, "web");
+    no_panic(&sb);
+    sb.stop_supd(Signal::SIGTERM);
+    assert!(!unix.exists(), "a stop of supd leaves its socket file");
+}
+
+/// What is at a Unix socket's path is the service's only while it is the file supd
+/// made: a link there (dangling or not) is refused at the start with why, and a file
+/// put in place of a held socket (its directory removed and made again) is left where
+/// it is when supd lets go.
+#[test]
+fn a_unix_path_that_is_not_supds_socket_is_left_alone() {
+    let mut sb = Sandbox::new();
+    let report = sb.path("runs.jsonl");
+    let srv = sb.file("srv.py", SERVER);
+    let dir = sb.path("d");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let target = sb.path("target.sock");
+    let _other = std::os::unix::net::UnixListener::bind(&target).expect("bind");
+    std::os::unix::fs::symlink(&target, dir.join("link.sock")).expect("link");
+    std::os::unix::fs::symlink(sb.path("nothing"), dir.join("dangling.sock")).expect("link");
+    sb.config(&format!(
+        r#"[service.link]
+command = ["{srv}", "{report}"]
+listen = ["unix:{dir}/link.sock"]
+restart_delay = "1h"
+restart_delay_max = "1h"
+
+[service.dangling]
+command = ["{srv}", "{report}"]
+listen = ["unix:{dir}/dangling.sock"]
+restart_delay = "1h"
+restart_delay_max = "1h"
+
+[service.held]
+command = ["{srv}", "{report}"]
+listen = ["unix:{dir}/held.sock"]
+"#,
+        report = report.display(),
+        dir = dir.display()
+    ));
+    sb.start();
+    for name in ["link", "dangling"] {
+        let st = wait_status(&sb, name, |st| st["state"] == "backoff");
+        assert!(
+            st["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("exists and is not a socket"),
+            "{st}"
+        );
+    }
+    assert!(std::fs::symlink_metadata(dir.join("link.sock")).is_ok());
+    assert!(std::fs::symlink_metadata(dir.join("dangling.sock")).is_ok());
+    sb.wait_state("held", "running");
+    // The directory goes and comes back with someone else's file at the path.
+    std::fs::remove_dir_all(&dir).expect("rm");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::write(dir.join("held.sock"), "someone else's").expect("write");
+    assert!(sb.supctl(&["stop", "held"]).status.success());
+    sb.wait_state("held", "stopped");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("held.sock")).expect("left"),
+        "someone else's"
+    );
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// A run that throws everything at its notify socket: fds of every kind (some hung up
+/// already), names a `LISTEN_FDNAMES` cannot carry, `FDSTORE=1` without fds, fds
+/// without `FDSTORE=1`, removals of unknown names, a message of 253 fds, more fds than
+/// `fd_store`, and thousands of messages. supd keeps within `fd_store`, stays
+/// responsive, never panics, and holds no more fds after each stop than after the
+/// first (nothing leaks).
+#[test]
+fn a_flood_of_store_messages_leaks_nothing_and_keeps_supd_responsive() {
+    let mut sb = Sandbox::new();
+    let (cmd, report) = service(
+        &sb,
+        "flood",
+        r#"
+import select
+kinds = []
+r, w = os.pipe(); kinds.append(("pipe_r", r)); os.close(w)
+r, w = os.pipe(); kinds.append(("pipe_w", w)); os.close(r)
+kinds.append(("eventfd", os.eventfd(0)))
+kinds.append(("memfd", os.memfd_create("m")))
+kinds.append(("dir", os.open("/", os.O_RDONLY | os.O_DIRECTORY)))
+kinds.append(("null", os.open("/dev/null", os.O_RDWR)))
+kinds.append(("opath", os.open("/", os.O_PATH)))
+a, b = socket.socketpair(); kinds.append(("pair_closed", a.detach())); b.close()
+a, keep = socket.socketpair(); kinds.append(("pair", a.detach()))
+kinds.append(("unconnected", socket.socket().detach()))
+kinds.append(("epoll", select.epoll().fileno()))
+for name, fd in kinds:
+    tell("FDSTORE=1\nFDNAME=" + name, [fd])
+r, w = os.pipe()
+for bad in ["a:b", "x" * 300, "", "sp ace", "tab\there"]:
+    tell("FDSTORE=1\nFDNAME=" + bad, [r])
+tell("FDSTORE=1")
+tell("FDSTORE=1\nFDNAME=nofds")
+tell("READY=1", [r, w])
+tell("STATUS=fds", [r] * 10)
+tell("FDSTOREREMOVE=1\nFDNAME=unknown")
+tell("FDSTOREREMOVE=1")
+tell("FDSTORE=1\nFDSTOREREMOVE=1\nFDNAME=both", [r])
+tell("FDSTORE=1\nFDNAME=big", [r] * 253)
+tell("FDSTORE=1\nFDNAME=over", [r] * 100)
+tell("FDSTOREREMOVE=1\nFDNAME=big")
+for i in range(4000):
+    tell("FDSTORE=1\nFDNAME=f%d" % (i % 7), [r, w])
+    if i % 3 == 0:
+        tell("FDSTOREREMOVE=1\nFDNAME=f%d" % ((i + 3) % 7))
+note(step="done")
+while True:
+    signal.pause()
+"#,
+    );
+    sb.config(&format!(
+        "[service.flood]\ncommand = {cmd}\nfd_store = 300\nautostart = false\n"
+    ));
+    sb.start();
+    let supd = sb.supd_pid();
+    let mut after_stop = Vec::new();
+    for round in 1..=2 {
+        assert!(sb.supctl(&["start", "flood"]).status.success());
+        // Asked while the flood goes on.
+        for _ in 0..3 {
+            answers_quickly(&sb, "flood");
+        }
+        wait_report(&sb, &report, |r| {
+            r.iter().filter(|l| l["step"] == "done").count() == round
+        });
+        let st = sb.status("flood");
+        let names = stored_names(&st);
+        assert!(names.len() <= 300, "{}", names.len());
+        for gone in ["pipe_r", "pipe_w", "pair_closed", "unconnected", "big", "nofds"] {
+            assert!(!names.iter().any(|n| n == gone), "{gone}: {names:?}");
+        }
+        for kept in ["eventfd", "memfd", "dir", "null", "opath", "pair", "epoll"] {
+            assert!(names.iter().any(|n| n == kept), "{kept}: {names:?}");
+        }
+        assert!(sb.supctl(&["stop", "flood"]).status.success());
+        sb.wait_state("flood", "stopped");
+        assert!(sb.status("flood").get("stored_fds").is_none());
+        after_stop.push(fd_count(supd));
+    }
+    assert_eq!(after_stop[0], after_stop[1], "supd's fds grew from one round to the next");
+    assert!(idle_within(supd, Duration::from_secs(5)), "{}", sb.supd_log());
+    let log = sb.supd_log();
+    assert!(log.contains("FDNAME=\"a:b\" is not a name"), "{log}");
+    assert!(log.contains("carried 2 fds without FDSTORE=1: closed"), "{log}");
+    assert!(log.contains("over fd_store = 300"), "{log}");
+    no_panic(&sb);
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// `reexec` while a run sends `FDSTORE=1` messages (one fd each) until told to stop:
+/// the messages waiting in its notify socket cross each exec with the socket, those
+/// read before are carried in the store: none is lost, none reordered.
+#[test]
+fn a_reexec_in_the_middle_of_a_store_flood_loses_no_fd() {
+    let mut sb = Sandbox::new();
+    let stop = sb.path("stop");
+    let (cmd, report) = service(
+        &sb,
+        "flow",
+        &format!(
+            r#"
+note(step="begin")
+n = 0
+while n < 4000 and not os.path.exists("{stop}"):
+    e = os.eventfd(0)
+    tell("FDSTORE=1\nFDNAME=f%d" % n, [e])
+    os.close(e)
+    n += 1
+    time.sleep(0.001)
+note(step="done", n=n)
+while True:
+    signal.pause()
+"#,
+            stop = stop.display()
+        ),
+    );
+    sb.config(&format!("[service.flow]\ncommand = {cmd}\nfd_store = 4096\n"));
+    sb.start();
+    wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "begin"));
+    for _ in 0..3 {
+        sb.reexec();
+    }
+    std::fs::write(&stop, "").expect("stop");
+    let r = wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "done"));
+    let n = r.iter().find(|l| l["step"] == "done").expect("done")["n"]
+        .as_u64()
+        .expect("n") as usize;
+    let st = wait_status(&sb, "flow", |st| stored_names(st).len() >= n);
+    let names = stored_names(&st);
+    let want: Vec<String> = (0..n).map(|i| format!("f{i}")).collect();
+    assert_eq!(names, want, "lost or reordered across the reexecs");
+    no_panic(&sb);
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// `reexec` while a start fails on a port in use, one of its two addresses bound: the
+/// bound one is carried, and once the port is free the next start binds the other.
+#[test]
+fn a_reexec_while_a_port_is_in_use_carries_what_was_bound() {
+    let mut sb = Sandbox::new();
+    let report = sb.path("runs.jsonl");
+    let srv = sb.file("srv.py", SERVER);
+    let free = free_port();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let busy = taken.local_addr().expect("addr").port();
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{free}", "tcp:127.0.0.1:{busy}"]
+restart_delay = "200ms"
+restart_delay_max = "200ms"
+"#,
+        report = report.display()
+    ));
+    sb.start();
+    let st = wait_status(&sb, "web", |st| st["state"] == "backoff");
+    assert!(st["reason"].as_str().unwrap_or("").contains("in use"), "{st}");
+    sb.reexec();
+    let st = sb.status("web");
+    assert_eq!(
+        st["listening"],
+        serde_json::json!([format!("tcp:127.0.0.1:{free}")]),
+        "{st}"
+    );
+    // A client of the bound port waits in its backlog until a run comes.
+    let waiting = std::thread::spawn(move || ask(&format!("127.0.0.1:{free}")));
+    drop(taken);
+    let r = wait_report(&sb, &report, |r| !r.is_empty());
+    let pid = r[0]["pid"].to_string();
+    assert_eq!(r[0]["listen_fds"], "2");
+    assert_eq!(waiting.join().expect("client").expect("served"), pid);
+    assert_eq!(ask(&format!("127.0.0.1:{busy}")).expect("busy one"), pid);
+    sb.stop_supd(Signal::SIGTERM);
+}
