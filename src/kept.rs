@@ -215,6 +215,14 @@ impl Kept {
         self.take_stored(|s| s.poll && hung_up(s.fd.as_fd()))
     }
 
+    /// Takes the stored fds past the first `max` out of the store (a reload lowered
+    /// `fd_store`), with their names, to be taken out of the epoll set and closed.
+    #[must_use = "closed unwatched, a stored fd may stay in the epoll set"]
+    pub fn trim(&mut self, max: u32) -> Vec<(String, OwnedFd)> {
+        let past = self.stored.split_off(self.stored.len().min(max as usize));
+        past.into_iter().map(|s| (s.name, s.fd)).collect()
+    }
+
     /// The stored fds for which `out` holds, taken out in order; the others stay.
     fn take_stored(&mut self, out: impl Fn(&Stored) -> bool) -> Vec<(String, OwnedFd)> {
         let (gone, kept) = std::mem::take(&mut self.stored).into_iter().partition(out);

@@ -528,6 +528,22 @@ impl Supervisor {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
+        // No more stored fds than `fd_store` says now (a reload may have lowered it).
+        let past = slot.kept.trim(slot.cfg.fd_store);
+        if !past.is_empty() {
+            log::warn!(
+                "{name}: {} stored fds past fd_store = {} dropped (the first ones stored are kept)",
+                past.len(),
+                slot.cfg.fd_store
+            );
+        }
+        for (_, fd) in &past {
+            self.fdset.forget(fd.as_fd());
+        }
+        drop(past);
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
         // Its `listen` sockets (bound once, held between runs) and stored fds, as 3..
         let passed = match kept::for_run(slot) {
             Ok(p) => p,

@@ -545,7 +545,11 @@ restart_delay_max = "1h"
     let st = wait_status(&sb, "web", |st| st.get("stored_fds").is_none());
     assert_eq!(st["state"], "backoff", "{st}");
     assert_eq!(fd_count(supd), before - 1);
-    assert!(idle_within(supd, Duration::from_secs(5)), "{}", sb.supd_log());
+    assert!(
+        idle_within(supd, Duration::from_secs(5)),
+        "{}",
+        sb.supd_log()
+    );
     assert!(sb
         .supd_log()
         .contains("web: stored fd conn hung up: dropped from its fd store"));
@@ -589,7 +593,10 @@ env = {{ SRV_STORE_N = "2" }}
     assert!(common::wait_exit(first, common::DEADLINE).is_some());
     let r = wait_report(&sb, &report, |r| r.len() >= 2);
     let second = r[1]["pid"].to_string();
-    assert_eq!(r[1]["listen_fds"], "2", "the store went with the killed supd");
+    assert_eq!(
+        r[1]["listen_fds"], "2",
+        "the store went with the killed supd"
+    );
     assert_eq!(ask(&format!("127.0.0.1:{port}")).expect("tcp"), second);
     let mut s = std::os::unix::net::UnixStream::connect(&unix).expect("unix");
     let mut got = String::new();
@@ -731,7 +738,14 @@ while True:
         let st = sb.status("flood");
         let names = stored_names(&st);
         assert!(names.len() <= 300, "{}", names.len());
-        for gone in ["pipe_r", "pipe_w", "pair_closed", "unconnected", "big", "nofds"] {
+        for gone in [
+            "pipe_r",
+            "pipe_w",
+            "pair_closed",
+            "unconnected",
+            "big",
+            "nofds",
+        ] {
             assert!(!names.iter().any(|n| n == gone), "{gone}: {names:?}");
         }
         for kept in ["eventfd", "memfd", "dir", "null", "opath", "pair", "epoll"] {
@@ -742,11 +756,21 @@ while True:
         assert!(sb.status("flood").get("stored_fds").is_none());
         after_stop.push(fd_count(supd));
     }
-    assert_eq!(after_stop[0], after_stop[1], "supd's fds grew from one round to the next");
-    assert!(idle_within(supd, Duration::from_secs(5)), "{}", sb.supd_log());
+    assert_eq!(
+        after_stop[0], after_stop[1],
+        "supd's fds grew from one round to the next"
+    );
+    assert!(
+        idle_within(supd, Duration::from_secs(5)),
+        "{}",
+        sb.supd_log()
+    );
     let log = sb.supd_log();
     assert!(log.contains("FDNAME=\"a:b\" is not a name"), "{log}");
-    assert!(log.contains("carried 2 fds without FDSTORE=1: closed"), "{log}");
+    assert!(
+        log.contains("carried 2 fds without FDSTORE=1: closed"),
+        "{log}"
+    );
     assert!(log.contains("over fd_store = 300"), "{log}");
     no_panic(&sb);
     sb.stop_supd(Signal::SIGTERM);
@@ -779,7 +803,9 @@ while True:
             stop = stop.display()
         ),
     );
-    sb.config(&format!("[service.flow]\ncommand = {cmd}\nfd_store = 4096\n"));
+    sb.config(&format!(
+        "[service.flow]\ncommand = {cmd}\nfd_store = 4096\n"
+    ));
     sb.start();
     wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "begin"));
     for _ in 0..3 {
@@ -819,7 +845,10 @@ restart_delay_max = "200ms"
     ));
     sb.start();
     let st = wait_status(&sb, "web", |st| st["state"] == "backoff");
-    assert!(st["reason"].as_str().unwrap_or("").contains("in use"), "{st}");
+    assert!(
+        st["reason"].as_str().unwrap_or("").contains("in use"),
+        "{st}"
+    );
     sb.reexec();
     let st = sb.status("web");
     assert_eq!(
@@ -835,5 +864,47 @@ restart_delay_max = "200ms"
     assert_eq!(r[0]["listen_fds"], "2");
     assert_eq!(waiting.join().expect("client").expect("served"), pid);
     assert_eq!(ask(&format!("127.0.0.1:{busy}")).expect("busy one"), pid);
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// A reload that lowers `fd_store` below what is stored: the next run gets no more
+/// than the new bound (none at 0). Every stored fd was passed to each run for as long
+/// as the service was up, past the bound the config says, and with `fd_store = 0` (no
+/// notify socket any more) there was no way to drop them; the `ready = "fd:N"` check,
+/// which counts on `fd_store`, let N collide with them.
+#[test]
+fn a_reload_that_lowers_fd_store_drops_what_is_past_it() {
+    let mut sb = Sandbox::new();
+    let report = sb.path("runs.jsonl");
+    let srv = sb.file("srv.py", SERVER);
+    let config = |store: u32, n: u32| {
+        format!(
+            r#"[service.web]
+command = ["{srv}", "{report}"]
+fd_store = {store}
+env = {{ SRV_STORE_N = "{n}" }}
+"#,
+            report = report.display()
+        )
+    };
+    sb.config(&config(4, 3));
+    sb.start();
+    wait_report(&sb, &report, |r| !r.is_empty());
+    wait_status(&sb, "web", |st| stored_names(st).len() == 3);
+    for (store, runs) in [(1, 2), (0, 3)] {
+        sb.config(&config(store, 0));
+        assert!(sb.supctl(&["reload"]).status.success());
+        let r = wait_report(&sb, &report, |r| r.len() == runs);
+        let last = &r[runs - 1];
+        let want = (store > 0).then(|| store.to_string());
+        assert_eq!(
+            last["listen_fds"].as_str().map(str::to_string),
+            want,
+            "fd_store = {store}: {last}\n{}",
+            sb.supd_log()
+        );
+        let st = sb.status("web");
+        assert_eq!(stored_names(&st).len(), store as usize, "{st}");
+    }
     sb.stop_supd(Signal::SIGTERM);
 }

@@ -151,9 +151,16 @@ fn the_store_keeps_names_within_its_bound_and_refuses_a_message_whole() {
     assert_eq!(h.remove("conn").len(), 3);
     assert_eq!(h.shown().1.len(), 1);
     assert_eq!(h.remove("nothing").len(), 0);
+    let (r, _w5) = pipes(2);
+    h.store(r, Some("late"), true, 4).expect("store");
+    // fd_store lowered to 2: the first two stay.
+    let past: Vec<String> = h.trim(2).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(past, ["late"]);
+    assert_eq!(h.for_run("svc").names, ["stored", "late"]);
+    assert!(h.trim(2).is_empty());
     assert_eq!(
         h.release().len(),
-        1,
+        2,
         "the store's fds are handed back to be closed"
     );
     assert_eq!(h.stored_count(), 0);
