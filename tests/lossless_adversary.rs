@@ -908,3 +908,139 @@ env = {{ SRV_STORE_N = "{n}" }}
     }
     sb.stop_supd(Signal::SIGTERM);
 }
+
+/// More fds than one spawner request carries (250): supd forks the run itself, and the
+/// run gets all of them, in the order stored, with the sockets first.
+#[test]
+fn a_run_gets_a_store_larger_than_a_spawner_request_whole() {
+    let mut sb = Sandbox::new();
+    let port = free_port();
+    let (cmd, report) = service(
+        &sb,
+        "big",
+        r#"
+if int(os.environ.get("LISTEN_FDS", "0")) > 1:
+    n = int(os.environ["LISTEN_FDS"])
+    names = os.environ["LISTEN_FDNAMES"].split(":")
+    first = socket.socket(fileno=3)
+    listening = first.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    first.detach()
+    kinds = set(os.readlink("/proc/self/fd/%d" % fd).split(":")[0] for fd in range(4, 3 + n))
+    note(step="next", n=n, first=names[0], last=names[-1], listening=listening, kinds=sorted(kinds))
+    while True:
+        signal.pause()
+fds = [os.eventfd(0) for _ in range(300)]
+for i in range(0, 300, 100):
+    tell("FDSTORE=1\nFDNAME=e%d" % (i // 100), fds[i:i + 100])
+note(step="stored")
+sys.exit(3)
+"#,
+    );
+    sb.config(&format!(
+        "[service.big]\ncommand = {cmd}\nlisten = [\"tcp:127.0.0.1:{port}\"]\nfd_store = 400\nrestart_delay = \"100ms\"\n"
+    ));
+    sb.start();
+    let r = wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "next"));
+    let next = r.iter().find(|l| l["step"] == "next").expect("next");
+    assert_eq!(next["n"], 301, "{next}");
+    assert_eq!(next["first"], "big", "{next}");
+    assert_eq!(next["last"], "e2", "{next}");
+    assert_eq!(next["listening"], 1, "{next}");
+    assert_eq!(next["kinds"], serde_json::json!(["anon_inode"]), "{next}");
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// A run as `user = "nobody"`: supd binds as root (a port below 1024 works), the Unix
+/// socket's file is nobody's, open to all (0666), and each run serves on both.
+#[test]
+fn a_run_as_another_user_gets_its_socket_file_and_a_low_port() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root (a user switch, a port below 1024)");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let low = (900..1000)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port below 1024");
+    let report = sb.path("runs.jsonl");
+    std::fs::write(&report, "").expect("report");
+    common::files::chmod(&report, 0o666);
+    let srv = sb.file("srv.py", SERVER);
+    let unix = sb.path("app.sock");
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{low}", "unix:{unix}"]
+user = "nobody"
+"#,
+        report = report.display(),
+        unix = unix.display()
+    ));
+    sb.start();
+    for round in 1..=2 {
+        let r = wait_report(&sb, &report, |r| r.len() == round);
+        let pid = r[round - 1]["pid"].to_string();
+        assert_eq!(ask(&format!("127.0.0.1:{low}")).expect("low port"), pid);
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(&unix).expect("socket file");
+        assert_eq!((m.uid(), m.mode() & 0o777), (uid_of("nobody"), 0o666));
+        let mut s = std::os::unix::net::UnixStream::connect(&unix).expect("unix");
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut s, &mut got).expect("read");
+        assert_eq!(got.trim(), pid);
+        if round == 1 {
+            assert!(sb.supctl(&["restart", "web"]).status.success());
+        }
+    }
+    assert!(sb.supctl(&["stop", "web"]).status.success());
+    sb.wait_state("web", "stopped");
+    assert!(!unix.exists(), "a stopped service's socket file is left");
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// Reloads while a run holds its sockets: one that changes only the environment keeps
+/// the socket (a client that connects during the restart is served by the next run);
+/// one that moves the address from 127.0.0.1 to ::1 and drops the Unix entry lets go
+/// of both (refused, the file removed) and binds the new one.
+#[test]
+fn reloads_keep_what_they_keep_and_let_go_of_what_they_drop() {
+    let mut sb = Sandbox::new();
+    let report = sb.path("runs.jsonl");
+    let srv = sb.file("srv.py", SERVER);
+    let port = free_port();
+    let unix = sb.path("app.sock");
+    let config = |listen: &str, delay: &str| {
+        format!(
+            r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = [{listen}]
+env = {{ SRV_DELAY = "{delay}" }}
+"#,
+            report = report.display()
+        )
+    };
+    let both = format!("\"tcp:127.0.0.1:{port}\", \"unix:{}\"", unix.display());
+    sb.config(&config(&both, "0"));
+    sb.start();
+    wait_report(&sb, &report, |r| r.len() == 1);
+    // The environment alone changes: a restart, the sockets kept.
+    sb.config(&config(&both, "0.5"));
+    assert!(sb.supctl(&["reload"]).status.success());
+    let got = ask(&format!("127.0.0.1:{port}")).expect("served across the reload");
+    let r = wait_report(&sb, &report, |r| r.len() == 2);
+    assert_eq!(got, r[1]["pid"].to_string());
+    // The address moves to ::1; the Unix entry goes.
+    sb.config(&config(&format!("\"tcp:[::1]:{port}\""), "0"));
+    assert!(sb.supctl(&["reload"]).status.success());
+    let r = wait_report(&sb, &report, |r| r.len() == 3);
+    assert_eq!(r[2]["listen_fds"], "1", "{:?}", r[2]);
+    assert_eq!(ask(&format!("[::1]:{port}")).expect("::1"), r[2]["pid"].to_string());
+    let e = std::net::TcpStream::connect(("127.0.0.1", port)).expect_err("still bound");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+    assert!(!unix.exists(), "the dropped Unix socket's file is left");
+    assert_eq!(
+        sb.status("web")["listening"],
+        serde_json::json!([format!("tcp:[::1]:{port}")])
+    );
+    sb.stop_supd(Signal::SIGTERM);
+}
