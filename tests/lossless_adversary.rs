@@ -1044,3 +1044,48 @@ env = {{ SRV_DELAY = "{delay}" }}
     );
     sb.stop_supd(Signal::SIGTERM);
 }
+
+/// A run that stores its own listening socket (fd 3), and one fd twice in a message
+/// and again in another: each copy is kept under its name and passed; a stop lets go
+/// of all of them, so the port refuses clients.
+#[test]
+fn a_stored_copy_of_the_listening_socket_goes_with_a_stop() {
+    let mut sb = Sandbox::new();
+    let port = free_port();
+    let (cmd, report) = service(
+        &sb,
+        "self",
+        r#"
+if int(os.environ.get("LISTEN_FDS", "0")) > 1:
+    note(step="next")
+    l = socket.socket(fileno=3)
+    while True:
+        c, _ = l.accept()
+        c.sendall(b"%d\n" % os.getpid())
+        c.close()
+e = os.eventfd(0)
+tell("FDSTORE=1\nFDNAME=me", [3])
+tell("FDSTORE=1\nFDNAME=twice", [e, e])
+tell("FDSTORE=1\nFDNAME=twice", [e])
+note(step="stored")
+sys.exit(3)
+"#,
+    );
+    sb.config(&format!(
+        "[service.self]\ncommand = {cmd}\nlisten = [\"tcp:127.0.0.1:{port}\"]\nfd_store = 8\nrestart_delay = \"100ms\"\n"
+    ));
+    sb.start();
+    let r = wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "next"));
+    let next = r.iter().find(|l| l["step"] == "next").expect("next");
+    assert_eq!(next["names"], "self:me:twice:twice:twice", "{next}");
+    assert_eq!(
+        ask(&format!("127.0.0.1:{port}")).expect("served"),
+        next["pid"].to_string()
+    );
+    assert!(sb.supctl(&["stop", "self"]).status.success());
+    sb.wait_state("self", "stopped");
+    let e = std::net::TcpStream::connect(("127.0.0.1", port)).expect_err("a copy kept it open");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+    assert!(idle_within(sb.supd_pid(), Duration::from_secs(5)));
+    sb.stop_supd(Signal::SIGTERM);
+}
