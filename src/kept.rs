@@ -318,12 +318,16 @@ impl Drop for Listener {
     }
 }
 
+/// A held socket as the handoff carries it: its address, its fd, and the (device,
+/// inode) of the Unix socket file supd made.
+type CarriedSocket = (ListenAddr, RawFd, Option<(u64, u64)>);
+
 /// A service's kept part as the handoff carries it.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Carried {
     /// Each socket: its address, fd and (Unix) file.
     #[serde(default)]
-    listen: Vec<(ListenAddr, RawFd, Option<(u64, u64)>)>,
+    listen: Vec<CarriedSocket>,
     /// Each stored fd: its name, fd and whether it is watched.
     #[serde(default)]
     stored: Vec<(String, RawFd, bool)>,

@@ -78,8 +78,10 @@ fn stored_names(st: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// How many fds `pid` has open.
+/// How many fds supd (`pid`) has open once it sleeps: a client that just closed its
+/// connection (a `status` asked a moment ago) wakes it, and it closes its end first.
 fn fd_count(pid: i32) -> usize {
+    common::wait_in_poll(pid);
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("its fds")
         .count()
@@ -1034,7 +1036,10 @@ env = {{ SRV_DELAY = "{delay}" }}
     assert!(sb.supctl(&["reload"]).status.success());
     let r = wait_report(&sb, &report, |r| r.len() == 3);
     assert_eq!(r[2]["listen_fds"], "1", "{:?}", r[2]);
-    assert_eq!(ask(&format!("[::1]:{port}")).expect("::1"), r[2]["pid"].to_string());
+    assert_eq!(
+        ask(&format!("[::1]:{port}")).expect("::1"),
+        r[2]["pid"].to_string()
+    );
     let e = std::net::TcpStream::connect(("127.0.0.1", port)).expect_err("still bound");
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
     assert!(!unix.exists(), "the dropped Unix socket's file is left");

@@ -25,7 +25,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 fn a_kept_entry_keeps_its_socket_and_its_backlog() {
     let (a, b) = (tcp(free_port()), tcp(free_port()));
     let mut h = Kept::default();
-    h.reconcile(&[a.clone()]).expect("bind");
+    h.reconcile(std::slice::from_ref(&a)).expect("bind");
     let fd = h.for_run("web").fds[0].as_raw_fd();
     // A client connects while no run is there: the kernel completes it in the backlog.
     let ListenAddr::Tcp(sa) = &a else {
@@ -50,7 +50,7 @@ fn a_kept_entry_keeps_its_socket_and_its_backlog() {
     assert_eq!(&byte, b"x");
     drop(listener);
     // An entry no longer listed is let go: its port refuses.
-    h.reconcile(&[b.clone()]).expect("keep b");
+    h.reconcile(std::slice::from_ref(&b)).expect("keep b");
     assert_eq!(h.for_run("web").fds.len(), 1);
     assert!(
         std::net::TcpStream::connect(sa).is_err(),
@@ -101,7 +101,7 @@ fn unix_sockets_refuse_what_is_not_theirs_and_replace_a_stale_one() {
     let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
     assert_eq!(mode, 0o666);
     UnixStream::connect(&path).expect("connect");
-    assert_eq!(h.for_run("app").give, [path.clone()]);
+    assert_eq!(h.for_run("app").give, std::slice::from_ref(&path));
     // Let go: its file goes, but only while it is the file supd made.
     assert!(h.release().is_empty(), "nothing was stored");
     assert!(!path.exists(), "the socket file was left");
@@ -209,7 +209,7 @@ fn a_stored_fd_that_hangs_up_is_dropped_unless_it_asked_not_to_be_watched() {
 fn a_reexec_carries_sockets_and_stored_fds_by_number() {
     let a = tcp(free_port());
     let mut h = Kept::default();
-    h.reconcile(&[a.clone()]).expect("bind");
+    h.reconcile(std::slice::from_ref(&a)).expect("bind");
     let (r, _w) = pipes(1);
     h.store(r, Some("conn"), false, 4).expect("store");
     let mut fds = Vec::new();
@@ -221,7 +221,7 @@ fn a_reexec_carries_sockets_and_stored_fds_by_number() {
     let back: Carried = serde_json::from_str(&json).expect("deserialize");
     let (h, lost) = Kept::adopt(back);
     assert!(lost.is_empty(), "{lost:?}");
-    assert!(h.complete(&[a.clone()]));
+    assert!(h.complete(std::slice::from_ref(&a)));
     assert_eq!(h.for_run("web").names, ["web", "conn"]);
     let ListenAddr::Tcp(sa) = &a else {
         unreachable!()
