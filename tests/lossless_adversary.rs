@@ -430,6 +430,14 @@ fn addresses_that_cannot_all_be_bound_are_refused_by_the_config() {
             "write \"tcp:127.0.0.1:8080\"",
         ),
         (
+            "[service.a]\ncommand = [\"/bin/true\"]\nlisten = [\"tcp:127.0.0.1:8080\"]\nready = \"fd:3\"\n",
+            "choose N above them all",
+        ),
+        (
+            "[service.a]\ncommand = [\"/bin/true\"]\nlisten = [\"tcp:127.0.0.1:8080\"]\ninstances = 2\n",
+            "cannot be bound by each of its 2 instances",
+        ),
+        (
             "[service.a]\ncommand = [\"/bin/true\"]\nlisten = [\"unix:/run/x/a.sock\"]\n\
              [service.b]\ncommand = [\"/bin/true\"]\nlisten = [\"unix:/run/x/./a.sock\"]\n",
             "is a's too: one address, one service",
@@ -1092,5 +1100,56 @@ sys.exit(3)
     let e = std::net::TcpStream::connect(("127.0.0.1", port)).expect_err("a copy kept it open");
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
     assert!(idle_within(sb.supd_pid(), Duration::from_secs(5)));
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// An upgrade to a version that crashes at once, rolled back after its crash loop:
+/// clients that connect all along are all served (by the old version, before and
+/// after); none is refused or cut, though no run accepts for a while.
+#[test]
+fn an_upgrade_rolled_back_refuses_no_client() {
+    use common::agent::*;
+    let mut sb = Sandbox::new();
+    let report = sb.path("runs.jsonl");
+    let srv = sb.file("srv.py", SERVER);
+    let port = free_port();
+    agent_config(
+        &sb,
+        &format!("probation = \"1h\"\nlisten = [\"tcp:127.0.0.1:{port}\"]\n"),
+    );
+    place(&sb, "1.0.0", &format!("exec {srv} {}", report.display()));
+    place(&sb, "2.0.0", "exit 3");
+    place_current(&sb, "1.0.0");
+    sb.start();
+    sb.wait_state("agent", "running");
+    wait_report(&sb, &report, |r| r.len() == 1);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut answers = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                answers.push(ask(&format!("127.0.0.1:{port}")).map_err(|e| e.to_string()));
+            }
+            answers
+        })
+    };
+    let mut w = sb.watch();
+    let out = sb.supctl(&["upgrade", "agent", "2.0.0"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let (from, to) = rollback_event(&mut w, &sb);
+    assert_eq!((from.as_str(), to.as_str()), ("2.0.0", "1.0.0"));
+    let r = wait_report(&sb, &report, |r| r.len() == 2);
+    let back = r[1]["pid"].to_string();
+    // A few answers of the version back, then the clients stop.
+    let end = Instant::now() + common::DEADLINE;
+    while ask(&format!("127.0.0.1:{port}")).ok() != Some(back.clone()) {
+        assert!(Instant::now() < end, "the version back does not answer");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answers = clients.join().expect("clients");
+    let failed: Vec<_> = answers.iter().filter(|a| a.is_err()).collect();
+    assert!(failed.is_empty(), "{failed:?} of {} clients", answers.len());
+    assert!(runs(&sb, "2.0.0") >= 1, "2.0.0 never ran");
     sb.stop_supd(Signal::SIGTERM);
 }
