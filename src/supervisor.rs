@@ -559,6 +559,19 @@ impl Supervisor {
         if plan.creds.as_ref().is_some_and(|c| c.user.is_some()) {
             give.extend(passed.give);
         }
+        if !passed.fds.is_empty() {
+            // supd passes the fds, so it says what they are: an `env` or `env_file`
+            // of its own LISTEN_* would come first in the environment and be the one
+            // read (sd_listen_fds(3) then finds no socket, or the wrong ones).
+            let listen_vars = ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"];
+            let before = plan.env.len();
+            plan.env.retain(|(k, _)| !listen_vars.contains(&k.as_str()));
+            if plan.env.len() < before {
+                log::warn!(
+                    "{name}: its env sets LISTEN_FDS, LISTEN_PID or LISTEN_FDNAMES: supd's are given (it passes the fds); remove them from env and env_file"
+                );
+            }
+        }
         plan.env.extend(passed.env);
         let mut own_pid_env = Vec::new();
         if plan.watchdog_pid {

@@ -1153,3 +1153,42 @@ fn an_upgrade_rolled_back_refuses_no_client() {
     assert!(runs(&sb, "2.0.0") >= 1, "2.0.0 never ran");
     sb.stop_supd(Signal::SIGTERM);
 }
+
+/// An `env` that sets LISTEN_FDS, LISTEN_PID and LISTEN_FDNAMES (copied from a systemd
+/// unit, say) for a service supd passes sockets to: the run sees supd's values alone.
+/// Both were in its environment, the config's first, which is the one getenv reads: the
+/// run found no socket (LISTEN_PID was not its pid).
+#[test]
+fn the_listen_variables_a_run_sees_are_supds() {
+    let mut sb = Sandbox::new();
+    let report = sb.path("runs.jsonl");
+    let srv = sb.file("srv.py", SERVER);
+    let port = free_port();
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{port}"]
+env = {{ LISTEN_PID = "1", LISTEN_FDS = "7", LISTEN_FDNAMES = "x" }}
+"#,
+        report = report.display()
+    ));
+    sb.start();
+    let r = wait_report(&sb, &report, |r| !r.is_empty());
+    assert_eq!(r[0]["listen_fds"], "1", "{:?}", r[0]);
+    assert_eq!(r[0]["listen_pid"], r[0]["pid"].to_string(), "{:?}", r[0]);
+    assert_eq!(r[0]["names"], "web", "{:?}", r[0]);
+    let pid = r[0]["pid"].as_i64().expect("pid");
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("environ");
+    let listen: Vec<String> = environ
+        .split(|b| *b == 0)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .filter(|v| v.starts_with("LISTEN_"))
+        .collect();
+    assert_eq!(listen.len(), 3, "{listen:?}");
+    assert_eq!(
+        ask(&format!("127.0.0.1:{port}")).expect("served"),
+        pid.to_string()
+    );
+    assert!(sb.supd_log().contains("its env sets LISTEN_FDS"));
+    sb.stop_supd(Signal::SIGTERM);
+}
