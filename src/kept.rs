@@ -10,7 +10,8 @@
 //! stored fd) and `LISTEN_PID` (set by the child itself). They are held while the
 //! service is wanted up (across restarts, crash loops, upgrades, rollbacks, a reload
 //! that keeps the entry, and `reexec`, which carries them), and let go when it is
-//! stopped or removed.
+//! stopped or removed, or failed or exited for good (unless it is a tool's, which a
+//! rollback may start again).
 //!
 //! The part: a slot's [`Kept`] keeps its sockets and store in private fields; the
 //! coordinator asks it for the fds of a run, hands it what a notify message brought,

@@ -356,13 +356,17 @@ impl Supervisor {
         let actions = slot.svc.step(&slot.cfg, ev, now);
         // Stopped for good (not a restart, which wants it up): its sockets close, so
         // that clients are refused rather than left waiting in a backlog nobody reads.
-        if slot.svc.want == crate::service::Want::Down
+        // So does a service that failed or exited for good though wanted up (no restart
+        // comes but an operator's or a reload's, which bind again), unless it is a
+        // tool's: a rollback may start it again, and must find the sockets held.
+        let down = slot.svc.want == crate::service::Want::Down
             && matches!(
                 slot.svc.state,
                 State::Stopped | State::Failed | State::Exited
-            )
-            && !slot.kept.is_empty()
-        {
+            );
+        let given_up =
+            matches!(slot.svc.state, State::Failed | State::Exited) && slot.cfg.tool.is_none();
+        if (down || given_up) && !slot.kept.is_empty() {
             // Out of the epoll set before they close: a process of the run that is left
             // may hold them too.
             for fd in slot.kept.release() {
