@@ -154,6 +154,19 @@ impl FdSet {
         }
     }
 
+    /// Takes `fd` out of the set before its owner closes it. Needed where another process
+    /// may hold the same file (a stored fd, which the run holds too): epoll watches the
+    /// file, so a registration whose fd is closed first stays in the set until every
+    /// copy is closed, and one that is ready (a hang-up) wakes the loop at every turn.
+    pub fn forget(&mut self, fd: BorrowedFd<'_>) {
+        let raw = fd.as_raw_fd();
+        if let Some(reg) = self.by_fd.remove(&raw) {
+            if crate::sys::file_of_raw(raw) == Some(reg.file) {
+                crate::sys::epoll_delete_raw(&self.epoll, raw);
+            }
+        }
+    }
+
     /// The fds that are ready now (without waiting), as slot ids and kinds.
     pub fn ready(&mut self) -> Vec<(u32, ServiceFd, EpollFlags)> {
         let n = match self.epoll.wait(&mut self.events, EpollTimeout::ZERO) {

@@ -10,7 +10,8 @@
 //! stored fd) and `LISTEN_PID` (set by the child itself). They are held while the
 //! service is wanted up (across restarts, crash loops, upgrades, rollbacks, a reload
 //! that keeps the entry, and `reexec`, which carries them), and let go when it is
-//! stopped or removed.
+//! stopped or removed, or failed or exited for good (unless it is a tool's, which a
+//! rollback may start again).
 //!
 //! The part: a slot's [`Kept`] keeps its sockets and store in private fields; the
 //! coordinator asks it for the fds of a run, hands it what a notify message brought,
@@ -127,6 +128,18 @@ impl Kept {
         }
     }
 
+    /// Whether it holds a socket of `addr`.
+    pub fn holds(&self, addr: &ListenAddr) -> bool {
+        self.listen.iter().any(|l| l.addr == *addr)
+    }
+
+    /// A held socket whose address `addr` cannot be bound beside.
+    pub fn clashing(&self, addr: &ListenAddr) -> Option<&ListenAddr> {
+        (self.listen.iter())
+            .map(|l| &l.addr)
+            .find(|a| crate::config::listen::clashes(a, addr))
+    }
+
     /// Every held socket holds its address (`reconcile` bound them all).
     pub fn complete(&self, want: &[ListenAddr]) -> bool {
         want.len() == self.listen.len() && want.iter().zip(&self.listen).all(|(a, l)| *a == l.addr)
@@ -185,24 +198,37 @@ impl Kept {
         Ok(n)
     }
 
-    /// `FDSTOREREMOVE=1`: drops the stored fds named `name`; how many.
-    pub fn remove(&mut self, name: &str) -> usize {
-        let before = self.stored.len();
-        self.stored.retain(|s| s.name != name);
-        before - self.stored.len()
+    /// `FDSTOREREMOVE=1`: takes the stored fds named `name` out of the store. The caller
+    /// takes a watched one out of its epoll set before it closes it (the set watches the
+    /// file, which a run may still hold: closed first, it stays there for good).
+    #[must_use = "closed unwatched, a stored fd may stay in the epoll set"]
+    pub fn remove(&mut self, name: &str) -> Vec<OwnedFd> {
+        self.take_stored(|s| s.name == name)
+            .into_iter()
+            .map(|(_, fd)| fd)
+            .collect()
     }
 
-    /// Drops the stored fds that hung up or failed (POLLHUP, POLLERR); their names.
-    pub fn drop_hung(&mut self) -> Vec<String> {
-        let mut gone = Vec::new();
-        self.stored.retain(|s| {
-            let hung = s.poll && hung_up(s.fd.as_fd());
-            if hung {
-                gone.push(s.name.clone());
-            }
-            !hung
-        });
-        gone
+    /// Takes the stored fds that hung up or failed (POLLHUP, POLLERR) out of the store,
+    /// with their names (to be taken out of the epoll set, then closed, as `remove`'s).
+    #[must_use = "closed unwatched, a stored fd may stay in the epoll set"]
+    pub fn drop_hung(&mut self) -> Vec<(String, OwnedFd)> {
+        self.take_stored(|s| s.poll && hung_up(s.fd.as_fd()))
+    }
+
+    /// Takes the stored fds past the first `max` out of the store (a reload lowered
+    /// `fd_store`), with their names, to be taken out of the epoll set and closed.
+    #[must_use = "closed unwatched, a stored fd may stay in the epoll set"]
+    pub fn trim(&mut self, max: u32) -> Vec<(String, OwnedFd)> {
+        let past = self.stored.split_off(self.stored.len().min(max as usize));
+        past.into_iter().map(|s| (s.name, s.fd)).collect()
+    }
+
+    /// The stored fds for which `out` holds, taken out in order; the others stay.
+    fn take_stored(&mut self, out: impl Fn(&Stored) -> bool) -> Vec<(String, OwnedFd)> {
+        let (gone, kept) = std::mem::take(&mut self.stored).into_iter().partition(out);
+        self.stored = kept;
+        gone.into_iter().map(|s: Stored| (s.name, s.fd)).collect()
     }
 
     /// The stored fds to watch for a hang-up.
@@ -215,20 +241,18 @@ impl Kept {
         self.stored.len()
     }
 
-    /// The store is emptied (the service was stopped: what it kept was for its next run).
-    pub fn clear_store(&mut self) -> usize {
-        let n = self.stored.len();
-        self.stored.clear();
-        n
-    }
-
     /// Everything is let go (the service is stopped or removed): the sockets close (a
-    /// Unix socket's file is removed) and the store is emptied.
-    pub fn release(&mut self) {
+    /// Unix socket's file is removed) and the store is emptied: its fds are returned, to
+    /// be taken out of the epoll set before they close (as `remove`'s).
+    #[must_use = "closed unwatched, a stored fd may stay in the epoll set"]
+    pub fn release(&mut self) -> Vec<OwnedFd> {
         for l in self.listen.drain(..) {
             log::info!("let go of {}", l.addr);
         }
-        self.stored.clear();
+        self.take_stored(|_| true)
+            .into_iter()
+            .map(|(_, fd)| fd)
+            .collect()
     }
 
     /// Whether it holds nothing.
@@ -275,7 +299,11 @@ impl Kept {
         }
         for (name, fd, poll) in c.stored {
             match crate::sys::adopt_fd(fd) {
-                Ok(fd) => held.stored.push(Stored { name, fd, poll }),
+                Ok(fd) => held.stored.push(Stored {
+                    name,
+                    poll: poll && can_hang_up(fd.as_fd()),
+                    fd,
+                }),
                 Err(e) => lost.push(format!("its stored fd {name} (fd {fd}) was lost: {e}")),
             }
         }
@@ -291,7 +319,8 @@ impl Drop for Listener {
     }
 }
 
-/// A held socket as the handoff carries it: its address, fd and (Unix) file.
+/// A held socket as the handoff carries it: its address, its fd, and the (device,
+/// inode) of the Unix socket file supd made.
 type CarriedSocket = (ListenAddr, RawFd, Option<(u64, u64)>);
 
 /// A service's kept part as the handoff carries it.
@@ -312,17 +341,17 @@ impl Carried {
     }
 }
 
-/// Whether `fd` can ever hang up: not a regular file (a memfd among them), a directory
-/// or a block device, which epoll refuses and which are always ready.
+/// Whether `fd` can be watched for a hang-up: whether epoll takes it. It refuses what is
+/// always ready and never hangs up: a regular file (a memfd among them), a directory, a
+/// device without poll (/dev/null, /dev/zero), an `O_PATH` fd. Asked of a set of its
+/// own, so that the loop's set is only given fds it takes.
 fn can_hang_up(fd: BorrowedFd<'_>) -> bool {
-    use nix::sys::stat::{fstat, SFlag};
-    match fstat(fd) {
-        Ok(st) => {
-            let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-            ![SFlag::S_IFREG, SFlag::S_IFDIR, SFlag::S_IFBLK].contains(&kind)
-        }
-        Err(_) => false,
-    }
+    use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+    Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).is_ok_and(|probe| {
+        probe
+            .add(fd, EpollEvent::new(EpollFlags::empty(), 0))
+            .is_ok()
+    })
 }
 
 /// Whether `fd` reports POLLHUP or POLLERR now (never waits).

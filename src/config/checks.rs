@@ -86,8 +86,9 @@ pub(super) fn check_whole(
             }
         }
     }
-    // Two services (or the instances of one table) cannot bind one address.
-    let mut bound: BTreeMap<&listen::ListenAddr, &str> = BTreeMap::new();
+    // Two services (or the instances of one table) cannot bind one address, nor one
+    // the wildcard of another's port (`listen::clashes`).
+    let mut bound: BTreeMap<listen::ListenAddr, Vec<(&listen::ListenAddr, &str)>> = BTreeMap::new();
     for (name, svc) in &cfg.services {
         let Some(o) = origin.get(name) else {
             continue;
@@ -99,10 +100,21 @@ pub(super) fn check_whole(
                     "'{addr}' cannot be bound by each of its {} instances: run one instance, or give each its own table and address",
                     o.instances
                 ));
-            } else if let Some(other) = bound.insert(addr, name) {
-                problem = Some(format!(
-                    "'{addr}' is {other}'s too: one address, one service"
-                ));
+            } else {
+                let near = bound.entry(listen::clash_key(addr)).or_default();
+                match near.iter().find(|(a, _)| listen::clashes(a, addr)) {
+                    Some((a, other)) if *a == addr => {
+                        problem = Some(format!(
+                            "'{addr}' is {other}'s too: one address, one service"
+                        ))
+                    }
+                    Some((a, other)) => {
+                        problem = Some(format!(
+                            "'{addr}' cannot be bound beside {other}'s '{a}': a wildcard address (0.0.0.0, [::]) takes its port on every address of its family; one address, one service"
+                        ))
+                    }
+                    None => near.push((addr, name)),
+                }
             }
             if problem.is_some() {
                 break;

@@ -56,6 +56,15 @@ pub fn parse(s: &str) -> Result<ListenAddr, String> {
                 "'{s}': port 0 would be a different port at each bind; name one"
             ));
         }
+        if let SocketAddr::V6(v6) = addr {
+            // supd binds IPv6 alone (IPV6_V6ONLY): a mapped IPv4 address cannot be bound.
+            if let Some(v4) = v6.ip().to_ipv4_mapped() {
+                return Err(format!(
+                    "'{s}' is an IPv4 address in IPv6 form: write \"tcp:{v4}:{}\"",
+                    addr.port()
+                ));
+            }
+        }
         return Ok(ListenAddr::Tcp(addr));
     }
     if let Some(path) = s.strip_prefix("unix:") {
@@ -77,6 +86,42 @@ pub fn parse(s: &str) -> Result<ListenAddr, String> {
         return Ok(ListenAddr::Unix(PathBuf::from(path)));
     }
     Err(format!("'{s}': {expected}"))
+}
+
+/// Whether `a` and `b` cannot both be bound: the same address, or TCP addresses of one
+/// port and family where one is the wildcard (`0.0.0.0` takes the port on every IPv4
+/// address, `[::]` on every IPv6 one: supd binds IPv6 alone, so not on IPv4's).
+pub fn clashes(a: &ListenAddr, b: &ListenAddr) -> bool {
+    match (a, b) {
+        (ListenAddr::Tcp(x), ListenAddr::Tcp(y)) => {
+            let same = match (x, y) {
+                (SocketAddr::V6(x), SocketAddr::V6(y)) => {
+                    x.ip() == y.ip() && x.scope_id() == y.scope_id()
+                }
+                _ => x.ip() == y.ip(),
+            };
+            x.port() == y.port()
+                && x.is_ipv4() == y.is_ipv4()
+                && (same || x.ip().is_unspecified() || y.ip().is_unspecified())
+        }
+        _ => a == b,
+    }
+}
+
+/// The addresses among which one that clashes with `a` is found ([`clashes`]): a TCP
+/// address's port and family (as the wildcard of its family), a Unix socket's path.
+pub fn clash_key(a: &ListenAddr) -> ListenAddr {
+    match a {
+        ListenAddr::Tcp(SocketAddr::V4(x)) => ListenAddr::Tcp(SocketAddr::new(
+            std::net::Ipv4Addr::UNSPECIFIED.into(),
+            x.port(),
+        )),
+        ListenAddr::Tcp(SocketAddr::V6(x)) => ListenAddr::Tcp(SocketAddr::new(
+            std::net::Ipv6Addr::UNSPECIFIED.into(),
+            x.port(),
+        )),
+        ListenAddr::Unix(_) => a.clone(),
+    }
 }
 
 /// Reads `fd_store = N`.
@@ -128,6 +173,31 @@ mod tests {
         }
         let long = format!("unix:/{}", "a".repeat(120));
         assert!(parse(&long).unwrap_err().contains("longer than"));
+    }
+
+    #[test]
+    fn a_wildcard_clashes_with_the_addresses_of_its_family_on_its_port() {
+        let a = |s: &str| parse(s).unwrap();
+        for (x, y, clash) in [
+            ("tcp:127.0.0.1:80", "tcp:127.0.0.1:80", true),
+            ("tcp:0.0.0.0:80", "tcp:127.0.0.1:80", true),
+            ("tcp:127.0.0.1:80", "tcp:0.0.0.0:80", true),
+            ("tcp:[::]:80", "tcp:[::1]:80", true),
+            ("tcp:0.0.0.0:80", "tcp:[::]:80", false),
+            ("tcp:0.0.0.0:80", "tcp:[::1]:80", false),
+            ("tcp:127.0.0.1:80", "tcp:127.0.0.2:80", false),
+            ("tcp:0.0.0.0:80", "tcp:0.0.0.0:81", false),
+            ("tcp:[fe80::1%2]:80", "tcp:[fe80::1%3]:80", false),
+            ("unix:/run/a.sock", "unix:/run/a.sock", true),
+            ("unix:/run/a.sock", "unix:/run/b.sock", false),
+        ] {
+            assert_eq!(clashes(&a(x), &a(y)), clash, "{x} {y}");
+            if clash {
+                assert_eq!(clash_key(&a(x)), clash_key(&a(y)), "{x} {y}");
+            }
+        }
+        let e = parse("tcp:[::ffff:127.0.0.1]:80").unwrap_err();
+        assert!(e.contains("write \"tcp:127.0.0.1:80\""), "{e}");
     }
 
     #[test]

@@ -347,10 +347,18 @@ fn read_keys(
                 let mut listen = Vec::new();
                 for item in ctx.array(v, f).unwrap_or(&[]) {
                     if let Some(addr) = ctx.parsed(item, f, super::listen::parse) {
-                        if listen.contains(&addr) {
-                            ctx.err(item.span(), f, format!("'{addr}' is listed twice"));
-                        } else {
-                            listen.push(addr);
+                        match listen.iter().find(|l| super::listen::clashes(l, &addr)) {
+                            Some(l) if *l == addr => {
+                                ctx.err(item.span(), f, format!("'{addr}' is listed twice"))
+                            }
+                            Some(l) => ctx.err(
+                                item.span(),
+                                f,
+                                format!(
+                                    "'{addr}' cannot be bound beside '{l}': a wildcard address (0.0.0.0, [::]) takes its port on every address of its family; list one"
+                                ),
+                            ),
+                            None => listen.push(addr),
                         }
                     }
                 }

@@ -115,19 +115,46 @@ fn bind_unix(addr: &ListenAddr, path: &Path) -> Result<(OwnedFd, Option<(u64, u6
         }
         e => fail("bind", e),
     })?;
-    let made = std::fs::symlink_metadata(path)
-        .map(|m| (m.dev(), m.ino()))
-        .ok();
-    // Anyone may connect, as with systemd's default SocketMode=0666; the file is the
-    // service's user's (its child gives it before it drops root), who may narrow it.
-    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)) {
-        log::warn!("{addr}: cannot set its mode to 0666: {e}");
-    }
+    let made = open_to_all(addr, path);
     if let Err(e) = listen(&fd, Backlog::MAXCONN) {
         let _ = std::fs::remove_file(path);
         return Err(fail("listen", e));
     }
     Ok((fd, made))
+}
+
+/// The socket file just bound at `path`: anyone may connect, as with systemd's default
+/// SocketMode=0666 (the file is the service's user's, its child gives it before it
+/// drops root, who may narrow it); its (device, inode). Reached through an fd of the
+/// file that follows no link: the directory may be another user's, who could have put
+/// a link to a file of root's where the socket was a moment ago.
+fn open_to_all(addr: &ListenAddr, path: &Path) -> Option<(u64, u64)> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::{fstat, Mode, SFlag};
+    let fd = match open(
+        path,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(e) => {
+            log::warn!("{addr}: cannot open its file to set its mode to 0666: {e}");
+            return None;
+        }
+    };
+    let st = fstat(&fd).ok()?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFSOCK {
+        log::warn!(
+            "{addr}: its path no longer names the socket supd bound (replaced at once by something else): left alone"
+        );
+        return None;
+    }
+    // chmod through /proc/self/fd reaches the file the fd is of, whatever the path is now.
+    let own = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    if let Err(e) = std::fs::set_permissions(own, std::fs::Permissions::from_mode(0o666)) {
+        log::warn!("{addr}: cannot set its mode to 0666: {e}");
+    }
+    Some((st.st_dev, st.st_ino))
 }
 
 /// Removes the file of a Unix socket supd bound, if it is still that file.

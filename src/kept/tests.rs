@@ -103,13 +103,13 @@ fn unix_sockets_refuse_what_is_not_theirs_and_replace_a_stale_one() {
     UnixStream::connect(&path).expect("connect");
     assert_eq!(h.for_run("app").give, std::slice::from_ref(&path));
     // Let go: its file goes, but only while it is the file supd made.
-    h.release();
+    assert!(h.release().is_empty(), "nothing was stored");
     assert!(!path.exists(), "the socket file was left");
     h.reconcile(&[ListenAddr::Unix(path.clone())])
         .expect("bind again");
     std::fs::remove_file(&path).expect("rm");
     std::fs::write(&path, "someone else's").expect("write");
-    h.release();
+    let _ = h.release();
     assert!(path.exists(), "another file at the path was removed");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -148,10 +148,22 @@ fn the_store_keeps_names_within_its_bound_and_refuses_a_message_whole() {
     assert_eq!(h.store(r, None, true, 4), Ok(1));
     let run = h.for_run("svc");
     assert_eq!(run.names, ["conn", "conn", "conn", "stored"]);
-    assert_eq!(h.remove("conn"), 3);
+    assert_eq!(h.remove("conn").len(), 3);
     assert_eq!(h.shown().1.len(), 1);
-    assert_eq!(h.remove("nothing"), 0);
-    assert_eq!(h.clear_store(), 1);
+    assert_eq!(h.remove("nothing").len(), 0);
+    let (r, _w5) = pipes(2);
+    h.store(r, Some("late"), true, 4).expect("store");
+    // fd_store lowered to 2: the first two stay.
+    let past: Vec<String> = h.trim(2).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(past, ["late"]);
+    assert_eq!(h.for_run("svc").names, ["stored", "late"]);
+    assert!(h.trim(2).is_empty());
+    assert_eq!(
+        h.release().len(),
+        2,
+        "the store's fds are handed back to be closed"
+    );
+    assert_eq!(h.stored_count(), 0);
 }
 
 #[test]
@@ -163,19 +175,31 @@ fn a_stored_fd_that_hangs_up_is_dropped_unless_it_asked_not_to_be_watched() {
     h.store(vec![a.into()], Some("a"), true, 8).expect("store");
     h.store(vec![b.into()], Some("b"), false, 8).expect("store");
     h.store(vec![c.into()], Some("c"), true, 8).expect("store");
-    // A regular file (a memfd too) never hangs up, and epoll refuses it: not watched.
+    // A regular file (a memfd too) never hangs up, and epoll refuses it: not watched;
+    // nor are devices without poll, nor an O_PATH fd.
     let file = std::fs::File::open("/proc/self/status").expect("open");
     h.store(vec![file.into()], Some("file"), true, 8)
         .expect("store");
+    let null = std::fs::File::open("/dev/null").expect("open");
+    h.store(vec![null.into()], Some("null"), true, 8)
+        .expect("store");
+    let path = nix::fcntl::open(
+        "/",
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .expect("O_PATH");
+    h.store(vec![path], Some("path"), true, 8).expect("store");
     assert_eq!(h.watched().count(), 2);
     assert!(h.drop_hung().is_empty());
     drop(peer_a);
     drop(peer_b);
-    assert_eq!(h.drop_hung(), ["a"]);
+    let hung: Vec<String> = h.drop_hung().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(hung, ["a"]);
     let names: Vec<String> = h.shown().1.into_iter().map(|(n, _)| n).collect();
     assert_eq!(
         names,
-        ["b", "c", "file"],
+        ["b", "c", "file", "null", "path"],
         "FDPOLL=0's fd was dropped, or a live one"
     );
     assert_eq!(h.watched().count(), 1);

@@ -5,7 +5,7 @@
 use super::Supervisor;
 use crate::notify::Message;
 use crate::slots::Slot;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
 /// What a run is given of what is kept: its fds 3.. (dups, for the spawn request), the
@@ -59,7 +59,14 @@ impl Supervisor {
             match msg.get("FDNAME") {
                 Some(n) => {
                     let dropped = slot.kept.remove(n);
-                    log::debug!("{name}: FDSTOREREMOVE: {dropped} stored fds named {n} dropped");
+                    // Out of the epoll set while they are open: the run may hold them.
+                    for fd in &dropped {
+                        self.fdset.forget(fd.as_fd());
+                    }
+                    log::debug!(
+                        "{name}: FDSTOREREMOVE: {} stored fds named {n} dropped",
+                        dropped.len()
+                    );
                 }
                 None => log::warn!(
                     "{name}: FDSTOREREMOVE=1 without FDNAME=: nothing dropped (name the fds to drop)"
@@ -87,12 +94,35 @@ impl Supervisor {
         }
     }
 
+    /// Why a start of `name` could not bind its sockets, saying so when another service
+    /// holds one of them: a reload moved the address, and the other lets go of it at
+    /// its next start (under way: this start is tried again), not "another program".
+    pub(super) fn held_by_another(&self, name: &str, why: String) -> String {
+        let Some(slot) = self.slots.get(name) else {
+            return why;
+        };
+        let missing = (slot.cfg.listen.iter()).filter(|a| !slot.kept.holds(a));
+        for addr in missing {
+            let other = (self.slots.iter())
+                .filter(|(n, _)| *n != name)
+                .find_map(|(n, s)| s.kept.clashing(addr).map(|a| (n, a)));
+            if let Some((other, held)) = other {
+                return format!(
+                    "cannot bind {addr}: {other} still holds {held} (a reload moved it: {other} lets go of it at its next start)"
+                );
+            }
+        }
+        why
+    }
+
     /// A stored fd of `name` reported a hang-up or an error: those that did are dropped.
     pub(super) fn on_stored_hangup(&mut self, name: &str) {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
-        for n in slot.kept.drop_hung() {
+        for (n, fd) in slot.kept.drop_hung() {
+            // Out of the epoll set before it closes: the run may hold it too.
+            self.fdset.forget(fd.as_fd());
             log::info!("{name}: stored fd {n} hung up: dropped from its fd store");
         }
     }

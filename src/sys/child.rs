@@ -475,8 +475,10 @@ fn child_main(
             envp = with_home.as_ptr();
         }
         if let Some(uid) = ids.uid {
+            // Not following a link: a `listen` socket's directory may be the user's,
+            // who could put a link to a file of root's where the socket was.
             for file in &p.give {
-                libc::chown(file.as_ptr(), uid, ids.gid.unwrap_or(u32::MAX));
+                libc::lchown(file.as_ptr(), uid, ids.gid.unwrap_or(u32::MAX));
             }
         }
         if let Some(gid) = ids.gid {

@@ -115,3 +115,151 @@ pub fn free_port() -> u16 {
         }
     }
 }
+
+/// Helpers of `tests/lossless_adversary.rs`: small python services that store fds,
+/// waits on their reports and on supd's status, and looks at supd from outside (its
+/// fds, whether it sleeps, its log).
+pub mod adversary {
+    use super::runs;
+    use crate::common::{self, Sandbox};
+    use serde_json::Value;
+    use std::path::{Path, PathBuf};
+    use std::time::{Duration, Instant};
+
+    /// The python helpers every test service here starts with: `tell` sends a notify
+    /// message with fds; `note` appends one JSON line to the report (argv[1]).
+    pub const PRELUDE: &str = r#"#!/usr/bin/env python3
+import json, os, signal, socket, sys, time
+notify = os.environ.get("NOTIFY_SOCKET")
+report = sys.argv[1]
+def tell(msg, fds=()):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.connect(notify)
+    socket.send_fds(s, [msg.encode()], list(fds))
+    s.close()
+def note(**kw):
+    kw["pid"] = os.getpid()
+    kw["listen_fds"] = os.environ.get("LISTEN_FDS")
+    kw["names"] = os.environ.get("LISTEN_FDNAMES")
+    with open(report, "a") as f:
+        f.write(json.dumps(kw) + "\n")
+"#;
+
+    /// A test service: [`PRELUDE`] then `body`; returns its command line (with the report).
+    pub fn service(sb: &Sandbox, name: &str, body: &str) -> (String, PathBuf) {
+        let report = sb.path(&format!("{name}.jsonl"));
+        let path = sb.file(&format!("{name}.py"), &format!("{PRELUDE}{body}"));
+        (format!("[\"{path}\", \"{}\"]", report.display()), report)
+    }
+
+    /// Waits until `report` holds a line for which `pred` holds; returns all lines.
+    pub fn wait_report(sb: &Sandbox, report: &Path, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let dir = common::files::watch_dir_of(report);
+        let end = Instant::now() + common::DEADLINE;
+        loop {
+            let r = runs(report);
+            if pred(&r) {
+                return r;
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "report: {r:?}\n{}", sb.supd_log());
+            common::files::next_events(&dir, left);
+        }
+    }
+
+    /// Waits (looking after each turn of supd's loop) until `service`'s status satisfies
+    /// `pred`; returns it.
+    pub fn wait_status(sb: &Sandbox, service: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let end = Instant::now() + common::DEADLINE;
+        loop {
+            let st = sb.status(service);
+            if pred(&st) {
+                return st;
+            }
+            assert!(Instant::now() < end, "status: {st}\n{}", sb.supd_log());
+            common::wait_in_poll(sb.supd_pid());
+        }
+    }
+
+    /// The names of the stored fds `status` shows.
+    pub fn stored_names(st: &Value) -> Vec<String> {
+        st["stored_fds"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| s["name"].as_str().unwrap_or("").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// How many fds supd (`pid`) has open once it sleeps: a client that just closed its
+    /// connection (a `status` asked a moment ago) wakes it, and it closes its end first.
+    pub fn fd_count(pid: i32) -> usize {
+        common::wait_in_poll(pid);
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("its fds")
+            .count()
+    }
+
+    /// Whether `pid` blocks in poll within `limit`: a supd whose loop is woken for ever by
+    /// a ready fd never does. Its state is looked at every millisecond (no event tells that
+    /// a process went to sleep).
+    pub fn idle_within(pid: i32, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        loop {
+            let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+            let nr = call.split_whitespace().next().unwrap_or("");
+            if matches!(
+                (std::env::consts::ARCH, nr),
+                ("x86_64", "7" | "271") | ("aarch64", "73")
+            ) {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1)); // a state, not an event
+        }
+    }
+
+    /// supd's log holds no panic.
+    pub fn no_panic(sb: &Sandbox) {
+        let log = sb.supd_log();
+        assert!(!log.contains("panicked"), "supd panicked:\n{log}");
+    }
+
+    /// `status` answers within a second.
+    pub fn answers_quickly(sb: &Sandbox, service: &str) {
+        let t = Instant::now();
+        sb.status(service);
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "status took {:?}",
+            t.elapsed()
+        );
+    }
+
+    /// The uid of user `name`.
+    pub fn uid_of(name: &str) -> u32 {
+        nix::unistd::User::from_name(name)
+            .expect("user database")
+            .unwrap_or_else(|| panic!("no user {name}"))
+            .uid
+            .as_raw()
+    }
+
+    /// `supd --check` of `services`: its exit code and what it said.
+    pub fn check(sb: &Sandbox, services: &str) -> (Option<i32>, String) {
+        sb.config(services);
+        let out = std::process::Command::new(common::SUPD)
+            .arg("-c")
+            .arg(sb.path("sup.toml"))
+            .arg("--check")
+            .output()
+            .expect("supd --check");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    }
+}
