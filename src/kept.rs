@@ -18,6 +18,7 @@
 //! and carries it whole across `reexec`. It imports no part and not the coordinator.
 
 mod bind;
+pub mod take;
 
 use crate::config::listen::ListenAddr;
 use serde::{Deserialize, Serialize};
@@ -138,6 +139,25 @@ impl Kept {
         (self.listen.iter())
             .map(|l| &l.addr)
             .find(|a| crate::config::listen::clashes(a, addr))
+    }
+
+    /// Sockets taken over from a run a killed supd left (`take.rs`), held as if this
+    /// supd had bound them (a Unix socket's file, if it is still a socket, is its own).
+    pub fn take_over(&mut self, taken: Vec<(ListenAddr, OwnedFd)>) {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        for (addr, fd) in taken {
+            if self.listen.iter().any(|l| l.addr == addr) {
+                continue;
+            }
+            let made = match &addr {
+                ListenAddr::Unix(p) => std::fs::symlink_metadata(p)
+                    .ok()
+                    .filter(|m| m.file_type().is_socket())
+                    .map(|m| (m.dev(), m.ino())),
+                ListenAddr::Tcp(_) => None,
+            };
+            self.listen.push(Listener { addr, fd, made });
+        }
     }
 
     /// Every held socket holds its address (`reconcile` bound them all).

@@ -87,6 +87,9 @@ pub struct Found {
     pub cleanup: Option<crate::leftovers::Cleanup>,
     /// System mode (`--system` or `mode = "system"`).
     pub system: bool,
+    /// The `listen` sockets taken over from runs a killed supd left (`kept/take.rs`).
+    pub taken_sockets:
+        BTreeMap<String, Vec<(crate::config::listen::ListenAddr, std::os::fd::OwnedFd)>>,
 }
 
 /// The whole supervisor.
@@ -269,6 +272,11 @@ impl Supervisor {
         self.cgroups = found.cgroups;
         self.socket_retry = found.socket_retry;
         self.cleanup = found.cleanup;
+        for (name, taken) in found.taken_sockets {
+            if let Some(slot) = self.slots.get_mut(&name) {
+                slot.kept.take_over(taken);
+            }
+        }
         self.state_watch = match crate::statedir::StateWatch::new(&self.cfg.supd.state_dir) {
             Ok(w) => Some(w),
             Err(e) => {

@@ -34,7 +34,7 @@ pub use fds::{
 pub use guard::{board_end, board_file, board_record, spawn_guard, GuardTarget, BOARD_LEN};
 pub use plan::{Account, Io, Rlimit, SpawnSpec, Tuning};
 pub use processes::{
-    client_start, exec, fork_kill_all, fork_worker, ignore_tty_stops, pidfd_open,
+    client_start, exec, fork_kill_all, fork_worker, ignore_tty_stops, pidfd_getfd, pidfd_open,
     pidfd_send_signal, reset_dispositions,
 };
 pub use raw::cstring;

@@ -409,3 +409,47 @@ env = {{ X = "{env}" }}
     );
     sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
 }
+
+/// A supd killed with SIGKILL: the next one copies the sockets out of the run it left
+/// before ending it (pidfd_getfd), so that the address is never closed: the next run
+/// gets the very same sockets, and the Unix socket's file stays.
+#[test]
+fn a_killed_supds_sockets_are_taken_over_from_the_run_it_left() {
+    let mut sb = Sandbox::new();
+    let (srv, report) = server(&sb);
+    let port = free_port();
+    let unix = sb.path("app.sock");
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{port}", "unix:{unix}"]
+"#,
+        report = report.display(),
+        unix = unix.display()
+    ));
+    sb.start();
+    let first = wait_runs(&sb, &report, 1)[0].clone();
+    sb.stop_supd(nix::sys::signal::Signal::SIGKILL);
+    // The run it left serves on.
+    let addr = format!("127.0.0.1:{port}");
+    assert_eq!(ask(&addr).expect("the left run"), first["pid"].to_string());
+    sb.start();
+    let r = wait_runs(&sb, &report, 2);
+    for i in 0..2 {
+        assert_eq!(
+            r[1]["fds"][i]["inode"], first["fds"][i]["inode"],
+            "socket {i}: {r:?}"
+        );
+    }
+    assert!(
+        sb.supd_log().contains("took over tcp:127.0.0.1"),
+        "{}",
+        sb.supd_log()
+    );
+    assert_eq!(ask(&addr).expect("the next run"), r[1]["pid"].to_string());
+    assert!(
+        std::os::unix::net::UnixStream::connect(&unix).is_ok(),
+        "the socket file went"
+    );
+    sb.stop_supd(nix::sys::signal::Signal::SIGTERM);
+}

@@ -273,7 +273,7 @@ fn an_older_supd_refuses_a_newer_handoff() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("reads handoff formats 1 to 7, not 99"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reads handoff formats 1 to 8, not 99"));
     let out = Command::new(SUPD)
         .args([
             "--handshake",

@@ -224,6 +224,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
     let unknown = |s: &str| !cfg.services.contains_key(s);
     let spare = |s: &str| loaded.broken.iter().any(|b| !b.has_copy()) && unknown(s);
     let mut kept = Vec::new();
+    let mut taken_sockets = std::collections::BTreeMap::new();
     let cleanup = if let Some(c) = carried {
         sup::leftovers::Cleanup::resume(&cfg.supd.state_dir, c, sup::time::Mono::now())
     } else if handoff.is_none() {
@@ -234,6 +235,13 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
             .max()
             .unwrap_or(std::time::Duration::from_secs(10));
         kept = sup::leftovers::spared(&cfg.supd.state_dir, &spare);
+        // Before they are ended: the sockets the left runs serve on are copied out of
+        // them, so that no client is refused while they end and the next runs start.
+        let want = (cfg.services.iter())
+            .filter(|(n, s)| !s.listen.is_empty() && !spare(n))
+            .map(|(n, s)| (n.clone(), s.listen.clone()))
+            .collect();
+        taken_sockets = sup::kept::take::from_left_runs(&cfg.supd.state_dir, &want);
         let narrow = cfg.narrow_kill_modes();
         let now = sup::time::Mono::now();
         sup::leftovers::Cleanup::begin(&cfg.supd.state_dir, grace, narrow, now, &spare)
@@ -275,6 +283,7 @@ fn run(args: Args, signals: Signals) -> Result<i32, String> {
         }),
         cleanup,
         system,
+        taken_sockets,
     });
     if system {
         sup::pid1::setup();

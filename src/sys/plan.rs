@@ -505,7 +505,7 @@ impl ChildPlan {
                 .dies_with_supd
                 .then(std::process::id)
                 .map(|p| p as libc::pid_t),
-            nofile: CHILD_NOFILE.get().copied(),
+            nofile: CHILD_NOFILE.get().copied().map(|l| room_for(l, floor)),
             umask: spec.tuning.umask.map(|m| m as libc::mode_t),
             nice: spec.tuning.nice,
             limits: spec
@@ -545,6 +545,19 @@ impl ChildPlan {
             .map(|f| f.as_raw_fd());
         stdio.chain(ready).chain(join).collect()
     }
+}
+
+/// A run's open-files limit (supd's original), raised when the fds it is given (below
+/// `floor`: 0-2, passed sockets and stored fds, the readiness fd) would leave it fewer
+/// than 64 of its own: by their number, up to the hard limit. Else a large fd store could
+/// not even be put in place (`dup2` refuses a number past the soft limit), or the program
+/// could open nothing more.
+fn room_for(mut l: libc::rlimit, floor: RawFd) -> libc::rlimit {
+    let given = floor as libc::rlim_t;
+    if l.rlim_cur != libc::RLIM_INFINITY && given + 64 > l.rlim_cur {
+        l.rlim_cur = l.rlim_cur.saturating_add(given).min(l.rlim_max);
+    }
+    l
 }
 
 /// A configured limit as `setrlimit` takes it.
@@ -708,6 +721,16 @@ mod tests {
             assert_eq!(file_of_raw(fd), *inode);
         }
         drop((r, ready_r));
+        // A run given many fds gets room for them, up to the hard limit.
+        let l = |cur, max| libc::rlimit {
+            rlim_cur: cur,
+            rlim_max: max,
+        };
+        let got = |l: libc::rlimit| (l.rlim_cur, l.rlim_max);
+        assert_eq!(got(room_for(l(1024, 4096), 6)), (1024, 4096));
+        assert_eq!(got(room_for(l(1024, 4096), 1104)), (2128, 4096));
+        assert_eq!(got(room_for(l(1024, 1500), 1104)), (1500, 1500));
+        assert_eq!(got(room_for(l(1024, 4096), 970)), (1994, 4096));
         // A message cut short is refused, not read past its end.
         assert!(plan_from(&msg[..msg.len() / 2], Vec::new()).is_err());
     }

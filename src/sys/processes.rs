@@ -62,6 +62,20 @@ pub(super) fn probe_pidfd() {
 /// A pidfd for `pid`: readable once that process has exited, whoever its parent is.
 /// Fails with ENOSYS, without a system call once the kernel said so, on kernels before
 /// 5.3 (callers then go by pid and start time: `proc::kill_if_same`).
+/// A copy of fd `fd` of the process `pidfd` names (`pidfd_getfd`, Linux 5.6),
+/// close-on-exec. Needs ptrace's permission over it (root has it).
+pub fn pidfd_getfd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: pidfd_getfd takes three integers and returns a new fd or -1; nothing is
+    // borrowed beyond the call (the pidfd is held open across it).
+    let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if got < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
+}
+
 pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     if PIDFD.load(Ordering::Relaxed) == MISSING {
         return Err(io::Error::from_raw_os_error(libc::ENOSYS));

@@ -193,13 +193,15 @@ def note(**kw):
             .unwrap_or_default()
     }
 
-    /// How many fds supd (`pid`) has open once it sleeps: a client that just closed its
-    /// connection (a `status` asked a moment ago) wakes it, and it closes its end first.
-    pub fn fd_count(pid: i32) -> usize {
-        common::wait_in_poll(pid);
+    /// Whether process `pid` holds an fd whose /proc link reads `link` ("pipe:[123]",
+    /// "socket:[456]"): a file told by its identity, not by a count of fds that the
+    /// spawner's sockets, coming and going, would upset.
+    pub fn holds_link(pid: i32, link: &str) -> bool {
         std::fs::read_dir(format!("/proc/{pid}/fd"))
             .expect("its fds")
-            .count()
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .any(|l| l.to_string_lossy() == link)
     }
 
     /// Whether `pid` blocks in poll within `limit`: a supd whose loop is woken for ever by
