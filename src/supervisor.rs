@@ -362,27 +362,9 @@ impl Supervisor {
         };
         let (from, restarts) = (slot.svc.state, slot.svc.restarts_total);
         let actions = slot.svc.step(&slot.cfg, ev, now);
-        // Stopped for good (not a restart, which wants it up): its sockets close, so
-        // that clients are refused rather than left waiting in a backlog nobody reads.
-        // So does a service that failed or exited for good though wanted up (no restart
-        // comes but an operator's or a reload's, which bind again), unless it is a
-        // tool's: a rollback may start it again, and must find the sockets held.
-        let down = slot.svc.want == crate::service::Want::Down
-            && matches!(
-                slot.svc.state,
-                State::Stopped | State::Failed | State::Exited
-            );
-        let given_up =
-            matches!(slot.svc.state, State::Failed | State::Exited) && slot.cfg.tool.is_none();
-        if (down || given_up) && !slot.kept.is_empty() {
-            // Out of the epoll set before they close: a process of the run that is left
-            // may hold them too.
-            for fd in slot.kept.release() {
-                self.fdset.forget(fd.as_fd());
-            }
-        }
         let (instance, tool, to) = (slot.instance.clone(), slot.cfg.tool.clone(), slot.svc.state);
         let restarted = slot.svc.restarts_total.saturating_sub(restarts);
+        self.let_go_when_done(name);
         self.metrics.restarted(u64::from(restarted));
         // The change is told before its consequences (a rollback restarts this service).
         if from != to {
@@ -537,59 +519,20 @@ impl Supervisor {
                 );
             }
         }
-        let Some(slot) = self.slots.get_mut(name) else {
-            return;
-        };
-        // No more stored fds than `fd_store` says now (a reload may have lowered it).
-        let past = slot.kept.trim(slot.cfg.fd_store);
-        if !past.is_empty() {
-            log::warn!(
-                "{name}: {} stored fds past fd_store = {} dropped (the first ones stored are kept)",
-                past.len(),
-                slot.cfg.fd_store
-            );
-        }
-        for (_, fd) in &past {
-            self.fdset.forget(fd.as_fd());
-        }
-        drop(past);
-        let Some(slot) = self.slots.get_mut(name) else {
-            return;
-        };
         // Its `listen` sockets (bound once, held between runs) and stored fds, as 3..
-        let passed = match kept::for_run(slot) {
-            Ok(p) => p,
-            Err(why) => {
-                let why = self.held_by_another(name, why);
-                return self.apply(name, Event::SpawnFailed(why), now);
-            }
+        let mut give = give;
+        let pass = match self.pass_kept(name, &mut plan, &mut give) {
+            Ok(fds) => fds,
+            Err(why) => return self.apply(name, Event::SpawnFailed(why), now),
         };
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
-        let mut give = give;
-        if plan.creds.as_ref().is_some_and(|c| c.user.is_some()) {
-            give.extend(passed.give);
-        }
-        if !passed.fds.is_empty() {
-            // supd passes the fds, so it says what they are: an `env` or `env_file`
-            // of its own LISTEN_* would come first in the environment and be the one
-            // read (sd_listen_fds(3) then finds no socket, or the wrong ones).
-            let listen_vars = ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"];
-            let before = plan.env.len();
-            plan.env.retain(|(k, _)| !listen_vars.contains(&k.as_str()));
-            if plan.env.len() < before {
-                log::warn!(
-                    "{name}: its env sets LISTEN_FDS, LISTEN_PID or LISTEN_FDNAMES: supd's are given (it passes the fds); remove them from env and env_file"
-                );
-            }
-        }
-        plan.env.extend(passed.env);
         let mut own_pid_env = Vec::new();
         if plan.watchdog_pid {
             own_pid_env.push("WATCHDOG_PID".to_string());
         }
-        if !passed.fds.is_empty() {
+        if !pass.is_empty() {
             own_pid_env.push("LISTEN_PID".to_string());
         }
         let (stdout, stderr) = match streams(slot) {
@@ -688,7 +631,7 @@ impl Supervisor {
             give,
             tuning: plan.tuning,
             own_pid_env,
-            pass: passed.fds,
+            pass,
             dies_with_supd: false,
             join,
             born_in,

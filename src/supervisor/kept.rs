@@ -4,6 +4,7 @@
 
 use super::Supervisor;
 use crate::notify::Message;
+use crate::service::{State, Want};
 use crate::slots::Slot;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
@@ -125,5 +126,84 @@ impl Supervisor {
             self.fdset.forget(fd.as_fd());
             log::info!("{name}: stored fd {n} hung up: dropped from its fd store");
         }
+    }
+
+    /// After an event of `name`: stopped for good (not a restart, which wants it up),
+    /// its sockets close, so that clients are refused rather than left waiting in a
+    /// backlog nobody reads. So does a service that failed or exited for good though
+    /// wanted up (no restart comes but an operator's or a reload's, which bind again),
+    /// unless it is a tool's: a rollback may start it again, and must find the sockets
+    /// held.
+    pub(super) fn let_go_when_done(&mut self, name: &str) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        if slot.kept.is_empty() {
+            return;
+        }
+        let state = slot.svc.state;
+        let down = slot.svc.want == Want::Down
+            && matches!(state, State::Stopped | State::Failed | State::Exited);
+        let given_up = matches!(state, State::Failed | State::Exited) && slot.cfg.tool.is_none();
+        if down || given_up {
+            // Out of the epoll set before they close: a process of the run that is left
+            // may hold them too.
+            for fd in slot.kept.release() {
+                self.fdset.forget(fd.as_fd());
+            }
+        }
+    }
+
+    /// Before a start of `name`: what it is given of what is kept (its fds 3.., dups),
+    /// the variables that name them set into `plan`'s environment (any of its own
+    /// `LISTEN_*` removed), and its Unix sockets' files added to `give` when it runs as
+    /// a user. A socket that cannot be bound is the error.
+    pub(super) fn pass_kept(
+        &mut self,
+        name: &str,
+        plan: &mut crate::launch::Launch,
+        give: &mut Vec<PathBuf>,
+    ) -> Result<Vec<OwnedFd>, String> {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Ok(Vec::new());
+        };
+        // No more stored fds than `fd_store` says now (a reload may have lowered it).
+        let past = slot.kept.trim(slot.cfg.fd_store);
+        if !past.is_empty() {
+            log::warn!(
+                "{name}: {} stored fds past fd_store = {} dropped (the first ones stored are kept)",
+                past.len(),
+                slot.cfg.fd_store
+            );
+        }
+        for (_, fd) in &past {
+            self.fdset.forget(fd.as_fd());
+        }
+        drop(past);
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Ok(Vec::new());
+        };
+        let passed = match for_run(slot) {
+            Ok(p) => p,
+            Err(why) => return Err(self.held_by_another(name, why)),
+        };
+        if plan.creds.as_ref().is_some_and(|c| c.user.is_some()) {
+            give.extend(passed.give);
+        }
+        if !passed.fds.is_empty() {
+            // supd passes the fds, so it says what they are: an `env` or `env_file`
+            // of its own LISTEN_* would come first in the environment and be the one
+            // read (sd_listen_fds(3) then finds no socket, or the wrong ones).
+            let listen_vars = ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"];
+            let before = plan.env.len();
+            plan.env.retain(|(k, _)| !listen_vars.contains(&k.as_str()));
+            if plan.env.len() < before {
+                log::warn!(
+                    "{name}: its env sets LISTEN_FDS, LISTEN_PID or LISTEN_FDNAMES: supd's are given (it passes the fds); remove them from env and env_file"
+                );
+            }
+        }
+        plan.env.extend(passed.env);
+        Ok(passed.fds)
     }
 }
