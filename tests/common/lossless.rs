@@ -11,7 +11,7 @@ use std::time::Duration;
 /// environment: `SRV_MODE` "answer" (each connection gets the pid, then closed) or
 /// "store" (a connection's first line is read, then the connection is stored with
 /// `FDSTORE=1`/`FDNAME=conn` and the run exits `SRV_EXIT`); `SRV_DELAY` seconds before it
-/// takes a connection (a slow start); `SRV_STORE_N` stores that many memfds as
+/// takes a connection (a slow start); `SRV_STORE_N` stores that many regular files as
 /// "extra" first.
 pub const SERVER: &str = r#"#!/usr/bin/env python3
 import json, os, select, socket, sys, time
@@ -48,7 +48,9 @@ with open(sys.argv[1], "a") as f:
 time.sleep(float(os.environ.get("SRV_DELAY", "0")))
 extra = int(os.environ.get("SRV_STORE_N", "0"))
 if extra and notify:
-    tell("FDSTORE=1\nFDNAME=extra", [os.memfd_create("extra") for _ in range(extra)])
+    # Regular files (never hung up; no memfd, which Linux 3.10 lacks).
+    tell("FDSTORE=1\nFDNAME=extra",
+         [os.open(sys.argv[1] + ".extra", os.O_RDWR | os.O_CREAT) for _ in range(extra)])
 resumed = [s for s, name, acc in socks if not acc and name == "conn"]
 for c in resumed:
     c.sendall(("world %d\n" % pid).encode())
