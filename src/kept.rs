@@ -49,6 +49,9 @@ struct Stored {
 pub struct Kept {
     listen: Vec<Listener>,
     stored: Vec<Stored>,
+    /// Refusals of each kind not told yet, and when that kind was last told: at most
+    /// once a second, so that a run flooding its notify socket cannot flood supd's log.
+    told: std::collections::BTreeMap<&'static str, (usize, Option<crate::time::Mono>)>,
 }
 
 /// What a run is given: its fds (3.. in this order) and their names.
@@ -68,6 +71,17 @@ pub enum Refused {
     Full { have: usize, sent: usize, max: u32 },
     /// `FDNAME=` is not a name sd_listen_fds(3) can pass.
     BadName(String),
+}
+
+impl Refused {
+    /// Its kind, for telling refusals at most once a second per kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refused::NoStore => "no store",
+            Refused::Full { .. } => "full",
+            Refused::BadName(_) => "bad name",
+        }
+    }
 }
 
 impl std::fmt::Display for Refused {
@@ -158,6 +172,19 @@ impl Kept {
             };
             self.listen.push(Listener { addr, fd, made });
         }
+    }
+
+    /// A refusal of `kind` now: how many of that kind to tell (this one and those not
+    /// told since), when a second has passed since that kind was last told; `None` to
+    /// keep counting.
+    pub fn refused(&mut self, kind: &'static str, now: crate::time::Mono) -> Option<usize> {
+        let (count, told) = self.told.entry(kind).or_default();
+        *count += 1;
+        if told.is_some_and(|t| now.since(t) < std::time::Duration::from_secs(1)) {
+            return None;
+        }
+        *told = Some(now);
+        Some(std::mem::take(count))
     }
 
     /// Every held socket holds its address (`reconcile` bound them all).

@@ -567,3 +567,32 @@ fn tcp_inode(local: u16, peer: u16) -> Option<String> {
             .then(|| f.get(9).map(|s| s.to_string()))?
     })
 }
+
+/// A run that floods its notify socket with refused store messages: each kind of
+/// refusal is told at most once a second, with how many there were, so the flood does
+/// not become a flood of supd's log.
+#[test]
+fn refusals_in_a_flood_are_told_once_a_second_with_their_count() {
+    let mut sb = Sandbox::new();
+    let (cmd, report) = service(
+        &sb,
+        "noisy",
+        r#"
+r, w = os.pipe()
+for i in range(2000):
+    tell("FDSTORE=1\nFDNAME=bad:name", [r])
+note(step="done")
+while True:
+    signal.pause()
+"#,
+    );
+    sb.config(&format!("[service.noisy]\ncommand = {cmd}\nfd_store = 4\n"));
+    sb.start();
+    wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "done"));
+    answers_quickly(&sb, "noisy");
+    let log = sb.supd_log();
+    let told = log.matches("FDSTORE of 1 fds refused").count();
+    assert!((1..20).contains(&told), "{told} refusals told\n{log}");
+    no_panic(&sb);
+    sb.stop_supd(Signal::SIGTERM);
+}

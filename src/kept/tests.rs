@@ -245,3 +245,28 @@ fn names_are_what_listen_fdnames_can_carry() {
         assert!(!valid_name(n), "{n:?}");
     }
 }
+
+#[test]
+fn refusals_are_told_once_a_second_per_kind_with_their_count() {
+    use crate::time::Mono;
+    use std::time::Duration;
+    let mut h = Kept::default();
+    let t0 = Mono::now();
+    assert_eq!(h.refused("full", t0), Some(1));
+    assert_eq!(h.refused("full", t0.plus(Duration::from_millis(10))), None);
+    assert_eq!(h.refused("full", t0.plus(Duration::from_millis(20))), None);
+    // Another kind is told at once.
+    assert_eq!(
+        h.refused("bad name", t0.plus(Duration::from_millis(30))),
+        Some(1)
+    );
+    // A second on: told, with the two kept back.
+    assert_eq!(
+        h.refused("full", t0.plus(Duration::from_millis(1000))),
+        Some(3)
+    );
+    assert_eq!(
+        h.refused("full", t0.plus(Duration::from_millis(1500))),
+        None
+    );
+}

@@ -6,6 +6,7 @@ use super::Supervisor;
 use crate::notify::Message;
 use crate::service::{State, Want};
 use crate::slots::Slot;
+use crate::time::Mono;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
@@ -46,14 +47,18 @@ impl Supervisor {
     /// What an accepted notify message of `name` does to its fd store: `FDSTORE=1`
     /// keeps the fds it carried (within `fd_store`), `FDSTOREREMOVE=1` drops those named
     /// by `FDNAME=`. Fds sent otherwise, or refused, are closed, and the refusal told.
-    pub(super) fn fd_store_message(&mut self, name: &str, msg: &mut Message) {
+    pub(super) fn fd_store_message(&mut self, name: &str, msg: &mut Message, now: Mono) {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
         };
         let fds = std::mem::take(&mut msg.fds);
         if msg.fds_cut {
-            log::warn!(
-                "{name}: a notify message carried more fds than supd takes in one (253): the kernel closed the rest; send fewer at a time"
+            tell(
+                &mut slot.kept,
+                name,
+                now,
+                "cut",
+                "a notify message carried more fds than supd takes in one (253): the kernel closed the rest; send fewer at a time".into(),
             );
         }
         if msg.get("FDSTOREREMOVE") == Some("1") {
@@ -69,8 +74,13 @@ impl Supervisor {
                         dropped.len()
                     );
                 }
-                None => log::warn!(
-                    "{name}: FDSTOREREMOVE=1 without FDNAME=: nothing dropped (name the fds to drop)"
+                None => tell(
+                    &mut slot.kept,
+                    name,
+                    now,
+                    "unnamed",
+                    "FDSTOREREMOVE=1 without FDNAME=: nothing dropped (name the fds to drop)"
+                        .into(),
                 ),
             }
         }
@@ -85,12 +95,24 @@ impl Supervisor {
                     "{name}: FDSTORE: {n} fds stored ({} held)",
                     slot.kept.stored_count()
                 ),
-                Err(why) => log::warn!("{name}: FDSTORE of {n} fds refused, closed: {why}"),
+                Err(why) => tell(
+                    &mut slot.kept,
+                    name,
+                    now,
+                    why.kind(),
+                    format!("FDSTORE of {n} fds refused, closed: {why}"),
+                ),
             }
         } else if !fds.is_empty() {
-            log::warn!(
-                "{name}: a notify message carried {} fds without FDSTORE=1: closed",
-                fds.len()
+            tell(
+                &mut slot.kept,
+                name,
+                now,
+                "unasked",
+                format!(
+                    "a notify message carried {} fds without FDSTORE=1: closed",
+                    fds.len()
+                ),
             );
         }
     }
@@ -205,5 +227,18 @@ impl Supervisor {
         }
         plan.env.extend(passed.env);
         Ok(passed.fds)
+    }
+}
+
+/// Tells a refusal of `kind` of `name`'s notify messages: each kind at most once a
+/// second, with how many there were since.
+fn tell(kept: &mut crate::kept::Kept, name: &str, now: Mono, kind: &'static str, what: String) {
+    if let Some(n) = kept.refused(kind, now) {
+        let more = if n > 1 {
+            format!(" ({} more like it since this was last said)", n - 1)
+        } else {
+            String::new()
+        };
+        log::warn!("{name}: {what}{more}");
     }
 }

@@ -87,7 +87,7 @@ impl Supervisor {
             };
             match place(msg.pid, leader, crate::proc::stat) {
                 Sender::Inside | Sender::Gone => {
-                    self.fd_store_message(name, &mut msg);
+                    self.fd_store_message(name, &mut msg, now);
                     self.notified(name, msg.fields, now)
                 }
                 Sender::Outside => {
