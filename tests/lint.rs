@@ -248,3 +248,25 @@ fn a_dangling_current_is_said_as_a_version_not_installed() {
         "{line}"
     );
 }
+
+// Issue 29: a Unix socket of `listen` in a directory that is not there fails every
+// start; one in the service's own runtime_dir (made before the bind) does not.
+#[test]
+fn a_listen_socket_in_a_missing_directory_is_an_error_of_check() {
+    let sb = Sandbox::new();
+    sb.config(&format!(
+        "[service.web]\ncommand = [\"/bin/sleep\", \"1\"]\n\
+         listen = [\"tcp:127.0.0.1:8080\", \"unix:{dir}/none/web.sock\"]\n\
+         [service.app]\ncommand = [\"/bin/sleep\", \"1\"]\nruntime_dir = \"sup-lint-app\"\n\
+         listen = [\"unix:/run/sup-lint-app/app.sock\"]\n",
+        dir = sb.dir.display()
+    ));
+    let (code, _, err) = check(&sb);
+    assert_eq!(code, Some(1), "{err}");
+    let line = line_at(&err, &at(&sb, "sup.toml", "listen = [\"tcp"));
+    assert!(
+        line.contains("service.web.listen: unix:") && line.contains("does not exist"),
+        "{line}"
+    );
+    assert!(!err.contains("service.app"), "{err}");
+}

@@ -278,6 +278,21 @@ impl Lint {
                 self.say(&table, "cwd", why, false);
             }
         }
+        // A Unix socket of `listen` whose directory is not there fails every start
+        // (supd makes none; a runtime_dir of the service is made before the bind).
+        for (i, addr) in svc.listen.iter().enumerate() {
+            let super::listen::ListenAddr::Unix(path) = addr else {
+                continue;
+            };
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            if !dir.is_dir() && Some(dir) != own_run.as_deref() {
+                let m = format!(
+                    "{addr}: its directory {} does not exist: make it, or listen in the service's runtime_dir",
+                    dir.display()
+                );
+                self.say(&table, &format!("listen[{i}]"), m, false);
+            }
+        }
         let plan = match launch::resolve(&usable, supd, None) {
             Ok(plan) => plan,
             Err(NotLaunched::NoVersion(_)) => {
