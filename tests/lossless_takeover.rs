@@ -1,0 +1,209 @@
+//! Adversary tests of the take-over of a killed supd's `listen` sockets (issue 29):
+//! what the next supd takes out of the runs the killed one left, and what it must not
+//! hold; and of the open-files limit of a run given many fds.
+
+mod common;
+use common::lossless::adversary::{service, wait_status};
+use common::lossless::{free_port, runs, SERVER};
+use common::Sandbox;
+use nix::sys::signal::Signal;
+use std::io::{ErrorKind, Read};
+use std::time::{Duration, Instant};
+
+fn server(sb: &Sandbox) -> (String, std::path::PathBuf) {
+    (sb.file("srv.py", SERVER), sb.path("runs.jsonl"))
+}
+
+/// Waits until `report` holds `n` runs.
+fn wait_runs(sb: &Sandbox, report: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
+    let dir = common::files::watch_dir_of(report);
+    let end = Instant::now() + common::DEADLINE;
+    loop {
+        let r = runs(report);
+        if r.len() >= n {
+            return r;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "{} runs, not {n}\n{}",
+            r.len(),
+            sb.supd_log()
+        );
+        common::files::next_events(&dir, left);
+    }
+}
+
+/// A service wanted down at the next supd's start (`autostart = false`, started by hand
+/// before the kill): the next supd ends the run it left and starts none, so it must not
+/// hold the sockets it took from it: a client is refused, not left in a backlog nobody
+/// reads.
+#[test]
+fn a_service_not_started_again_keeps_no_taken_socket() {
+    let mut sb = Sandbox::new();
+    let (srv, report) = server(&sb);
+    let port = free_port();
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+autostart = false
+listen = ["tcp:127.0.0.1:{port}"]
+"#,
+        report = report.display(),
+    ));
+    sb.start();
+    let out = sb.supctl(&["start", "web"]);
+    assert!(out.status.success(), "{out:?}");
+    let first = wait_runs(&sb, &report, 1)[0].clone();
+    let left = first["pid"].as_i64().expect("pid") as i32;
+    sb.stop_supd(Signal::SIGKILL);
+    sb.start();
+    assert!(
+        common::wait_exit(left, common::DEADLINE).is_some(),
+        "the left run was not ended\n{}",
+        sb.supd_log()
+    );
+    let st = wait_status(&sb, "web", |st| st["state"] == "stopped");
+    let addr = format!("127.0.0.1:{port}");
+    match std::net::TcpStream::connect(&addr) {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}"),
+        Ok(mut c) => {
+            // Accepted into a backlog: nobody ever answers.
+            c.set_read_timeout(Some(Duration::from_secs(1)))
+                .expect("timeout");
+            let mut buf = [0u8; 16];
+            let got = c.read(&mut buf);
+            panic!(
+                "a stopped service's port still takes connections ({got:?}); status {st}\n{}",
+                sb.supd_log()
+            );
+        }
+    }
+    assert_eq!(runs(&report).len(), 1, "web was started again");
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// The socket file of a Unix `listen` socket removed while no supd ran: the socket the
+/// left run holds is reached by no client, so the next supd must bind the address anew
+/// (a file clients find) rather than take the unreachable socket over.
+#[test]
+fn a_unix_socket_whose_file_went_is_bound_anew() {
+    let mut sb = Sandbox::new();
+    let (srv, report) = server(&sb);
+    let unix = sb.path("app.sock");
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["unix:{unix}"]
+"#,
+        report = report.display(),
+        unix = unix.display()
+    ));
+    sb.start();
+    wait_runs(&sb, &report, 1);
+    sb.stop_supd(Signal::SIGKILL);
+    std::fs::remove_file(&unix).expect("remove the socket file");
+    sb.start();
+    let r = wait_runs(&sb, &report, 2);
+    let mut c = std::os::unix::net::UnixStream::connect(&unix).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (the next run: {})\n{}",
+            unix.display(),
+            r[1],
+            sb.supd_log()
+        )
+    });
+    c.set_read_timeout(Some(common::DEADLINE)).expect("timeout");
+    let mut got = String::new();
+    c.read_to_string(&mut got).expect("read");
+    assert_eq!(got.trim(), r[1]["pid"].to_string());
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// A configured open-files limit too low for the fds a run is given (`limits.nofile`
+/// below its stored fds): the start fails at once, saying so, rather than hanging or
+/// failing with a bare "Bad file descriptor".
+#[test]
+fn a_nofile_limit_below_the_passed_fds_fails_the_start_clearly() {
+    let mut sb = Sandbox::new();
+    let port = free_port();
+    // The first run (given its socket alone) stores 30 memfds, 5 at a time: it never
+    // holds more than its limit allows.
+    let (cmd, report) = service(
+        &sb,
+        "web",
+        r#"
+note(started=True)
+if os.environ.get("LISTEN_FDS") == "1":
+    for _ in range(6):
+        fds = [os.memfd_create("x") for _ in range(5)]
+        tell("FDSTORE=1\nFDNAME=extra", fds)
+        for f in fds:
+            os.close(f)
+time.sleep(3600)
+"#,
+    );
+    sb.config(&format!(
+        r#"[service.web]
+command = {cmd}
+listen = ["tcp:127.0.0.1:{port}"]
+fd_store = 40
+limits = {{ nofile = 20 }}
+"#
+    ));
+    sb.start();
+    wait_runs(&sb, &report, 1);
+    wait_status(&sb, "web", |st| {
+        st["stored_fds"].as_array().is_some_and(|a| a.len() == 30)
+    });
+    let out = sb.supctl(&["restart", "web"]);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let st = wait_status(&sb, "web", |st| {
+        !matches!(
+            st["state"].as_str(),
+            Some("running" | "starting" | "stopping")
+        )
+    });
+    let text = format!("{said} {st}");
+    assert!(
+        text.contains("nofile"),
+        "the error does not name the limit: {text}\n{}",
+        sb.supd_log()
+    );
+    assert_eq!(runs(&report).len(), 1, "a run started past its limit");
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// A normal service's open-files soft limit is the one supd was started with.
+#[test]
+fn a_normal_services_open_files_limit_is_unchanged() {
+    let mut sb = Sandbox::new();
+    let out = sb.path("limit");
+    let script = sb.script(
+        "lim.sh",
+        &format!(
+            "ulimit -n > {o}.tmp; mv {o}.tmp {o}; exec sleep 3600",
+            o = out.display()
+        ),
+    );
+    sb.config(&format!("[service.plain]\ncommand = [\"{script}\"]\n"));
+    sb.start();
+    let dir = common::files::watch_dir_of(&out);
+    let end = Instant::now() + common::DEADLINE;
+    while !out.exists() {
+        let left = end.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "{}", sb.supd_log());
+        common::files::next_events(&dir, left);
+    }
+    let got: String = std::fs::read_to_string(&out).expect("limit");
+    let (soft, _) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .expect("getrlimit");
+    let want = if soft == libc::RLIM_INFINITY {
+        "unlimited".to_string()
+    } else {
+        soft.to_string()
+    };
+    assert_eq!(got.trim(), want);
+    sb.stop_supd(Signal::SIGTERM);
+}
