@@ -207,3 +207,202 @@ fn a_normal_services_open_files_limit_is_unchanged() {
     assert_eq!(got.trim(), want);
     sb.stop_supd(Signal::SIGTERM);
 }
+
+/// The inode of the socket a run got as fd 3 + `i`.
+fn inode(run: &serde_json::Value, i: usize) -> serde_json::Value {
+    run["fds"][i]["inode"].clone()
+}
+
+/// The left run frozen (SIGSTOP) when the next supd starts: its socket is taken all
+/// the same, the run is ended past its stop timeout, and a client that connected while
+/// no supd ran is answered by the next run on the very same socket.
+#[test]
+fn a_frozen_left_runs_socket_is_taken_and_its_backlog_served() {
+    let mut sb = Sandbox::new();
+    let (srv, report) = server(&sb);
+    let port = free_port();
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{port}"]
+stop_timeout = "1s"
+"#,
+        report = report.display(),
+    ));
+    sb.start();
+    let first = wait_runs(&sb, &report, 1)[0].clone();
+    let left = first["pid"].as_i64().expect("pid") as i32;
+    sb.stop_supd(Signal::SIGKILL);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(left), Signal::SIGSTOP).expect("stop");
+    // Waits in the frozen run's backlog.
+    let mut waiting = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).expect("connect");
+    waiting
+        .set_read_timeout(Some(common::DEADLINE))
+        .expect("timeout");
+    sb.start();
+    let r = wait_runs(&sb, &report, 2);
+    assert_eq!(inode(&r[1], 0), inode(&first, 0), "{r:?}");
+    let mut got = String::new();
+    waiting.read_to_string(&mut got).expect("answered");
+    assert_eq!(got.trim(), r[1]["pid"].to_string());
+    assert!(
+        common::wait_exit(left, common::DEADLINE).is_some(),
+        "the frozen run lives"
+    );
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// The left run forked a worker that serves the socket, and its main process closed its
+/// own copy: nothing is taken; the next run binds the address once the worker is ended
+/// with its run, and serves (no hang, no lasting "address in use").
+#[test]
+fn a_socket_only_a_worker_holds_is_bound_anew_after_it_is_ended() {
+    let mut sb = Sandbox::new();
+    let port = free_port();
+    let (cmd, report) = service(
+        &sb,
+        "web",
+        r#"
+first = not os.path.exists(report)
+note(inode=os.fstat(3).st_ino, first=first)
+s = socket.socket(fileno=3)
+if first:
+    if os.fork() == 0:
+        while True:
+            c, _ = s.accept()
+            c.sendall(b"worker\n")
+            c.close()
+    s.close()
+    time.sleep(3600)
+while True:
+    c, _ = s.accept()
+    c.sendall(("%d\n" % os.getpid()).encode())
+    c.close()
+"#,
+    );
+    sb.config(&format!(
+        r#"[service.web]
+command = {cmd}
+listen = ["tcp:127.0.0.1:{port}"]
+stop_timeout = "2s"
+"#
+    ));
+    sb.start();
+    let first = wait_runs(&sb, &report, 1)[0].clone();
+    let addr = format!("127.0.0.1:{port}");
+    assert_eq!(common::lossless::ask(&addr).expect("the worker"), "worker");
+    sb.stop_supd(Signal::SIGKILL);
+    sb.start();
+    let r = wait_runs(&sb, &report, 2);
+    assert_ne!(r[1]["inode"], first["inode"], "{r:?}");
+    assert_eq!(
+        common::lossless::ask(&addr).expect("the next run"),
+        r[1]["pid"].to_string()
+    );
+    assert!(!sb.supd_log().contains("took over"), "{}", sb.supd_log());
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// supd killed twice in a row, the second while it still ends the run the first left
+/// (which ignores SIGTERM): the third takes the very same socket from that run, which
+/// is ended at last.
+#[test]
+fn a_supd_killed_during_its_cleanup_leaves_the_socket_to_the_next() {
+    let mut sb = Sandbox::new();
+    let port = free_port();
+    let (cmd, report) = service(
+        &sb,
+        "web",
+        r#"
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+note(inode=os.fstat(3).st_ino)
+s = socket.socket(fileno=3)
+while True:
+    c, _ = s.accept()
+    c.sendall(("%d\n" % os.getpid()).encode())
+    c.close()
+"#,
+    );
+    sb.config(&format!(
+        r#"[service.web]
+command = {cmd}
+listen = ["tcp:127.0.0.1:{port}"]
+stop_timeout = "3s"
+"#
+    ));
+    sb.start();
+    let first = wait_runs(&sb, &report, 1)[0].clone();
+    let left = first["pid"].as_i64().expect("pid") as i32;
+    sb.stop_supd(Signal::SIGKILL);
+    sb.start();
+    sb.stop_supd(Signal::SIGKILL);
+    assert!(common::alive(left), "the left run was ended at once");
+    assert_eq!(
+        runs(&report).len(),
+        1,
+        "a run started before the left one ended"
+    );
+    sb.start();
+    let r = wait_runs(&sb, &report, 2);
+    assert_eq!(r[1]["inode"], first["inode"], "{r:?}\n{}", sb.supd_log());
+    assert!(!common::alive(left), "the left run lives on");
+    let addr = format!("127.0.0.1:{port}");
+    assert_eq!(
+        common::lossless::ask(&addr).expect("the next run"),
+        r[1]["pid"].to_string()
+    );
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// The config's `listen` changed between the kill and the restart ([A, B] then
+/// [B, C]): B is taken, C bound, and A is held by nobody once the left run is ended.
+#[test]
+fn only_the_addresses_still_listed_are_taken() {
+    let mut sb = Sandbox::new();
+    let (srv, report) = server(&sb);
+    let (a, b, c) = (free_port(), free_port(), free_port());
+    let config = |ports: [u16; 2]| {
+        format!(
+            r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{}", "tcp:127.0.0.1:{}"]
+"#,
+            ports[0],
+            ports[1],
+            report = report.display(),
+        )
+    };
+    sb.config(&config([a, b]));
+    sb.start();
+    let first = wait_runs(&sb, &report, 1)[0].clone();
+    let left = first["pid"].as_i64().expect("pid") as i32;
+    sb.stop_supd(Signal::SIGKILL);
+    sb.config(&config([b, c]));
+    sb.start();
+    let r = wait_runs(&sb, &report, 2);
+    assert_eq!(
+        inode(&r[1], 0),
+        inode(&first, 1),
+        "B is not the same: {r:?}"
+    );
+    assert!(r[1]["fds"][1]["addr"]
+        .as_str()
+        .unwrap_or("")
+        .contains(&c.to_string()));
+    assert!(common::wait_exit(left, common::DEADLINE).is_some());
+    let refused = std::net::TcpStream::connect(format!("127.0.0.1:{a}"));
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.kind() == ErrorKind::ConnectionRefused),
+        "A still takes connections: {refused:?}\n{}",
+        sb.supd_log()
+    );
+    for port in [b, c] {
+        assert_eq!(
+            common::lossless::ask(&format!("127.0.0.1:{port}")).expect("served"),
+            r[1]["pid"].to_string()
+        );
+    }
+    sb.stop_supd(Signal::SIGTERM);
+}
