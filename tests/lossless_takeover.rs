@@ -406,3 +406,34 @@ listen = ["tcp:127.0.0.1:{}", "tcp:127.0.0.1:{}"]
     }
     sb.stop_supd(Signal::SIGTERM);
 }
+
+/// A tool's service that crash-looped into `on_crash_loop = "stop"` outside any
+/// probation (its version provisioned, committed): no rollback is coming, so its port
+/// must refuse clients as any failed service's does, not take them into a backlog
+/// nobody reads.
+#[test]
+fn a_tools_service_failed_outside_probation_refuses_clients() {
+    let mut sb = Sandbox::new();
+    let port = free_port();
+    sb.provision_version("1.0.0", "exit 1");
+    sb.config(&format!(
+        r#"[service.agent]
+tool = "agent"
+command = ["bin/agent"]
+listen = ["tcp:127.0.0.1:{port}"]
+restart_delay = "10ms"
+crash_loop = {{ restarts = 2, window = "1m" }}
+on_crash_loop = "stop"
+"#
+    ));
+    sb.start();
+    let st = sb.wait_state("agent", "failed");
+    let got = std::net::TcpStream::connect(("127.0.0.1", port));
+    assert!(
+        got.as_ref()
+            .is_err_and(|e| e.kind() == ErrorKind::ConnectionRefused),
+        "a failed tool service's port takes connections nobody serves: {got:?}; status {st}\n{}",
+        sb.supd_log()
+    );
+    sb.stop_supd(Signal::SIGTERM);
+}
