@@ -437,3 +437,139 @@ on_crash_loop = "stop"
     );
     sb.stop_supd(Signal::SIGTERM);
 }
+
+/// A service removed from the config before the restart: nothing is taken from its
+/// left run, which is ended; its port then refuses clients (not held for ever).
+#[test]
+fn a_removed_services_sockets_are_not_taken() {
+    let mut sb = Sandbox::new();
+    let (srv, report) = server(&sb);
+    let port = free_port();
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{port}"]
+"#,
+        report = report.display(),
+    ));
+    sb.start();
+    let first = wait_runs(&sb, &report, 1)[0].clone();
+    let left = first["pid"].as_i64().expect("pid") as i32;
+    sb.stop_supd(Signal::SIGKILL);
+    sb.config("[service.other]\ncommand = [\"/bin/sleep\", \"3600\"]\n");
+    sb.start();
+    assert!(common::wait_exit(left, common::DEADLINE).is_some());
+    sb.wait_state("other", "running");
+    let got = std::net::TcpStream::connect(("127.0.0.1", port));
+    assert!(
+        got.as_ref()
+            .is_err_and(|e| e.kind() == ErrorKind::ConnectionRefused),
+        "a removed service's port takes connections: {got:?}\n{}",
+        sb.supd_log()
+    );
+    assert!(!sb.supd_log().contains("took over"), "{}", sb.supd_log());
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// The left run's record names another process now (its pid reused: the start time
+/// differs), which listens at the service's address: nothing is taken from that
+/// stranger, nor is it ended; the next run says the address is in use, and binds it
+/// once the stranger is gone. (Only the cgroup-less part is shown: a left run in its
+/// cgroup is ended by the cgroup, whatever its record says.)
+#[test]
+fn nothing_is_taken_from_a_process_the_record_does_not_name() {
+    let mut sb = Sandbox::new();
+    let (srv, report) = server(&sb);
+    let port = free_port();
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{port}"]
+restart_delay = "50ms"
+"#,
+        report = report.display(),
+    ));
+    sb.start();
+    let first = wait_runs(&sb, &report, 1)[0].clone();
+    let left = first["pid"].as_i64().expect("pid") as i32;
+    sb.stop_supd(Signal::SIGKILL);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(left), Signal::SIGKILL).expect("kill");
+    assert!(common::wait_exit(left, common::DEADLINE).is_some());
+    // The stranger: listens at the address, its pid in the record, with a start time
+    // that is not its own.
+    let mut stranger = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import socket, sys, time\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', {port}))\ns.listen()\nprint('ok', flush=True)\ntime.sleep(3600)\n"
+            ),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("stranger");
+    let mut ok = [0u8; 3];
+    stranger
+        .stdout
+        .as_mut()
+        .expect("its stdout")
+        .read_exact(&mut ok)
+        .expect("the stranger listens");
+    let pid = stranger.id() as i32;
+    let start = sup::proc::stat(pid).expect("its stat").start_time;
+    std::fs::write(
+        sb.path("state/pids/web"),
+        format!("{pid} {} group\n", start + 1),
+    )
+    .expect("write record");
+    sb.start();
+    let st = wait_status(&sb, "web", |st| {
+        st["reason"].as_str().is_some_and(|r| r.contains("in use"))
+    });
+    assert!(common::alive(pid), "the stranger was ended: {st}");
+    assert!(!sb.supd_log().contains("took over"), "{}", sb.supd_log());
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+    let r = wait_runs(&sb, &report, 2);
+    assert_ne!(inode(&r[1], 0), inode(&first, 0), "{r:?}");
+    assert_eq!(
+        common::lossless::ask(&format!("127.0.0.1:{port}")).expect("served"),
+        r[1]["pid"].to_string()
+    );
+    sb.stop_supd(Signal::SIGTERM);
+}
+
+/// A `reexec` after a take-over carries the taken socket: the run after it still gets
+/// the very socket the killed supd's run had.
+#[test]
+fn a_reexec_after_a_take_over_carries_the_socket() {
+    let mut sb = Sandbox::new();
+    let (srv, report) = server(&sb);
+    let port = free_port();
+    sb.config(&format!(
+        r#"[service.web]
+command = ["{srv}", "{report}"]
+listen = ["tcp:127.0.0.1:{port}"]
+"#,
+        report = report.display(),
+    ));
+    sb.start();
+    let first = wait_runs(&sb, &report, 1)[0].clone();
+    sb.stop_supd(Signal::SIGKILL);
+    sb.start();
+    wait_runs(&sb, &report, 2);
+    sb.reexec();
+    let out = sb.supctl(&["restart", "web"]);
+    assert!(out.status.success(), "{out:?}");
+    let r = wait_runs(&sb, &report, 3);
+    assert_eq!(
+        inode(&r[2], 0),
+        inode(&first, 0),
+        "{r:?}\n{}",
+        sb.supd_log()
+    );
+    assert_eq!(
+        common::lossless::ask(&format!("127.0.0.1:{port}")).expect("served"),
+        r[2]["pid"].to_string()
+    );
+    sb.stop_supd(Signal::SIGTERM);
+}
