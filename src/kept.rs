@@ -156,7 +156,9 @@ impl Kept {
     }
 
     /// Sockets taken over from a run a killed supd left (`take.rs`), held as if this
-    /// supd had bound them (a Unix socket's file, if it is still a socket, is its own).
+    /// supd had bound them (a Unix socket's file is its own). A Unix socket whose file
+    /// is gone (or is no socket now) is reached by no client: it is not taken, and the
+    /// next start binds the address anew.
     pub fn take_over(&mut self, taken: Vec<(ListenAddr, OwnedFd)>) {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};
         for (addr, fd) in taken {
@@ -164,10 +166,16 @@ impl Kept {
                 continue;
             }
             let made = match &addr {
-                ListenAddr::Unix(p) => std::fs::symlink_metadata(p)
-                    .ok()
-                    .filter(|m| m.file_type().is_socket())
-                    .map(|m| (m.dev(), m.ino())),
+                ListenAddr::Unix(p) => {
+                    let file = std::fs::symlink_metadata(p)
+                        .ok()
+                        .filter(|m| m.file_type().is_socket());
+                    let Some(m) = file else {
+                        log::info!("{addr}: its file is gone: bound anew rather than taken over");
+                        continue;
+                    };
+                    Some((m.dev(), m.ino()))
+                }
                 ListenAddr::Tcp(_) => None,
             };
             self.listen.push(Listener { addr, fd, made });

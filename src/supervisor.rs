@@ -272,9 +272,13 @@ impl Supervisor {
         self.cgroups = found.cgroups;
         self.socket_retry = found.socket_retry;
         self.cleanup = found.cleanup;
+        // Only for a service this supd starts: one wanted down (`autostart = false`,
+        // stopped by an operator, waiting for its lease) would hold them with nobody to
+        // read the backlog; they close with the left run, and a start binds them anew.
         for (name, taken) in found.taken_sockets {
-            if let Some(slot) = self.slots.get_mut(&name) {
-                slot.kept.take_over(taken);
+            match self.slots.get_mut(&name) {
+                Some(slot) if slot.svc.want == Want::Up => slot.kept.take_over(taken),
+                _ => log::info!("{name}: not started: the sockets of the run left are not kept"),
             }
         }
         self.state_watch = match crate::statedir::StateWatch::new(&self.cfg.supd.state_dir) {

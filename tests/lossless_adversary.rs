@@ -71,8 +71,8 @@ while True:
 /// A service that failed for good (`restart = "never"` here; `on_crash_loop = "stop"`
 /// likewise) has no run coming: its port must refuse clients as a stopped service's
 /// does, not take them into a backlog nobody reads (they hung until their own
-/// timeout). A start binds it again. (A tool's service keeps its sockets: a rollback
-/// may start it again.)
+/// timeout). A start binds it again. (A tool's service in probation keeps its
+/// sockets: the rollback starts it again.)
 #[test]
 fn a_service_that_failed_for_good_refuses_clients() {
     let mut sb = Sandbox::new();

@@ -154,8 +154,9 @@ impl Supervisor {
     /// its sockets close, so that clients are refused rather than left waiting in a
     /// backlog nobody reads. So does a service that failed or exited for good though
     /// wanted up (no restart comes but an operator's or a reload's, which bind again),
-    /// unless it is a tool's: a rollback may start it again, and must find the sockets
-    /// held.
+    /// unless it is a tool's in probation: the rollback that follows starts it again,
+    /// and must find the sockets held. (Out of probation no rollback comes on its own:
+    /// a tool's service lets go as any other.)
     pub(super) fn let_go_when_done(&mut self, name: &str) {
         let Some(slot) = self.slots.get_mut(name) else {
             return;
@@ -166,7 +167,10 @@ impl Supervisor {
         let state = slot.svc.state;
         let down = slot.svc.want == Want::Down
             && matches!(state, State::Stopped | State::Failed | State::Exited);
-        let given_up = matches!(state, State::Failed | State::Exited) && slot.cfg.tool.is_none();
+        let in_probation = (slot.cfg.tool.as_ref())
+            .and_then(|t| self.tools.get(t))
+            .is_some_and(|t| t.record.phase == crate::upgrade::Phase::Probation);
+        let given_up = matches!(state, State::Failed | State::Exited) && !in_probation;
         if down || given_up {
             // Out of the epoll set before they close: a process of the run that is left
             // may hold them too.

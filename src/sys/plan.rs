@@ -422,6 +422,8 @@ impl ChildPlan {
         // from 3 up, the readiness fd.
         let floor =
             (spec.ready_fd.map(|(_, n)| n + 1).unwrap_or(3)).max(3 + spec.pass.len() as RawFd);
+        fits_nofile(&spec.tuning.limits, floor, spec.pass.len())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mut argv = vec![cstring(&spec.program)?];
         for a in &spec.args {
             argv.push(cstring(a)?);
@@ -558,6 +560,22 @@ fn room_for(mut l: libc::rlimit, floor: RawFd) -> libc::rlimit {
         l.rlim_cur = l.rlim_cur.saturating_add(given).min(l.rlim_max);
     }
     l
+}
+
+/// Whether a configured `nofile` soft limit leaves room for the fds below `floor` that
+/// the child `dup2`s onto (0-2, the `passed` sockets and stored fds from 3, the
+/// readiness fd): `dup2` refuses a number past it, and the start would fail with a
+/// bare "Bad file descriptor".
+fn fits_nofile(limits: &[Rlimit], floor: RawFd, passed: usize) -> Result<(), String> {
+    let low = (limits.iter())
+        .filter(|l| l.name == "nofile")
+        .find_map(|l| l.soft.filter(|&n| n < floor as u64));
+    match low {
+        Some(n) => Err(format!(
+            "its limits nofile = {n} is below the {floor} fds it is given (0-2, {passed} listen sockets and stored fds, its readiness fd): raise nofile to {floor} and more, or lower fd_store"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// A configured limit as `setrlimit` takes it.
@@ -731,6 +749,16 @@ mod tests {
         assert_eq!(got(room_for(l(1024, 4096), 1104)), (2128, 4096));
         assert_eq!(got(room_for(l(1024, 1500), 1104)), (1500, 1500));
         assert_eq!(got(room_for(l(1024, 4096), 970)), (1994, 4096));
+        // A configured nofile below the fds a run is given is refused, saying so.
+        let nofile = |soft| Rlimit {
+            name: "nofile".into(),
+            soft,
+            hard: None,
+        };
+        assert!(fits_nofile(&[nofile(Some(20))], 34, 30).is_err_and(|e| e.contains("nofile = 20")));
+        assert!(fits_nofile(&[nofile(Some(34))], 34, 30).is_ok());
+        assert!(fits_nofile(&[nofile(None)], 34, 30).is_ok());
+        assert!(fits_nofile(&[], 34, 30).is_ok());
         // A message cut short is refused, not read past its end.
         assert!(plan_from(&msg[..msg.len() / 2], Vec::new()).is_err());
     }
