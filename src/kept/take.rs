@@ -31,7 +31,13 @@ pub fn from_left_runs(
                 names(&taken),
                 rec.pid
             );
-            out.insert(rec.service, taken);
+            // (One record per service; were there two, each address is taken once.)
+            let held: &mut Vec<(ListenAddr, OwnedFd)> = out.entry(rec.service).or_default();
+            for (addr, fd) in taken {
+                if !held.iter().any(|(a, _)| *a == addr) {
+                    held.push((addr, fd));
+                }
+            }
         }
     }
     out
@@ -75,6 +81,8 @@ fn from_process(pid: i32, start_time: u64, addrs: &[ListenAddr]) -> Vec<(ListenA
         }
         let fd = match crate::sys::pidfd_getfd(&pidfd, n) {
             Ok(fd) => fd,
+            // Closed since /proc listed it: the others may still be there.
+            Err(e) if e.raw_os_error() == Some(libc::EBADF) => continue,
             Err(e) => {
                 log::debug!("pid {pid}: its fd {n} cannot be taken over: {e}");
                 // Not allowed, or no pidfd_getfd: the others will not be either.
