@@ -45,7 +45,7 @@ if ! flock -n 9; then
   exit 1
 fi
 echo "pid $$ of $SUP_VERSION since $(date +%s.%N 9>&-)" >"$d/holder.$SUP_SERVICE"
-echo "$SUP_SERVICE $PPID $(readlink /proc/$$/fd/3 9>&-)" >>"$d/sockets"
+echo "$SUP_SERVICE $PPID $(readlink /proc/$$/fd/3 9>&-) $(date +%s%3N 9>&-)" >>"$d/sockets"
 "#;
 
 /// A good version: ready (a newline on fd 4; fd 3 is its `listen` socket), runs until
@@ -237,16 +237,38 @@ impl Node {
     /// same `listen` socket; a running agent's is held (status lists it, and the port
     /// takes a connection into its backlog).
     fn check_socket(&mut self, st: &Value) {
+        // A service let go of its sockets when it went down for good (failed, exited,
+        // or held down for its lease: a node that does not lead refuses its clients):
+        // the next run of that supd is given one bound anew.
+        let let_go: Vec<(String, u64)> = {
+            let (m, _) = &*self.events;
+            let all = m.lock().expect("events");
+            all.iter()
+                .filter(|e| e["event"] == "state")
+                .filter(|e| {
+                    matches!(e["to"].as_str(), Some("failed" | "exited"))
+                        || (e["to"] == "stopped"
+                            && e["reason"].as_str().is_some_and(|r| r.contains("lease")))
+                })
+                .filter_map(|e| Some((e["service"].as_str()?.to_string(), e["time"].as_u64()?)))
+                .collect()
+        };
         let text = fs::read_to_string(self.sb.path("sockets")).unwrap_or_default();
-        let mut seen: BTreeMap<(String, String), String> = BTreeMap::new();
+        let mut seen: BTreeMap<(String, String), (String, u64)> = BTreeMap::new();
         for line in text.lines() {
             let mut it = line.split_whitespace();
-            let (Some(svc), Some(supd), Some(sock)) = (it.next(), it.next(), it.next()) else {
+            let (Some(svc), Some(supd), Some(sock), Some(at)) =
+                (it.next(), it.next(), it.next(), it.next())
+            else {
                 continue;
             };
+            let at: u64 = at.parse().unwrap_or(0);
             let key = (svc.to_string(), supd.to_string());
-            match seen.get(&key) {
-                Some(first) if first != sock => {
+            if let Some((first, since)) = seen.get(&key) {
+                let released = let_go
+                    .iter()
+                    .any(|(n, t)| n == svc && *since <= *t && *t <= at);
+                if first != sock && !released {
                     self.violate(
                         "SOCKET",
                         format!("{svc}: runs of supd {supd} got {first}, then {sock}"),
@@ -254,11 +276,8 @@ impl Node {
                     );
                     return;
                 }
-                Some(_) => {}
-                None => {
-                    seen.insert(key, sock.to_string());
-                }
             }
+            seen.insert(key, (sock.to_string(), at));
         }
         self.count("sockets checked");
         let addr = format!("tcp:127.0.0.1:{}", self.ports.0);
