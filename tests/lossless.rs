@@ -3,35 +3,11 @@
 //! store keeps what it hands supd for its next run.
 
 mod common;
-use common::lossless::{ask, free_port, runs, say, SERVER};
+use common::lossless::{ask, free_port, runs, say, server, wait_runs};
 use common::Sandbox;
 use serde_json::json;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-fn server(sb: &Sandbox) -> (String, std::path::PathBuf) {
-    (sb.file("srv.py", SERVER), sb.path("runs.jsonl"))
-}
-
-/// Waits until `report` holds `n` runs.
-fn wait_runs(sb: &Sandbox, report: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
-    let dir = common::files::watch_dir_of(report);
-    let end = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = runs(report);
-        if r.len() >= n {
-            return r;
-        }
-        let left = end.saturating_duration_since(Instant::now());
-        assert!(
-            !left.is_zero(),
-            "{} runs, not {n}\n{}",
-            r.len(),
-            sb.supd_log()
-        );
-        common::files::next_events(&dir, left);
-    }
-}
 
 #[test]
 fn sockets_are_passed_as_sd_listen_fds_expects() {

@@ -4,35 +4,11 @@
 
 mod common;
 use common::lossless::adversary::{service, wait_status};
-use common::lossless::{free_port, runs, SERVER};
+use common::lossless::{free_port, runs, server, wait_runs};
 use common::Sandbox;
 use nix::sys::signal::Signal;
 use std::io::{ErrorKind, Read};
 use std::time::{Duration, Instant};
-
-fn server(sb: &Sandbox) -> (String, std::path::PathBuf) {
-    (sb.file("srv.py", SERVER), sb.path("runs.jsonl"))
-}
-
-/// Waits until `report` holds `n` runs.
-fn wait_runs(sb: &Sandbox, report: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
-    let dir = common::files::watch_dir_of(report);
-    let end = Instant::now() + common::DEADLINE;
-    loop {
-        let r = runs(report);
-        if r.len() >= n {
-            return r;
-        }
-        let left = end.saturating_duration_since(Instant::now());
-        assert!(
-            !left.is_zero(),
-            "{} runs, not {n}\n{}",
-            r.len(),
-            sb.supd_log()
-        );
-        common::files::next_events(&dir, left);
-    }
-}
 
 /// A service wanted down at the next supd's start (`autostart = false`, started by hand
 /// before the kill): the next supd ends the run it left and starts none, so it must not

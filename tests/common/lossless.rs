@@ -80,6 +80,35 @@ if not listeners:
         time.sleep(3600)
 "#;
 
+/// The test service in `sb` (`srv.py`), and the file it records its runs in.
+pub fn server(sb: &super::Sandbox) -> (String, std::path::PathBuf) {
+    (sb.file("srv.py", SERVER), sb.path("runs.jsonl"))
+}
+
+/// Waits until `report` holds `n` runs (woken by inotify, within the deadline).
+pub fn wait_runs(
+    sb: &super::Sandbox,
+    report: &std::path::Path,
+    n: usize,
+) -> Vec<serde_json::Value> {
+    let dir = super::files::watch_dir_of(report);
+    let end = std::time::Instant::now() + super::DEADLINE;
+    loop {
+        let r = runs(report);
+        if r.len() >= n {
+            return r;
+        }
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        assert!(
+            !left.is_zero(),
+            "{} runs, not {n}\n{}",
+            r.len(),
+            sb.supd_log()
+        );
+        super::files::next_events(&dir, left);
+    }
+}
+
 /// The runs recorded in `report` so far, one JSON value each.
 pub fn runs(report: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(report)
