@@ -51,7 +51,7 @@ pub struct Kept {
     stored: Vec<Stored>,
     /// Refusals of each kind not told yet, and when that kind was last told: at most
     /// once a second, so that a run flooding its notify socket cannot flood supd's log.
-    told: std::collections::BTreeMap<&'static str, (usize, Option<crate::time::Mono>)>,
+    told: std::collections::BTreeMap<&'static str, crate::time::Throttle>,
 }
 
 /// What a run is given: its fds (3.. in this order) and their names.
@@ -186,18 +186,7 @@ impl Kept {
     /// told since), when a second has passed since that kind was last told; `None` to
     /// keep counting.
     pub fn refused(&mut self, kind: &'static str, now: crate::time::Mono) -> Option<usize> {
-        let (count, told) = self.told.entry(kind).or_default();
-        *count += 1;
-        if told.is_some_and(|t| now.since(t) < std::time::Duration::from_secs(1)) {
-            return None;
-        }
-        *told = Some(now);
-        Some(std::mem::take(count))
-    }
-
-    /// Every held socket holds its address (`reconcile` bound them all).
-    pub fn complete(&self, want: &[ListenAddr]) -> bool {
-        want.len() == self.listen.len() && want.iter().zip(&self.listen).all(|(a, l)| *a == l.addr)
+        self.told.entry(kind).or_default().hit(1, now)
     }
 
     /// The fds a run gets, in order, with their names (`service` names the sockets).

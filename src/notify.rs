@@ -153,7 +153,7 @@ pub struct Inbox {
     status_text: Option<String>,
     /// Messages refused and not told yet, and when refusals were last told: at most
     /// once a second, so that a flood cannot flood supd's log in turn.
-    refused: (usize, Option<Mono>),
+    refused: crate::time::Throttle,
 }
 
 impl Inbox {
@@ -214,13 +214,7 @@ impl Inbox {
     /// `n` messages were refused now: how many to tell since the last telling, when a
     /// second has passed since it (then told at `now`); `None` to keep counting.
     pub fn refused(&mut self, n: usize, now: Mono) -> Option<usize> {
-        let (count, told) = &mut self.refused;
-        *count += n;
-        if told.is_some_and(|t| now.since(t) < std::time::Duration::from_secs(1)) {
-            return None;
-        }
-        *told = Some(now);
-        Some(std::mem::take(count))
+        self.refused.hit(n, now)
     }
 
     /// What a `reexec` carries, naming its socket's fd in `fds`.
@@ -248,7 +242,7 @@ impl Inbox {
         let inbox = Inbox {
             socket,
             status_text: c.status_text,
-            refused: (0, None),
+            refused: Default::default(),
         };
         (inbox, lost)
     }

@@ -100,6 +100,30 @@ impl Boot {
     }
 }
 
+/// What is told at most once a second (refusals of a flood, which must not flood supd's
+/// log in turn): how many happened since it was last told, and when that was.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Throttle {
+    count: usize,
+    told: Option<Mono>,
+}
+
+impl Throttle {
+    /// `n` more now: how many to tell (these and those kept back), when a second has
+    /// passed since the last telling (told at `now`); `None` to keep counting.
+    pub fn hit(&mut self, n: usize, now: Mono) -> Option<usize> {
+        self.count += n;
+        if self
+            .told
+            .is_some_and(|t| now.since(t) < Duration::from_secs(1))
+        {
+            return None;
+        }
+        self.told = Some(now);
+        Some(std::mem::take(&mut self.count))
+    }
+}
+
 /// The longest duration supd accepts anywhere (config and protocol): 366 days. Every
 /// deadline is an instant plus a duration; a bound keeps that sum far from overflow, and
 /// nothing supd waits for is meant to take longer than a year.

@@ -133,6 +133,7 @@ pub fn fd_store(n: i64) -> Result<u32, String> {
 }
 
 #[cfg(test)]
+// A test's expects and unwraps are a test's: a failed one fails the test.
 mod tests {
     use super::*;
 

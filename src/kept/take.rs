@@ -127,6 +127,7 @@ fn matches(addr: &ListenAddr, local: &SockaddrStorage) -> bool {
 }
 
 #[cfg(test)]
+// A test's expects and unwraps are a test's: a failed one fails the test.
 mod tests {
     use super::*;
 
