@@ -68,7 +68,7 @@ while True:
     wait_report(&sb, &report, |r| r.iter().any(|l| l["step"] == "hung"));
     wait_status(&sb, "keeper", |st| st.get("stored_fds").is_none());
     assert!(
-        idle_within(supd, Duration::from_secs(5)),
+        common::in_poll_within(supd, Duration::from_secs(5)),
         "supd never went back to sleep: a hang-up of a file it no longer holds wakes it for ever\n{}",
         sb.supd_log()
     );
@@ -248,7 +248,7 @@ restart_delay_max = "1h"
         "supd still holds the dropped socket {inode}"
     );
     assert!(
-        idle_within(supd, Duration::from_secs(5)),
+        common::in_poll_within(supd, Duration::from_secs(5)),
         "{}",
         sb.supd_log()
     );
@@ -365,7 +365,7 @@ while True:
         assert!(held.is_empty(), "round {round}: supd still holds {held:?}");
     }
     assert!(
-        idle_within(supd, Duration::from_secs(5)),
+        common::in_poll_within(supd, Duration::from_secs(5)),
         "{}",
         sb.supd_log()
     );
@@ -552,7 +552,10 @@ sys.exit(3)
     sb.wait_state("self", "stopped");
     let e = std::net::TcpStream::connect(("127.0.0.1", port)).expect_err("a copy kept it open");
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
-    assert!(idle_within(sb.supd_pid(), Duration::from_secs(5)));
+    assert!(common::in_poll_within(
+        sb.supd_pid(),
+        Duration::from_secs(5)
+    ));
     sb.stop_supd(Signal::SIGTERM);
 }
 

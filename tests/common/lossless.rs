@@ -235,27 +235,6 @@ def note(**kw):
             .any(|l| l.to_string_lossy() == link)
     }
 
-    /// Whether `pid` blocks in poll within `limit`: a supd whose loop is woken for ever by
-    /// a ready fd never does. Its state is looked at every millisecond (no event tells that
-    /// a process went to sleep).
-    pub fn idle_within(pid: i32, limit: Duration) -> bool {
-        let end = Instant::now() + limit;
-        loop {
-            let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
-            let nr = call.split_whitespace().next().unwrap_or("");
-            if matches!(
-                (std::env::consts::ARCH, nr),
-                ("x86_64", "7" | "271") | ("aarch64", "73")
-            ) {
-                return true;
-            }
-            if Instant::now() >= end {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1)); // a state, not an event
-        }
-    }
-
     /// supd's log holds no panic.
     pub fn no_panic(sb: &Sandbox) {
         let log = sb.supd_log();

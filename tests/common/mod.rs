@@ -428,19 +428,30 @@ pub fn voluntary_switches(pid: i32) -> u64 {
 /// poll or ppoll), within the deadline. No event tells that a process went to sleep:
 /// the state is looked at every millisecond.
 pub fn wait_in_poll(pid: i32) {
-    let end = Instant::now() + DEADLINE;
+    assert!(
+        in_poll_within(pid, DEADLINE),
+        "{pid} never waited in poll: {}",
+        fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default()
+    );
+}
+
+/// Whether `pid` blocks in poll within `limit`: a supd whose loop is woken for ever by a
+/// ready fd never does.
+pub fn in_poll_within(pid: i32, limit: Duration) -> bool {
+    let end = Instant::now() + limit;
     loop {
         let call = fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
         // x86_64: 7 poll, 271 ppoll; aarch64 has ppoll alone, 73.
         let nr = call.split_whitespace().next().unwrap_or("");
-        let polling = matches!(
+        if matches!(
             (std::env::consts::ARCH, nr),
             ("x86_64", "7" | "271") | ("aarch64", "73")
-        );
-        if polling {
-            return;
+        ) {
+            return true;
         }
-        assert!(Instant::now() < end, "{pid} never waited in poll: {call}");
+        if Instant::now() >= end {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(1)); // a state, not an event: looked at again
     }
 }
