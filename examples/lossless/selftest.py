@@ -20,6 +20,7 @@ when it ends; its files are in a temp dir that it removes.
 """
 
 import os
+import select
 import shutil
 import signal
 import socket
@@ -59,24 +60,41 @@ def check(cond, what):
 
 
 class Run:
-    """One run of serve.py, its stderr in a file."""
+    """One run of serve.py, its output read from a pipe (and kept in a file)."""
 
     def __init__(self, proc, log_path):
         self.proc = proc
         self.log_path = log_path
+        self.buf = ""
+        os.set_blocking(proc.stdout.fileno(), False)
+
+    def _read(self, timeout):
+        """Reads what the run wrote, waiting up to `timeout` for some; False at its end."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            return True
+        data = self.proc.stdout.read()
+        if not data:
+            return False
+        text = data.decode(errors="replace")
+        self.buf += text
+        with open(self.log_path, "a") as f:
+            f.write(text)
+        return True
 
     def log(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
+        """All it wrote so far (what is waiting in the pipe read now)."""
+        while select.select([self.proc.stdout], [], [], 0)[0] and self._read(0):
+            pass
+        return self.buf
 
     def wait_log(self, text):
-        """Waits until the run's log has `text` (polls the file: its writer is another
-        process and it is the test's only window on it)."""
+        """Waits until the run has written `text`, woken by its output, within STEP."""
         end = time.monotonic() + STEP
         while text not in self.log():
-            if self.proc.poll() is not None or time.monotonic() > end:
-                raise Fail(f"serve.py never logged {text!r}; its log:\n{self.log()}")
-            time.sleep(0.01)
+            left = end - time.monotonic()
+            if left <= 0 or not self._read(left) and text not in self.buf:
+                raise Fail(f"serve.py never logged {text!r}; its log:\n{self.buf}")
 
     def wait_exit(self, deadline=STEP):
         try:
@@ -117,9 +135,9 @@ class FakeSupd:
                     sys.executable, SERVE] + args
         else:
             argv = prog + args
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen(argv, env=full_env, pass_fds=pass_fds,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        proc = subprocess.Popen(argv, env=full_env, pass_fds=pass_fds,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
         run = Run(proc, log_path)
         self.runs.append(run)
         return run
