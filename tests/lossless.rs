@@ -3,11 +3,12 @@
 //! store keeps what it hands supd for its next run.
 
 mod common;
+use common::lossless::adversary::wait_status;
 use common::lossless::{ask, free_port, runs, say, server, wait_runs};
 use common::Sandbox;
 use serde_json::json;
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn sockets_are_passed_as_sd_listen_fds_expects() {
@@ -172,11 +173,7 @@ env = {{ SRV_STORE_N = "4" }}
     );
     // Both pipes are stored, shown with their name; greedy's 4 are over fd_store = 3,
     // refused whole, and the log says why.
-    let end = Instant::now() + Duration::from_secs(10);
-    while sb.status("keeper").get("stored_fds").is_none() {
-        assert!(Instant::now() < end, "nothing stored\n{}", sb.supd_log());
-        common::wait_in_poll(sb.supd_pid());
-    }
+    wait_status(&sb, "keeper", |st| st.get("stored_fds").is_some());
     let st = sb.status("keeper");
     let stored = st["stored_fds"].as_array().expect("stored");
     assert_eq!(stored.len(), 2, "{st}");
@@ -272,11 +269,7 @@ env = {{ SRV_STORE_N = "1" }}
     ));
     sb.start();
     let first = wait_runs(&sb, &report, 1)[0]["pid"].to_string();
-    let end = Instant::now() + Duration::from_secs(10);
-    while sb.status("web").get("stored_fds").is_none() {
-        assert!(Instant::now() < end, "nothing stored\n{}", sb.supd_log());
-        common::wait_in_poll(sb.supd_pid());
-    }
+    wait_status(&sb, "web", |st| st.get("stored_fds").is_some());
     sb.reexec();
     let st = sb.status("web");
     assert_eq!(

@@ -201,14 +201,19 @@ def note(**kw):
     /// Waits (looking after each turn of supd's loop) until `service`'s status satisfies
     /// `pred`; returns it.
     pub fn wait_status(sb: &Sandbox, service: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        // supd logs (at debug, as the tests run it) each change to a store: status is
+        // asked again after each line it writes, not in a loop.
+        let log = sb.path("supd.stderr");
+        let watch = common::files::watch_dir_of(&log);
         let end = Instant::now() + common::DEADLINE;
         loop {
             let st = sb.status(service);
             if pred(&st) {
                 return st;
             }
-            assert!(Instant::now() < end, "status: {st}\n{}", sb.supd_log());
-            common::wait_in_poll(sb.supd_pid());
+            let left = end.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "status: {st}\n{}", sb.supd_log());
+            common::files::next_events(&watch, left);
         }
     }
 
