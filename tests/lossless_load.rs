@@ -47,11 +47,44 @@ fn start_wrk(port: u16, fresh: bool) -> Child {
     } else {
         cmd.arg("-c8");
     }
-    cmd.arg(format!("http://127.0.0.1:{port}/"))
+    let mut wrk = cmd
+        .arg(format!("http://127.0.0.1:{port}/"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("wrk (Debian's package wrk; .ci/run installs it)")
+        .expect("wrk (Debian's package wrk; .ci/run installs it)");
+    wait_wrk_running(&mut wrk);
+    wrk
+}
+
+/// Waits until wrk has caught SIGINT. Before that, wrk tries one connection and exits
+/// ("unable to connect") if it is refused, and it ignores SIGINT: a restart begun
+/// earlier could end wrk before its first request, and a SIGINT sent earlier would
+/// be lost. wrk installs its handler after that first connection, so this is the
+/// moment its load has begun. (A state of /proc, not an event: looked at again.)
+fn wait_wrk_running(wrk: &mut Child) {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", wrk.id())).unwrap_or_default();
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .unwrap_or(0);
+        if caught & (1 << (libc::SIGINT - 1)) != 0 {
+            return;
+        }
+        if let Ok(Some(exit)) = wrk.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = wrk.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            panic!("wrk ended before its load began ({exit}): {err}");
+        }
+        assert!(Instant::now() < end, "wrk did not begin within 10 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 fn stop_wrk(wrk: Child) -> Load {
@@ -61,7 +94,12 @@ fn stop_wrk(wrk: Child) -> Load {
     )
     .expect("SIGINT wrk");
     let out = wrk.wait_with_output().expect("wrk's summary");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = format!(
+        "{}{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        out.status
+    );
     let mut load = Load {
         text: text.clone(),
         ..Load::default()
