@@ -557,7 +557,8 @@ mod tests {
 
     #[test]
     fn receives_with_the_sender_pid_on_a_private_socket() {
-        let dir = std::env::temp_dir().join(format!("sup-notify-{}", std::process::id()));
+        let scratch = crate::scratch::Scratch::new("notify");
+        let dir = scratch.join("notify");
         prepare_dir(&dir, true).expect("dir");
         let meta = std::fs::metadata(&dir).expect("dir");
         assert_eq!(meta.permissions().mode() & 0o777, 0o711);
