@@ -385,35 +385,13 @@ pub fn place(pid: i32, leader: i32, stat: impl Fn(i32) -> Option<Stat>) -> Sende
     Sender::Outside
 }
 
-/// One datagram waiting on `fd` (never waits): its sender's pid from SCM_CREDENTIALS
-/// (0 when the kernel did not say) and its length in `buf`. `None` when nothing is
-/// there, or on an error. The notify sockets and the syslog listener read this way.
-pub(crate) fn recv_credited(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<(i32, usize)> {
-    let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
-    let mut iov = [IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(
-        fd.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_DONTWAIT,
-    )
-    .ok()?;
-    let mut pid = 0;
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            if let ControlMessageOwned::ScmCredentials(cred) = c {
-                pid = cred.pid();
-            }
-        }
-    }
-    Some((pid, msg.bytes))
-}
-
 /// The most fds supd takes from one notify message (the kernel's own bound, SCM_MAX_FD).
 const FDS_PER_MESSAGE: usize = 253;
 
-/// As [`recv_credited`], with the fds the datagram carried (close-on-exec, owned here so
-/// that nothing leaks) and whether the kernel had to drop some.
+/// One datagram waiting on `fd` (never waits): its sender's pid from SCM_CREDENTIALS
+/// (0 when the kernel did not say), its length in `buf`, the fds it carried
+/// (close-on-exec, owned here so that nothing leaks) and whether the kernel had to drop
+/// some. `None` when nothing is there, or on an error.
 fn recv_with_fds(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<(i32, usize, Vec<OwnedFd>, bool)> {
     let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials, [RawFd; FDS_PER_MESSAGE]);
     let mut iov = [IoSliceMut::new(buf)];
