@@ -102,7 +102,7 @@ fn logger_from_a_service_lands_in_its_log_an_outsider_s_in_supd_s() {
 /// supd is frozen (SIGSTOP) from before the send until after the reap, so its pid names
 /// nobody when supd reads the message: the cgroup the sender's pidfd names places it.
 /// Again after a `reexec`, whose new image learns the cgroups supd made before it, and
-/// for a service started after that.
+/// for a service started after that. No message leaves its pidfd open in supd.
 #[test]
 fn a_message_whose_sender_is_reaped_before_supd_reads_it_is_placed() {
     let release = nix::sys::utsname::uname().expect("uname");
@@ -160,6 +160,26 @@ fn a_message_whose_sender_is_reaped_before_supd_reads_it_is_placed() {
             .contains("reaped-"),
         "placed in supd's own log too"
     );
+    // Each message's pidfd is closed once read: 150 messages leave supd no more pidfds
+    // than it holds for its runs.
+    let pidfds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", sb.supd_pid()))
+            .expect("supd's fds")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l.to_string_lossy() == "anon_inode:[pidfd]")
+            .count()
+    };
+    let before = pidfds();
+    let s = UnixDatagram::unbound().expect("socket");
+    for i in 0..150 {
+        s.send_to(
+            format!("<14>outsider: message-{i}.").as_bytes(),
+            socket(&sb),
+        )
+        .expect("send");
+    }
+    wait_file(&sb.path("supd.stderr"), |t| t.contains("message-149."));
+    assert_eq!(pidfds(), before, "pidfds left open by the messages read");
 }
 
 #[test]
