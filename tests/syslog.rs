@@ -15,6 +15,7 @@
 mod common;
 use common::files::wait_file;
 use common::*;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
@@ -96,6 +97,28 @@ fn logger_from_a_service_lands_in_its_log_an_outsider_s_in_supd_s() {
     for name in ["talker", "quiet"] {
         assert!(!log_of(&sb, name).contains("hi-from-the-test"));
     }
+
+    // fds a sender attaches to a message are closed, never kept: anyone may send here.
+    let (r, w) = nix::unistd::pipe().expect("pipe");
+    let pipe = std::fs::read_link(format!("/proc/self/fd/{}", r.as_raw_fd())).expect("link");
+    let fds = [r.as_raw_fd(), w.as_raw_fd()];
+    let to = nix::sys::socket::UnixAddr::new(&socket(&sb)).expect("address");
+    let s = UnixDatagram::unbound().expect("socket");
+    nix::sys::socket::sendmsg(
+        s.as_raw_fd(),
+        &[std::io::IoSlice::new(b"<14>outsider: with-fds")],
+        &[nix::sys::socket::ControlMessage::ScmRights(&fds)],
+        nix::sys::socket::MsgFlags::empty(),
+        Some(&to),
+    )
+    .expect("sendmsg");
+    wait_file(&sb.path("supd.stderr"), |t| t.contains("with-fds"));
+    let kept: Vec<_> = std::fs::read_dir(format!("/proc/{}/fd", sb.supd_pid()))
+        .expect("supd's fds")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| *l == pipe)
+        .collect();
+    assert!(kept.is_empty(), "supd kept a sender's fds: {kept:?}");
 }
 
 /// A cron job's logger: it sends, exits and is reaped by the job's shell at once. Here

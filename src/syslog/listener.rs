@@ -7,10 +7,8 @@
 //! moves it, supd's exit).
 
 use nix::sys::socket::{
-    bind, recvmsg, setsockopt, socket, sockopt, AddressFamily, ControlMessageOwned, MsgFlags,
-    SockFlag, SockType, UnixAddr,
+    bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, UnixAddr,
 };
-use std::io::IoSliceMut;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -31,9 +29,6 @@ pub struct Datagram {
     pub cgroup: Option<u64>,
     pub data: Vec<u8>,
 }
-
-/// SCM_PIDFD (`<linux/socket.h>`): the control message of SO_PASSPIDFD.
-const SCM_PIDFD: i32 = 4;
 
 /// The bound socket.
 pub struct Listener {
@@ -133,42 +128,13 @@ fn ask_pidfds(fd: BorrowedFd<'_>) {
 }
 
 /// One datagram, if one waits: its sender's pid and, through the pidfd that came with it
-/// (closed here), its sender's cgroup.
+/// (closed here, as are any fds a sender attached), its sender's cgroup.
 fn recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<Datagram> {
-    let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials, RawFd);
-    let mut iov = [IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(
-        fd.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .ok()?;
-    let (mut pid, mut cgroup) = (0, None);
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            match c {
-                ControlMessageOwned::ScmCredentials(cred) => pid = cred.pid(),
-                ControlMessageOwned::Unknown(u)
-                    if u.cmsg_header.cmsg_level == libc::SOL_SOCKET
-                        && u.cmsg_header.cmsg_type == SCM_PIDFD =>
-                {
-                    let raw = u.data_bytes.get(..4).and_then(|b| b.try_into().ok());
-                    // Owned at once, so that it is closed whatever follows.
-                    if let Some(pidfd) =
-                        raw.and_then(|b| crate::sys::adopt_fd(i32::from_ne_bytes(b)).ok())
-                    {
-                        cgroup = crate::sys::pidfd_cgroup_id(pidfd.as_fd());
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    let len = msg.bytes.min(DATAGRAM_MAX);
+    let got = crate::notify::recv_unix(fd, buf)?;
+    let len = got.len.min(DATAGRAM_MAX);
     Some(Datagram {
-        pid,
-        cgroup,
+        pid: got.pid,
+        cgroup: (got.pidfd.as_ref()).and_then(|p| crate::sys::pidfd_cgroup_id(p.as_fd())),
         data: buf[..len].to_vec(),
     })
 }
