@@ -131,6 +131,19 @@ impl Cgroups {
         self.root.join(format!("{service}+check.service"))
     }
 
+    /// The services' cgroups (v2) there now: (id, directory name) each. A cgroup's id is
+    /// its directory's inode number, which the directory listing gives without a stat.
+    pub fn ids(&self) -> Vec<(u64, String)> {
+        use std::os::unix::fs::DirEntryExt;
+        let Ok(dir) = fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok())
+            .filter_map(|e| Some((e.ino(), e.file_name().into_string().ok()?)))
+            .filter(|(_, n)| n.ends_with(".service"))
+            .collect()
+    }
+
     /// Removes the root once its services' cgroups are gone (supd's clean exit).
     pub fn remove(&self) {
         for dir in children(&self.root) {

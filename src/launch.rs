@@ -347,8 +347,7 @@ mod tests {
 
     #[test]
     fn versioned_programs_run_inside_current() {
-        let dir = std::env::temp_dir().join(format!("sup-launch-v-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::scratch::Scratch::new("launch-v");
         std::fs::create_dir_all(dir.join("tools/agent/1.2.0/bin")).expect("mkdir");
         std::os::unix::fs::symlink("1.2.0", dir.join("tools/agent/current")).expect("symlink");
         let mut c = ServiceConfig::new("a", vec!["bin/agent".into()], "/".into());

@@ -38,6 +38,8 @@ pub mod protocol;
 pub mod records;
 pub mod reload;
 pub mod restart;
+#[cfg(test)]
+mod scratch;
 pub mod service;
 pub mod signals;
 pub mod slots;

@@ -455,11 +455,8 @@ fn split(partial: &mut Vec<u8>, data: &[u8], head: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("sup-logs-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("temp dir");
-        d
+    fn scratch(name: &str) -> crate::scratch::Scratch {
+        crate::scratch::Scratch::new(&format!("logs-{name}"))
     }
 
     #[test]

@@ -123,14 +123,14 @@ impl NotifySocket {
         let mut out = Vec::new();
         let mut buf = [0u8; 4096];
         for _ in 0..256 {
-            let Some((pid, len, fds, fds_cut)) = recv_with_fds(self.fd.as_fd(), &mut buf) else {
+            let Some(got) = recv_unix(self.fd.as_fd(), &mut buf) else {
                 break;
             };
             out.push(Message {
-                pid,
-                fields: parse(&buf[..len]),
-                fds,
-                fds_cut,
+                pid: got.pid,
+                fields: parse(&buf[..got.len]),
+                fds: got.fds,
+                fds_cut: got.cut,
             });
         }
         out
@@ -385,37 +385,36 @@ pub fn place(pid: i32, leader: i32, stat: impl Fn(i32) -> Option<Stat>) -> Sende
     Sender::Outside
 }
 
-/// One datagram waiting on `fd` (never waits): its sender's pid from SCM_CREDENTIALS
-/// (0 when the kernel did not say) and its length in `buf`. `None` when nothing is
-/// there, or on an error. The notify sockets and the syslog listener read this way.
-pub(crate) fn recv_credited(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<(i32, usize)> {
-    let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
-    let mut iov = [IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(
-        fd.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_DONTWAIT,
-    )
-    .ok()?;
-    let mut pid = 0;
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            if let ControlMessageOwned::ScmCredentials(cred) = c {
-                pid = cred.pid();
-            }
-        }
-    }
-    Some((pid, msg.bytes))
-}
-
 /// The most fds supd takes from one notify message (the kernel's own bound, SCM_MAX_FD).
 const FDS_PER_MESSAGE: usize = 253;
 
-/// As [`recv_credited`], with the fds the datagram carried (close-on-exec, owned here so
-/// that nothing leaks) and whether the kernel had to drop some.
-fn recv_with_fds(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<(i32, usize, Vec<OwnedFd>, bool)> {
-    let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials, [RawFd; FDS_PER_MESSAGE]);
+/// SCM_PIDFD (`<linux/socket.h>`): the control message of SO_PASSPIDFD.
+const SCM_PIDFD: i32 = 4;
+
+/// One datagram read from a Unix socket, with what the kernel passed beside it. Every fd
+/// the kernel put in supd's table is owned here (close-on-exec), so that a caller that
+/// wants none of them closes them by dropping this: a sender cannot leak fds into supd.
+pub(crate) struct Received {
+    /// The sender's pid from SCM_CREDENTIALS (0 when the kernel did not say).
+    pub pid: i32,
+    /// The datagram's length in the buffer.
+    pub len: usize,
+    /// The fds it carried (SCM_RIGHTS).
+    pub fds: Vec<OwnedFd>,
+    /// The sender's pidfd (SCM_PIDFD), on a socket with SO_PASSPIDFD.
+    pub pidfd: Option<OwnedFd>,
+    /// Whether the kernel had to drop some of what came with it.
+    pub cut: bool,
+}
+
+/// One datagram waiting on `fd` (never waits); `None` when nothing is there, or on an
+/// error. The notify sockets and the syslog listener read this way.
+pub(crate) fn recv_unix(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<Received> {
+    let mut cmsg = nix::cmsg_space!(
+        nix::sys::socket::UnixCredentials,
+        [RawFd; FDS_PER_MESSAGE],
+        RawFd
+    );
     let mut iov = [IoSliceMut::new(buf)];
     let msg = recvmsg::<()>(
         fd.as_raw_fd(),
@@ -424,21 +423,32 @@ fn recv_with_fds(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<(i32, usize, Vec<
         MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
     )
     .ok()?;
-    let mut pid = 0;
-    let mut fds = Vec::new();
+    let mut got = Received {
+        pid: 0,
+        len: msg.bytes,
+        fds: Vec::new(),
+        pidfd: None,
+        cut: msg.flags.contains(MsgFlags::MSG_CTRUNC),
+    };
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {
             match c {
-                ControlMessageOwned::ScmCredentials(cred) => pid = cred.pid(),
+                ControlMessageOwned::ScmCredentials(cred) => got.pid = cred.pid(),
                 ControlMessageOwned::ScmRights(raw) => {
-                    fds.extend(raw.into_iter().filter_map(|r| crate::sys::adopt_fd(r).ok()))
+                    (got.fds).extend(raw.into_iter().filter_map(|r| crate::sys::adopt_fd(r).ok()))
+                }
+                ControlMessageOwned::Unknown(u)
+                    if u.cmsg_header.cmsg_level == libc::SOL_SOCKET
+                        && u.cmsg_header.cmsg_type == SCM_PIDFD =>
+                {
+                    let raw = u.data_bytes.get(..4).and_then(|b| b.try_into().ok());
+                    got.pidfd = raw.and_then(|b| crate::sys::adopt_fd(i32::from_ne_bytes(b)).ok());
                 }
                 _ => {}
             }
         }
     }
-    let cut = msg.flags.contains(MsgFlags::MSG_CTRUNC);
-    Some((pid, msg.bytes, fds, cut))
+    Some(got)
 }
 
 #[cfg(test)]
@@ -557,7 +567,8 @@ mod tests {
 
     #[test]
     fn receives_with_the_sender_pid_on_a_private_socket() {
-        let dir = std::env::temp_dir().join(format!("sup-notify-{}", std::process::id()));
+        let scratch = crate::scratch::Scratch::new("notify");
+        let dir = scratch.join("notify");
         prepare_dir(&dir, true).expect("dir");
         let meta = std::fs::metadata(&dir).expect("dir");
         assert_eq!(meta.permissions().mode() & 0o777, 0o711);

@@ -303,9 +303,7 @@ mod tests {
 
     #[test]
     fn round_trips_and_survives_corruption() {
-        let dir = std::env::temp_dir().join(format!("sup-records-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).expect("dir");
+        let dir = crate::scratch::Scratch::new("records");
         assert!(read_pids(&dir).is_empty());
         let a = PidFile::open(&dir, "a").expect("open");
         a.set(Some((42, 7))).expect("set");

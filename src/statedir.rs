@@ -346,8 +346,7 @@ mod tests {
 
     #[test]
     fn what_an_older_supd_left_readable_is_made_private_and_nothing_else() {
-        let dir = std::env::temp_dir().join(format!("sup-statedir-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let dir = crate::scratch::Scratch::new("statedir");
         fs::create_dir_all(dir.join("pids")).expect("mkdir");
         fs::create_dir_all(dir.join("tools/agent")).expect("mkdir");
         let paths = [
@@ -377,6 +376,5 @@ mod tests {
         for p in ["other.txt", "tools", "tools/agent"] {
             assert_eq!(mode(p), 0o755, "{p} is not supd's to close");
         }
-        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -577,7 +577,10 @@ impl Supervisor {
                 // A leader-only run's guard may have killed the cgroup behind supd's back.
                 let born_in = cgroup::fit_to_be_born_in(&dir, leader_only);
                 match cgroup::prepare(&dir).and_then(|()| cgroup::dir_fd(&dir)) {
-                    Ok(f) => (Some(dir), Some(f), born_in),
+                    Ok(f) => {
+                        self.syslog.started_in(&dir, &f);
+                        (Some(dir), Some(f), born_in)
+                    }
                     Err(e) => {
                         log::warn!(
                             "{name}: cannot use its cgroup {}: {e}; it runs in its process group only",
@@ -796,6 +799,11 @@ impl Supervisor {
                 cgroup::remove(&c.service_dir(&name));
                 cgroup::remove(&c.check_dir(&name));
                 c.remove_v1(&name);
+                for dir in [c.service_dir(&name), c.check_dir(&name)] {
+                    if let Some(d) = dir.file_name() {
+                        self.syslog.cgroups.forget(&d.to_string_lossy());
+                    }
+                }
             }
             if let Some(slot) = self.slots.remove(&name) {
                 self.fdset.sync(slot.id, &[]);

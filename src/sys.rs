@@ -29,13 +29,13 @@ pub use child::{
 };
 pub use fds::{
     adopt_fd, child_nofile_env, cloexec_inherited, epoll_delete_raw, file_of_raw, keep_across_exec,
-    raise_nofile, raw, set_dir_lock_fd, set_listener_fd, set_lock_fd,
+    pass_pidfd, raise_nofile, raw, set_dir_lock_fd, set_listener_fd, set_lock_fd,
 };
 pub use guard::{board_end, board_file, board_record, spawn_guard, GuardTarget, BOARD_LEN};
 pub use plan::{Account, Io, Rlimit, SpawnSpec, Tuning};
 pub use processes::{
-    client_start, exec, fork_kill_all, fork_worker, ignore_tty_stops, pidfd_getfd, pidfd_open,
-    pidfd_send_signal, reset_dispositions,
+    client_start, exec, fork_kill_all, fork_worker, ignore_tty_stops, pidfd_cgroup_id, pidfd_getfd,
+    pidfd_open, pidfd_send_signal, reset_dispositions,
 };
 pub use raw::cstring;
 pub use regex::Regex;

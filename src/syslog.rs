@@ -265,19 +265,75 @@ pub fn service_in_cgroup<'a>(text: &'a str, root_name: &str) -> Option<&'a str> 
     })
 }
 
+/// The services' cgroups by id (a cgroup v2 directory's inode number, which the sender's
+/// pidfd tells even once the sender is reaped): told at each start into one, and read
+/// from the services' root once (`prime`) for those an earlier image made. A removed
+/// cgroup's id stays until its service starts again or is removed: the kernel never
+/// gives an id twice, so it names nothing else meanwhile.
+#[derive(Debug, Default)]
+pub struct CgroupIds {
+    by_id: BTreeMap<u64, String>,
+    by_dir: BTreeMap<String, u64>,
+    primed: bool,
+}
+
+impl CgroupIds {
+    /// The cgroup directory `dir` (`NAME.service`, `NAME+check.service`) has `id` now.
+    pub fn note(&mut self, dir: &str, id: u64) {
+        if let Some(old) = self.by_dir.insert(dir.to_string(), id) {
+            if old != id {
+                self.by_id.remove(&old);
+            }
+        }
+        self.by_id.insert(id, dir.to_string());
+    }
+
+    /// The cgroup directory `dir` is gone with its service.
+    pub fn forget(&mut self, dir: &str) {
+        if let Some(id) = self.by_dir.remove(dir) {
+            self.by_id.remove(&id);
+        }
+    }
+
+    /// Whether the cgroups already there were read in.
+    pub fn primed(&self) -> bool {
+        self.primed
+    }
+
+    /// The cgroups already there, (id, directory name) each.
+    pub fn prime(&mut self, found: Vec<(u64, String)>) {
+        for (id, dir) in found {
+            self.note(&dir, id);
+        }
+        self.primed = true;
+    }
+
+    /// The service the cgroup `id` is of (a health check's is its service's).
+    pub fn service(&self, id: u64) -> Option<&str> {
+        let unit = self.by_id.get(&id)?.strip_suffix(".service")?;
+        unit.split('+').next().filter(|n| !n.is_empty())
+    }
+}
+
 /// Where a sender's message goes: the service it belongs to, or `None` (supd's own log).
-/// Asked in order, each only when the one before found nothing: the leaders (a pid that
-/// is a run's main process), the cgroup (the text of `/proc/PID/cgroup`, when services
-/// have cgroups: `root_name` is their root's), the session (`/proc/PID/stat`'s, a run's
-/// main pid). `known` says whether a name is a service's.
+/// Asked in order, each only when the one before found nothing: the service whose cgroup
+/// the sender's pidfd named (`by_cgroup_id`: exact, and the only way once the sender is
+/// reaped), the leaders (a pid that is a run's main process), the cgroup (the text of
+/// `/proc/PID/cgroup`, when services have cgroups: `root_name` is their root's), the
+/// session (`/proc/PID/stat`'s, a run's main pid). `known` says whether a name is a
+/// service's.
 pub fn sender_service(
     pid: i32,
+    by_cgroup_id: Option<&str>,
     leader: &dyn Fn(i32) -> Option<String>,
     root_name: Option<&str>,
     cgroup: &dyn Fn(i32) -> Option<String>,
     session: &dyn Fn(i32) -> Option<i32>,
     known: &dyn Fn(&str) -> bool,
 ) -> Option<String> {
+    if let Some(name) = by_cgroup_id.filter(|n| known(n)) {
+        return Some(name.to_string());
+    }
     if pid <= 0 {
         return None;
     }
@@ -298,6 +354,23 @@ pub fn sender_service(
 pub struct Syslog {
     pub socket: Option<listener::Listener>,
     pub limiter: Limiter,
+    /// Kept while there is a listener (emptied with it: starts are not told meanwhile).
+    pub cgroups: CgroupIds,
+}
+
+impl Syslog {
+    /// A run is started in the cgroup `dir` (open as `dir_fd`): its id is noted while
+    /// there is a listener to place messages by it.
+    pub fn started_in(&mut self, dir: &std::path::Path, dir_fd: &std::os::fd::OwnedFd) {
+        if self.socket.is_none() {
+            return;
+        }
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+        // One fstat of the fd the start opened anyway (the id is the inode number).
+        if let (Some(name), Ok(st)) = (name, nix::sys::stat::fstat(dir_fd)) {
+            self.cgroups.note(&name, st.st_ino);
+        }
+    }
 }
 
 /// A sender's bucket: tokens in billionths (one message is `UNIT`), when last filled,

@@ -423,11 +423,8 @@ pub fn leftovers(tools_dir: &Path, tool: &str) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("sup-versions-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).expect("dir");
-        d
+    fn scratch(name: &str) -> crate::scratch::Scratch {
+        crate::scratch::Scratch::new(&format!("versions-{name}"))
     }
 
     #[test]

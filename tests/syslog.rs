@@ -5,14 +5,17 @@
 //! is removed at exit; a path another process serves is refused; `--check` says a
 //! missing directory.
 //!
-//! logger(1) sends and exits: a sender reaped before supd reads its message cannot be
-//! placed (supd(8) says so). The services here keep their loggers unreaped until they
-//! end (`logger ... & exec sleep`: the sleep, their parent now, never waits), so each
-//! message is placed whatever the machine's load.
+//! logger(1) sends and exits, and its parent reaps it, often before supd reads its
+//! message. supd places such a message by the cgroup the sender's pidfd names (Linux
+//! 6.16, with cgroups): `a_message_whose_sender_is_reaped_before_supd_reads_it_is_placed`
+//! makes that happen each time, supd frozen while the sender is reaped. The other tests
+//! keep their loggers unreaped until the service ends (`logger ... & exec sleep`: the
+//! sleep, their parent now, never waits), so that they hold on every kernel.
 
 mod common;
 use common::files::wait_file;
 use common::*;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
@@ -94,6 +97,112 @@ fn logger_from_a_service_lands_in_its_log_an_outsider_s_in_supd_s() {
     for name in ["talker", "quiet"] {
         assert!(!log_of(&sb, name).contains("hi-from-the-test"));
     }
+
+    // fds a sender attaches to a message are closed, never kept: anyone may send here.
+    let (r, w) = nix::unistd::pipe().expect("pipe");
+    let pipe = std::fs::read_link(format!("/proc/self/fd/{}", r.as_raw_fd())).expect("link");
+    let fds = [r.as_raw_fd(), w.as_raw_fd()];
+    let to = nix::sys::socket::UnixAddr::new(&socket(&sb)).expect("address");
+    let s = UnixDatagram::unbound().expect("socket");
+    nix::sys::socket::sendmsg(
+        s.as_raw_fd(),
+        &[std::io::IoSlice::new(b"<14>outsider: with-fds")],
+        &[nix::sys::socket::ControlMessage::ScmRights(&fds)],
+        nix::sys::socket::MsgFlags::empty(),
+        Some(&to),
+    )
+    .expect("sendmsg");
+    wait_file(&sb.path("supd.stderr"), |t| t.contains("with-fds"));
+    let kept: Vec<_> = std::fs::read_dir(format!("/proc/{}/fd", sb.supd_pid()))
+        .expect("supd's fds")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| *l == pipe)
+        .collect();
+    assert!(kept.is_empty(), "supd kept a sender's fds: {kept:?}");
+}
+
+/// A cron job's logger: it sends, exits and is reaped by the job's shell at once. Here
+/// supd is frozen (SIGSTOP) from before the send until after the reap, so its pid names
+/// nobody when supd reads the message: the cgroup the sender's pidfd names places it.
+/// Again after a `reexec`, whose new image learns the cgroups supd made before it, and
+/// for a service started after that. No message leaves its pidfd open in supd.
+#[test]
+fn a_message_whose_sender_is_reaped_before_supd_reads_it_is_placed() {
+    let release = nix::sys::utsname::uname().expect("uname");
+    let release = release.release().to_string_lossy().into_owned();
+    let mut n = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|x| x.parse().unwrap_or(0));
+    if (n.next().unwrap_or(0), n.next().unwrap_or(0)) < (6, 16) {
+        eprintln!("skipped: Linux {release} passes no pidfd of a reaped sender");
+        return;
+    }
+    let mut sb = Sandbox::new();
+    // Each line read from NAME.go is a job: logger, reaped by the shell, then NAME.done.
+    let mut services = String::new();
+    for name in ["cron", "late"] {
+        let go = sb.path(&format!("{name}.go"));
+        nix::unistd::mkfifo(&go, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+        services += &format!(
+            "[service.{name}]\nautostart = {}\ncommand = [\"/bin/sh\", \"-c\", \"while read x < {}; do logger -u {} -t job reaped-$x; echo $x > {}; done\"]\n",
+            name == "cron",
+            go.display(),
+            socket(&sb).display(),
+            sb.path(&format!("{name}.done")).display()
+        );
+    }
+    sb.config_with("syslog = \"log.sock\"", &services);
+    sb.start();
+    sb.wait_state("cron", "running");
+    let pid = sb.status("cron")["pid"].as_i64().expect("pid");
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    if !cgroup.contains("/cron.service") {
+        eprintln!("skipped: supd gives its services no cgroup v2 here ({cgroup})");
+        return;
+    }
+    let job = |sb: &Sandbox, name: &str, x: &str| {
+        let supd = nix::unistd::Pid::from_raw(sb.supd_pid());
+        nix::sys::signal::kill(supd, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP supd");
+        std::fs::write(sb.path(&format!("{name}.go")), format!("{x}\n")).expect("write");
+        // The shell has waited for logger (reaped it) before it writes this.
+        wait_file(&sb.path(&format!("{name}.done")), |t| t.trim() == x);
+        nix::sys::signal::kill(supd, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT supd");
+        wait_file(&sb.path(&format!("log/{name}.log")), |t| {
+            t.contains(&format!("[syslog user.notice] job: reaped-{x}"))
+        });
+    };
+    job(&sb, "cron", "one");
+    sb.reexec();
+    job(&sb, "cron", "two");
+    sb.ok(serde_json::json!({"cmd": "start", "service": "late"}));
+    sb.wait_state("late", "running");
+    job(&sb, "late", "three");
+    assert!(
+        !std::fs::read_to_string(sb.path("supd.stderr"))
+            .unwrap_or_default()
+            .contains("reaped-"),
+        "placed in supd's own log too"
+    );
+    // Each message's pidfd is closed once read: 150 messages leave supd no more pidfds
+    // than it holds for its runs.
+    let pidfds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", sb.supd_pid()))
+            .expect("supd's fds")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l.to_string_lossy() == "anon_inode:[pidfd]")
+            .count()
+    };
+    let before = pidfds();
+    let s = UnixDatagram::unbound().expect("socket");
+    for i in 0..150 {
+        s.send_to(
+            format!("<14>outsider: message-{i}.").as_bytes(),
+            socket(&sb),
+        )
+        .expect("send");
+    }
+    wait_file(&sb.path("supd.stderr"), |t| t.contains("message-149."));
+    assert_eq!(pidfds(), before, "pidfds left open by the messages read");
 }
 
 #[test]

@@ -381,9 +381,8 @@ impl Compose {
 mod tests {
     use super::*;
 
-    fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("sup-lastgood-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
+    fn dir(name: &str) -> crate::scratch::Scratch {
+        let d = crate::scratch::Scratch::new(&format!("lastgood-{name}"));
         std::fs::create_dir_all(d.join("services.d")).expect("mkdir");
         d
     }
@@ -437,7 +436,6 @@ mod tests {
             .errors
             .iter()
             .any(|e| e.message.contains("no service named 'b'")));
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -465,7 +463,6 @@ mod tests {
             "{:?}",
             l.errors
         );
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -499,7 +496,6 @@ mod tests {
         );
         keep(&d, &[(a.clone(), "3".into())], true);
         assert!(copy(&b).is_err());
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -513,6 +509,5 @@ mod tests {
         assert_eq!(names, ["a"]);
         assert_eq!(l.broken.len(), 1);
         assert_eq!(l.broken[0].file, d.join("services.d/x.toml"));
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -591,17 +591,16 @@ mod tests {
 
     #[test]
     fn programs_are_found_as_the_start_finds_them() {
-        let dir = std::env::temp_dir().join(format!("sup-lint-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::scratch::Scratch::new("lint");
         std::fs::create_dir_all(dir.join("bin")).expect("mkdir");
         let prog = dir.join("bin/prog");
         std::fs::write(&prog, "#!/bin/sh\n").expect("write");
         let supd = SupdConfig {
-            state_dir: dir.clone(),
+            state_dir: dir.to_path_buf(),
             tools_dir: dir.join("tools"),
             ..SupdConfig::default()
         };
-        let mut svc = ServiceConfig::new("a", vec!["bin/prog".into()], dir.clone());
+        let mut svc = ServiceConfig::new("a", vec!["bin/prog".into()], dir.to_path_buf());
         let check = |svc: &ServiceConfig| {
             program_problem(
                 svc,
@@ -634,7 +633,6 @@ mod tests {
             said.starts_with("program /nonexistent/prog does not exist"),
             "{said}"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -119,15 +119,12 @@ mod tests {
 
     #[test]
     fn a_fifo_with_no_writer_is_refused_without_waiting() {
-        let dir = std::env::temp_dir().join(format!("sup-read-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = crate::scratch::Scratch::new("read");
         let fifo = dir.join("fifo.toml");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
             .expect("mkfifo");
         // A blocking open would wait here for a writer, forever.
         let why = read_config_file(&fifo).unwrap_err();
         assert!(why.contains("a FIFO"), "{why}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

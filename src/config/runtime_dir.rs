@@ -46,9 +46,7 @@ mod tests {
 
     #[test]
     fn a_bad_name_is_a_config_error_at_its_place() {
-        let dir = std::env::temp_dir().join(format!("sup-runtime-dir-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = crate::scratch::Scratch::new("runtime-dir");
         let file = dir.join("sup.toml");
         let text = "[service.a]\ncommand = [\"/bin/true\"]\nruntime_dir = \"../etc\"\n";
         std::fs::write(&file, text).expect("write");
@@ -62,6 +60,5 @@ mod tests {
         std::fs::write(&file, text.replace("../etc", "redis")).expect("write");
         let cfg = crate::config::load(&file).expect("valid");
         assert_eq!(cfg.services["a"].runtime_dir.as_deref(), Some("redis"));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -469,11 +469,10 @@ mod tests {
     use super::*;
     use crate::lease::file::FileStore;
 
-    fn store(name: &str) -> (FileStore, std::path::PathBuf) {
-        let path =
-            std::env::temp_dir().join(format!("sup-fleet-{name}-{}.json", std::process::id()));
-        let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
-        (FileStore::new(path.clone()), path)
+    /// The store, and the scratch directory it lives in (removed when dropped).
+    fn store(name: &str) -> (FileStore, crate::scratch::Scratch) {
+        let dir = crate::scratch::Scratch::new(&format!("fleet-{name}"));
+        (FileStore::new(dir.join("store.json")), dir)
     }
 
     fn args(v: &str) -> SetArgs {
@@ -487,7 +486,7 @@ mod tests {
 
     #[test]
     fn set_checks_its_arguments_and_a_stale_epoch_is_refused() {
-        let (mut s, path) = store("set");
+        let (mut s, _dir) = store("set");
         let mut a = args("2.0.0");
         a.sha256 = "xyz".into();
         assert!(set(&mut s, "agent", &a, None)
@@ -518,12 +517,11 @@ mod tests {
         halt(&mut s, "agent", None).expect("halt");
         let e = write_target(&mut s, "agent", &old, None, |_| Ok(())).unwrap_err();
         assert!(e.contains("changed by another writer since epoch 1"), "{e}");
-        let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     }
 
     #[test]
     fn a_bad_version_is_set_or_resumed_only_with_force_counted() {
-        let (mut s, path) = store("bad");
+        let (mut s, _dir) = store("bad");
         set(&mut s, "agent", &args("2.0.0"), None).expect("set");
         let snap = snapshot(&mut s, "agent").expect("read");
         write_target(&mut s, "agent", &snap, None, |t| {
@@ -554,12 +552,11 @@ mod tests {
         assert!(said.contains("forced 1 times"), "{said}");
         let t = snapshot(&mut s, "agent").expect("read").target;
         assert!(t.halted.is_none() && t.bad.is_empty() && t.forced == 1);
-        let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     }
 
     #[test]
     fn status_shows_the_order_gone_nodes_and_progress() {
-        let (mut s, path) = store("status");
+        let (mut s, _dir) = store("status");
         set(&mut s, "agent", &args("2.0.0"), None).expect("set");
         let lease = s.grant(std::time::Duration::from_secs(30)).expect("grant");
         for (n, running, phase) in [
@@ -611,6 +608,5 @@ mod tests {
             "n1 has not answered epoch 2 yet"
         );
         assert_eq!(j["state"], "halted");
-        let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     }
 }

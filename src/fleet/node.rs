@@ -914,8 +914,8 @@ mod tests {
     /// target, written between the read and the take wins, and no slot is taken.
     #[test]
     fn a_slot_is_not_taken_when_the_target_changed_since_it_was_read() {
-        let path = std::env::temp_dir().join(format!("sup-fleet-take-{}.json", std::process::id()));
-        let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
+        let dir = crate::scratch::Scratch::new("fleet-take");
+        let path = dir.join("store.json");
         let mut s = FileStore::new(path.clone());
         admin::set(&mut s, "agent", &args("2.0.0"), None).expect("set");
         let mut n = node(&path);
@@ -980,6 +980,5 @@ mod tests {
         assert_eq!(read.unreadable_slots.len(), 1);
         assert_eq!(n.act(index, &read), Ok(true));
         assert_eq!(slot(&mut s).len(), 2);
-        let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     }
 }

@@ -14,11 +14,8 @@ fn tcp(port: u16) -> ListenAddr {
     ListenAddr::Tcp(format!("127.0.0.1:{port}").parse().expect("addr"))
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sup-kept-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("mkdir");
-    d
+fn temp_dir(tag: &str) -> crate::scratch::Scratch {
+    crate::scratch::Scratch::new(&format!("kept-{tag}"))
 }
 
 #[test]
@@ -110,7 +107,6 @@ fn unix_sockets_refuse_what_is_not_theirs_and_replace_a_stale_one() {
     std::fs::write(&path, "someone else's").expect("write");
     let _ = h.release();
     assert!(path.exists(), "another file at the path was removed");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn pipes(n: usize) -> (Vec<OwnedFd>, Vec<OwnedFd>) {

@@ -206,8 +206,7 @@ mod tests {
 
     #[test]
     fn the_file_round_trips_and_a_bad_one_is_empty() {
-        let dir = std::env::temp_dir().join(format!("sup-memory-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::scratch::Scratch::new("memory");
         let p = path(&dir.join("sub"), "engine");
         assert_eq!(load(&p), Durable::default(), "no file yet");
         let mut d = Durable::default();
@@ -216,6 +215,5 @@ mod tests {
         assert_eq!(load(&p), d);
         std::fs::write(&p, "{not json").expect("write");
         assert_eq!(load(&p), Durable::default());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -149,7 +149,10 @@ impl Supervisor {
             let dir = c.check_dir(name);
             born_in = crate::cgroup::fit_to_be_born_in(&dir, false);
             match crate::cgroup::prepare(&dir).and_then(|()| crate::cgroup::dir_fd(&dir)) {
-                Ok(f) => Some(f),
+                Ok(f) => {
+                    self.syslog.started_in(&dir, &f);
+                    Some(f)
+                }
                 Err(e) => {
                     log::warn!(
                         "{name}: cannot use the cgroup of its check {}: {e}; it runs in no cgroup",

@@ -51,6 +51,8 @@ impl Supervisor {
         if let Some(old) = self.syslog.socket.take() {
             log::info!("syslog: no longer listening on {}", old.path().display());
         }
+        // Starts are not told while there is no listener: read them in again with it.
+        self.syslog.cgroups = Default::default();
         let Some(path) = want else {
             return;
         };
@@ -75,12 +77,13 @@ impl Supervisor {
         let Some(got) = self.syslog.socket.as_ref().map(Listener::drain) else {
             return;
         };
-        for (pid, data) in got {
+        for d in got {
+            let pid = d.pid;
             if !self.syslog.limiter.admit(pid, now) {
                 continue;
             }
-            let msg = crate::syslog::parse(&data);
-            match self.syslog_sender(pid) {
+            let msg = crate::syslog::parse(&d.data);
+            match self.syslog_sender(pid, d.cgroup) {
                 Some(name) => self.syslog_line(&name, msg.line()),
                 None => log::info!(
                     "syslog from pid {pid} (no service's): [{}] {}",
@@ -94,25 +97,39 @@ impl Supervisor {
                 log::warn!("syslog: dropped {n} messages from too many senders at once");
                 continue;
             }
-            let service = self.syslog_sender(pid);
+            let service = self.syslog_sender(pid, None);
             let service = service.as_deref().unwrap_or("none");
             log::warn!("syslog: dropped {n} messages from pid {pid} (service {service})");
         }
     }
 
-    /// The service whose process `pid` is, if any (`syslog::sender_service`).
-    fn syslog_sender(&self, pid: i32) -> Option<String> {
+    /// The service whose process `pid` is (or was: `cgroup`, the id its pidfd told), if
+    /// any (`syslog::sender_service`).
+    fn syslog_sender(&mut self, pid: i32, cgroup: Option<u64>) -> Option<String> {
+        let by_id = cgroup.and_then(|id| self.syslog_cgroup(id));
         let root = (self.cgroups.as_ref())
             .and_then(|c| c.root.file_name())
             .map(|n| n.to_string_lossy().into_owned());
         crate::syslog::sender_service(
             pid,
+            by_id.as_deref(),
             &|p| self.pids.get(&p).cloned(),
             root.as_deref(),
             &crate::proc::cgroup,
             &|p| crate::proc::stat(p).map(|s| s.session),
             &|n| self.slots.contains_key(n),
         )
+    }
+
+    /// The service whose cgroup (v2) has the id `id`. The services' cgroups are read in
+    /// once, at the first message that needs them; each start after is told
+    /// (`Syslog::started_in`).
+    fn syslog_cgroup(&mut self, id: u64) -> Option<String> {
+        let c = self.cgroups.as_ref().filter(|c| c.is_v2())?;
+        if self.syslog.cgroups.service(id).is_none() && !self.syslog.cgroups.primed() {
+            self.syslog.cgroups.prime(c.ids());
+        }
+        self.syslog.cgroups.service(id).map(str::to_string)
     }
 
     /// One syslog line of `name`'s, stamped now, where its captured output goes: its

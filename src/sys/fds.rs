@@ -22,6 +22,29 @@ pub fn set_dir_lock_fd(fd: RawFd) {
     GUARDS[2].store(fd, Ordering::Relaxed);
 }
 
+/// Asks the kernel to pass, with each datagram the socket `fd` receives, a pidfd of its
+/// sender (SO_PASSPIDFD, Linux 6.5; in an SCM_PIDFD message). Older kernels refuse it.
+pub fn pass_pidfd(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads the `c_int` at `&on`, alive across the call, of the size
+    // given; the fd is borrowed open across it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PASSPIDFD,
+            &on as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Names the fd of the listening socket, likewise.
 pub fn set_listener_fd(fd: RawFd) {
     GUARDS[1].store(fd, Ordering::Relaxed);
@@ -269,7 +292,8 @@ pub fn raw(fd: &impl AsRawFd) -> RawFd {
     fd.as_raw_fd()
 }
 
-/// Takes ownership of an fd number handed over by a previous supd image.
+/// Takes ownership of an fd number handed to supd: by a previous supd image, or in a
+/// message (SCM_RIGHTS, SCM_PIDFD).
 pub fn adopt_fd(fd: RawFd) -> io::Result<OwnedFd> {
     // Refuse what is not an open fd: fcntl(F_GETFD) fails with EBADF.
     nix::fcntl::fcntl(unsafe_borrow(fd), nix::fcntl::FcntlArg::F_GETFD)?;

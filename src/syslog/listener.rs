@@ -1,5 +1,7 @@
 //! The syslog socket: a Unix datagram socket at `[supd] syslog`, mode 0666 as
-//! `/dev/log` is, with SO_PASSCRED so each datagram carries its sender's pid. Read
+//! `/dev/log` is, with SO_PASSCRED so each datagram carries its sender's pid, and
+//! SO_PASSPIDFD where the kernel has it, so that it carries a pidfd of the sender too,
+//! which tells the sender's cgroup even once the sender is reaped (`Datagram`). Read
 //! without blocking, a bounded number of datagrams per wake-up. Kept across `reexec`
 //! (the handoff names its fd); its file is removed when it is dropped (a reload that
 //! moves it, supd's exit).
@@ -15,6 +17,18 @@ use std::path::{Path, PathBuf};
 pub const PER_WAKE: usize = 256;
 /// The longest datagram read whole (longer ones are cut).
 const DATAGRAM_MAX: usize = 8192;
+
+/// One message read, with what the kernel said of its sender.
+#[derive(Debug)]
+pub struct Datagram {
+    /// Its sender's pid (0 when supd cannot see it: another pid namespace).
+    pub pid: i32,
+    /// The id of its sender's cgroup (v2) as the sender's pidfd tells it, also once the
+    /// sender is reaped; `None` on kernels that pass no pidfd (before 6.5) or tell no
+    /// reaped process's (before 6.16).
+    pub cgroup: Option<u64>,
+    pub data: Vec<u8>,
+}
 
 /// The bound socket.
 pub struct Listener {
@@ -52,6 +66,7 @@ impl Listener {
         )
         .map_err(|e| fail("make a socket for", e))?;
         setsockopt(&fd, sockopt::PassCred, &true).map_err(|e| fail("ask credentials on", e))?;
+        ask_pidfds(fd.as_fd());
         let addr = UnixAddr::new(path).map_err(|e| fail("address", e))?;
         bind(fd.as_raw_fd(), &addr).map_err(|e| fail("bind", e))?;
         // From here on, dropping it removes the file.
@@ -66,7 +81,10 @@ impl Listener {
     }
 
     /// The socket a previous image handed over.
+    /// The socket a previous image handed over (one bound by an older supd gets its
+    /// senders' pidfds from now on).
     pub fn adopt(fd: OwnedFd, path: PathBuf) -> Listener {
+        ask_pidfds(fd.as_fd());
         Listener { fd, path }
     }
 
@@ -85,20 +103,40 @@ impl Listener {
         (self.fd.as_raw_fd(), self.path.clone())
     }
 
-    /// The datagrams waiting now, at most [`PER_WAKE`]: each with its sender's pid (0
-    /// when supd cannot see it).
-    pub fn drain(&self) -> Vec<(i32, Vec<u8>)> {
+    /// The datagrams waiting now, at most [`PER_WAKE`].
+    pub fn drain(&self) -> Vec<Datagram> {
         let mut out = Vec::new();
         let mut buf = vec![0u8; DATAGRAM_MAX];
         for _ in 0..PER_WAKE {
-            let Some((pid, len)) = crate::notify::recv_credited(self.fd.as_fd(), &mut buf) else {
+            let Some(d) = recv(self.fd.as_fd(), &mut buf) else {
                 break;
             };
-            let len = len.min(DATAGRAM_MAX);
-            out.push((pid, buf[..len].to_vec()));
+            out.push(d);
         }
         out
     }
+}
+
+/// SO_PASSPIDFD, where the kernel has it (Linux 6.5); without it a sender reaped
+/// before its message is read cannot be placed, which is said once.
+fn ask_pidfds(fd: BorrowedFd<'_>) {
+    if let Err(e) = crate::sys::pass_pidfd(fd) {
+        log::info!(
+            "syslog: no senders' pidfds ({e}; Linux 6.5 has them): a message whose sender has exited before supd reads it goes to supd's own log"
+        );
+    }
+}
+
+/// One datagram, if one waits: its sender's pid and, through the pidfd that came with it
+/// (closed here, as are any fds a sender attached), its sender's cgroup.
+fn recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<Datagram> {
+    let got = crate::notify::recv_unix(fd, buf)?;
+    let len = got.len.min(DATAGRAM_MAX);
+    Some(Datagram {
+        pid: got.pid,
+        cgroup: (got.pidfd.as_ref()).and_then(|p| crate::sys::pidfd_cgroup_id(p.as_fd())),
+        data: buf[..len].to_vec(),
+    })
 }
 
 impl Drop for Listener {
@@ -128,11 +166,8 @@ mod tests {
     // Test code: an `expect` here fails a test, never supd.
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("sup-syslog-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("temp dir");
-        d
+    fn scratch(name: &str) -> crate::scratch::Scratch {
+        crate::scratch::Scratch::new(&format!("syslog-{name}"))
     }
 
     #[test]
@@ -153,10 +188,9 @@ mod tests {
         let s = std::os::unix::net::UnixDatagram::unbound().expect("socket");
         s.send_to(b"<13>t: one", &path).expect("send");
         let got = l.drain();
-        assert_eq!(
-            got,
-            vec![(std::process::id() as i32, b"<13>t: one".to_vec())]
-        );
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].pid, std::process::id() as i32);
+        assert_eq!(got[0].data, b"<13>t: one");
         assert!(l.drain().is_empty(), "nothing left, no blocking");
         drop(l);
         assert!(!path.exists(), "its file goes with it");
@@ -165,5 +199,50 @@ mod tests {
             Listener::bind(&path).is_err(),
             "a file that is no socket is left alone"
         );
+    }
+
+    /// Linux `major.minor` of this kernel.
+    fn kernel() -> (u32, u32) {
+        let r = nix::sys::utsname::uname().expect("uname");
+        let r = r.release().to_string_lossy().into_owned();
+        let mut n = r
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|x| x.parse().unwrap_or(0));
+        (n.next().unwrap_or(0), n.next().unwrap_or(0))
+    }
+
+    /// A sender that has sent, exited and been reaped before its message is read is
+    /// still known by its cgroup (the pidfd the kernel passed with the message).
+    #[test]
+    fn a_reaped_sender_is_known_by_its_cgroup() {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let own = own.lines().find_map(|l| l.strip_prefix("0::"));
+        let id = own.and_then(|p| std::fs::metadata(format!("/sys/fs/cgroup{p}")).ok());
+        let Some(id) = id.map(|m| std::os::unix::fs::MetadataExt::ino(&m)) else {
+            eprintln!("skipped: no cgroup v2 hierarchy at /sys/fs/cgroup");
+            return;
+        };
+        if kernel() < (6, 16) {
+            eprintln!(
+                "skipped: Linux {:?} passes no pidfd of a reaped sender",
+                kernel()
+            );
+            return;
+        }
+        let dir = scratch("reaped");
+        let path = dir.join("log");
+        let l = Listener::bind(&path).expect("bind");
+        let mut sender = std::process::Command::new("logger")
+            .arg("-u")
+            .arg(&path)
+            .arg("from-a-reaped-sender")
+            .spawn()
+            .expect("logger");
+        let pid = sender.id() as i32;
+        assert!(sender.wait().expect("reaped").success());
+        let got = l.drain();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!((got[0].pid, got[0].cgroup), (pid, Some(id)));
+        assert!(String::from_utf8_lossy(&got[0].data).contains("from-a-reaped-sender"));
     }
 }

@@ -111,7 +111,7 @@ fn the_sender_s_service_is_found_in_a_few_lookups() {
         }
     };
     let known = |n: &str| n == "web" || n == "cron";
-    let find = |pid, root| sender_service(pid, &leader, root, &cgroup, &session, &known);
+    let find = |pid, root| sender_service(pid, None, &leader, root, &cgroup, &session, &known);
     // The leader itself: nothing read.
     assert_eq!(find(100, Some("sup-r")).as_deref(), Some("web"));
     assert_eq!(reads.get(), 0);
@@ -128,6 +128,42 @@ fn the_sender_s_service_is_found_in_a_few_lookups() {
     // Gone, or a pid supd cannot see (0): supd's own log.
     assert_eq!(find(999, Some("sup-r")), None);
     assert_eq!(find(0, Some("sup-r")), None);
+
+    // The service the sender's pidfd named comes first, with nothing read: a sender
+    // gone (reaped, its pid perhaps another's now) is placed by it alone...
+    reads.set(0);
+    let by_id = |pid, name| sender_service(pid, name, &leader, None, &cgroup, &session, &known);
+    assert_eq!(by_id(999, Some("cron")).as_deref(), Some("cron"));
+    assert_eq!(by_id(100, Some("cron")).as_deref(), Some("cron"));
+    assert_eq!(by_id(0, Some("cron")).as_deref(), Some("cron"));
+    assert_eq!(reads.get(), 0);
+    // ...unless that service is gone: then as before.
+    assert_eq!(by_id(100, Some("removed")).as_deref(), Some("web"));
+}
+
+#[test]
+fn cgroup_ids_name_their_services_and_forget_what_is_replaced_or_removed() {
+    let mut ids = CgroupIds::default();
+    assert!(!ids.primed());
+    ids.prime(vec![
+        (10, "web.service".into()),
+        (11, "web+check.service".into()),
+    ]);
+    assert!(ids.primed());
+    assert_eq!(ids.service(10), Some("web"));
+    // A health check's cgroup is its service's.
+    assert_eq!(ids.service(11), Some("web"));
+    assert_eq!(ids.service(12), None);
+    // Made anew (a new id): the old id names nothing.
+    ids.note("web.service", 20);
+    assert_eq!((ids.service(10), ids.service(20)), (None, Some("web")));
+    ids.forget("web.service");
+    assert_eq!(ids.service(20), None);
+    assert_eq!(ids.service(11), Some("web"));
+    // What is no service's cgroup names none.
+    ids.note("cgroup.procs", 30);
+    ids.note("+check.service", 31);
+    assert_eq!((ids.service(30), ids.service(31)), (None, None));
 }
 
 #[test]

@@ -1,20 +1,12 @@
 use super::*;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::scratch::Scratch;
 
 /// A fresh directory under the system temp dir for one test.
-fn scratch() -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "sup-config-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+fn scratch() -> Scratch {
+    Scratch::new("config")
 }
 
-fn load_text(text: &str) -> (PathBuf, Result<Config, Vec<ConfigError>>) {
+fn load_text(text: &str) -> (Scratch, Result<Config, Vec<ConfigError>>) {
     let dir = scratch();
     let file = dir.join("sup.toml");
     std::fs::write(&file, text).expect("write config");

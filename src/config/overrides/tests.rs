@@ -3,12 +3,11 @@
 
 use super::super::lastgood;
 use super::super::{load, show, Config, ConfigError};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// A config directory for one test: sup.toml including services.d/*.toml.
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sup-overrides-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+fn dir(name: &str) -> crate::scratch::Scratch {
+    let d = crate::scratch::Scratch::new(&format!("overrides-{name}"));
     std::fs::create_dir_all(d.join("services.d")).expect("mkdir");
     let main = format!(
         "[supd]\nstate_dir = \"{}\"\ninclude = [\"services.d/*.toml\"]\n",

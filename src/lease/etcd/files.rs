@@ -189,8 +189,7 @@ mod tests {
 
     #[test]
     fn a_password_file_loses_its_line_end() {
-        let dir = std::env::temp_dir().join(format!("sup-etcd-pw-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = crate::scratch::Scratch::new("etcd-pw");
         for (text, want) in [("pw\n", Ok("pw")), ("pw\r\n", Ok("pw")), ("p w", Ok("p w"))] {
             std::fs::write(dir.join("pw"), text).expect("write");
             assert_eq!(
@@ -201,6 +200,5 @@ mod tests {
         std::fs::write(dir.join("pw"), "\n").expect("write");
         let e = read_password(&dir.join("pw"), "u").expect_err("empty");
         assert!(e.0.contains("is empty"), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

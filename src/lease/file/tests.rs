@@ -7,10 +7,8 @@ use std::path::Path;
 use std::time::Instant;
 
 /// A directory of the test's own, emptied first; the store's path in it.
-fn sandbox(name: &str) -> (PathBuf, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("sup-filestore-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("sandbox");
+fn sandbox(name: &str) -> (crate::scratch::Scratch, PathBuf) {
+    let dir = crate::scratch::Scratch::new(&format!("filestore-{name}"));
     let path = dir.join("store.json");
     (dir, path)
 }
@@ -50,7 +48,7 @@ fn value(s: &mut FileStore, key: &str) -> Option<String> {
 
 #[test]
 fn leases_keys_and_conditions() {
-    let (dir, path) = sandbox("ops");
+    let (_dir, path) = sandbox("ops");
     let mut s = FileStore::new(path.clone());
     let a = s.grant(Duration::from_secs(10)).expect("grant");
     let b = s.grant(Duration::from_millis(300)).expect("grant");
@@ -99,7 +97,6 @@ fn leases_keys_and_conditions() {
     assert!(s.range("/x/").expect("range").is_empty());
     assert!(!s.delete("/y/other", Cond::Lease(5)).expect("delete"));
     assert!(s.delete("/y/other", Cond::Lease(0)).expect("delete"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -119,12 +116,11 @@ fn a_store_has_an_id_that_a_store_made_anew_does_not_share() {
     assert_ne!(anew.id, first.id);
     assert_eq!(anew.revision, 0);
     assert!(s.range("/x/").expect("range").is_empty());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_watch_sees_writes_and_deletions_with_their_last_write_and_wakes_at_an_expiry() {
-    let (dir, path) = sandbox("watch");
+    let (_dir, path) = sandbox("watch");
     let mut s = FileStore::new(path.clone());
     let soon = || Boot::now().plus(Duration::from_millis(50));
     let Watched::Changes { changes, revision } = s.watch("/x/", 0, soon()).expect("watch") else {
@@ -177,7 +173,6 @@ fn a_watch_sees_writes_and_deletions_with_their_last_write_and_wakes_at_an_expir
         s.watch("/x/", 1000, soon()),
         Ok(Watched::Gap { .. })
     ));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn soon() -> Boot {
@@ -207,7 +202,7 @@ fn count_up(s: &mut FileStore, key: &str) {
 
 #[test]
 fn two_stores_on_one_path_interleave_writes_and_lose_none() {
-    let (dir, path) = sandbox("two");
+    let (_dir, path) = sandbox("two");
     let mut a = FileStore::new(path.clone());
     let mut b = FileStore::new(path.clone());
     a.put("/x/a", "1", 0, None).expect("put");
@@ -235,12 +230,11 @@ fn two_stores_on_one_path_interleave_writes_and_lose_none() {
     // Every write a revision: 2, then 300 counts and 300 keys.
     assert_eq!(a.identity().expect("identity").revision, 602);
     assert!(epochs(a.dir()).len() <= 2, "{:?}", epochs(a.dir()));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_writer_that_lost_redoes_its_change_on_the_data_that_won() {
-    let (dir, path) = sandbox("lost");
+    let (_dir, path) = sandbox("lost");
     let mut a = FileStore::new(path.clone());
     let mut b = FileStore::new(path.clone());
     a.put("/x/seed", "s", 0, None).expect("put");
@@ -289,12 +283,11 @@ fn a_writer_that_lost_redoes_its_change_on_the_data_that_won() {
             .collect();
         assert_eq!(won.iter().filter(|w| **w).count(), 1, "{won:?}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn past_64_generations_a_new_epoch_keeps_every_key_and_the_revision_and_old_ones_go() {
-    let (dir, path) = sandbox("rotate");
+    let (_dir, path) = sandbox("rotate");
     let mut s = FileStore::new(path.clone());
     for i in 0..300 {
         s.put(&format!("/x/{i}"), &i.to_string(), 0, None)
@@ -311,12 +304,11 @@ fn past_64_generations_a_new_epoch_keeps_every_key_and_the_revision_and_old_ones
     assert_eq!(e[1].0, e[0].0 + 1);
     assert!(e[1].1.len() <= dirs::ROTATE as usize + 1, "{e:?}");
     assert!(others(s.dir()).is_empty(), "{:?}", others(s.dir()));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_writer_frozen_between_its_read_and_its_write_does_not_land_and_reads_again() {
-    let (dir, path) = sandbox("frozen");
+    let (_dir, path) = sandbox("frozen");
     let mut a = FileStore::new(path.clone());
     let mut b = FileStore::new(path.clone());
     a.put("/x/a", "1", 0, None).expect("put");
@@ -360,12 +352,11 @@ fn a_writer_frozen_between_its_read_and_its_write_does_not_land_and_reads_again(
         .collect();
     assert_eq!(keys, ["/x/b", "/x/c"]);
     assert_eq!(b.identity().expect("identity").revision, 403);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn an_empty_epoch_and_a_seal_without_a_successor_left_behind_are_carried_on() {
-    let (dir, path) = sandbox("leftover");
+    let (_dir, path) = sandbox("leftover");
     let mut s = FileStore::new(path.clone());
     s.put("/x/a", "1", 0, None).expect("put");
     // A helper stopped between making the next epoch and its first generation.
@@ -396,7 +387,6 @@ fn an_empty_epoch_and_a_seal_without_a_successor_left_behind_are_carried_on() {
     assert_eq!(epochs(s.dir())[2], (3, vec![0, 1]));
     assert_eq!(s.range("/x/").expect("range").len(), 4);
     assert_eq!(s.identity().expect("identity").revision, 4);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -427,12 +417,11 @@ fn an_older_one_file_store_is_imported_once() {
     std::fs::rename(s.dir(), dir.join("away")).expect("mv");
     assert_eq!(s.identity().expect("identity").revision, 0);
     assert_ne!(s.identity().expect("identity").id, "file:old");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_watch_sees_every_write_across_epochs_and_a_store_made_after_it_began() {
-    let (dir, path) = sandbox("watch-epochs");
+    let (_dir, path) = sandbox("watch-epochs");
     let mut s = FileStore::new(path.clone());
     // No PATH.d yet: the watch sees it made.
     let writer = {
@@ -466,7 +455,6 @@ fn a_watch_sees_every_write_across_epochs_and_a_store_made_after_it_began() {
     }
     writer.join().expect("the writer");
     assert!(seen >= 1);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Not a test by itself: the writer the next test stops, run as a process of its own
@@ -508,7 +496,7 @@ fn stopped(pid: u32) -> bool {
 #[test]
 fn a_writer_process_stopped_anywhere_holds_nobody_up_and_lands_nothing_stale() {
     use nix::sys::signal::{kill, Signal};
-    let (dir, path) = sandbox("stopped");
+    let (_dir, path) = sandbox("stopped");
     let child = std::process::Command::new(std::env::current_exe().expect("this test"))
         .args(["--exact", "lease::file::tests::writer_child", "--ignored"])
         .env("SUP_FILESTORE_WRITER", &path)
@@ -577,5 +565,4 @@ fn a_writer_process_stopped_anywhere_holds_nobody_up_and_lands_nothing_stale() {
         "{total} counts, 150 of them the test's and {mine} the writer's"
     );
     drop(child);
-    let _ = std::fs::remove_dir_all(&dir);
 }

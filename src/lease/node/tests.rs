@@ -5,7 +5,8 @@ use std::os::unix::net::UnixStream;
 
 #[test]
 fn a_node_that_took_the_key_and_waits_out_t_leads_the_tool_for_a_fleet() {
-    let path = std::env::temp_dir().join(format!("sup-leads-{}.json", std::process::id()));
+    let dir = crate::scratch::Scratch::new("leads");
+    let path = dir.join("store.json");
     let mut n = Node::new(
         "engine".into(),
         "n1".into(),
@@ -34,8 +35,8 @@ fn a_node_that_took_the_key_and_waits_out_t_leads_the_tool_for_a_fleet() {
 /// term leads at once: beside the old holder's runs.
 #[test]
 fn a_holder_waiting_out_the_old_holders_grant_gives_the_key_up_without_a_released_mark() {
-    let path = std::env::temp_dir().join(format!("sup-waiting-{}.json", std::process::id()));
-    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
+    let dir = crate::scratch::Scratch::new("waiting");
+    let path = dir.join("store.json");
     let ttl = Duration::from_secs(3);
     let mut n = Node::new(
         "engine".into(),
@@ -64,7 +65,6 @@ fn a_holder_waiting_out_the_old_holders_grant_gives_the_key_up_without_a_release
     let snap = snapshot(n.store.as_mut(), "engine").expect("read");
     let now = Boot::now();
     let c_leads = lead_from_after_acquire(Some(rev), snap.released, None, now, ttl);
-    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     assert!(
         c_leads > now,
         "a candidate that saw term {rev} leads at once (released {:?}) while the old holder's runs may live for T",
@@ -79,8 +79,8 @@ fn a_holder_waiting_out_the_old_holders_grant_gives_the_key_up_without_a_release
 /// release waits T.
 #[test]
 fn a_clean_release_after_a_wipe_names_the_revision_candidates_match() {
-    let path = std::env::temp_dir().join(format!("sup-wiped-{}.json", std::process::id()));
-    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
+    let dir = crate::scratch::Scratch::new("wiped");
+    let path = dir.join("store.json");
     let ttl = Duration::from_secs(3);
     let mut n = Node::new(
         "engine".into(),
@@ -117,7 +117,6 @@ fn a_clean_release_after_a_wipe_names_the_revision_candidates_match() {
     });
     n.finish_release();
     let snap = snapshot(n.store.as_mut(), "engine").expect("read");
-    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
     assert!(snap.leader.is_none(), "the key is given up");
     // What a candidate that saw this leader remembers, and matches the mark with.
     let now = Boot::now();
@@ -131,8 +130,8 @@ fn a_clean_release_after_a_wipe_names_the_revision_candidates_match() {
 
 #[test]
 fn a_stale_policy_write_is_refused_and_bad_values_are_skipped() {
-    let path = std::env::temp_dir().join(format!("sup-policy-{}.json", std::process::id()));
-    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
+    let dir = crate::scratch::Scratch::new("policy");
+    let path = dir.join("store.json");
     let mut store = FileStore::new(path.clone());
     let first = snapshot(&mut store, "engine").expect("read");
     let p = write_policy(&mut store, "engine", &first, |p| {
@@ -157,5 +156,4 @@ fn a_stale_policy_write_is_refused_and_bad_values_are_skipped() {
         .expect("put");
     let s = snapshot(&mut store, "engine").expect("read despite garbage");
     assert!(s.members.is_empty() && s.leader.is_none());
-    let _ = std::fs::remove_dir_all(FileStore::new(path.clone()).dir());
 }
