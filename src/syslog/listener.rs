@@ -80,7 +80,6 @@ impl Listener {
         Ok(l)
     }
 
-    /// The socket a previous image handed over.
     /// The socket a previous image handed over (one bound by an older supd gets its
     /// senders' pidfds from now on).
     pub fn adopt(fd: OwnedFd, path: PathBuf) -> Listener {
