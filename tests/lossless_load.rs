@@ -39,63 +39,83 @@ impl Load {
 /// prints its summary): 8 keep-alive connections (`fresh`: 4 connections that each make
 /// a new connection per request, `Connection: close`). Its timeout is 10 s: a request
 /// that waits in the backlog through a restart is slow, not failed.
-fn start_wrk(port: u16, fresh: bool) -> Child {
-    let mut cmd = Command::new("wrk");
-    cmd.args(["-t1", "-d600s", "--timeout", "10s"]);
+fn start_wrk(port: u16, fresh: bool) -> Wrk {
+    // Line-buffered (stdbuf), so that its first line comes when it is printed.
+    let mut cmd = Command::new("stdbuf");
+    cmd.args(["-oL", "wrk", "-t1", "-d600s", "--timeout", "10s"]);
     if fresh {
         cmd.args(["-c4", "-H", "Connection: close"]);
     } else {
         cmd.arg("-c8");
     }
-    let mut wrk = cmd
+    let mut child = cmd
         .arg(format!("http://127.0.0.1:{port}/"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("wrk (Debian's package wrk; .ci/run installs it)");
-    wait_wrk_running(&mut wrk);
-    wrk
+    let head = wait_wrk_running(&mut child);
+    Wrk { child, head }
 }
 
-/// Waits until wrk has caught SIGINT. Before that, wrk tries one connection and exits
-/// ("unable to connect") if it is refused, and it ignores SIGINT: a restart begun
-/// earlier could end wrk before its first request, and a SIGINT sent earlier would
-/// be lost. wrk installs its handler after that first connection, so this is the
-/// moment its load has begun. (A state of /proc, not an event: looked at again.)
-fn wait_wrk_running(wrk: &mut Child) {
+/// A running wrk, and what it printed before its load began.
+struct Wrk {
+    child: Child,
+    head: String,
+}
+
+/// Waits for wrk's first line, "Running ...", which it prints once it has caught SIGINT.
+/// Before that, wrk tries one connection and exits ("unable to connect") if it is
+/// refused, and it ignores SIGINT: a restart begun earlier could end wrk before its
+/// first request, and a SIGINT sent earlier would be lost.
+fn wait_wrk_running(wrk: &mut Child) -> String {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::io::Read;
+    use std::os::fd::AsFd;
     let end = Instant::now() + Duration::from_secs(10);
-    loop {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", wrk.id())).unwrap_or_default();
-        let caught = status
-            .lines()
-            .find_map(|l| l.strip_prefix("SigCgt:"))
-            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-            .unwrap_or(0);
-        if caught & (1 << (libc::SIGINT - 1)) != 0 {
-            return;
+    let mut head = Vec::new();
+    let out = wrk.stdout.as_mut().expect("wrk's output");
+    let ended = loop {
+        if String::from_utf8_lossy(&head).contains("Running") {
+            break false;
         }
-        if let Ok(Some(exit)) = wrk.try_wait() {
-            let mut err = String::new();
-            if let Some(mut e) = wrk.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
-            panic!("wrk ended before its load began ({exit}): {err}");
+        let left = end.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "wrk did not begin within 10 s: {}",
+            String::from_utf8_lossy(&head)
+        );
+        let ms = PollTimeout::try_from(left.as_millis().min(10_000) as i32).expect("timeout");
+        if poll(&mut [PollFd::new(out.as_fd(), PollFlags::POLLIN)], ms).expect("poll") == 0 {
+            continue;
         }
-        assert!(Instant::now() < end, "wrk did not begin within 10 s");
-        std::thread::sleep(Duration::from_millis(1));
+        let mut buf = [0u8; 4096];
+        match out.read(&mut buf).expect("read wrk's output") {
+            0 => break true,
+            n => head.extend_from_slice(&buf[..n]),
+        }
+    };
+    if ended {
+        let exit = wrk.wait().expect("wrk's exit");
+        let mut err = String::new();
+        if let Some(mut e) = wrk.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        panic!("wrk ended before its load began ({exit}): {err}");
     }
+    String::from_utf8_lossy(&head).into_owned()
 }
 
-fn stop_wrk(wrk: Child) -> Load {
+fn stop_wrk(wrk: Wrk) -> Load {
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(wrk.id() as i32),
+        nix::unistd::Pid::from_raw(wrk.child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
     )
     .expect("SIGINT wrk");
-    let out = wrk.wait_with_output().expect("wrk's summary");
+    let out = wrk.child.wait_with_output().expect("wrk's summary");
     let text = format!(
-        "{}{}{}",
+        "{}{}{}{}",
+        wrk.head,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
         out.status
@@ -223,11 +243,11 @@ fn wait_running(sb: &Sandbox, w: &mut common::Watch, version: &str) {
 
 /// Keep-alive load (through the fd store across runs) and fresh connections (through
 /// the held socket's backlog) at once.
-fn start_load(port: u16) -> (Child, Child) {
+fn start_load(port: u16) -> (Wrk, Wrk) {
     (start_wrk(port, false), start_wrk(port, true))
 }
 
-fn stop_load(sb: &Sandbox, (kept, fresh): (Child, Child), what: &str) {
+fn stop_load(sb: &Sandbox, (kept, fresh): (Wrk, Wrk), what: &str) {
     let (kept, fresh) = (stop_wrk(kept), stop_wrk(fresh));
     for (load, how) in [(&kept, "keep-alive"), (&fresh, "a connection per request")] {
         eprintln!(
