@@ -1,5 +1,6 @@
 //! Scratch directories for the unit tests: one per test under the system temp dir,
 //! removed when the test passes and kept when it fails, for a look at what it left.
+//! Test code alone (`#[cfg(test)]`): its `expect` fails a test, never supd.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
