@@ -185,6 +185,18 @@ fn a_normal_services_open_files_limit_is_unchanged() {
 }
 
 /// The inode of the socket a run got as fd 3 + `i`.
+/// The test server as service `web` on 127.0.0.1:`port`, with `extra` config lines;
+/// supd started. Returns the file the server reports its runs to.
+fn start_web(sb: &mut Sandbox, port: u16, extra: &str) -> std::path::PathBuf {
+    let (srv, report) = server(sb);
+    sb.config(&format!(
+        "[service.web]\ncommand = [\"{srv}\", \"{}\"]\nlisten = [\"tcp:127.0.0.1:{port}\"]\n{extra}",
+        report.display()
+    ));
+    sb.start();
+    report
+}
+
 fn inode(run: &serde_json::Value, i: usize) -> serde_json::Value {
     run["fds"][i]["inode"].clone()
 }
@@ -195,17 +207,8 @@ fn inode(run: &serde_json::Value, i: usize) -> serde_json::Value {
 #[test]
 fn a_frozen_left_runs_socket_is_taken_and_its_backlog_served() {
     let mut sb = Sandbox::new();
-    let (srv, report) = server(&sb);
     let port = free_port();
-    sb.config(&format!(
-        r#"[service.web]
-command = ["{srv}", "{report}"]
-listen = ["tcp:127.0.0.1:{port}"]
-stop_timeout = "1s"
-"#,
-        report = report.display(),
-    ));
-    sb.start();
+    let report = start_web(&mut sb, port, "stop_timeout = \"1s\"\n");
     let first = wait_runs(&sb, &report, 1)[0].clone();
     let left = first["pid"].as_i64().expect("pid") as i32;
     sb.stop_supd(Signal::SIGKILL);
@@ -419,16 +422,8 @@ on_crash_loop = "stop"
 #[test]
 fn a_removed_services_sockets_are_not_taken() {
     let mut sb = Sandbox::new();
-    let (srv, report) = server(&sb);
     let port = free_port();
-    sb.config(&format!(
-        r#"[service.web]
-command = ["{srv}", "{report}"]
-listen = ["tcp:127.0.0.1:{port}"]
-"#,
-        report = report.display(),
-    ));
-    sb.start();
+    let report = start_web(&mut sb, port, "");
     let first = wait_runs(&sb, &report, 1)[0].clone();
     let left = first["pid"].as_i64().expect("pid") as i32;
     sb.stop_supd(Signal::SIGKILL);
@@ -455,17 +450,8 @@ listen = ["tcp:127.0.0.1:{port}"]
 #[test]
 fn nothing_is_taken_from_a_process_the_record_does_not_name() {
     let mut sb = Sandbox::new();
-    let (srv, report) = server(&sb);
     let port = free_port();
-    sb.config(&format!(
-        r#"[service.web]
-command = ["{srv}", "{report}"]
-listen = ["tcp:127.0.0.1:{port}"]
-restart_delay = "50ms"
-"#,
-        report = report.display(),
-    ));
-    sb.start();
+    let report = start_web(&mut sb, port, "restart_delay = \"50ms\"\n");
     let first = wait_runs(&sb, &report, 1)[0].clone();
     let left = first["pid"].as_i64().expect("pid") as i32;
     sb.stop_supd(Signal::SIGKILL);
@@ -519,16 +505,8 @@ restart_delay = "50ms"
 #[test]
 fn a_reexec_after_a_take_over_carries_the_socket() {
     let mut sb = Sandbox::new();
-    let (srv, report) = server(&sb);
     let port = free_port();
-    sb.config(&format!(
-        r#"[service.web]
-command = ["{srv}", "{report}"]
-listen = ["tcp:127.0.0.1:{port}"]
-"#,
-        report = report.display(),
-    ));
-    sb.start();
+    let report = start_web(&mut sb, port, "");
     let first = wait_runs(&sb, &report, 1)[0].clone();
     sb.stop_supd(Signal::SIGKILL);
     sb.start();
