@@ -166,6 +166,12 @@ pub fn prepare(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// The id of the cgroup open as `dir_fd` (v2: its directory's inode number), by one
+/// fstat of the fd a start opens anyway.
+pub fn id_of(dir_fd: &std::os::fd::OwnedFd) -> Option<u64> {
+    nix::sys::stat::fstat(dir_fd).ok().map(|st| st.st_ino)
+}
+
 /// The cgroup `dir` itself, open for a child to be forked into or to write itself into
 /// (`SpawnSpec::join`): a directory fd, which `clone3(CLONE_INTO_CGROUP)` takes and
 /// under which the child opens `cgroup.procs` where it must move itself.

@@ -578,7 +578,7 @@ impl Supervisor {
                 let born_in = cgroup::fit_to_be_born_in(&dir, leader_only);
                 match cgroup::prepare(&dir).and_then(|()| cgroup::dir_fd(&dir)) {
                     Ok(f) => {
-                        self.syslog.started_in(&dir, &f);
+                        self.syslog.started_in(&dir, || cgroup::id_of(&f));
                         (Some(dir), Some(f), born_in)
                     }
                     Err(e) => {

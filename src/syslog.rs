@@ -359,16 +359,15 @@ pub struct Syslog {
 }
 
 impl Syslog {
-    /// A run is started in the cgroup `dir` (open as `dir_fd`): its id is noted while
-    /// there is a listener to place messages by it.
-    pub fn started_in(&mut self, dir: &std::path::Path, dir_fd: &std::os::fd::OwnedFd) {
+    /// A run is started in the cgroup `dir`: its id (`id`, asked only then) is noted
+    /// while there is a listener to place messages by it.
+    pub fn started_in(&mut self, dir: &std::path::Path, id: impl FnOnce() -> Option<u64>) {
         if self.socket.is_none() {
             return;
         }
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
-        // One fstat of the fd the start opened anyway (the id is the inode number).
-        if let (Some(name), Ok(st)) = (name, nix::sys::stat::fstat(dir_fd)) {
-            self.cgroups.note(&name, st.st_ino);
+        if let (Some(name), Some(id)) = (name, id()) {
+            self.cgroups.note(&name, id);
         }
     }
 }

@@ -150,7 +150,7 @@ impl Supervisor {
             born_in = crate::cgroup::fit_to_be_born_in(&dir, false);
             match crate::cgroup::prepare(&dir).and_then(|()| crate::cgroup::dir_fd(&dir)) {
                 Ok(f) => {
-                    self.syslog.started_in(&dir, &f);
+                    self.syslog.started_in(&dir, || crate::cgroup::id_of(&f));
                     Some(f)
                 }
                 Err(e) => {
